@@ -1,0 +1,17 @@
+//! watchgate: a caching reverse proxy and watch fan-out gateway for the Kubernetes API.
+//!
+//! The crate is laid out after the boxes of the architecture (see docs/architecture.md):
+//! requests enter through [`server`], are parsed once by [`request`], and either go
+//! upstream through [`proxy`] or (later) are served from the cache. [`sim`] is the
+//! simulated apiserver used by the demo, the tests and the benches.
+
+pub mod body;
+pub mod config;
+pub mod demo;
+pub mod proxy;
+pub mod request;
+pub mod selector;
+pub mod server;
+pub mod sim;
+pub mod status;
+pub mod upstream;

@@ -1,0 +1,1 @@
+//! Forwarding to the upstream apiserver: streamed bodies, hop-by-hop headers, upgrades.

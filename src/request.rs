@@ -1,0 +1,1 @@
+//! Path + query → a typed API request, parsed once.

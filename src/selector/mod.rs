@@ -1,0 +1,1 @@
+//! Label and field selectors: parse, validate (with the apiserver's messages), match.

@@ -1,0 +1,1 @@
+//! The upstream apiserver client: kube config inference, TLS, auth, pooling.
