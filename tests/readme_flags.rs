@@ -39,7 +39,7 @@ fn flags_in_readme(readme: &str, command: &str) -> BTreeSet<String> {
         .take_while(|l| l.starts_with('|'))
         .filter_map(|l| {
             let cell = l.split('|').nth(1)?.trim().trim_matches('`');
-            cell.starts_with("--")
+            (cell.starts_with("--") && cell[2..].starts_with(|c: char| c.is_ascii_alphabetic()))
                 .then(|| cell.split_whitespace().next().unwrap().to_string())
         })
         .collect()
