@@ -1,6 +1,8 @@
 //! The simulated apiserver (`watchgate sim`): a faithful in-memory Kubernetes API used by
 //! the demo, the tests and the benches. See docs/simulator.md.
 
+pub mod resources;
+
 use clap::Args;
 
 #[derive(Args, Debug, Clone)]
