@@ -4,26 +4,41 @@
 //! simulator itself, or the gateway in front of it) plus a direct line to the simulator for
 //! "another client" writes and for differential checks.
 
+use watchgate::sim::{SimConfig, SimHandle};
+
 use super::http::Http;
 use super::kubectl::Kubectl;
 
-/// A running simulator. Stops when dropped.
+/// A running simulator. Its serve task lives until the test's runtime ends.
 pub struct SimServer {
     url: String,
+    handle: SimHandle,
 }
 
 impl SimServer {
     pub fn url(&self) -> &str {
         &self.url
     }
+
+    pub fn handle(&self) -> &SimHandle {
+        &self.handle
+    }
 }
 
-/// Starts a simulator with an empty cluster (its built-in namespaces only).
+/// Starts a simulator on `127.0.0.1:0` with an empty cluster (its built-in namespaces only).
 pub async fn start_sim() -> SimServer {
-    // ADAPT: watchgate::sim::start(..) is being built on the sim branches; this adapter is
-    // filled in once it lands on main. Until then every end-to-end test fails here, which is
-    // the truth: the feature is missing.
-    panic!("the simulator's in-process API (watchgate::sim::start) has not landed on main yet")
+    start_sim_with(SimConfig::default()).await
+}
+
+/// Starts a simulator with `cfg` (its `addr` should be `127.0.0.1:0`).
+pub async fn start_sim_with(cfg: SimConfig) -> SimServer {
+    let handle = watchgate::sim::start(cfg)
+        .await
+        .expect("start the simulator in-process");
+    SimServer {
+        url: handle.url(),
+        handle,
+    }
 }
 
 /// A running gateway. Stops when dropped.
