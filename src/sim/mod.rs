@@ -1,7 +1,9 @@
 //! The simulated apiserver (`watchgate sim`): a faithful in-memory Kubernetes API used by
 //! the demo, the tests and the benches. See docs/simulator.md.
 
+pub mod gojson;
 pub mod resources;
+pub mod validate;
 
 use clap::Args;
 
