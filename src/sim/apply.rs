@@ -39,8 +39,13 @@ const IGNORED_META: &[&str] = &[
 fn merge_key_for(field: &str, items: &[Value]) -> Option<&'static str> {
     let has = |k: &str| items.iter().all(|i| i.get(k).is_some());
     let key = match field {
-        "containers" | "initContainers" | "ephemeralContainers" | "volumes" | "env"
-        | "imagePullSecrets" | "resourceClaims" => "name",
+        "containers"
+        | "initContainers"
+        | "ephemeralContainers"
+        | "volumes"
+        | "env"
+        | "imagePullSecrets"
+        | "resourceClaims" => "name",
         "volumeMounts" => "mountPath",
         "ports" if has("containerPort") => "containerPort",
         "ports" => "port",
@@ -73,7 +78,12 @@ pub fn field_set(obj: &Value, with_status: bool) -> FieldSet {
                         if IGNORED_META.contains(&mk.as_str()) {
                             continue;
                         }
-                        collect(mv, vec!["f:metadata".into(), format!("f:{mk}")], mk, &mut out);
+                        collect(
+                            mv,
+                            vec!["f:metadata".into(), format!("f:{mk}")],
+                            mk,
+                            &mut out,
+                        );
                     }
                 }
             }
@@ -425,7 +435,8 @@ pub fn record_update(old: Option<&Value>, new: &mut Value, w: &Writer<'_>, opera
             .collect(),
     };
     for e in &mut list {
-        e.fields.retain(|p| new_fields.contains(p) || !applies_to(w, e, p));
+        e.fields
+            .retain(|p| new_fields.contains(p) || !applies_to(w, p));
     }
     let mine = list
         .iter()
@@ -463,9 +474,8 @@ pub fn record_update(old: Option<&Value>, new: &mut Value, w: &Writer<'_>, opera
 
 /// Whether `p` is in the part of the object this write could touch (status paths are
 /// left alone by main-resource writes and vice versa).
-fn applies_to(w: &Writer<'_>, e: &Entry, p: &Path) -> bool {
+fn applies_to(w: &Writer<'_>, p: &Path) -> bool {
     let is_status = p.first().map(String::as_str) == Some("f:status");
-    let _ = e;
     match w.subresource {
         Some("status") => is_status,
         _ => w.with_status || !is_status,
@@ -647,7 +657,10 @@ mod tests {
             "metadata": {"name": "d", "labels": {"a": "1", "b": "2"}},
             "spec": {"replicas": 2}});
         let created = apply(None, &cfg1, &w("kubectl"), false).unwrap();
-        assert_eq!(created["metadata"]["managedFields"][0]["operation"], "Apply");
+        assert_eq!(
+            created["metadata"]["managedFields"][0]["operation"],
+            "Apply"
+        );
         // Drop label b: it disappears; replicas stays.
         let cfg2 = json!({"apiVersion": "apps/v1", "kind": "Deployment",
             "metadata": {"name": "d", "labels": {"a": "1"}}, "spec": {"replicas": 2}});

@@ -8,7 +8,6 @@
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Ctx {
-    Top,
     ObjectKey,
     ObjectValue,
     ArrayValue,
@@ -176,9 +175,7 @@ pub fn syntax_error(data: &[u8]) -> Option<String> {
                             stack.pop();
                         }
                         (Ctx::ArrayValue, c) => return Some(err(c, "after array element")),
-                        (Ctx::ObjectKey | Ctx::Top, c) => {
-                            return Some(err(c, "after object key"))
-                        }
+                        (Ctx::ObjectKey, c) => return Some(err(c, "after object key")),
                     }
                 }
             }
@@ -335,25 +332,37 @@ mod tests {
                 "hello",
                 Some("invalid character 'h' looking for beginning of value"),
             ),
-            (
-                "{\"a\" 1}",
-                Some("invalid character '1' after object key"),
-            ),
+            ("{\"a\" 1}", Some("invalid character '1' after object key")),
             (
                 "{\"a\":1 \"b\":2}",
                 Some("invalid character '\"' after object key:value pair"),
             ),
             ("[1 2]", Some("invalid character '2' after array element")),
             ("{} x", Some("invalid character 'x' after top-level value")),
-            ("{\"a\":-x}", Some("invalid character 'x' in numeric literal")),
+            (
+                "{\"a\":-x}",
+                Some("invalid character 'x' in numeric literal"),
+            ),
             (
                 "{\"a\":1.}",
                 Some("invalid character '}' after decimal point in numeric literal"),
             ),
-            ("{\"a\":01}", Some("invalid character '1' after object key:value pair")),
-            ("[\"\\q\"]", Some("invalid character 'q' in string escape code")),
-            ("{\"a\":1,}", Some("invalid character '}' looking for beginning of object key string")),
-            ("[1,]", Some("invalid character ']' looking for beginning of value")),
+            (
+                "{\"a\":01}",
+                Some("invalid character '1' after object key:value pair"),
+            ),
+            (
+                "[\"\\q\"]",
+                Some("invalid character 'q' in string escape code"),
+            ),
+            (
+                "{\"a\":1,}",
+                Some("invalid character '}' looking for beginning of object key string"),
+            ),
+            (
+                "[1,]",
+                Some("invalid character ']' looking for beginning of value"),
+            ),
         ];
         for (input, want) in cases {
             assert_eq!(syntax_error(input.as_bytes()).as_deref(), *want, "{input}");

@@ -111,7 +111,11 @@ fn default_pod_spec(spec: &mut Map<String, Value>) {
     for list in ["containers", "initContainers"] {
         if let Some(Value::Array(cs)) = spec.get_mut(list) {
             for c in cs.iter_mut().filter_map(Value::as_object_mut) {
-                let image = c.get("image").and_then(Value::as_str).unwrap_or("").to_string();
+                let image = c
+                    .get("image")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_string();
                 default(c, "imagePullPolicy", json!(pull_policy(&image)));
                 default(c, "terminationMessagePath", json!("/dev/termination-log"));
                 default(c, "terminationMessagePolicy", json!("File"));
@@ -175,9 +179,10 @@ pub fn prepare_for_create(rt: &ResourceType, obj: &mut Value) {
             default_pod_spec(obj_mut(obj, "spec"));
             let qos = qos_class(&obj["spec"]);
             // podStrategy.PrepareForCreate resets the status.
-            obj.as_object_mut()
-                .expect("object")
-                .insert("status".into(), json!({"phase": "Pending", "qosClass": qos}));
+            obj.as_object_mut().expect("object").insert(
+                "status".into(),
+                json!({"phase": "Pending", "qosClass": qos}),
+            );
         }
         ("", "namespaces") => {
             let name = obj
@@ -245,7 +250,11 @@ pub fn prepare_for_create(rt: &ResourceType, obj: &mut Value) {
                 .insert("status".into(), json!({"loadBalancer": {}}));
         }
         ("", "secrets") => {
-            default(obj.as_object_mut().expect("object"), "type", json!("Opaque"));
+            default(
+                obj.as_object_mut().expect("object"),
+                "type",
+                json!("Opaque"),
+            );
         }
         _ => {}
     }
@@ -320,7 +329,10 @@ mod tests {
         let rt = find("", "v1", "pods").unwrap();
         let mut p = json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "nginx"}]}});
         prepare_for_create(rt, &mut p);
-        assert_eq!(p["status"], json!({"phase": "Pending", "qosClass": "BestEffort"}));
+        assert_eq!(
+            p["status"],
+            json!({"phase": "Pending", "qosClass": "BestEffort"})
+        );
         assert_eq!(p["spec"]["containers"][0]["imagePullPolicy"], "Always");
         assert_eq!(p["spec"]["restartPolicy"], "Always");
     }

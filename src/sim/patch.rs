@@ -152,13 +152,13 @@ fn apply_op(doc: &mut Value, op: &Map<String, Value>) -> Result<(), String> {
             add(doc, path, value)
         }
         "remove" => {
-            let path =
-                path.ok_or(format!("remove operation failed to decode path: {MISSING}"))?;
+            let path = path.ok_or(format!("remove operation failed to decode path: {MISSING}"))?;
             remove(doc, path).map(|_| ())
         }
         "replace" => {
-            let path =
-                path.ok_or(format!("replace operation failed to decode path: {MISSING}"))?;
+            let path = path.ok_or(format!(
+                "replace operation failed to decode path: {MISSING}"
+            ))?;
             let value = op.get("value").cloned().unwrap_or(Value::Null);
             replace(doc, path, value)
         }
@@ -264,7 +264,9 @@ fn remove(doc: &mut Value, path: &str) -> Result<Value, String> {
 fn take(doc: &mut Value, path: &str, verb: &str) -> Result<Value, String> {
     let from_word = if verb == "move" { "from path" } else { "path" };
     let missing = || {
-        format!("{verb} operation does not apply: doc is missing {from_word}: \"{path}\": {MISSING}")
+        format!(
+            "{verb} operation does not apply: doc is missing {from_word}: \"{path}\": {MISSING}"
+        )
     };
     let tokens = pointer_tokens(path).ok_or_else(missing)?;
     let con = find_container(doc, &tokens).ok_or_else(missing)?;
@@ -288,9 +290,8 @@ fn replace(doc: &mut Value, path: &str, value: Value) -> Result<(), String> {
         *doc = value;
         return Ok(());
     }
-    let missing = || {
-        format!("replace operation does not apply: doc is missing path: {path}: {MISSING}")
-    };
+    let missing =
+        || format!("replace operation does not apply: doc is missing path: {path}: {MISSING}");
     let tokens = pointer_tokens(path).ok_or_else(missing)?;
     let con = find_container(doc, &tokens).ok_or_else(missing)?;
     let key = tokens.last().expect("non-empty");
@@ -319,8 +320,13 @@ fn replace(doc: &mut Value, path: &str, value: Value) -> Result<(), String> {
 fn merge_key(field: &str, items: &[Value]) -> Option<&'static str> {
     let has = |k: &str| items.iter().any(|i| i.get(k).is_some());
     match field {
-        "containers" | "initContainers" | "ephemeralContainers" | "volumes" | "env"
-        | "imagePullSecrets" | "resourceClaims" => Some("name"),
+        "containers"
+        | "initContainers"
+        | "ephemeralContainers"
+        | "volumes"
+        | "env"
+        | "imagePullSecrets"
+        | "resourceClaims" => Some("name"),
         "volumeMounts" => Some("mountPath"),
         "volumeDevices" => Some("devicePath"),
         "ports" if has("containerPort") => Some("containerPort"),
@@ -409,9 +415,16 @@ fn smp_objects(doc: &mut Map<String, Value>, patch: &Map<String, Value>) -> Resu
             }
         }
     }
-    if let Some(order) = patch.iter().filter_map(|(k, v)| {
-        k.strip_prefix("$setElementOrder/").map(|f| (f.to_string(), v.clone()))
-    }).collect::<Vec<_>>().into_iter().next() {
+    if let Some(order) = patch
+        .iter()
+        .filter_map(|(k, v)| {
+            k.strip_prefix("$setElementOrder/")
+                .map(|f| (f.to_string(), v.clone()))
+        })
+        .collect::<Vec<_>>()
+        .into_iter()
+        .next()
+    {
         reorder(doc, &order.0, &order.1);
     }
     if let Some(Value::Array(keep)) = patch.get("$retainKeys") {
@@ -452,7 +465,10 @@ fn smp_list(field: &str, doc: &mut Vec<Value>, patch: &[Value]) -> Result<(), Sm
             ));
         };
         let Some(kv) = obj.get(key) else {
-            return Err(format!("map: {} does not contain declared merge key: {key}", go_map(obj)));
+            return Err(format!(
+                "map: {} does not contain declared merge key: {key}",
+                go_map(obj)
+            ));
         };
         let pos = doc.iter().position(|d| d.get(key) == Some(kv));
         let deleting = obj.get("$patch").and_then(Value::as_str) == Some("delete");
@@ -560,9 +576,15 @@ mod tests {
             json!({"metadata": {"labels": {"b": "2"}}, "l": [0, 2, 3], "m": 3})
         );
         let e = json_patch(&mut doc, br#"[{"op":"test","path":"/m","value":4}]"#).unwrap_err();
-        assert_eq!(e, JsonPatchError::Apply("testing value /m failed: test failed".into()));
-        let e = json_patch(&mut doc, br#"[{"op":"remove","path":"/metadata/labels/x"}]"#)
-            .unwrap_err();
+        assert_eq!(
+            e,
+            JsonPatchError::Apply("testing value /m failed: test failed".into())
+        );
+        let e = json_patch(
+            &mut doc,
+            br#"[{"op":"remove","path":"/metadata/labels/x"}]"#,
+        )
+        .unwrap_err();
         assert_eq!(
             e,
             JsonPatchError::Apply(
@@ -573,8 +595,7 @@ mod tests {
         assert_eq!(
             e,
             JsonPatchError::Apply(
-                "add operation does not apply: doc is missing path: \"/x/y\": missing value"
-                    .into()
+                "add operation does not apply: doc is missing path: \"/x/y\": missing value".into()
             )
         );
         let e = json_patch(&mut doc, br#"[{"op":"bogus","path":"/x"}]"#).unwrap_err();
@@ -587,7 +608,10 @@ mod tests {
             )
         );
         let e = json_patch(&mut doc, b"[").unwrap_err();
-        assert_eq!(e, JsonPatchError::Decode("unexpected end of JSON input".into()));
+        assert_eq!(
+            e,
+            JsonPatchError::Decode("unexpected end of JSON input".into())
+        );
     }
 
     #[test]

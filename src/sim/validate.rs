@@ -209,7 +209,8 @@ pub fn invalid_options(options_kind: &str, errs: &[FieldError]) -> Status {
 
 const DNS1123_LABEL_FMT: &str = "[a-z0-9]([-a-z0-9]*[a-z0-9])?";
 const DNS1123_LABEL_ERR: &str = "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character";
-const DNS1123_SUBDOMAIN_FMT: &str = "[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*";
+const DNS1123_SUBDOMAIN_FMT: &str =
+    "[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*";
 const DNS1123_SUBDOMAIN_ERR: &str = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character";
 const DNS1035_LABEL_FMT: &str = "[a-z]([-a-z0-9]*[a-z0-9])?";
 const DNS1035_LABEL_ERR: &str = "a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic character, and end with an alphanumeric character";
@@ -335,7 +336,11 @@ pub fn validate_object_meta_names(
     let mut errs = Vec::new();
     if !generate_name.is_empty() {
         for msg in name_messages(rule, generate_name, true) {
-            errs.push(FieldError::invalid("metadata.generateName", generate_name, &msg));
+            errs.push(FieldError::invalid(
+                "metadata.generateName",
+                generate_name,
+                &msg,
+            ));
         }
     }
     if name.is_empty() {
@@ -471,6 +476,8 @@ mod tests {
         let errs = validate_object_meta_names(NameRule::Subdomain, &long, "");
         let s = invalid("", "ConfigMap", &long, &errs);
         assert!(s.message.contains(": [metadata.name: Invalid value"));
-        assert!(s.message.contains("must be no more than 253 characters, metadata.name"));
+        assert!(s
+            .message
+            .contains("must be no more than 253 characters, metadata.name"));
     }
 }

@@ -35,7 +35,8 @@ pub const OPTIMISTIC_LOCK_MSG: &str =
 const IMMORTAL_NAMESPACES: &[&str] = &["default", "kube-system", "kube-public"];
 
 /// The built-in namespaces a fresh kube-apiserver has.
-pub const BUILTIN_NAMESPACES: &[&str] = &["default", "kube-node-lease", "kube-public", "kube-system"];
+pub const BUILTIN_NAMESPACES: &[&str] =
+    &["default", "kube-node-lease", "kube-public", "kube-system"];
 
 /// The answer of a write handler.
 type Answer = Result<Response<Body>, Status>;
@@ -215,7 +216,13 @@ fn content_type(headers: &HeaderMap) -> String {
     headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-        .map(|v| v.split(';').next().unwrap_or("").trim().to_ascii_lowercase())
+        .map(|v| {
+            v.split(';')
+                .next()
+                .unwrap_or("")
+                .trim()
+                .to_ascii_lowercase()
+        })
         .unwrap_or_default()
 }
 
@@ -540,7 +547,13 @@ impl Write<'_> {
                 m.insert("metadata".into(), json!({}));
             }
             Some(Value::Object(meta)) => {
-                for k in ["name", "generateName", "namespace", "resourceVersion", "uid"] {
+                for k in [
+                    "name",
+                    "generateName",
+                    "namespace",
+                    "resourceVersion",
+                    "uid",
+                ] {
                     if let Some(v) = meta.get(k).filter(|v| !v.is_string() && !v.is_null()) {
                         return Err(cannot(
                             patch::go_json_type(v),
@@ -617,8 +630,8 @@ impl Write<'_> {
                 &GroupResource::new("", "namespaces"),
                 &self.ns,
             )),
-            Some(ns) if ns.pointer("/status/phase").and_then(Value::as_str)
-                == Some("Terminating") =>
+            Some(ns)
+                if ns.pointer("/status/phase").and_then(Value::as_str) == Some("Terminating") =>
             {
                 let gr = self.gr();
                 let msg = format!(
@@ -792,7 +805,11 @@ impl Write<'_> {
             ));
         }
         if rv != meta_str(old, "resourceVersion") {
-            return Err(Status::conflict(&self.gr(), self.name(), OPTIMISTIC_LOCK_MSG));
+            return Err(Status::conflict(
+                &self.gr(),
+                self.name(),
+                OPTIMISTIC_LOCK_MSG,
+            ));
         }
         Ok(())
     }
@@ -800,7 +817,13 @@ impl Write<'_> {
     /// `rest.BeforeUpdate` + the strategy's `PrepareForUpdate` + `ValidateObjectMetaUpdate`
     /// + managedFields: turns a client's new object into what would be stored.
     /// `op` is "Update" or "Apply" (apply has recorded its managed fields already).
-    fn prepare_update(&self, old: &Value, new: Value, manager: &str, op: &str) -> Result<Value, Status> {
+    fn prepare_update(
+        &self,
+        old: &Value,
+        new: Value,
+        manager: &str,
+        op: &str,
+    ) -> Result<Value, Status> {
         let status_sub = self.sub.as_deref() == Some("status");
         let mut new = if status_sub {
             // Status updates change only .status (ResetObjectMetaForStatus + strategy).
@@ -837,7 +860,11 @@ impl Write<'_> {
                 group,
                 kind,
                 self.name(),
-                &[FieldError::invalid("metadata.uid", &new_uid, "field is immutable")],
+                &[FieldError::invalid(
+                    "metadata.uid",
+                    &new_uid,
+                    "field is immutable",
+                )],
             ));
         }
         if is_deleting(old) {
@@ -914,7 +941,11 @@ impl Write<'_> {
 
     /// Stores an update prepared by `prepare_update` against `old` (deleting the object
     /// when its last finalizer is gone during deletion) and answers.
-    fn commit_update(&self, prepare: impl FnOnce(&Value) -> Result<Value, Status>, dry: bool) -> Answer {
+    fn commit_update(
+        &self,
+        prepare: impl FnOnce(&Value) -> Result<Value, Status>,
+        dry: bool,
+    ) -> Answer {
         let gr = self.gr();
         let name = self.name().to_string();
         let mut outcome: Option<Value> = None;
@@ -1112,8 +1143,13 @@ impl Write<'_> {
                         meta_mut(&mut cfg).insert("namespace".into(), json!(self.ns));
                     }
                     let merged = apply::apply(Some(cur), &cfg, &w, force)?;
-                    self.check_rv(cur, &merged)
-                        .or_else(|e| if e.code == 422 { Ok(()) } else { Err(e) })?;
+                    self.check_rv(cur, &merged).or_else(|e| {
+                        if e.code == 422 {
+                            Ok(())
+                        } else {
+                            Err(e)
+                        }
+                    })?;
                     self.prepare_update(cur, merged, &manager, "Apply")
                 },
                 dry,
@@ -1128,7 +1164,11 @@ impl Write<'_> {
                 }
                 let rv = meta_str(&patched, "resourceVersion");
                 if !rv.is_empty() && rv != meta_str(cur, "resourceVersion") {
-                    return Err(Status::conflict(&self.gr(), self.name(), OPTIMISTIC_LOCK_MSG));
+                    return Err(Status::conflict(
+                        &self.gr(),
+                        self.name(),
+                        OPTIMISTIC_LOCK_MSG,
+                    ));
                 }
                 self.prepare_update(cur, patched, &manager, "Update")
             },
@@ -1142,12 +1182,21 @@ impl Write<'_> {
     fn scale_of(&self, d: &Value) -> Value {
         let m = &d["metadata"];
         let mut meta = Map::new();
-        for k in ["name", "namespace", "uid", "resourceVersion", "creationTimestamp"] {
+        for k in [
+            "name",
+            "namespace",
+            "uid",
+            "resourceVersion",
+            "creationTimestamp",
+        ] {
             if let Some(v) = m.get(k) {
                 meta.insert(k.into(), v.clone());
             }
         }
-        let replicas = d.pointer("/spec/replicas").and_then(Value::as_i64).unwrap_or(0);
+        let replicas = d
+            .pointer("/spec/replicas")
+            .and_then(Value::as_i64)
+            .unwrap_or(0);
         let mut spec = Map::new();
         if replicas != 0 {
             spec.insert("replicas".into(), json!(replicas));
@@ -1155,7 +1204,10 @@ impl Write<'_> {
         let mut status = Map::new();
         status.insert(
             "replicas".into(),
-            json!(d.pointer("/status/replicas").and_then(Value::as_i64).unwrap_or(0)),
+            json!(d
+                .pointer("/status/replicas")
+                .and_then(Value::as_i64)
+                .unwrap_or(0)),
         );
         if let Some(Value::Object(ml)) = d.pointer("/spec/selector/matchLabels") {
             let mut pairs: Vec<String> = ml
@@ -1180,11 +1232,7 @@ impl Write<'_> {
     }
 
     /// Checks a Scale the client sent (`ValidateScale`) and writes its replicas.
-    fn write_scale(
-        &self,
-        dry: bool,
-        to_scale: impl Fn(&Value) -> Result<Value, Status>,
-    ) -> Answer {
+    fn write_scale(&self, dry: bool, to_scale: impl Fn(&Value) -> Result<Value, Status>) -> Answer {
         let manager = self.manager();
         let gr = self.gr();
         let name = self.name().to_string();
@@ -1316,20 +1364,32 @@ impl Write<'_> {
                     }
                     serde_json::from_slice(&self.body).unwrap_or(Value::Null)
                 }
-                "application/yaml" => yaml_to_json(&self.body).map_err(|e| Status::new(500, "", e))?,
+                "application/yaml" => {
+                    yaml_to_json(&self.body).map_err(|e| Status::new(500, "", e))?
+                }
                 _ => return Err(unsupported_media_type(accepted_media_types(self.rt))),
             };
             if let Some(m) = v.as_object() {
-                o.propagation = m.get("propagationPolicy").and_then(Value::as_str).map(String::from);
+                o.propagation = m
+                    .get("propagationPolicy")
+                    .and_then(Value::as_str)
+                    .map(String::from);
                 o.grace = m.get("gracePeriodSeconds").and_then(Value::as_i64);
-                o.pre_uid = m.pointer("/preconditions/uid").and_then(Value::as_str).map(String::from);
-                o.pre_rv = m
+                o.pre_uid = v
+                    .pointer("/preconditions/uid")
+                    .and_then(Value::as_str)
+                    .map(String::from);
+                o.pre_rv = v
                     .pointer("/preconditions/resourceVersion")
                     .and_then(Value::as_str)
                     .map(String::from);
                 o.orphan = m.get("orphanDependents").and_then(Value::as_bool);
                 if let Some(Value::Array(d)) = m.get("dryRun") {
-                    o.dry_run = d.iter().filter_map(Value::as_str).map(String::from).collect();
+                    o.dry_run = d
+                        .iter()
+                        .filter_map(Value::as_str)
+                        .map(String::from)
+                        .collect();
                 }
             }
         }
@@ -1354,7 +1414,9 @@ impl Write<'_> {
                 "orphanDependents and deletionPropagation cannot be both set",
             ));
         }
-        errs.extend(validate::validate_propagation_policy(o.propagation.as_deref()));
+        errs.extend(validate::validate_propagation_policy(
+            o.propagation.as_deref(),
+        ));
         errs.extend(validate::validate_dry_run(&o.dry_run));
         if !errs.is_empty() {
             return Err(validate::invalid_options("DeleteOptions", &errs));
@@ -1394,7 +1456,10 @@ impl Write<'_> {
             let mut s = Status::new(
                 403,
                 "Forbidden",
-                format!("{gr} {} is forbidden: this namespace may not be deleted", go_quote(self.name())),
+                format!(
+                    "{gr} {} is forbidden: this namespace may not be deleted",
+                    go_quote(self.name())
+                ),
             );
             s.with_details = true;
             s.name = Some(self.name().into());
@@ -1410,7 +1475,12 @@ impl Write<'_> {
 
     /// Deletes (or marks for deletion) one object; returns the answer's code and body and
     /// whether a namespace entered Terminating.
-    fn delete_one(&self, name: &str, o: &DeleteOpts, dry: bool) -> Result<(u16, Value, bool), Status> {
+    fn delete_one(
+        &self,
+        name: &str,
+        o: &DeleteOpts,
+        dry: bool,
+    ) -> Result<(u16, Value, bool), Status> {
         let gr = self.gr();
         let now = self.now.clone();
         let is_ns = self.rt.resource == "namespaces";
@@ -1426,7 +1496,11 @@ impl Write<'_> {
             let pending = !finalizers(cur).is_empty() || is_ns;
             if !pending {
                 immediate = true;
-                return Ok(if dry { Mutation::NoOp } else { Mutation::Delete });
+                return Ok(if dry {
+                    Mutation::NoOp
+                } else {
+                    Mutation::Delete
+                });
             }
             if is_deleting(cur) {
                 // Already being deleted: nothing changes.
@@ -1446,7 +1520,11 @@ impl Write<'_> {
             }
             objects::canonical_order(&mut new);
             after = Some(new.clone());
-            Ok(if dry { Mutation::NoOp } else { Mutation::Put(new) })
+            Ok(if dry {
+                Mutation::NoOp
+            } else {
+                Mutation::Put(new)
+            })
         });
         let stored = res?;
         let before = before.unwrap_or(Value::Null);
@@ -1523,7 +1601,11 @@ impl Write<'_> {
 }
 
 /// apiVersion recorded in managedFields per group.
-const API_VERSIONS: &[(&str, &str)] = &[("", "v1"), ("apps", "apps/v1"), ("example.com", "example.com/v1")];
+const API_VERSIONS: &[(&str, &str)] = &[
+    ("", "v1"),
+    ("apps", "apps/v1"),
+    ("example.com", "example.com/v1"),
+];
 
 /// The Go package alias used in conversion errors.
 fn go_package(api_version: &str) -> String {
