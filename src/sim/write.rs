@@ -323,7 +323,6 @@ fn fill_create_meta(rt: &ResourceType, obj: &mut Value, now: &str) {
         m.shift_remove("deletionTimestamp");
         m.shift_remove("deletionGracePeriodSeconds");
         m.shift_remove("selfLink");
-        m.shift_remove("managedFields");
         if objects::tracks_generation(rt) {
             m.insert("generation".into(), json!(1));
         } else {
