@@ -10,6 +10,10 @@
 //! The conflict error follows `managedfields/internal/conflict.go` (`NewConflictError`,
 //! `getConflictMessage`, `printManager`).
 
+// metav1.Status is the error type of every write step (as in the store API); boxing it
+// would only add noise to the happy path, which it never slows.
+#![allow(clippy::result_large_err)]
+
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{json, Map, Value};
