@@ -97,8 +97,6 @@ pub struct ApiRequest {
 pub struct ListOptions {
     /// `resourceVersion` as sent (None when absent; Some("") when empty).
     pub resource_version: Option<String>,
-    /// The parsed RV, when set and non-empty.
-    pub rv: Option<u64>,
     pub rv_match: Option<RvMatch>,
     /// `limit` (> 0 only; 0 and absent both mean no limit, like the apiserver).
     pub limit: Option<i64>,
@@ -247,16 +245,15 @@ pub fn query_get<'a>(q: &'a [(String, String)], key: &str) -> Option<&'a str> {
     q.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
 }
 
-/// A boolean query parameter as apimachinery's `Convert_Slice_string_To_bool` reads it:
-/// "", "false", "0" (case-insensitive "false") are false, anything else is true.
+/// A boolean query parameter as apimachinery's `Convert_Slice_string_To_bool` reads it.
 fn query_bool(q: &[(String, String)], key: &str) -> Option<bool> {
     query_get(q, key).map(parse_bool)
 }
 
 fn parse_bool(v: &str) -> bool {
-    // apimachinery runtime.Convert_Slice_string_To_bool: "", "0", "false" (any case) are
-    // false; everything else is true.
-    !(v.is_empty() || v == "0" || v.eq_ignore_ascii_case("false"))
+    // apimachinery runtime.Convert_Slice_string_To_bool: "0" and "false" (any case) are
+    // false; everything else, the empty string included (`?watch`), is true.
+    !(v == "0" || v.eq_ignore_ascii_case("false"))
 }
 
 impl ApiRequest {
@@ -291,77 +288,212 @@ impl ApiRequest {
 
     /// Decodes and validates list/watch options (see module docs for the error sources).
     pub fn list_options(&self) -> Result<ListOptions, Status> {
-        list_options(&self.query, self.verb == Verb::Watch)
+        let legacy = self.resource().is_some_and(|r| r.legacy_watch);
+        list_options(&self.query, legacy)
     }
 }
 
-/// `metav1.ListOptions` decoding + `ValidateListOptions`.
-pub fn list_options(q: &[(String, String)], is_watch: bool) -> Result<ListOptions, Status> {
+/// `metav1.ListOptions` decoding (`DecodeParameters`: 400 on a bad integer or selector),
+/// `SetListOptionsDefaults` and `ValidateListOptions` (422), in kube-apiserver's order
+/// (handlers/get.go `ListResource`). `force_watch` is set for the legacy `/watch/` paths,
+/// which the apiserver serves as watches without setting `opts.Watch`.
+pub fn list_options(q: &[(String, String)], force_watch: bool) -> Result<ListOptions, Status> {
+    let watch_param = query_bool(q, "watch").unwrap_or(false);
     let mut o = ListOptions {
-        watch: is_watch,
+        watch: watch_param || force_watch,
         ..Default::default()
     };
+    // url.Values → v1.ListOptions, in struct field order.
+    o.allow_watch_bookmarks = query_bool(q, "allowWatchBookmarks").unwrap_or(false);
+    o.resource_version = query_get(q, "resourceVersion").map(str::to_string);
+    let rv_match = query_get(q, "resourceVersionMatch")
+        .unwrap_or("")
+        .to_string();
+    if let Some(t) = query_get(q, "timeoutSeconds").filter(|t| !t.is_empty()) {
+        o.timeout_seconds = Some(parse_int(t)?);
+    }
+    if let Some(l) = query_get(q, "limit").filter(|l| !l.is_empty()) {
+        let n = parse_int(l)?;
+        if n > 0 {
+            o.limit = Some(n);
+        }
+    }
+    if let Some(c) = query_get(q, "continue").filter(|c| !c.is_empty()) {
+        o.continue_token = Some(c.to_string());
+    }
+    o.send_initial_events = query_bool(q, "sendInitialEvents");
+    // v1 → internal: the selectors are parsed here.
     if let Some(ls) = query_get(q, "labelSelector") {
         o.label_selector = LabelSelector::parse(ls).map_err(Status::bad_request)?;
     }
     if let Some(fs) = query_get(q, "fieldSelector") {
         o.field_selector = FieldSelector::parse(fs).map_err(Status::bad_request)?;
     }
-    o.allow_watch_bookmarks = query_bool(q, "allowWatchBookmarks").unwrap_or(false);
-    o.send_initial_events = query_bool(q, "sendInitialEvents");
-    o.resource_version = query_get(q, "resourceVersion").map(str::to_string);
-    if let Some(m) = query_get(q, "resourceVersionMatch") {
-        o.rv_match = match m {
-            "" => None,
-            "Exact" => Some(RvMatch::Exact),
-            "NotOlderThan" => Some(RvMatch::NotOlderThan),
-            other => {
-                return Err(invalid_list_options(vec![(
+    // SetListOptionsDefaults (WatchList is on by default since 1.32): a watch with RV
+    // unset or "0" becomes sendInitialEvents=true + NotOlderThan.
+    let mut rv_match = rv_match;
+    let rv = o.resource_version.clone().unwrap_or_default();
+    if watch_param
+        && o.send_initial_events.is_none()
+        && rv_match.is_empty()
+        && (rv.is_empty() || rv == "0")
+    {
+        o.send_initial_events = Some(true);
+        rv_match = "NotOlderThan".into();
+    }
+    // ValidateListOptions.
+    let mut errs: Vec<FieldError> = Vec::new();
+    if watch_param {
+        if o.send_initial_events.is_some() && rv_match != "NotOlderThan" {
+            errs.push(FieldError::forbidden(
+                "resourceVersionMatch",
+                "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
+            ));
+        }
+        if !rv_match.is_empty() {
+            if o.send_initial_events.is_none() {
+                errs.push(FieldError::forbidden(
                     "resourceVersionMatch",
-                    format!(
-                        "Unsupported value: {other:?}: supported values: \"Exact\", \"NotOlderThan\", \"\""
-                    ),
-                )]))
+                    "resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided",
+                ));
             }
-        };
-    }
-    if let Some(l) = query_get(q, "limit") {
-        let n: i64 = l.parse().map_err(|_| {
-            Status::bad_request(format!("strconv.ParseInt: parsing {l:?}: invalid syntax"))
-        })?;
-        if n > 0 {
-            o.limit = Some(n);
+            if rv_match != "NotOlderThan" {
+                errs.push(FieldError::not_supported(
+                    "resourceVersionMatch",
+                    &rv_match,
+                    &["NotOlderThan"],
+                ));
+            }
+            if o.continue_token.is_some() {
+                errs.push(FieldError::forbidden(
+                    "resourceVersionMatch",
+                    "resourceVersionMatch is forbidden when continue is provided",
+                ));
+            }
+        }
+    } else {
+        if !rv_match.is_empty() {
+            if rv.is_empty() {
+                errs.push(FieldError::forbidden(
+                    "resourceVersionMatch",
+                    "resourceVersionMatch is forbidden unless resourceVersion is provided",
+                ));
+            }
+            if o.continue_token.is_some() {
+                errs.push(FieldError::forbidden(
+                    "resourceVersionMatch",
+                    "resourceVersionMatch is forbidden when continue is provided",
+                ));
+            }
+            if rv_match != "Exact" && rv_match != "NotOlderThan" {
+                errs.push(FieldError::not_supported(
+                    "resourceVersionMatch",
+                    &rv_match,
+                    &["Exact", "NotOlderThan", ""],
+                ));
+            }
+            if rv_match == "Exact" && rv == "0" {
+                errs.push(FieldError::forbidden(
+                    "resourceVersionMatch",
+                    "resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\"",
+                ));
+            }
+        }
+        if o.send_initial_events.is_some() {
+            errs.push(FieldError::forbidden(
+                "sendInitialEvents",
+                "sendInitialEvents is forbidden for list",
+            ));
         }
     }
-    if let Some(c) = query_get(q, "continue") {
-        if !c.is_empty() {
-            o.continue_token = Some(c.to_string());
-        }
+    if !errs.is_empty() {
+        return Err(invalid_list_options(errs));
     }
-    if let Some(t) = query_get(q, "timeoutSeconds") {
-        let n: i64 = t.parse().map_err(|_| {
-            Status::bad_request(format!("strconv.ParseInt: parsing {t:?}: invalid syntax"))
-        })?;
-        o.timeout_seconds = Some(n);
-    }
-    if let Some(w) = query_bool(q, "watch") {
-        o.watch = o.watch || w;
-    }
-    if let Some(rv) = o.resource_version.as_deref() {
-        if !rv.is_empty() {
-            o.rv = Some(rv.parse::<u64>().map_err(|_| invalid_rv(rv))?);
-        }
-    }
+    o.rv_match = match rv_match.as_str() {
+        "Exact" => Some(RvMatch::Exact),
+        "NotOlderThan" => Some(RvMatch::NotOlderThan),
+        _ => None,
+    };
     Ok(o)
 }
 
-fn invalid_rv(rv: &str) -> Status {
-    Status::bad_request(format!("invalid resource version: {rv}"))
+/// `strconv.ParseInt(s, 10, 64)` with Go's error text.
+fn parse_int(s: &str) -> Result<i64, Status> {
+    s.parse::<i64>().map_err(|e| {
+        let why = match e.kind() {
+            std::num::IntErrorKind::PosOverflow | std::num::IntErrorKind::NegOverflow => {
+                "value out of range"
+            }
+            _ => "invalid syntax",
+        };
+        Status::bad_request(format!(
+            "strconv.ParseInt: parsing {}: {why}",
+            crate::selector::validation::go_quote(s)
+        ))
+    })
+}
+
+/// `APIObjectVersioner.ParseResourceVersion`: "" and "0" are 0; anything else must be a
+/// uint64. The error text is the storage layer's `InvalidError`
+/// (`resourceVersion: Invalid value: "x": strconv.ParseUint: parsing "x": invalid syntax`).
+pub fn parse_resource_version(rv: &str) -> Result<u64, String> {
+    if rv.is_empty() || rv == "0" {
+        return Ok(0);
+    }
+    rv.parse::<u64>().map_err(|e| {
+        let why = match e.kind() {
+            std::num::IntErrorKind::PosOverflow => "value out of range",
+            _ => "invalid syntax",
+        };
+        let q = crate::selector::validation::go_quote(rv);
+        format!("resourceVersion: Invalid value: {q}: strconv.ParseUint: parsing {q}: {why}")
+    })
+}
+
+/// One `field.Error`, printed as `field: Body`.
+#[derive(Debug, Clone)]
+pub struct FieldError {
+    pub field: String,
+    /// The StatusCause reason (`FieldValueForbidden`, ...).
+    pub cause: &'static str,
+    /// `ErrorBody()`: `Forbidden: detail`, `Unsupported value: "x": supported values: ...`.
+    pub body: String,
+}
+
+impl FieldError {
+    pub fn forbidden(field: &str, detail: &str) -> Self {
+        Self {
+            field: field.into(),
+            cause: "FieldValueForbidden",
+            body: format!("Forbidden: {detail}"),
+        }
+    }
+
+    pub fn not_supported(field: &str, value: &str, supported: &[&str]) -> Self {
+        let q = crate::selector::validation::go_quote;
+        let list: Vec<String> = supported.iter().map(|s| q(s)).collect();
+        Self {
+            field: field.into(),
+            cause: "FieldValueNotSupported",
+            body: format!(
+                "Unsupported value: {}: supported values: {}",
+                q(value),
+                list.join(", ")
+            ),
+        }
+    }
 }
 
 /// `errors.NewInvalid(schema.GroupKind{Group: "meta.k8s.io", Kind: "ListOptions"}, "", errs)`.
-pub fn invalid_list_options(errs: Vec<(&str, String)>) -> Status {
-    let joined: Vec<String> = errs.iter().map(|(f, m)| format!("{f}: {m}")).collect();
+pub fn invalid_list_options(errs: Vec<FieldError>) -> Status {
+    let mut joined: Vec<String> = Vec::new();
+    for e in &errs {
+        // ToAggregate() drops duplicate messages.
+        let m = format!("{}: {}", e.field, e.body);
+        if !joined.contains(&m) {
+            joined.push(m);
+        }
+    }
     let message = if joined.len() == 1 {
         format!("ListOptions.meta.k8s.io \"\" is invalid: {}", joined[0])
     } else {
@@ -374,11 +506,11 @@ pub fn invalid_list_options(errs: Vec<(&str, String)>) -> Status {
     s.with_details = true;
     s.group = Some("meta.k8s.io".into());
     s.kind = Some("ListOptions".into());
-    for (f, m) in errs {
+    for e in errs {
         s.causes.push(Cause {
-            reason: "FieldValueInvalid".into(),
-            message: format!("{f}: {m}"),
-            field: Some(f.to_string()),
+            reason: e.cause.into(),
+            message: e.body,
+            field: Some(e.field),
         });
     }
     s
