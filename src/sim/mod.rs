@@ -1,7 +1,14 @@
 //! The simulated apiserver (`watchgate sim`): a faithful in-memory Kubernetes API used by
 //! the demo, the tests and the benches. See docs/simulator.md.
 
+// pub mod churn;
+pub mod discovery;
+pub mod exec;
+pub mod logs;
+pub mod openapi;
 pub mod resources;
+// pub mod seed;
+pub mod table;
 
 use clap::Args;
 
