@@ -74,9 +74,7 @@ impl Churner {
             let Some(md) = md else {
                 return Ok(Mutation::NoOp);
             };
-            let ann = md
-                .entry("annotations")
-                .or_insert_with(|| json!({}));
+            let ann = md.entry("annotations").or_insert_with(|| json!({}));
             let n = ann["sim.watchgate.dev/churn"]
                 .as_str()
                 .and_then(|s| s.parse::<u64>().ok())
@@ -112,7 +110,12 @@ impl Churner {
         match roll {
             0..=59 if seeded_pods > 0 => {
                 let i = pick % seeded_pods;
-                self.update(store, "pods", &self.spec.namespace_of(i), &format!("pod-{i}"));
+                self.update(
+                    store,
+                    "pods",
+                    &self.spec.namespace_of(i),
+                    &format!("pod-{i}"),
+                );
             }
             60..=79 if seeded_cms > 0 => {
                 let i = pick % seeded_cms;

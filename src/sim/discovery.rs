@@ -29,6 +29,7 @@ use serde_json::{json, Map, Value};
 
 use super::resources::{self, ResourceType, RESOURCES};
 use crate::body::{self, Body};
+use crate::request::ApiRequest;
 
 /// The media type of aggregated discovery v2.
 pub const AGGREGATED_V2: &str =
@@ -460,14 +461,14 @@ fn health(uri: &Uri, endpoint: &str, check: Option<&str>) -> Option<Response<Bod
 }
 
 /// Answers discovery, version, health and openapi requests; None for any other path
-/// (the router then tries the resource handlers or answers 404).
-pub fn handle<B>(req: &Request<B>) -> Option<Response<Body>> {
-    respond(req.method(), req.uri(), req.headers())
+/// (the router then answers 404).
+pub fn handle(head: &http::request::Parts, _api: &ApiRequest) -> Option<Response<Body>> {
+    respond(&head.method, &head.uri, &head.headers)
 }
 
-/// [`handle`] for a request already split into parts.
-pub fn handle_parts(head: &http::request::Parts) -> Option<Response<Body>> {
-    respond(&head.method, &head.uri, &head.headers)
+/// [`handle`] for a whole request.
+pub fn handle_request<B>(req: &Request<B>) -> Option<Response<Body>> {
+    respond(req.method(), req.uri(), req.headers())
 }
 
 /// The routing behind [`handle`].

@@ -33,6 +33,12 @@ use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role};
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::WebSocketStream;
 
+use std::sync::Arc;
+
+use hyper::body::Incoming;
+
+use super::resources::ResourceType;
+use super::Sim;
 use crate::body::{self, Body};
 use crate::status::Status;
 
@@ -299,9 +305,62 @@ fn switching(upgrade: &'static str) -> Response<Body> {
     resp
 }
 
-/// Handles an exec (`attach == false`) or attach request for `pod` (already looked up
-/// by the router; a missing pod is the router's 404).
-pub fn handle<B>(mut req: Request<B>, pod: &Value, attach: bool) -> Response<Body>
+/// Router contract: `pods/{name}/exec`, `attach` and `portforward` with the raw request
+/// (so the upgrade can be taken). A missing pod is the apiserver's 404.
+pub async fn handle(
+    sim: &Arc<Sim>,
+    req: Request<Incoming>,
+    rt: &'static ResourceType,
+    ns: &str,
+    name: &str,
+) -> Response<Body> {
+    let Some(pod) = sim.store.get(rt, ns, name) else {
+        return Status::not_found(&rt.group_resource(), name).into_response();
+    };
+    let sub = req
+        .uri()
+        .path()
+        .rsplit('/')
+        .next()
+        .unwrap_or("")
+        .to_string();
+    match sub.as_str() {
+        "portforward" => portforward(req),
+        "attach" => handle_pod(req, &pod, true),
+        _ => handle_pod(req, &pod, false),
+    }
+}
+
+/// Port forwarding is only a raw SPDY echo (no port streams): enough to test tunnels.
+fn portforward<B: Send + 'static>(req: Request<B>) -> Response<Body> {
+    if is_upgrade_to(req.headers(), "SPDY/3.1") {
+        return spdy_echo(req);
+    }
+    Status::bad_request("Upgrade request required").into_response()
+}
+
+fn spdy_echo<B: Send + 'static>(mut req: Request<B>) -> Response<Body> {
+    let version = header_list(req.headers(), "x-stream-protocol-version")
+        .into_iter()
+        .next();
+    let on_upgrade = hyper::upgrade::on(&mut req);
+    tokio::spawn(async move {
+        if let Ok(upgraded) = on_upgrade.await {
+            // Raw echo, not SPDY framing (see the module docs).
+            let (mut r, mut w) = tokio::io::split(TokioIo::new(upgraded));
+            let _ = tokio::io::copy(&mut r, &mut w).await;
+            let _ = tokio::io::AsyncWriteExt::shutdown(&mut w).await;
+        }
+    });
+    let mut resp = switching("SPDY/3.1");
+    if let Some(v) = version.and_then(|v| HeaderValue::from_str(&v).ok()) {
+        resp.headers_mut().insert("x-stream-protocol-version", v);
+    }
+    resp
+}
+
+/// Handles an exec (`attach == false`) or attach request for `pod`.
+pub fn handle_pod<B>(mut req: Request<B>, pod: &Value, attach: bool) -> Response<Body>
 where
     B: Send + 'static,
 {
@@ -359,23 +418,7 @@ where
     }
 
     if is_upgrade_to(&headers, "SPDY/3.1") {
-        let version = header_list(&headers, "x-stream-protocol-version")
-            .into_iter()
-            .next();
-        let on_upgrade = hyper::upgrade::on(&mut req);
-        tokio::spawn(async move {
-            if let Ok(upgraded) = on_upgrade.await {
-                // Raw echo, not SPDY framing (see the module docs).
-                let (mut r, mut w) = tokio::io::split(TokioIo::new(upgraded));
-                let _ = tokio::io::copy(&mut r, &mut w).await;
-                let _ = tokio::io::AsyncWriteExt::shutdown(&mut w).await;
-            }
-        });
-        let mut resp = switching("SPDY/3.1");
-        if let Some(v) = version.and_then(|v| HeaderValue::from_str(&v).ok()) {
-            resp.headers_mut().insert("x-stream-protocol-version", v);
-        }
-        return resp;
+        return spdy_echo(req);
     }
 
     Status::bad_request("Upgrade request required").into_response()

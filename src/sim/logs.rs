@@ -20,7 +20,12 @@ use http_body_util::StreamBody;
 use jiff::Timestamp;
 use serde_json::Value;
 
+use std::sync::Arc;
+
+use super::resources::ResourceType;
+use super::Sim;
 use crate::body::{self, Body, BoxError};
+use crate::request::ApiRequest;
 use crate::status::Status;
 
 /// How the fake containers log.
@@ -150,8 +155,25 @@ fn render(pod: &str, container: &str, n: u64, at: Timestamp, timestamps: bool) -
     }
 }
 
-/// Answers a log request for `pod` (looked up by the router; a missing pod is its 404).
-pub fn handle(pod: &Value, query: Option<&str>, cfg: &LogConfig) -> Response<Body> {
+/// Router contract: `GET pods/{name}/log`. A missing pod is the apiserver's 404.
+pub async fn handle(
+    sim: &Arc<Sim>,
+    api: &ApiRequest,
+    rt: &'static ResourceType,
+    ns: &str,
+    name: &str,
+) -> Response<Body> {
+    let Some(pod) = sim.store.get(rt, ns, name) else {
+        return Status::not_found(&rt.group_resource(), name).into_response();
+    };
+    let query: String = form_urlencoded::Serializer::new(String::new())
+        .extend_pairs(api.query.iter())
+        .finish();
+    handle_pod(&pod, Some(&query), &LogConfig::default())
+}
+
+/// Answers a log request for `pod`.
+pub fn handle_pod(pod: &Value, query: Option<&str>, cfg: &LogConfig) -> Response<Body> {
     let p = match LogParams::from_query(query) {
         Ok(p) => p,
         Err(s) => return s.into_response(),

@@ -9,7 +9,9 @@
 //! timestamps, which are derived from the name and the start time.
 //!
 //! kube-apiserver creates `default`, `kube-system`, `kube-public` and `kube-node-lease`
-//! on start-up (the `system-namespaces` post-start hook); [`seed`] always does the same.
+//! on start-up (the `system-namespaces` post-start hook); [`seed`] does the same whenever
+//! it seeds anything (`--seed N`, N > 0). With `--seed 0` the store stays empty, so tests
+//! that count resourceVersions from 1 keep working.
 
 use std::sync::Arc;
 
@@ -21,7 +23,8 @@ use super::store::{Mutation, Store};
 use super::Sim;
 
 /// The namespaces kube-apiserver creates by itself.
-pub const SYSTEM_NAMESPACES: &[&str] = &["default", "kube-system", "kube-public", "kube-node-lease"];
+pub const SYSTEM_NAMESPACES: &[&str] =
+    &["default", "kube-system", "kube-public", "kube-node-lease"];
 
 /// How many objects of each type to seed. Namespaced objects are spread round-robin
 /// over the namespaces `ns-0` … `ns-{namespaces-1}` (object `i` goes to `ns-{i % namespaces}`).
@@ -75,7 +78,13 @@ fn rt(resource: &str) -> &'static ResourceType {
 pub fn uid_for(kind: &str, ns: &str, name: &str) -> String {
     let mut h1: u64 = 0xcbf2_9ce4_8422_2325;
     let mut h2: u64 = 0x8422_2325_cbf2_9ce4;
-    for b in kind.bytes().chain([0]).chain(ns.bytes()).chain([0]).chain(name.bytes()) {
+    for b in kind
+        .bytes()
+        .chain([0])
+        .chain(ns.bytes())
+        .chain([0])
+        .chain(name.bytes())
+    {
         h1 = (h1 ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
         h2 = (h2 ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3 ^ 0x5bd1_e995);
     }
@@ -92,7 +101,8 @@ fn ts(t: Timestamp) -> String {
 /// A creation time spread over the last day, so `AGE` columns vary.
 fn created(now: Timestamp, i: usize) -> Timestamp {
     let back = 3600 + (i as i64 * 37) % 86_400;
-    now.checked_sub(SignedDuration::from_secs(back)).unwrap_or(now)
+    now.checked_sub(SignedDuration::from_secs(back))
+        .unwrap_or(now)
 }
 
 fn meta(kind: &str, ns: Option<&str>, name: &str, at: Timestamp, labels: Value) -> Value {
@@ -416,10 +426,26 @@ pub fn event(spec: &SeedSpec, i: usize, now: Timestamp) -> Value {
     let pod = format!("pod-{i}");
     let name = format!("{pod}.{:016x}", 0x17f0_0000_0000_0000u64 + i as u64);
     let (reason, message, ty) = match i % 4 {
-        0 => ("Scheduled", format!("Successfully assigned {ns}/{pod} to node-{}", i % spec.nodes.max(1)), "Normal"),
-        1 => ("Pulled", "Container image \"registry.example.com/team/app:1.4.2\" already present on machine".to_string(), "Normal"),
+        0 => (
+            "Scheduled",
+            format!(
+                "Successfully assigned {ns}/{pod} to node-{}",
+                i % spec.nodes.max(1)
+            ),
+            "Normal",
+        ),
+        1 => (
+            "Pulled",
+            "Container image \"registry.example.com/team/app:1.4.2\" already present on machine"
+                .to_string(),
+            "Normal",
+        ),
         2 => ("Started", "Started container app".to_string(), "Normal"),
-        _ => ("Unhealthy", "Readiness probe failed: HTTP probe failed with statuscode: 503".to_string(), "Warning"),
+        _ => (
+            "Unhealthy",
+            "Readiness probe failed: HTTP probe failed with statuscode: 503".to_string(),
+            "Warning",
+        ),
     };
     let at = created(now, i);
     json!({
@@ -499,7 +525,10 @@ pub fn widget(spec: &SeedSpec, i: usize, now: Timestamp) -> Value {
 
 fn put(store: &Store, resource: &str, obj: Value) {
     let r = rt(resource);
-    let ns = obj["metadata"]["namespace"].as_str().unwrap_or("").to_string();
+    let ns = obj["metadata"]["namespace"]
+        .as_str()
+        .unwrap_or("")
+        .to_string();
     let name = obj["metadata"]["name"].as_str().unwrap_or("").to_string();
     let res = store.mutate(r, &ns, &name, |cur| {
         Ok(if cur.is_some() {
@@ -515,6 +544,9 @@ fn put(store: &Store, resource: &str, obj: Value) {
 
 /// Writes the system namespaces and everything `spec` asks for into `store`.
 pub fn seed_store(store: &Store, spec: &SeedSpec) {
+    if *spec == SeedSpec::per_type(0, spec.pod_size) {
+        return;
+    }
     let now = Timestamp::now();
     for ns in SYSTEM_NAMESPACES {
         put(store, "namespaces", namespace(ns, now));

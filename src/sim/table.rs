@@ -18,6 +18,8 @@
 //! transform the handler sets `TableOptions.NoHeaders`, which serialises as
 //! `"columnDefinitions": null`.
 
+use std::sync::Arc;
+
 use jiff::Timestamp;
 use serde_json::{json, Map, Value};
 
@@ -891,13 +893,87 @@ impl Default for TableOptions {
     }
 }
 
-/// Renders a list object (`{"metadata": {...}, "items": [...]}`) as a Table.
-pub fn render_list(rt: &ResourceType, list: &Value, opts: TableOptions) -> Value {
-    render_list_at(rt, list, opts, Timestamp::now())
+/// The list answer as a Table (router contract): `items` are the page's objects,
+/// `list_meta` the list's `metadata` (resourceVersion, continue, remainingItemCount).
+/// Default options: `includeObject=Metadata`, `meta.k8s.io/v1`, with column definitions.
+pub fn render_list(rt: &ResourceType, items: &[Arc<Value>], list_meta: Value) -> Value {
+    render_list_opts(rt, items, list_meta, TableOptions::default())
 }
 
-/// [`render_list`] with an explicit clock (ages are relative to `now`).
-pub fn render_list_at(
+/// [`render_list`] with explicit options.
+pub fn render_list_opts(
+    rt: &ResourceType,
+    items: &[Arc<Value>],
+    list_meta: Value,
+    opts: TableOptions,
+) -> Value {
+    let items: Vec<Value> = items.iter().map(|o| o.as_ref().clone()).collect();
+    render_list_value_at(
+        rt,
+        &json!({"metadata": list_meta, "items": items}),
+        opts,
+        Timestamp::now(),
+    )
+}
+
+/// A one-row Table for one object, with column definitions (router contract: GET of
+/// one object). Watch streams should use [`WatchTable`] so that only the first event
+/// carries the column definitions, as the apiserver does.
+pub fn render_row_object(rt: &ResourceType, obj: &Value) -> Value {
+    render_row(rt, obj, TableOptions::default())
+}
+
+/// Per-watch Table state: the first rendered event has `columnDefinitions`, later ones
+/// have `"columnDefinitions": null` (watch.go sets `TableOptions.NoHeaders` after the
+/// first transform).
+#[derive(Debug, Clone)]
+pub struct WatchTable {
+    opts: TableOptions,
+    sent_headers: bool,
+}
+
+impl WatchTable {
+    pub fn new(opts: TableOptions) -> Self {
+        Self {
+            opts,
+            sent_headers: false,
+        }
+    }
+
+    /// The object of one watch event.
+    pub fn event_object(&mut self, rt: &ResourceType, obj: &Value) -> Value {
+        let opts = TableOptions {
+            no_headers: self.sent_headers,
+            ..self.opts
+        };
+        self.sent_headers = true;
+        render_row(rt, obj, opts)
+    }
+}
+
+/// Table options from a request's Accept header and query: None when no Table is
+/// asked for, the apiserver's 400 for a bad `includeObject`.
+pub fn options_for(
+    accept: Option<&str>,
+    include_object: Option<&str>,
+) -> Result<Option<TableOptions>, Status> {
+    let Some(version) = wants_table(accept) else {
+        return Ok(None);
+    };
+    Ok(Some(TableOptions {
+        include: IncludeObject::parse(include_object)?,
+        version,
+        no_headers: false,
+    }))
+}
+
+/// Renders a list object (`{"metadata": {...}, "items": [...]}`) as a Table.
+pub fn render_list_value(rt: &ResourceType, list: &Value, opts: TableOptions) -> Value {
+    render_list_value_at(rt, list, opts, Timestamp::now())
+}
+
+/// [`render_list_value`] with an explicit clock (ages are relative to `now`).
+pub fn render_list_value_at(
     rt: &ResourceType,
     list: &Value,
     opts: TableOptions,
