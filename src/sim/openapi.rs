@@ -11,11 +11,15 @@
 //!   protobuf-only `/openapi/v2`). If its request body lists
 //!   `application/strategic-merge-patch+json`, client-side apply computes the patch from
 //!   the schema in `components.schemas` (found by `x-kubernetes-group-version-kind`).
-//!   The schemas here are deliberately shallow (no patch merge keys), so for built-in
-//!   kinds that computation fails on the first nested field and kubectl falls back, as
-//!   it is written to, to the strategic merge patch metadata compiled into kubectl —
-//!   which is what a full schema would have given. The custom group advertises no
-//!   strategic merge patch, like a CRD, so kubectl uses a JSON merge patch for widgets.
+//!   The schemas here are deliberately shallow (no patch merge keys); built-in kinds
+//!   component schemas therefore carry no `x-kubernetes-group-version-kind`, so that
+//!   lookup finds nothing and kubectl silently uses the strategic merge patch metadata
+//!   compiled into it — what a full schema would have given (with a GVK, kubectl would
+//!   try the shallow schema, fail on the first nested field and print a warning). The
+//!   operations keep their GVKs, which is what the field-validation and patch-type
+//!   checks read. The custom group advertises no strategic merge patch, like a CRD, so
+//!   kubectl uses a JSON merge patch for widgets. `kubectl explain` of built-in kinds
+//!   is not supported for the same reason.
 //! - `/openapi/v2` is served as JSON only. client-go asks for the gnostic protobuf
 //!   encoding (`application/com.github.proto-openapi.spec.v2@v1.0+protobuf`), which the
 //!   simulator does not implement: such requests get 406 NotAcceptable, and kubectl
@@ -477,11 +481,17 @@ fn kind_schema(group: &str, version: &str, kind: &str, list: bool) -> Value {
             }
         }
     }
-    json!({
-        "type": "object",
-        "properties": props,
-        "x-kubernetes-group-version-kind": [gvk_one(group, version, kind)]
-    })
+    let mut schema = json!({"type": "object", "properties": props});
+    // Built-in kinds carry no GVK on their (shallow) component schema: client-side apply
+    // looks the schema up by GVK and would fail on the first field the shallow schema
+    // does not describe, printing "warning: error calculating patch from openapi v3
+    // spec". Without a match it silently uses the patch metadata compiled into kubectl,
+    // which is exactly what kube-apiserver's full schema describes. Custom kinds keep it
+    // (kubectl never computes a strategic merge patch for them).
+    if group.contains('.') {
+        schema["x-kubernetes-group-version-kind"] = json!([gvk_one(group, version, kind)]);
+    }
+    schema
 }
 
 fn schemas_for(group: &str, version: &str) -> BTreeMap<String, Value> {
