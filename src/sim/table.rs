@@ -925,30 +925,56 @@ pub fn render_row_object(rt: &ResourceType, obj: &Value) -> Value {
 
 /// Per-watch Table state: the first rendered event has `columnDefinitions`, later ones
 /// have `"columnDefinitions": null` (watch.go sets `TableOptions.NoHeaders` after the
-/// first transform).
-#[derive(Debug, Clone)]
+/// first transform). `&self` so a watcher can hold it without a lock.
+#[derive(Debug)]
 pub struct WatchTable {
     opts: TableOptions,
-    sent_headers: bool,
+    sent_headers: std::sync::atomic::AtomicBool,
 }
 
 impl WatchTable {
     pub fn new(opts: TableOptions) -> Self {
         Self {
             opts,
-            sent_headers: false,
+            sent_headers: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
+    /// The Table options a request asks for (Accept + `includeObject`), if any.
+    pub fn for_request(
+        headers: &http::HeaderMap,
+        include_object: Option<&str>,
+    ) -> Result<Option<Self>, Status> {
+        Ok(options_for_headers(headers, include_object)?.map(Self::new))
+    }
+
     /// The object of one watch event.
-    pub fn event_object(&mut self, rt: &ResourceType, obj: &Value) -> Value {
+    pub fn event_object(&self, rt: &ResourceType, obj: &Value) -> Value {
+        let sent = self
+            .sent_headers
+            .swap(true, std::sync::atomic::Ordering::Relaxed);
         let opts = TableOptions {
-            no_headers: self.sent_headers,
+            no_headers: sent,
             ..self.opts
         };
-        self.sent_headers = true;
         render_row(rt, obj, opts)
     }
+}
+
+/// [`options_for`] reading every Accept header of a request.
+pub fn options_for_headers(
+    headers: &http::HeaderMap,
+    include_object: Option<&str>,
+) -> Result<Option<TableOptions>, Status> {
+    let accept: Vec<&str> = headers
+        .get_all(http::header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .collect();
+    if accept.is_empty() {
+        return Ok(None);
+    }
+    options_for(Some(&accept.join(",")), include_object)
 }
 
 /// Table options from a request's Accept header and query: None when no Table is
