@@ -7,6 +7,7 @@
 //! This file holds the config, the router and the serve loop.
 
 pub mod apply;
+pub mod churn;
 pub mod discovery;
 pub mod exec;
 pub mod faults;
@@ -14,6 +15,7 @@ pub mod gojson;
 pub mod list;
 pub mod logs;
 pub mod objects;
+pub mod openapi;
 pub mod patch;
 pub mod resources;
 pub mod seed;
