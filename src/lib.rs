@@ -6,6 +6,7 @@
 //! simulated apiserver used by the demo, the tests and the benches.
 
 pub mod body;
+pub mod cache;
 pub mod config;
 pub mod demo;
 pub mod proxy;

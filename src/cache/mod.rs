@@ -1,0 +1,5 @@
+//! The watch cache: per resource type, one upstream list+watch feeding an in-memory store
+//! from which RV="0" and NotOlderThan reads are answered. See docs/cache.md.
+
+pub mod object;
+pub mod store;

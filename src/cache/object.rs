@@ -1,0 +1,247 @@
+//! One cached object: the exact JSON bytes the upstream sent, plus the few parsed values
+//! that routing, ordering and selectors need.
+//!
+//! Keeping the upstream's bytes (instead of a parsed tree) is what lets lists and watch
+//! events be served without re-serialising anything, and keeps memory close to the JSON
+//! size. The header is parsed once, when the object enters the cache.
+
+use std::borrow::Cow;
+
+use bytes::Bytes;
+use serde::Deserialize;
+
+/// Why an upstream object could not enter the cache.
+#[derive(Debug, thiserror::Error)]
+pub enum ObjectError {
+    #[error("object is not valid JSON: {0}")]
+    Json(#[from] serde_json::Error),
+    #[error("object has no metadata.name")]
+    MissingName,
+    #[error("object has no metadata.resourceVersion")]
+    MissingResourceVersion,
+    #[error("object's resourceVersion {0:?} is not a number")]
+    BadResourceVersion(String),
+}
+
+/// An immutable cached object. Shared by `Arc` between snapshots, history and watchers.
+#[derive(Debug)]
+pub struct CachedObject {
+    /// The object's JSON exactly as the upstream sent it.
+    pub raw: Bytes,
+    /// `namespace/name` for namespaced objects, `name` otherwise: the etcd key suffix,
+    /// whose byte order is the order kube-apiserver lists in.
+    pub key: Box<str>,
+    /// Length of the namespace prefix in `key` (0 for cluster-scoped objects).
+    ns_len: usize,
+    pub resource_version: u64,
+    pub labels: Box<[(Box<str>, Box<str>)]>,
+    /// Values of the field-selector labels this object's type supports, by label
+    /// (`spec.nodeName`, `status.phase`, …). `metadata.*` are answered from `key`.
+    pub fields: Box<[(&'static str, Box<str>)]>,
+}
+
+impl CachedObject {
+    pub fn namespace(&self) -> &str {
+        &self.key[..self.ns_len]
+    }
+
+    pub fn name(&self) -> &str {
+        if self.ns_len == 0 {
+            &self.key
+        } else {
+            &self.key[self.ns_len + 1..]
+        }
+    }
+
+    pub fn label(&self, key: &str) -> Option<&str> {
+        self.labels
+            .iter()
+            .find(|(k, _)| &**k == key)
+            .map(|(_, v)| &**v)
+    }
+
+    /// The value of a field-selector label, as the apiserver's `ToSelectableFields` would
+    /// produce it. `None` means the label is not one this object carries.
+    pub fn field(&self, label: &str) -> Option<&str> {
+        match label {
+            "metadata.name" => Some(self.name()),
+            "metadata.namespace" => Some(self.namespace()),
+            _ => self
+                .fields
+                .iter()
+                .find(|(l, _)| *l == label)
+                .map(|(_, v)| &**v),
+        }
+    }
+
+    /// Parses the header out of `raw`. `field_labels` maps each supported field-selector
+    /// label to its dotted JSON path (see `sim::resources::FieldLabel` for the table).
+    pub fn parse(
+        raw: Bytes,
+        field_labels: &[(&'static str, &'static str)],
+    ) -> Result<Self, ObjectError> {
+        let (key, ns_len, resource_version, labels) = Self::parse_meta(&raw)?;
+        let fields = if field_labels.is_empty() {
+            Box::default()
+        } else {
+            // Field values need arbitrary paths; a second, generic parse is only paid for
+            // types that declare field labels beyond metadata.
+            let tree: serde_json::Value = serde_json::from_slice(&raw)?;
+            field_labels
+                .iter()
+                .map(|(label, path)| (*label, Box::from(field_value(&tree, path))))
+                .collect()
+        };
+        Ok(Self {
+            raw,
+            key,
+            ns_len,
+            resource_version,
+            labels,
+            fields,
+        })
+    }
+
+    /// Reads the metadata header: (key, namespace length, resourceVersion, labels).
+    #[allow(clippy::type_complexity)]
+    fn parse_meta(
+        raw: &[u8],
+    ) -> Result<(Box<str>, usize, u64, Box<[(Box<str>, Box<str>)]>), ObjectError> {
+        let header: Header<'_> = serde_json::from_slice(raw)?;
+        let meta = header.metadata.ok_or(ObjectError::MissingName)?;
+        let name = meta.name.ok_or(ObjectError::MissingName)?;
+        let rv_text = meta
+            .resource_version
+            .ok_or(ObjectError::MissingResourceVersion)?;
+        let resource_version = rv_text
+            .parse::<u64>()
+            .map_err(|_| ObjectError::BadResourceVersion(rv_text.to_string()))?;
+        let ns = meta.namespace.unwrap_or_default();
+        let key: Box<str> = if ns.is_empty() {
+            name.to_string().into()
+        } else {
+            format!("{ns}/{name}").into()
+        };
+        let labels = meta
+            .labels
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(k, v)| (Box::from(&*k), Box::from(&*v)))
+            .collect();
+        Ok((key, ns.len(), resource_version, labels))
+    }
+}
+
+/// The string a field selector compares against, the way the apiserver's strategies
+/// format it: strings as is, booleans as `true`/`false`, absent values as "".
+fn field_value(tree: &serde_json::Value, path: &str) -> String {
+    let mut cur = tree;
+    for part in path.split('.') {
+        match cur.get(part) {
+            Some(v) => cur = v,
+            None => {
+                // Absent booleans (spec.unschedulable, spec.hostNetwork) read as false in Go.
+                return if path.ends_with("unschedulable") || path.ends_with("hostNetwork") {
+                    "false".into()
+                } else {
+                    String::new()
+                };
+            }
+        }
+    }
+    match cur {
+        serde_json::Value::String(s) => s.clone(),
+        serde_json::Value::Bool(b) => b.to_string(),
+        serde_json::Value::Number(n) => n.to_string(),
+        _ => String::new(),
+    }
+}
+
+#[derive(Deserialize)]
+struct Header<'a> {
+    #[serde(borrow)]
+    metadata: Option<Meta<'a>>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Meta<'a> {
+    #[serde(borrow)]
+    name: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    namespace: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    resource_version: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    labels: Option<std::collections::BTreeMap<Cow<'a, str>, Cow<'a, str>>>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const POD_FIELDS: &[(&str, &str)] = &[
+        ("spec.nodeName", "spec.nodeName"),
+        ("status.phase", "status.phase"),
+        ("spec.hostNetwork", "spec.hostNetwork"),
+    ];
+
+    #[test]
+    fn parses_header_and_keeps_bytes() {
+        let raw = Bytes::from_static(
+            br#"{"kind":"Pod","apiVersion":"v1","metadata":{"name":"web-1","namespace":"prod","resourceVersion":"42","labels":{"app":"web","tier":"fe"}},"spec":{"nodeName":"node-3"},"status":{"phase":"Running"}}"#,
+        );
+        let o = CachedObject::parse(raw.clone(), POD_FIELDS).unwrap();
+        assert_eq!(o.raw, raw);
+        assert_eq!(o.key.as_ref(), "prod/web-1");
+        assert_eq!(o.namespace(), "prod");
+        assert_eq!(o.name(), "web-1");
+        assert_eq!(o.resource_version, 42);
+        assert_eq!(o.label("app"), Some("web"));
+        assert_eq!(o.label("missing"), None);
+        assert_eq!(o.field("spec.nodeName"), Some("node-3"));
+        assert_eq!(o.field("status.phase"), Some("Running"));
+        assert_eq!(o.field("spec.hostNetwork"), Some("false"));
+        assert_eq!(o.field("metadata.namespace"), Some("prod"));
+    }
+
+    #[test]
+    fn cluster_scoped_key_is_the_name() {
+        let raw = Bytes::from_static(br#"{"metadata":{"name":"node-1","resourceVersion":"7"}}"#);
+        let o = CachedObject::parse(raw, &[]).unwrap();
+        assert_eq!(o.key.as_ref(), "node-1");
+        assert_eq!(o.namespace(), "");
+        assert_eq!(o.name(), "node-1");
+    }
+
+    #[test]
+    fn rejects_malformed_objects() {
+        for (raw, want) in [
+            (&b"{not json"[..], "not valid JSON"),
+            (br#"{"kind":"Pod"}"#, "no metadata.name"),
+            (
+                br#"{"metadata":{"name":"x"}}"#,
+                "no metadata.resourceVersion",
+            ),
+            (
+                br#"{"metadata":{"name":"x","resourceVersion":"abc"}}"#,
+                "not a number",
+            ),
+        ] {
+            let err = CachedObject::parse(Bytes::from_static(raw), &[]).unwrap_err();
+            assert!(
+                err.to_string().contains(want),
+                "{err} should contain {want}"
+            );
+        }
+    }
+
+    #[test]
+    fn escaped_strings_are_unescaped() {
+        let raw = Bytes::from_static(
+            br#"{"metadata":{"name":"a","resourceVersion":"1","labels":{"k":"v\u0041"}}}"#,
+        );
+        let o = CachedObject::parse(raw, &[]).unwrap();
+        assert_eq!(o.label("k"), Some("vA"));
+    }
+}

@@ -1,0 +1,69 @@
+//! kubectl 1.37 through the gateway, with the simulator as upstream (issue 3, "What must
+//! be shown" 1 and 4).
+//!
+//! The steps live in tests/support/kubectl_scenarios.rs and run unchanged in
+//! tests/kubectl_sim.rs directly against the simulator, so both paths are held to the same behaviour.
+
+mod support;
+
+use support::kubectl_scenarios::{self as scenario, ExecProtocol};
+use support::Env;
+
+async fn env() -> Env {
+    Env::gateway().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_get() {
+    scenario::get(&env().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_create_from_file() {
+    scenario::create_from_file(&env().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_apply_twice_second_unchanged() {
+    scenario::apply_twice(&env().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_label() {
+    scenario::label(&env().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_scale_deployment() {
+    scenario::scale(&env().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_delete() {
+    scenario::delete(&env().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_get_watch_sees_other_clients_changes() {
+    scenario::get_watch(&env().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_get_raw_discovery() {
+    scenario::raw_discovery(&env().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_exec_round_trips_bytes_websocket() {
+    scenario::exec_round_trip(&env().await, ExecProtocol::WebSocket).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_exec_round_trips_bytes_spdy() {
+    scenario::exec_round_trip(&env().await, ExecProtocol::Spdy).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_logs_follow_streams() {
+    scenario::logs_follow(&env().await).await;
+}

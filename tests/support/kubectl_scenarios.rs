@@ -1,0 +1,609 @@
+//! kubectl 1.37 end-to-end scenarios (issue 2 "What must be shown" 3, issue 3 items 1 and 4).
+//!
+//! Each scenario takes an [`Env`] and runs the same steps whether kubectl talks to the
+//! simulator directly (tests/kubectl_sim.rs) or through the gateway (tests/kubectl_gateway.rs).
+//! "Another client" writes go to the simulator directly, so through the gateway they reach
+//! kubectl only if the gateway really forwards what the upstream sends.
+//!
+//! Assertions are on kubectl's observable output (the lines a user sees) and on the stored
+//! objects read back over raw HTTP, so a scenario fails if the feature is missing.
+
+use serde_json::{json, Value};
+
+use super::http::{Http, MERGE_PATCH};
+use super::{Env, EVENT_TIMEOUT};
+
+/// The namespace every scenario works in.
+pub const NS: &str = "e2e";
+
+/// Creates [`NS`] through the client under test.
+pub async fn create_namespace(env: &Env) {
+    let out = env.kubectl.ok(&["create", "namespace", NS]).await;
+    assert_eq!(out.trim(), format!("namespace/{NS} created"));
+}
+
+/// Creates a configmap over raw HTTP on the simulator directly ("another client").
+pub async fn create_configmap(http: &Http, name: &str, data: Value) -> Value {
+    let body = json!({
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": NS},
+        "data": data,
+    });
+    http.post_json(&format!("/api/v1/namespaces/{NS}/configmaps"), &body)
+        .await
+        .expect(201)
+}
+
+/// Reads a configmap from the simulator directly.
+pub async fn read_configmap(env: &Env, name: &str) -> Value {
+    env.direct_http
+        .get_json(&format!("/api/v1/namespaces/{NS}/configmaps/{name}"))
+        .await
+}
+
+fn configmap_yaml(name: &str, value: &str) -> String {
+    format!(
+        "apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: {name}
+  namespace: {NS}
+data:
+  greeting: {value}
+"
+    )
+}
+
+const DEPLOYMENT_YAML: &str = "apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web
+  namespace: e2e
+  labels:
+    app: web
+spec:
+  replicas: 1
+  selector:
+    matchLabels:
+      app: web
+  template:
+    metadata:
+      labels:
+        app: web
+    spec:
+      containers:
+      - name: web
+        image: nginx:1.27
+";
+
+const POD_YAML: &str = "apiVersion: v1
+kind: Pod
+metadata:
+  name: echo
+  namespace: e2e
+spec:
+  containers:
+  - name: main
+    image: busybox:1.36
+    command: [\"sleep\", \"infinity\"]
+";
+
+/// The non-empty lines of kubectl's output, whitespace-split into columns.
+fn rows(stdout: &str) -> Vec<Vec<String>> {
+    stdout
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| l.split_whitespace().map(str::to_string).collect())
+        .collect()
+}
+
+/// `kubectl get`: a server-side printed table (Table columns, not just NAME/AGE), a single
+/// object as JSON, and the NotFound error text.
+pub async fn get(env: &Env) {
+    create_namespace(env).await;
+    create_configmap(&env.direct_http, "alpha", json!({"a": "1", "b": "2"})).await;
+    create_configmap(&env.direct_http, "beta", json!({"c": "3"})).await;
+
+    let out = env.kubectl.ok(&["get", "configmaps", "-n", NS]).await;
+    let rows = rows(&out);
+    assert_eq!(
+        rows.first().map(|r| r.as_slice()),
+        Some(&["NAME".to_string(), "DATA".into(), "AGE".into()][..]),
+        "the header must carry the server's Table columns for configmaps:\n{out}"
+    );
+    let names: Vec<(&str, &str)> = rows[1..]
+        .iter()
+        .map(|r| (r[0].as_str(), r[1].as_str()))
+        .collect();
+    assert_eq!(
+        names,
+        [("alpha", "2"), ("beta", "1")],
+        "rows (name, data count):\n{out}"
+    );
+
+    let out = env
+        .kubectl
+        .ok(&["get", "configmap", "alpha", "-n", NS, "-o", "json"])
+        .await;
+    let obj: Value = serde_json::from_str(&out).expect("kubectl -o json prints JSON");
+    assert_eq!(obj["kind"], "ConfigMap");
+    assert_eq!(obj["metadata"]["name"], "alpha");
+    assert_eq!(obj["metadata"]["namespace"], NS);
+    assert_eq!(obj["data"], json!({"a": "1", "b": "2"}));
+
+    let out = env
+        .kubectl
+        .run(&["get", "configmap", "missing", "-n", NS])
+        .await;
+    let err = out.assert_failure();
+    assert!(
+        err.contains("Error from server (NotFound): configmaps \"missing\" not found"),
+        "NotFound error text: {out}"
+    );
+
+    // The namespaces list includes ours (cluster-scoped resource through the same path).
+    let out = env.kubectl.ok(&["get", "namespaces", "-o", "name"]).await;
+    assert!(
+        out.lines().any(|l| l == format!("namespace/{NS}")),
+        "namespaces: {out}"
+    );
+}
+
+/// `kubectl create -f`: creates once, then AlreadyExists.
+pub async fn create_from_file(env: &Env) {
+    create_namespace(env).await;
+    let file = env
+        .kubectl
+        .write_file("cm.yaml", &configmap_yaml("created", "hello"));
+    let file = file.to_str().unwrap();
+
+    let out = env.kubectl.ok(&["create", "-f", file]).await;
+    assert_eq!(out.trim(), "configmap/created created");
+    let stored = read_configmap(env, "created").await;
+    assert_eq!(stored["data"], json!({"greeting": "hello"}));
+    assert!(
+        stored["metadata"]["uid"]
+            .as_str()
+            .is_some_and(|u| !u.is_empty()),
+        "the server fills in uid: {stored}"
+    );
+
+    let out = env.kubectl.run(&["create", "-f", file]).await;
+    let err = out.assert_failure();
+    assert!(
+        err.contains("Error from server (AlreadyExists)")
+            && err.contains("configmaps \"created\" already exists"),
+        "second create must fail with AlreadyExists: {out}"
+    );
+}
+
+/// `kubectl apply -f` twice: created, then unchanged (a true no-op: same resourceVersion),
+/// then configured after an edit.
+pub async fn apply_twice(env: &Env) {
+    create_namespace(env).await;
+    let file = env
+        .kubectl
+        .write_file("cm.yaml", &configmap_yaml("applied", "one"));
+    let file = file.to_str().unwrap();
+
+    let out = env.kubectl.ok(&["apply", "-f", file]).await;
+    assert_eq!(out.trim(), "configmap/applied created");
+    let first = read_configmap(env, "applied").await;
+    assert_eq!(first["data"], json!({"greeting": "one"}));
+    assert!(
+        first["metadata"]["annotations"]["kubectl.kubernetes.io/last-applied-configuration"]
+            .is_string(),
+        "apply records the last applied configuration: {first}"
+    );
+
+    let out = env.kubectl.ok(&["apply", "-f", file]).await;
+    assert_eq!(out.trim(), "configmap/applied unchanged");
+    let second = read_configmap(env, "applied").await;
+    assert_eq!(
+        second["metadata"]["resourceVersion"], first["metadata"]["resourceVersion"],
+        "an unchanged apply must not write"
+    );
+
+    let file = env
+        .kubectl
+        .write_file("cm.yaml", &configmap_yaml("applied", "two"));
+    let out = env
+        .kubectl
+        .ok(&["apply", "-f", file.to_str().unwrap()])
+        .await;
+    assert_eq!(out.trim(), "configmap/applied configured");
+    let third = read_configmap(env, "applied").await;
+    assert_eq!(third["data"], json!({"greeting": "two"}));
+    assert_ne!(
+        third["metadata"]["resourceVersion"],
+        first["metadata"]["resourceVersion"]
+    );
+}
+
+/// `kubectl label`: add, select by it, remove.
+pub async fn label(env: &Env) {
+    create_namespace(env).await;
+    env.kubectl
+        .ok(&[
+            "create",
+            "configmap",
+            "tagged",
+            "-n",
+            NS,
+            "--from-literal=k=v",
+        ])
+        .await;
+    env.kubectl
+        .ok(&[
+            "create",
+            "configmap",
+            "plain",
+            "-n",
+            NS,
+            "--from-literal=k=v",
+        ])
+        .await;
+
+    let out = env
+        .kubectl
+        .ok(&["label", "configmap", "tagged", "-n", NS, "env=prod"])
+        .await;
+    assert_eq!(out.trim(), "configmap/tagged labeled");
+    let stored = read_configmap(env, "tagged").await;
+    assert_eq!(stored["metadata"]["labels"], json!({"env": "prod"}));
+
+    let out = env
+        .kubectl
+        .ok(&[
+            "get",
+            "configmaps",
+            "-n",
+            NS,
+            "-l",
+            "env=prod",
+            "-o",
+            "name",
+        ])
+        .await;
+    assert_eq!(out.trim(), "configmap/tagged", "label selector result");
+
+    let out = env
+        .kubectl
+        .ok(&["label", "configmap", "tagged", "-n", NS, "env-"])
+        .await;
+    assert_eq!(out.trim(), "configmap/tagged unlabeled");
+    let stored = read_configmap(env, "tagged").await;
+    assert!(
+        stored["metadata"]["labels"].get("env").is_none(),
+        "label removed: {stored}"
+    );
+}
+
+/// `kubectl scale deployment`: through the scale subresource.
+pub async fn scale(env: &Env) {
+    create_namespace(env).await;
+    let file = env.kubectl.write_file("deploy.yaml", DEPLOYMENT_YAML);
+    let out = env
+        .kubectl
+        .ok(&["create", "-f", file.to_str().unwrap()])
+        .await;
+    assert_eq!(out.trim(), "deployment.apps/web created");
+
+    let out = env
+        .kubectl
+        .ok(&["scale", "deployment", "web", "-n", NS, "--replicas=3"])
+        .await;
+    assert_eq!(out.trim(), "deployment.apps/web scaled");
+    let stored = env
+        .direct_http
+        .get_json(&format!("/apis/apps/v1/namespaces/{NS}/deployments/web"))
+        .await;
+    assert_eq!(stored["spec"]["replicas"], 3, "{stored}");
+
+    let out = env
+        .kubectl
+        .ok(&[
+            "get",
+            "deployment",
+            "web",
+            "-n",
+            NS,
+            "-o",
+            "jsonpath={.spec.replicas}",
+        ])
+        .await;
+    assert_eq!(out.trim(), "3");
+}
+
+/// `kubectl delete`: by name and by file; the object is gone afterwards.
+pub async fn delete(env: &Env) {
+    create_namespace(env).await;
+    create_configmap(&env.direct_http, "doomed", json!({"x": "y"})).await;
+
+    let out = env
+        .kubectl
+        .ok(&["delete", "configmap", "doomed", "-n", NS])
+        .await;
+    assert!(
+        out.trim().starts_with("configmap \"doomed\" deleted"),
+        "delete output: {out}"
+    );
+    let gone = env
+        .direct_http
+        .get(&format!("/api/v1/namespaces/{NS}/configmaps/doomed"))
+        .await;
+    assert_eq!(gone.status.as_u16(), 404, "{}", gone.text());
+    let out = env
+        .kubectl
+        .run(&["get", "configmap", "doomed", "-n", NS])
+        .await;
+    assert!(out
+        .assert_failure()
+        .contains("configmaps \"doomed\" not found"));
+
+    let file = env.kubectl.write_file("deploy.yaml", DEPLOYMENT_YAML);
+    let file = file.to_str().unwrap();
+    env.kubectl.ok(&["create", "-f", file]).await;
+    let out = env.kubectl.ok(&["delete", "-f", file]).await;
+    assert!(
+        out.trim().starts_with("deployment.apps \"web\" deleted"),
+        "delete -f output: {out}"
+    );
+    let gone = env
+        .direct_http
+        .get(&format!("/apis/apps/v1/namespaces/{NS}/deployments/web"))
+        .await;
+    assert_eq!(gone.status.as_u16(), 404, "{}", gone.text());
+}
+
+/// `kubectl get -w` sees the initial object, then changes made by another client, in order.
+pub async fn get_watch(env: &Env) {
+    create_namespace(env).await;
+    create_configmap(&env.direct_http, "first", json!({"n": "1"})).await;
+
+    let mut watch =
+        env.kubectl
+            .spawn(&["get", "configmaps", "-n", NS, "-w", "--output-watch-events"]);
+    // The initial state comes first: header, then `ADDED first`.
+    let header = watch
+        .expect_line("the header", EVENT_TIMEOUT, |_| true)
+        .await;
+    assert!(
+        header
+            .split_whitespace()
+            .eq(["EVENT", "NAME", "DATA", "AGE"]),
+        "watch header: {header:?}"
+    );
+    let line = watch
+        .expect_line("the initial ADDED first", EVENT_TIMEOUT, |_| true)
+        .await;
+    assert_eq!(cols(&line), ["ADDED", "first", "1"], "line: {line:?}");
+
+    // Another client (straight to the simulator) creates, modifies and deletes.
+    env.direct
+        .ok(&[
+            "create",
+            "configmap",
+            "second",
+            "-n",
+            NS,
+            "--from-literal=a=b",
+        ])
+        .await;
+    let line = watch
+        .expect_line("ADDED second", EVENT_TIMEOUT, |_| true)
+        .await;
+    assert_eq!(cols(&line), ["ADDED", "second", "1"], "line: {line:?}");
+
+    env.direct_http
+        .patch(
+            &format!("/api/v1/namespaces/{NS}/configmaps/first"),
+            MERGE_PATCH,
+            &json!({"data": {"n": "1", "m": "2"}}),
+        )
+        .await
+        .expect(200);
+    let line = watch
+        .expect_line("MODIFIED first", EVENT_TIMEOUT, |_| true)
+        .await;
+    assert_eq!(cols(&line), ["MODIFIED", "first", "2"], "line: {line:?}");
+
+    env.direct
+        .ok(&["delete", "configmap", "second", "-n", NS])
+        .await;
+    let line = watch
+        .expect_line("DELETED second", EVENT_TIMEOUT, |_| true)
+        .await;
+    assert_eq!(cols(&line), ["DELETED", "second", "1"], "line: {line:?}");
+
+    assert!(
+        watch.is_running(),
+        "kubectl get -w must keep watching: {:?}",
+        watch.seen()
+    );
+    watch.kill().await;
+}
+
+/// The first columns of a `get -w --output-watch-events` line (without AGE, which varies).
+fn cols(line: &str) -> Vec<&str> {
+    line.split_whitespace().take(3).collect()
+}
+
+/// `kubectl get --raw` on discovery, and `kubectl api-resources` built from it. Through the
+/// gateway, each document must equal what the simulator itself serves.
+pub async fn raw_discovery(env: &Env) {
+    let api: Value = serde_json::from_str(&env.kubectl.ok(&["get", "--raw", "/api"]).await)
+        .expect("/api is JSON");
+    assert_eq!(api["kind"], "APIVersions", "{api}");
+    assert_eq!(api["versions"], json!(["v1"]), "{api}");
+
+    let apis: Value = serde_json::from_str(&env.kubectl.ok(&["get", "--raw", "/apis"]).await)
+        .expect("/apis is JSON");
+    assert_eq!(apis["kind"], "APIGroupList", "{apis}");
+    let groups: Vec<&str> = apis["groups"]
+        .as_array()
+        .expect("groups")
+        .iter()
+        .filter_map(|g| g["name"].as_str())
+        .collect();
+    assert!(groups.contains(&"apps"), "groups: {groups:?}");
+
+    let v1: Value = serde_json::from_str(&env.kubectl.ok(&["get", "--raw", "/api/v1"]).await)
+        .expect("/api/v1 is JSON");
+    assert_eq!(v1["kind"], "APIResourceList", "{v1}");
+    assert_eq!(v1["groupVersion"], "v1", "{v1}");
+    let resources: Vec<&str> = v1["resources"]
+        .as_array()
+        .expect("resources")
+        .iter()
+        .filter_map(|r| r["name"].as_str())
+        .collect();
+    for r in [
+        "namespaces",
+        "nodes",
+        "pods",
+        "pods/exec",
+        "pods/log",
+        "configmaps",
+        "secrets",
+        "services",
+        "endpoints",
+        "events",
+    ] {
+        assert!(resources.contains(&r), "/api/v1 lacks {r}: {resources:?}");
+    }
+
+    let apps: Value =
+        serde_json::from_str(&env.kubectl.ok(&["get", "--raw", "/apis/apps/v1"]).await)
+            .expect("/apis/apps/v1 is JSON");
+    let apps_resources: Vec<&str> = apps["resources"]
+        .as_array()
+        .expect("resources")
+        .iter()
+        .filter_map(|r| r["name"].as_str())
+        .collect();
+    assert!(
+        apps_resources.contains(&"deployments") && apps_resources.contains(&"deployments/scale"),
+        "/apis/apps/v1: {apps_resources:?}"
+    );
+
+    if env.through_gateway() {
+        for path in ["/api", "/apis", "/api/v1", "/apis/apps/v1", "/version"] {
+            let via = env.http.get(path).await;
+            let direct = env.direct_http.get(path).await;
+            assert_eq!(via.status, direct.status, "{path}");
+            assert_eq!(
+                via.body, direct.body,
+                "{path}: the gateway must return what the upstream sent"
+            );
+        }
+    }
+
+    let out = env.kubectl.ok(&["api-resources", "--no-headers"]).await;
+    let has = |name: &str, version: &str| {
+        out.lines().any(|l| {
+            let c: Vec<&str> = l.split_whitespace().collect();
+            c.first() == Some(&name) && c.contains(&version)
+        })
+    };
+    assert!(has("pods", "v1"), "api-resources: {out}");
+    assert!(has("deployments", "apps/v1"), "api-resources: {out}");
+}
+
+/// The upgrade protocols kubectl 1.37 can use for `exec`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExecProtocol {
+    /// kubectl 1.37's default: WebSocket `v5.channel.k8s.io`.
+    WebSocket,
+    /// The legacy SPDY/3.1 upgrade (`KUBECTL_REMOTE_COMMAND_WEBSOCKETS=false`).
+    Spdy,
+}
+
+/// `kubectl exec -i`: bytes sent on stdin come back on stdout through the simulator's echo
+/// endpoint, over the given upgrade protocol.
+pub async fn exec_round_trip(env: &Env, protocol: ExecProtocol) {
+    create_namespace(env).await;
+    let file = env.kubectl.write_file("pod.yaml", POD_YAML);
+    env.kubectl
+        .ok(&["create", "-f", file.to_str().unwrap()])
+        .await;
+
+    // Enough bytes to span many frames, with every byte value a text stream can carry.
+    let mut payload = String::new();
+    for i in 0..2000 {
+        payload.push_str(&format!(
+            "line {i:04} ~!@#$%^&*()_+{{}}|:\"<>?\t\u{e9}\u{4e2d}\n"
+        ));
+    }
+    let websockets = match protocol {
+        ExecProtocol::WebSocket => "true",
+        ExecProtocol::Spdy => "false",
+    };
+    // -v=7 makes kubectl log the request's protocol headers to stderr, which shows which
+    // upgrade was really used (kubectl silently falls back from WebSocket to SPDY).
+    let out = env
+        .kubectl
+        .run_with(
+            &["exec", "-i", "echo", "-n", NS, "-v=7", "--", "cat"],
+            &[("KUBECTL_REMOTE_COMMAND_WEBSOCKETS", websockets)],
+            Some(payload.as_bytes()),
+            super::COMMAND_TIMEOUT,
+        )
+        .await;
+    assert!(out.success(), "exec failed: {out}");
+    assert!(
+        out.stdout == payload,
+        "exec must echo stdin byte for byte ({} bytes sent, {} received); stderr:\n{}",
+        payload.len(),
+        out.stdout.len(),
+        out.stderr
+    );
+    let stderr = out.stderr.to_ascii_lowercase();
+    match protocol {
+        ExecProtocol::WebSocket => assert!(
+            stderr.contains("v5.channel.k8s.io") && !stderr.contains("fallback"),
+            "kubectl should have used the v5.channel.k8s.io WebSocket upgrade:\n{}",
+            out.stderr
+        ),
+        ExecProtocol::Spdy => assert!(
+            stderr.contains("spdy") || stderr.contains("v4.channel.k8s.io"),
+            "kubectl should have used the SPDY upgrade:\n{}",
+            out.stderr
+        ),
+    }
+}
+
+/// `kubectl logs -f` streams: lines keep arriving while the command keeps running.
+pub async fn logs_follow(env: &Env) {
+    create_namespace(env).await;
+    let file = env.kubectl.write_file("pod.yaml", POD_YAML);
+    env.kubectl
+        .ok(&["create", "-f", file.to_str().unwrap()])
+        .await;
+
+    let mut logs = env.kubectl.spawn(&["logs", "-f", "echo", "-n", NS]);
+    let first = logs
+        .expect_line("a first log line", EVENT_TIMEOUT, |l| !l.is_empty())
+        .await;
+    // More lines arrive after the first one, on the same open request: it streams rather
+    // than returning a finished body.
+    let mut later = Vec::new();
+    for _ in 0..2 {
+        later.push(
+            logs.expect_line("a further log line", EVENT_TIMEOUT, |l| !l.is_empty())
+                .await,
+        );
+    }
+    assert!(
+        later.iter().all(|l| *l != first),
+        "log lines should differ over time: {first:?} then {later:?}"
+    );
+    assert!(
+        logs.is_running(),
+        "kubectl logs -f must keep following; it exited after {:?}\nstderr: {}",
+        logs.seen(),
+        logs.stderr()
+    );
+    logs.kill().await;
+}

@@ -1,0 +1,39 @@
+//! Helpers shared by the integration tests.
+//!
+//! - [`tools`]: find kubectl 1.37 and the venv's Python (installed by `./scripts/test`).
+//! - [`process`]: run a command with a timeout, or spawn a long-running one (`kubectl get -w`,
+//!   `kubectl logs -f`) and read its output line by line with bounded waits.
+//! - [`kubectl`]: a kubectl bound to one server through its own temporary kubeconfig.
+//! - [`python`]: run a script from `tests/python/` with the venv's Python.
+//! - [`http`]: a tiny raw HTTP client for JSON requests and watch streams.
+//! - [`servers`]: the simulator and the gateway, started in-process on `127.0.0.1:0`.
+//! - [`wait`]: bounded polling with a clear failure message (no sleep-and-hope).
+//! - [`kubectl_scenarios`] and [`python_scenarios`]: end-to-end steps that run unchanged
+//!   against the simulator directly and through the gateway.
+//!
+//! Every test binary compiles this module whole but uses only part of it.
+#![allow(dead_code, unused_imports)]
+
+pub mod http;
+pub mod kubectl;
+pub mod kubectl_scenarios;
+pub mod process;
+pub mod python;
+pub mod python_scenarios;
+pub mod servers;
+pub mod tools;
+pub mod wait;
+
+use std::time::Duration;
+
+pub use http::Http;
+pub use kubectl::Kubectl;
+pub use servers::Env;
+pub use wait::wait_until;
+
+/// The bound for one client command (kubectl, a Python script). Generous because CI has two
+/// cores shared by the build, and a first kubectl call fetches discovery and OpenAPI.
+pub const COMMAND_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The bound for one expected event or output line to show up.
+pub const EVENT_TIMEOUT: Duration = Duration::from_secs(20);
