@@ -9,7 +9,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::Bytes;
 use http_body::{Frame, SizeHint};
 
 use crate::body::BoxError;
@@ -29,6 +29,9 @@ pub struct ListHead {
     pub api_version: String,
     pub kind: String,
     pub resource_version: u64,
+    /// `Some({"kind":..,"apiVersion":..,)` when items carry their TypeMeta (custom
+    /// resources); `None` for built-in types, whose list items the apiserver writes without.
+    pub item_type_prefix: Option<Vec<u8>>,
 }
 
 impl ListHead {
@@ -84,7 +87,7 @@ impl ListBody {
         }
     }
 
-    fn next_items(&mut self, buf: &mut BytesMut) -> bool {
+    fn next_items(&mut self, buf: &mut Vec<u8>) -> bool {
         let lower = match &self.cursor {
             Some(k) => Bound::Excluded(k.clone()),
             None => match &self.namespace {
@@ -106,10 +109,13 @@ impl ListBody {
                 }
             }
             if !self.first {
-                buf.put_u8(b',');
+                buf.push(b',');
             }
             self.first = false;
-            buf.extend_from_slice(&obj.raw);
+            match &self.head.item_type_prefix {
+                Some(prefix) => obj.write_with_type_meta(prefix, buf),
+                None => obj.write_without_type_meta(buf),
+            }
             last = Some(key);
             if buf.len() >= CHUNK {
                 exhausted = false;
@@ -132,7 +138,7 @@ impl http_body::Body for ListBody {
         _cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = self.get_mut();
-        let mut buf = BytesMut::with_capacity(CHUNK + 8 * 1024);
+        let mut buf = Vec::with_capacity(CHUNK + 8 * 1024);
         match this.phase {
             Phase::Done => return Poll::Ready(None),
             Phase::Head => {
@@ -145,7 +151,7 @@ impl http_body::Body for ListBody {
             buf.extend_from_slice(b"]}\n");
             this.phase = Phase::Done;
         }
-        Poll::Ready(Some(Ok(Frame::data(buf.freeze()))))
+        Poll::Ready(Some(Ok(Frame::data(Bytes::from(buf)))))
     }
 
     fn is_end_stream(&self) -> bool {
@@ -194,6 +200,7 @@ mod tests {
             api_version: "v1".into(),
             kind: "PodList".into(),
             resource_version: rv,
+            item_type_prefix: None,
         }
     }
 
