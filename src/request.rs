@@ -1,1 +1,551 @@
 //! Path + query → a typed API request, parsed once.
+//!
+//! Mirrors k8s.io/apiserver `pkg/endpoints/request/requestinfo.go` (`RequestInfoFactory`)
+//! for the path, and the decoding + validation of `metav1.ListOptions` /
+//! `metav1.GetOptions` / write options (`pkg/endpoints/handlers/get.go`, `watch.go`,
+//! apimachinery `pkg/apis/meta/internalversion/validation`) for the query. The parser is
+//! independent of the simulator so that the gateway cache can reuse it.
+//!
+//! Parsing is two-step on purpose: [`parse`] never fails on the query (it only classifies
+//! the path and collects raw parameters, like requestinfo.go does); [`ApiRequest::list_options`]
+//! then decodes and validates the list/watch parameters and returns the apiserver's
+//! Status for bad input. Handlers call it only after they have resolved the resource, which
+//! is the order in which kube-apiserver reports errors (unknown resource 404 first).
+
+use http::Method;
+
+use crate::selector::{FieldSelector, LabelSelector};
+use crate::status::{Cause, Status};
+
+/// The verb, as kube-apiserver's RequestInfo names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verb {
+    Get,
+    List,
+    Watch,
+    Create,
+    Update,
+    Patch,
+    Delete,
+    DeleteCollection,
+    /// Any other method (OPTIONS, HEAD is treated as GET by hyper users, …).
+    Other,
+}
+
+impl Verb {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verb::Get => "get",
+            Verb::List => "list",
+            Verb::Watch => "watch",
+            Verb::Create => "create",
+            Verb::Update => "update",
+            Verb::Patch => "patch",
+            Verb::Delete => "delete",
+            Verb::DeleteCollection => "deletecollection",
+            Verb::Other => "",
+        }
+    }
+}
+
+/// `resourceVersionMatch`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RvMatch {
+    Exact,
+    NotOlderThan,
+}
+
+/// A classified request path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ApiPath {
+    /// Not under /api or /apis (or /api, /apis, /apis/{group}, /api/v1 themselves).
+    NonResource(String),
+    /// A resource request.
+    Resource(ResourcePath),
+}
+
+/// The resource part of a request path.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ResourcePath {
+    /// "" for the legacy core group (`/api/v1`).
+    pub group: String,
+    pub version: String,
+    /// The namespace in the path (also set for `/api/v1/namespaces/{name}`, like
+    /// requestinfo.go, where it equals the name).
+    pub namespace: Option<String>,
+    pub resource: String,
+    pub name: Option<String>,
+    pub subresource: Option<String>,
+    /// The path used the deprecated `/watch/` prefix.
+    pub legacy_watch: bool,
+    /// Path segments beyond resource/name/subresource (the apiserver serves none: 404).
+    pub extra: Vec<String>,
+}
+
+/// A parsed request: method, path classification and the raw query.
+#[derive(Debug, Clone)]
+pub struct ApiRequest {
+    pub method: Method,
+    pub path: ApiPath,
+    pub verb: Verb,
+    /// The query, decoded into (key, value) pairs, in order.
+    pub query: Vec<(String, String)>,
+}
+
+/// Decoded and validated list/watch/get options.
+#[derive(Debug, Clone, Default)]
+pub struct ListOptions {
+    /// `resourceVersion` as sent (None when absent; Some("") when empty).
+    pub resource_version: Option<String>,
+    pub rv_match: Option<RvMatch>,
+    /// `limit` (> 0 only; 0 and absent both mean no limit, like the apiserver).
+    pub limit: Option<i64>,
+    pub continue_token: Option<String>,
+    pub label_selector: LabelSelector,
+    pub field_selector: FieldSelector,
+    pub watch: bool,
+    pub allow_watch_bookmarks: bool,
+    pub send_initial_events: Option<bool>,
+    pub timeout_seconds: Option<i64>,
+}
+
+fn segments(path: &str) -> Vec<String> {
+    path.trim_matches('/')
+        .split('/')
+        .filter(|s| !s.is_empty())
+        .map(|s| {
+            percent_encoding::percent_decode_str(s)
+                .decode_utf8_lossy()
+                .into_owned()
+        })
+        .collect()
+}
+
+/// Sub-resources of a namespace object (`/api/v1/namespaces/{ns}/status`), which
+/// requestinfo.go must not mistake for a namespaced resource.
+const NAMESPACE_SUBRESOURCES: &[&str] = &["status", "finalize"];
+
+/// Classifies a path the way `RequestInfoFactory.NewRequestInfo` does.
+pub fn parse_path(path: &str) -> ApiPath {
+    let parts = segments(path);
+    let mut rest: &[String] = &parts;
+    let (group, version) = match rest.first().map(String::as_str) {
+        Some("api") => {
+            if rest.len() < 3 {
+                return ApiPath::NonResource(path.to_string());
+            }
+            let v = rest[1].clone();
+            rest = &rest[2..];
+            (String::new(), v)
+        }
+        Some("apis") => {
+            if rest.len() < 4 {
+                return ApiPath::NonResource(path.to_string());
+            }
+            let g = rest[1].clone();
+            let v = rest[2].clone();
+            rest = &rest[3..];
+            (g, v)
+        }
+        _ => return ApiPath::NonResource(path.to_string()),
+    };
+    let mut rp = ResourcePath {
+        group,
+        version,
+        ..Default::default()
+    };
+    if rest.first().map(String::as_str) == Some("watch") {
+        rp.legacy_watch = true;
+        rest = &rest[1..];
+    }
+    if rest.first().map(String::as_str) == Some("namespaces") {
+        if rest.len() > 1 {
+            rp.namespace = Some(rest[1].clone());
+            if rest.len() > 2 && !NAMESPACE_SUBRESOURCES.contains(&rest[2].as_str()) {
+                rest = &rest[2..];
+            }
+        }
+    }
+    if let Some(r) = rest.first() {
+        rp.resource = r.clone();
+    }
+    if let Some(n) = rest.get(1) {
+        rp.name = Some(n.clone());
+    }
+    if let Some(s) = rest.get(2) {
+        rp.subresource = Some(s.clone());
+    }
+    if rest.len() > 3 {
+        rp.extra = rest[3..].to_vec();
+    }
+    // `/api/v1/namespaces/{ns}` (and its status/finalize) is the namespace object itself.
+    if rp.resource == "namespaces" {
+        rp.namespace = None;
+    }
+    ApiPath::Resource(rp)
+}
+
+fn decode_query(q: Option<&str>) -> Vec<(String, String)> {
+    match q {
+        None => Vec::new(),
+        Some(q) => form_urlencoded::parse(q.as_bytes())
+            .map(|(k, v)| (k.into_owned(), v.into_owned()))
+            .collect(),
+    }
+}
+
+/// Parses method + URI. Never fails: errors surface when options are decoded.
+pub fn parse(method: &Method, uri: &http::Uri) -> ApiRequest {
+    let path = parse_path(uri.path());
+    let query = decode_query(uri.query());
+    let verb = match &path {
+        ApiPath::NonResource(_) => match *method {
+            Method::GET | Method::HEAD => Verb::Get,
+            _ => Verb::Other,
+        },
+        ApiPath::Resource(rp) => {
+            let has_name = rp.name.is_some();
+            match *method {
+                Method::GET | Method::HEAD => {
+                    if rp.legacy_watch {
+                        Verb::Watch
+                    } else if has_name {
+                        Verb::Get
+                    } else if query_bool(&query, "watch") == Some(true) {
+                        Verb::Watch
+                    } else {
+                        Verb::List
+                    }
+                }
+                Method::POST => Verb::Create,
+                Method::PUT => Verb::Update,
+                Method::PATCH => Verb::Patch,
+                Method::DELETE => {
+                    if has_name {
+                        Verb::Delete
+                    } else {
+                        Verb::DeleteCollection
+                    }
+                }
+                _ => Verb::Other,
+            }
+        }
+    };
+    ApiRequest {
+        method: method.clone(),
+        path,
+        verb,
+        query,
+    }
+}
+
+/// The first value of `key` (Go's `url.Values.Get`... but the apiserver's conversion
+/// reads the first value too).
+pub fn query_get<'a>(q: &'a [(String, String)], key: &str) -> Option<&'a str> {
+    q.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
+}
+
+/// A boolean query parameter as apimachinery's `Convert_Slice_string_To_bool` reads it.
+fn query_bool(q: &[(String, String)], key: &str) -> Option<bool> {
+    query_get(q, key).map(parse_bool)
+}
+
+fn parse_bool(v: &str) -> bool {
+    // apimachinery runtime.Convert_Slice_string_To_bool: "0" and "false" (any case) are
+    // false; everything else, the empty string included (`?watch`), is true.
+    !(v == "0" || v.eq_ignore_ascii_case("false"))
+}
+
+impl ApiRequest {
+    pub fn resource(&self) -> Option<&ResourcePath> {
+        match &self.path {
+            ApiPath::Resource(rp) => Some(rp),
+            ApiPath::NonResource(_) => None,
+        }
+    }
+
+    pub fn query_get(&self, key: &str) -> Option<&str> {
+        query_get(&self.query, key)
+    }
+
+    /// All values of `key` (e.g. `dryRun=All`).
+    pub fn query_all(&self, key: &str) -> Vec<&str> {
+        self.query
+            .iter()
+            .filter(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+            .collect()
+    }
+
+    /// `dryRun=All` present (the only value the apiserver accepts).
+    pub fn dry_run(&self) -> bool {
+        self.query_all("dryRun").iter().any(|v| *v == "All")
+    }
+
+    pub fn field_manager(&self) -> Option<&str> {
+        self.query_get("fieldManager")
+    }
+
+    /// Decodes and validates list/watch options (see module docs for the error sources).
+    pub fn list_options(&self) -> Result<ListOptions, Status> {
+        let legacy = self.resource().is_some_and(|r| r.legacy_watch);
+        list_options(&self.query, legacy)
+    }
+}
+
+/// `metav1.ListOptions` decoding (`DecodeParameters`: 400 on a bad integer or selector),
+/// `SetListOptionsDefaults` and `ValidateListOptions` (422), in kube-apiserver's order
+/// (handlers/get.go `ListResource`). `force_watch` is set for the legacy `/watch/` paths,
+/// which the apiserver serves as watches without setting `opts.Watch`.
+pub fn list_options(q: &[(String, String)], force_watch: bool) -> Result<ListOptions, Status> {
+    let watch_param = query_bool(q, "watch").unwrap_or(false);
+    let mut o = ListOptions {
+        watch: watch_param || force_watch,
+        ..Default::default()
+    };
+    // url.Values → v1.ListOptions, in struct field order.
+    o.allow_watch_bookmarks = query_bool(q, "allowWatchBookmarks").unwrap_or(false);
+    o.resource_version = query_get(q, "resourceVersion").map(str::to_string);
+    let rv_match = query_get(q, "resourceVersionMatch")
+        .unwrap_or("")
+        .to_string();
+    if let Some(t) = query_get(q, "timeoutSeconds").filter(|t| !t.is_empty()) {
+        o.timeout_seconds = Some(parse_int(t)?);
+    }
+    if let Some(l) = query_get(q, "limit").filter(|l| !l.is_empty()) {
+        let n = parse_int(l)?;
+        if n > 0 {
+            o.limit = Some(n);
+        }
+    }
+    if let Some(c) = query_get(q, "continue").filter(|c| !c.is_empty()) {
+        o.continue_token = Some(c.to_string());
+    }
+    o.send_initial_events = query_bool(q, "sendInitialEvents");
+    // v1 → internal: the selectors are parsed here.
+    if let Some(ls) = query_get(q, "labelSelector") {
+        o.label_selector = LabelSelector::parse(ls).map_err(Status::bad_request)?;
+    }
+    if let Some(fs) = query_get(q, "fieldSelector") {
+        o.field_selector = FieldSelector::parse(fs).map_err(Status::bad_request)?;
+    }
+    // SetListOptionsDefaults (WatchList is on by default since 1.32): a watch with RV
+    // unset or "0" becomes sendInitialEvents=true + NotOlderThan.
+    let mut rv_match = rv_match;
+    let rv = o.resource_version.clone().unwrap_or_default();
+    if watch_param
+        && o.send_initial_events.is_none()
+        && rv_match.is_empty()
+        && (rv.is_empty() || rv == "0")
+    {
+        o.send_initial_events = Some(true);
+        rv_match = "NotOlderThan".into();
+    }
+    // ValidateListOptions.
+    let mut errs: Vec<FieldError> = Vec::new();
+    if watch_param {
+        if o.send_initial_events.is_some() && rv_match != "NotOlderThan" {
+            errs.push(FieldError::forbidden(
+                "resourceVersionMatch",
+                "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
+            ));
+        }
+        if !rv_match.is_empty() {
+            if o.send_initial_events.is_none() {
+                errs.push(FieldError::forbidden(
+                    "resourceVersionMatch",
+                    "resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided",
+                ));
+            }
+            if rv_match != "NotOlderThan" {
+                errs.push(FieldError::not_supported(
+                    "resourceVersionMatch",
+                    &rv_match,
+                    &["NotOlderThan"],
+                ));
+            }
+            if o.continue_token.is_some() {
+                errs.push(FieldError::forbidden(
+                    "resourceVersionMatch",
+                    "resourceVersionMatch is forbidden when continue is provided",
+                ));
+            }
+        }
+    } else {
+        if !rv_match.is_empty() {
+            if rv.is_empty() {
+                errs.push(FieldError::forbidden(
+                    "resourceVersionMatch",
+                    "resourceVersionMatch is forbidden unless resourceVersion is provided",
+                ));
+            }
+            if o.continue_token.is_some() {
+                errs.push(FieldError::forbidden(
+                    "resourceVersionMatch",
+                    "resourceVersionMatch is forbidden when continue is provided",
+                ));
+            }
+            if rv_match != "Exact" && rv_match != "NotOlderThan" {
+                errs.push(FieldError::not_supported(
+                    "resourceVersionMatch",
+                    &rv_match,
+                    &["Exact", "NotOlderThan", ""],
+                ));
+            }
+            if rv_match == "Exact" && rv == "0" {
+                errs.push(FieldError::forbidden(
+                    "resourceVersionMatch",
+                    "resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\"",
+                ));
+            }
+        }
+        if o.send_initial_events.is_some() {
+            errs.push(FieldError::forbidden(
+                "sendInitialEvents",
+                "sendInitialEvents is forbidden for list",
+            ));
+        }
+    }
+    if !errs.is_empty() {
+        return Err(invalid_list_options(errs));
+    }
+    o.rv_match = match rv_match.as_str() {
+        "Exact" => Some(RvMatch::Exact),
+        "NotOlderThan" => Some(RvMatch::NotOlderThan),
+        _ => None,
+    };
+    Ok(o)
+}
+
+/// `strconv.ParseInt(s, 10, 64)` with Go's error text.
+fn parse_int(s: &str) -> Result<i64, Status> {
+    s.parse::<i64>().map_err(|e| {
+        let why = match e.kind() {
+            std::num::IntErrorKind::PosOverflow | std::num::IntErrorKind::NegOverflow => {
+                "value out of range"
+            }
+            _ => "invalid syntax",
+        };
+        Status::bad_request(format!(
+            "strconv.ParseInt: parsing {}: {why}",
+            crate::selector::validation::go_quote(s)
+        ))
+    })
+}
+
+/// `APIObjectVersioner.ParseResourceVersion`: "" and "0" are 0; anything else must be a
+/// uint64. The error text is the storage layer's `InvalidError`
+/// (`resourceVersion: Invalid value: "x": strconv.ParseUint: parsing "x": invalid syntax`).
+pub fn parse_resource_version(rv: &str) -> Result<u64, String> {
+    if rv.is_empty() || rv == "0" {
+        return Ok(0);
+    }
+    rv.parse::<u64>().map_err(|e| {
+        let why = match e.kind() {
+            std::num::IntErrorKind::PosOverflow => "value out of range",
+            _ => "invalid syntax",
+        };
+        let q = crate::selector::validation::go_quote(rv);
+        format!("resourceVersion: Invalid value: {q}: strconv.ParseUint: parsing {q}: {why}")
+    })
+}
+
+/// One `field.Error`, printed as `field: Body`.
+#[derive(Debug, Clone)]
+pub struct FieldError {
+    pub field: String,
+    /// The StatusCause reason (`FieldValueForbidden`, ...).
+    pub cause: &'static str,
+    /// `ErrorBody()`: `Forbidden: detail`, `Unsupported value: "x": supported values: ...`.
+    pub body: String,
+}
+
+impl FieldError {
+    pub fn forbidden(field: &str, detail: &str) -> Self {
+        Self {
+            field: field.into(),
+            cause: "FieldValueForbidden",
+            body: format!("Forbidden: {detail}"),
+        }
+    }
+
+    pub fn not_supported(field: &str, value: &str, supported: &[&str]) -> Self {
+        let q = crate::selector::validation::go_quote;
+        let list: Vec<String> = supported.iter().map(|s| q(s)).collect();
+        Self {
+            field: field.into(),
+            cause: "FieldValueNotSupported",
+            body: format!(
+                "Unsupported value: {}: supported values: {}",
+                q(value),
+                list.join(", ")
+            ),
+        }
+    }
+}
+
+/// `errors.NewInvalid(schema.GroupKind{Group: "meta.k8s.io", Kind: "ListOptions"}, "", errs)`.
+pub fn invalid_list_options(errs: Vec<FieldError>) -> Status {
+    let mut joined: Vec<String> = Vec::new();
+    for e in &errs {
+        // ToAggregate() drops duplicate messages.
+        let m = format!("{}: {}", e.field, e.body);
+        if !joined.contains(&m) {
+            joined.push(m);
+        }
+    }
+    let message = if joined.len() == 1 {
+        format!("ListOptions.meta.k8s.io \"\" is invalid: {}", joined[0])
+    } else {
+        format!(
+            "ListOptions.meta.k8s.io \"\" is invalid: [{}]",
+            joined.join(", ")
+        )
+    };
+    let mut s = Status::new(422, "Invalid", message);
+    s.with_details = true;
+    s.group = Some("meta.k8s.io".into());
+    s.kind = Some("ListOptions".into());
+    for e in errs {
+        s.causes.push(Cause {
+            reason: e.cause.into(),
+            message: e.body,
+            field: Some(e.field),
+        });
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rp(p: &str) -> ResourcePath {
+        match parse_path(p) {
+            ApiPath::Resource(r) => r,
+            other => panic!("{p}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn paths() {
+        let r = rp("/api/v1/namespaces/default/pods/web/log");
+        assert_eq!(r.namespace.as_deref(), Some("default"));
+        assert_eq!(r.resource, "pods");
+        assert_eq!(r.name.as_deref(), Some("web"));
+        assert_eq!(r.subresource.as_deref(), Some("log"));
+        let r = rp("/api/v1/namespaces/default");
+        assert_eq!(r.resource, "namespaces");
+        assert_eq!(r.name.as_deref(), Some("default"));
+        let r = rp("/api/v1/namespaces/default/status");
+        assert_eq!(r.resource, "namespaces");
+        assert_eq!(r.subresource.as_deref(), Some("status"));
+        let r = rp("/apis/apps/v1/watch/namespaces/x/deployments/d");
+        assert!(r.legacy_watch);
+        assert_eq!(r.group, "apps");
+        assert_eq!(r.name.as_deref(), Some("d"));
+        assert!(matches!(parse_path("/apis/apps"), ApiPath::NonResource(_)));
+        assert!(matches!(parse_path("/api/v1"), ApiPath::NonResource(_)));
+        assert!(matches!(parse_path("/version"), ApiPath::NonResource(_)));
+    }
+}

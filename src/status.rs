@@ -63,6 +63,9 @@ pub struct Status {
     /// few others but sends `"details":{}` for a bare NotFound.
     pub with_details: bool,
     pub success: bool,
+    /// `metadata.continue` (ListMeta) — set on the 410 for a compacted continue token,
+    /// which carries a fresh token to continue inconsistently.
+    pub list_continue: Option<String>,
 }
 
 impl Status {
@@ -79,6 +82,7 @@ impl Status {
             retry_after_seconds: None,
             with_details: false,
             success: false,
+            list_continue: None,
         }
     }
 
@@ -181,13 +185,14 @@ impl Status {
         s
     }
 
-    /// `errors.NewTimeoutError` with the `ResourceVersionTooLarge` cause, as the storage
-    /// layer's `NewTooLargeResourceVersionError` becomes after `interpretStorageError`.
+    /// `storage.NewTooLargeResourceVersionError`: `errors.NewTimeoutError` (which prefixes
+    /// "Timeout: ") with the `ResourceVersionTooLarge` cause. kube-apiserver's watch cache
+    /// passes `resourceVersionTooHighRetrySeconds = 1`.
     pub fn too_large_resource_version(requested: u64, current: u64, retry_seconds: u32) -> Self {
         let mut s = Self::new(
             504,
             "Timeout",
-            format!("Too large resource version: {requested}, current: {current}"),
+            format!("Timeout: Too large resource version: {requested}, current: {current}"),
         );
         s.with_details = true;
         s.retry_after_seconds = Some(retry_seconds);
@@ -204,7 +209,10 @@ impl Status {
         let mut m = Map::new();
         m.insert("kind".into(), json!("Status"));
         m.insert("apiVersion".into(), json!("v1"));
-        m.insert("metadata".into(), json!({}));
+        match &self.list_continue {
+            Some(c) => m.insert("metadata".into(), json!({ "continue": c })),
+            None => m.insert("metadata".into(), json!({})),
+        };
         m.insert(
             "status".into(),
             json!(if self.success { "Success" } else { "Failure" }),

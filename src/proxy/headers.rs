@@ -67,6 +67,11 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool) {
 /// Headers of the request as it goes upstream. `Host` is dropped so the client derives it
 /// from the upstream URL (the apiserver's certificate names that host, not ours).
 pub fn upstream_request(headers: &mut HeaderMap, upgrade: bool) {
+    // RFC 9112 §6.3: with both, Transfer-Encoding wins and a proxy must drop the received
+    // Content-Length, or the two hops could disagree on where the body ends (smuggling).
+    if headers.contains_key(header::TRANSFER_ENCODING) {
+        headers.remove(header::CONTENT_LENGTH);
+    }
     strip_hop_by_hop(headers, upgrade);
     headers.remove(header::HOST);
 }
@@ -104,6 +109,7 @@ mod tests {
             ("te", "trailers"),
             ("trailer", "x-checksum"),
             ("transfer-encoding", "chunked"),
+            ("content-length", "100"),
             ("upgrade", "h2c"),
             ("host", "gateway:8001"),
             ("accept", "application/json"),

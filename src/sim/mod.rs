@@ -1,18 +1,428 @@
 //! The simulated apiserver (`watchgate sim`): a faithful in-memory Kubernetes API used by
 //! the demo, the tests and the benches. See docs/simulator.md.
+//!
+//! Layout: [`store`] (etcd stand-in: global RV, MVCC history, watch wake-ups), [`list`]
+//! and [`watch`] (read paths), `write` (POST/PUT/PATCH/DELETE), `discovery`, `table`,
+//! `exec`, `logs`, `seed` (owned by the other sim engineers), [`faults`] and [`stats`].
+//! This file holds the config, the router and the serve loop.
 
+pub mod apply;
+pub mod churn;
+pub mod discovery;
+pub mod exec;
+pub mod faults;
+pub mod gojson;
+pub mod list;
+pub mod logs;
+pub mod objects;
+pub mod openapi;
+pub mod patch;
 pub mod resources;
+pub mod seed;
+pub mod stats;
+pub mod store;
+pub mod table;
+pub mod validate;
+pub mod watch;
+pub mod write;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
 
 use clap::Args;
+use http::{header, HeaderValue, Method, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Limited};
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use serde_json::json;
+use tokio::net::TcpListener;
+use tokio::sync::watch as tokio_watch;
 
+use crate::body::{self, Body};
+use crate::request::{self, ApiPath, Verb};
+use crate::status::Status;
+
+pub use faults::Faults;
+pub use resources::ResourceType;
+pub use stats::Stats;
+pub use store::{Mutation, Store, StoreConfig};
+
+/// kube-apiserver's default `--max-request-body-bytes` is 3 MB (3 * 1024 * 1024).
+pub const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
+
+/// Flags of `watchgate sim`.
 #[derive(Args, Debug, Clone)]
 pub struct SimArgs {
     #[arg(long, default_value = "127.0.0.1")]
     pub address: String,
     #[arg(long, default_value_t = 8080)]
     pub port: u16,
+    /// Objects to seed per seeded type (0 = empty cluster apart from `default` namespaces).
+    #[arg(long, default_value_t = 0)]
+    pub seed: usize,
+    /// Approximate JSON size of a seeded pod, in bytes.
+    #[arg(long, default_value_t = 4096)]
+    pub pod_size: usize,
+    /// Churn: writes per second across the seeded objects (0 = none).
+    #[arg(long, default_value_t = 0.0)]
+    pub churn: f64,
+    /// History window, in events (0 = unbounded by count).
+    #[arg(long, default_value_t = 100_000)]
+    pub history_events: usize,
+    /// History window, in seconds (0 = unbounded by age).
+    #[arg(long, default_value_t = 300)]
+    pub history_seconds: u64,
+    /// Lifetime of continue tokens, in seconds.
+    #[arg(long, default_value_t = 300)]
+    pub continue_ttl: u64,
+    /// Seconds between watch BOOKMARK events (kube-apiserver: about one minute).
+    #[arg(long, default_value_t = 60)]
+    pub bookmark_interval: u64,
+    /// Fault: end every watch stream after this many seconds (0 = never).
+    #[arg(long, default_value_t = 0)]
+    pub fault_drop_watch_secs: u64,
+    /// Fault: added latency per response, in milliseconds.
+    #[arg(long, default_value_t = 0)]
+    pub fault_latency_ms: u64,
+    /// Fault: answer the next N watches with a 410 ERROR event.
+    #[arg(long, default_value_t = 0)]
+    pub fault_watch_410: u32,
 }
 
-pub async fn run(_args: SimArgs) -> anyhow::Result<()> {
-    anyhow::bail!("sim: not built yet")
+/// Runtime configuration of the simulator.
+#[derive(Debug, Clone)]
+pub struct SimConfig {
+    pub addr: SocketAddr,
+    pub store: StoreConfig,
+    /// Interval between periodic watch bookmarks.
+    pub bookmark_interval: Duration,
+    /// How long a list/get waits for a resourceVersion newer than the current one before
+    /// answering 504 (kube-apiserver: 3 s, `blockTimeout` in cacher/watch_cache.go).
+    pub too_large_rv_wait: Duration,
+    /// Seeding (see `seed`): objects per type, approximate pod size.
+    pub seed_per_type: usize,
+    pub pod_size: usize,
+    /// Churn, writes per second (0 = off).
+    pub churn_per_sec: f64,
+    /// Initial fault settings.
+    pub faults: faults::FaultConfig,
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        Self {
+            addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+            store: StoreConfig::default(),
+            bookmark_interval: Duration::from_secs(60),
+            too_large_rv_wait: Duration::from_secs(3),
+            seed_per_type: 0,
+            pod_size: 4096,
+            churn_per_sec: 0.0,
+            faults: faults::FaultConfig::default(),
+        }
+    }
+}
+
+impl SimConfig {
+    pub fn from_args(a: &SimArgs) -> anyhow::Result<Self> {
+        let ip: std::net::IpAddr = a
+            .address
+            .parse()
+            .map_err(|e| anyhow::anyhow!("--address {:?}: {e}", a.address))?;
+        Ok(Self {
+            addr: SocketAddr::new(ip, a.port),
+            store: StoreConfig {
+                history_events: a.history_events,
+                history_duration: (a.history_seconds > 0)
+                    .then(|| Duration::from_secs(a.history_seconds)),
+                continue_ttl: Duration::from_secs(a.continue_ttl),
+            },
+            bookmark_interval: Duration::from_secs(a.bookmark_interval.max(1)),
+            too_large_rv_wait: Duration::from_secs(3),
+            seed_per_type: a.seed,
+            pod_size: a.pod_size,
+            churn_per_sec: a.churn,
+            faults: faults::FaultConfig {
+                drop_watch_after: (a.fault_drop_watch_secs > 0)
+                    .then(|| Duration::from_secs(a.fault_drop_watch_secs)),
+                latency: Duration::from_millis(a.fault_latency_ms),
+                watch_410: a.fault_watch_410,
+            },
+        })
+    }
+}
+
+/// Everything a handler needs: shared by all connections.
+#[derive(Debug)]
+pub struct Sim {
+    pub cfg: SimConfig,
+    pub store: Arc<Store>,
+    pub stats: Arc<Stats>,
+    pub faults: Arc<Faults>,
+    /// Flips to true on shutdown; watch streams end when it does.
+    pub shutdown: tokio_watch::Receiver<bool>,
+}
+
+impl Sim {
+    /// A simulator state without a listener (for unit tests and in-process use).
+    pub fn new(cfg: SimConfig) -> (Arc<Self>, tokio_watch::Sender<bool>) {
+        let (tx, rx) = tokio_watch::channel(false);
+        let sim = Arc::new(Self {
+            store: Store::new(cfg.store.clone()),
+            stats: Arc::new(Stats::default()),
+            faults: Arc::new(Faults::new(cfg.faults.clone())),
+            cfg,
+            shutdown: rx,
+        });
+        (sim, tx)
+    }
+}
+
+/// A running simulator.
+pub struct SimHandle {
+    sim: Arc<Sim>,
+    addr: SocketAddr,
+    shutdown_tx: tokio_watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl SimHandle {
+    /// The bound address (the real port when 0 was asked for).
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    pub fn store(&self) -> &Arc<Store> {
+        &self.sim.store
+    }
+
+    pub fn stats(&self) -> &Arc<Stats> {
+        &self.sim.stats
+    }
+
+    pub fn faults(&self) -> &Arc<Faults> {
+        &self.sim.faults
+    }
+
+    pub fn sim(&self) -> &Arc<Sim> {
+        &self.sim
+    }
+
+    /// Stops accepting, ends watch streams, and waits for connections to close (bounded).
+    pub async fn shutdown(self) {
+        let _ = self.shutdown_tx.send(true);
+        let _ = tokio::time::timeout(Duration::from_secs(5), self.task).await;
+    }
+}
+
+/// Binds `cfg.addr` (port 0 allowed), seeds, starts churn, and serves in the background.
+pub async fn start(cfg: SimConfig) -> anyhow::Result<SimHandle> {
+    let listener = TcpListener::bind(cfg.addr).await?;
+    let addr = listener.local_addr()?;
+    let (sim, shutdown_tx) = Sim::new(cfg);
+    seed::seed(&sim);
+    seed::spawn_churn(sim.clone());
+    let task = tokio::spawn(serve(listener, sim.clone()));
+    Ok(SimHandle {
+        sim,
+        addr,
+        shutdown_tx,
+        task,
+    })
+}
+
+/// `watchgate sim`: runs until Ctrl-C.
+pub async fn run(args: SimArgs) -> anyhow::Result<()> {
+    let cfg = SimConfig::from_args(&args)?;
+    let handle = start(cfg).await?;
+    tracing::info!(addr = %handle.addr(), "simulated apiserver listening");
+    tokio::signal::ctrl_c().await?;
+    handle.shutdown().await;
+    Ok(())
+}
+
+/// Accept loop: HTTP/1.1 and h2c on the same port (hyper-util's auto builder), upgrades
+/// enabled for pods/exec.
+async fn serve(listener: TcpListener, sim: Arc<Sim>) {
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let mut shutdown = sim.shutdown.clone();
+    loop {
+        tokio::select! {
+            res = listener.accept() => {
+                let (stream, _) = match res {
+                    Ok(x) => x,
+                    Err(e) => {
+                        // Out of fds and the like: back off instead of spinning.
+                        tracing::warn!(error = %e, "sim accept failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
+                let _ = stream.set_nodelay(true);
+                let sim = sim.clone();
+                let svc = hyper::service::service_fn(move |req| {
+                    let sim = sim.clone();
+                    async move { Ok::<_, std::convert::Infallible>(handle(sim, req).await) }
+                });
+                let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+                let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), svc);
+                let conn = graceful.watch(conn.into_owned());
+                tokio::spawn(async move {
+                    let _ = conn.await;
+                });
+            }
+            _ = wait_shutdown(&mut shutdown) => break,
+        }
+    }
+    drop(listener);
+    let _ = tokio::time::timeout(Duration::from_secs(3), graceful.shutdown()).await;
+}
+
+/// Resolves once the shutdown flag is set (or its sender is gone).
+pub async fn wait_shutdown(rx: &mut tokio_watch::Receiver<bool>) {
+    while !*rx.borrow_and_update() {
+        if rx.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+fn json_response(code: StatusCode, v: &serde_json::Value) -> Response<Body> {
+    let mut bytes = serde_json::to_vec(v).unwrap_or_default();
+    bytes.push(b'\n');
+    let mut resp = Response::new(body::full(bytes));
+    *resp.status_mut() = code;
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    resp
+}
+
+/// Serialises an object the way the apiserver does (compact JSON + newline), 200 OK.
+pub fn object_response(v: &serde_json::Value) -> Response<Body> {
+    json_response(StatusCode::OK, v)
+}
+
+/// Whether the Accept header asks for a `meta.k8s.io` Table (kubectl get).
+pub fn wants_table(headers: &http::HeaderMap) -> bool {
+    headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|mt| {
+            let params: Vec<&str> = mt.split(';').map(str::trim).collect();
+            params.contains(&"as=Table")
+                && params.iter().any(|p| *p == "g=meta.k8s.io")
+                && params.iter().any(|p| p.starts_with("v=v1"))
+        })
+}
+
+/// The router: every request enters here.
+pub async fn handle(sim: Arc<Sim>, req: Request<Incoming>) -> Response<Body> {
+    let latency = sim.faults.latency();
+    if !latency.is_zero() {
+        tokio::time::sleep(latency).await;
+    }
+    let api = request::parse(req.method(), req.uri());
+    let rp = match &api.path {
+        ApiPath::NonResource(path) => {
+            if let Some(resp) = debug_endpoint(&sim, req.method(), path) {
+                return resp;
+            }
+            let (parts, _) = req.into_parts();
+            return discovery::handle(&parts, &api)
+                .unwrap_or_else(|| Status::path_not_found().into_response());
+        }
+        ApiPath::Resource(rp) => rp.clone(),
+    };
+    let Some(rt) = resources::find(&rp.group, &rp.version, &rp.resource) else {
+        return Status::path_not_found().into_response();
+    };
+    // Shapes the apiserver has no route for: extra segments, a namespace on a
+    // cluster-scoped type, a subresource the type does not have.
+    if !rp.extra.is_empty()
+        || (rp.namespace.is_some() && !rt.namespaced)
+        || rp
+            .subresource
+            .as_deref()
+            .is_some_and(|s| !rt.subresources.contains(&s))
+        || (rp.legacy_watch && !matches!(*req.method(), Method::GET | Method::HEAD))
+    {
+        return Status::path_not_found().into_response();
+    }
+    let ns = rp.namespace.clone().unwrap_or_default();
+    match (api.verb, rp.subresource.as_deref(), rp.name.clone()) {
+        (Verb::Get, Some("exec" | "attach" | "portforward"), Some(name))
+        | (Verb::Create, Some("exec" | "attach" | "portforward"), Some(name)) => {
+            exec::handle(&sim, req, rt, &ns, &name).await
+        }
+        (Verb::Get, Some("log"), Some(name)) => logs::handle(&sim, &api, rt, &ns, &name).await,
+        (Verb::Get, None | Some("status"), Some(name)) => {
+            list::get(&sim, &api, req.headers(), rt, &ns, &name).await
+        }
+        (Verb::List, None, None) => list::handle(&sim, &api, req.headers(), rt, &rp).await,
+        (Verb::Watch, None, _) => watch::handle(&sim, &api, req.headers(), rt, &rp).await,
+        (Verb::Other, _, _) => {
+            Status::method_not_supported(&rt.group_resource(), req.method().as_str())
+                .into_response()
+        }
+        _ => {
+            // Writes (and GET on the scale subresource) belong to write.rs.
+            let (parts, incoming) = req.into_parts();
+            let bytes = match Limited::new(incoming, MAX_BODY_BYTES).collect().await {
+                Ok(c) => c.to_bytes(),
+                Err(e) => {
+                    if e.is::<http_body_util::LengthLimitError>() {
+                        return Status::new(
+                            413,
+                            "RequestEntityTooLarge",
+                            "Request entity too large: limit is 3145728",
+                        )
+                        .into_response();
+                    }
+                    return Status::bad_request(format!("unable to read request body: {e}"))
+                        .into_response();
+                }
+            };
+            let req = Request::from_parts(parts, bytes);
+            write::handle(&sim, &api, rt, req).await
+        }
+    }
+}
+
+/// `/debug/sim/*`: stats and fault controls (documented in docs/simulator.md).
+fn debug_endpoint(sim: &Arc<Sim>, method: &Method, path: &str) -> Option<Response<Body>> {
+    let resp = match (method, path.trim_end_matches('/')) {
+        (&Method::GET, "/debug/sim/stats") => json_response(StatusCode::OK, &sim.stats.to_json()),
+        (&Method::POST, "/debug/sim/stats/reset") => {
+            sim.stats.reset();
+            json_response(StatusCode::OK, &sim.stats.to_json())
+        }
+        (&Method::GET, "/debug/sim/faults") => json_response(StatusCode::OK, &sim.faults.to_json()),
+        (&Method::POST, "/debug/sim/faults/compact") => {
+            sim.store.compact_now();
+            json_response(
+                StatusCode::OK,
+                &json!({"compacted": sim.store.compacted_rv()}),
+            )
+        }
+        (&Method::POST, "/debug/sim/faults/watch-410") => {
+            sim.faults.force_410_next_watch(1);
+            json_response(StatusCode::OK, &sim.faults.to_json())
+        }
+        (&Method::POST, "/debug/sim/faults/drop-watches") => {
+            sim.faults.drop_watches_now();
+            json_response(StatusCode::OK, &sim.faults.to_json())
+        }
+        _ => return None,
+    };
+    Some(resp)
 }

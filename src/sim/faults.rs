@@ -1,0 +1,101 @@
+//! Fault knobs for reliability work: drop watch streams periodically, force 410 on the
+//! next watch(es), add latency to every response. Set by flags (`FaultConfig`) and at
+//! runtime through `SimHandle::faults()` or `/debug/sim/faults/*`.
+
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use tokio::sync::watch;
+
+#[derive(Debug, Clone, Default)]
+pub struct FaultConfig {
+    /// End every watch stream this long after it started.
+    pub drop_watch_after: Option<Duration>,
+    /// Added to every response.
+    pub latency: Duration,
+    /// The next N watches get an immediate 410 ERROR event.
+    pub watch_410: u32,
+}
+
+#[derive(Debug)]
+pub struct Faults {
+    latency_ms: AtomicU64,
+    drop_after_ms: AtomicU64,
+    watch_410: AtomicU32,
+    /// Bumped to end all currently open watch streams.
+    drop_gen: watch::Sender<u64>,
+    _guard: Mutex<()>,
+}
+
+impl Faults {
+    pub fn new(cfg: FaultConfig) -> Self {
+        Self {
+            latency_ms: AtomicU64::new(cfg.latency.as_millis() as u64),
+            drop_after_ms: AtomicU64::new(
+                cfg.drop_watch_after
+                    .map(|d| d.as_millis() as u64)
+                    .unwrap_or(0),
+            ),
+            watch_410: AtomicU32::new(cfg.watch_410),
+            drop_gen: watch::channel(0).0,
+            _guard: Mutex::new(()),
+        }
+    }
+
+    pub fn latency(&self) -> Duration {
+        Duration::from_millis(self.latency_ms.load(Ordering::Relaxed))
+    }
+
+    pub fn set_latency(&self, d: Duration) {
+        self.latency_ms
+            .store(d.as_millis() as u64, Ordering::Relaxed);
+    }
+
+    /// Every watch stream ends this long after it started (None = never).
+    pub fn set_drop_watch_after(&self, d: Option<Duration>) {
+        self.drop_after_ms.store(
+            d.map(|d| d.as_millis().max(1) as u64).unwrap_or(0),
+            Ordering::Relaxed,
+        );
+    }
+
+    pub fn drop_watch_after(&self) -> Option<Duration> {
+        match self.drop_after_ms.load(Ordering::Relaxed) {
+            0 => None,
+            ms => Some(Duration::from_millis(ms)),
+        }
+    }
+
+    /// The next `n` watch requests get HTTP 200 and one 410 ERROR event.
+    pub fn force_410_next_watch(&self, n: u32) {
+        self.watch_410.fetch_add(n, Ordering::SeqCst);
+    }
+
+    /// Consumes one forced 410, if any is pending.
+    pub fn take_watch_410(&self) -> bool {
+        self.watch_410
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok()
+    }
+
+    /// Ends every watch stream open right now (they end cleanly, like a dropped
+    /// connection to an apiserver that restarts).
+    pub fn drop_watches_now(&self) {
+        self.drop_gen.send_modify(|g| *g += 1);
+    }
+
+    /// Watch streams subscribe to this and end when it changes.
+    pub fn drop_signal(&self) -> watch::Receiver<u64> {
+        self.drop_gen.subscribe()
+    }
+
+    pub fn to_json(&self) -> Value {
+        json!({
+            "latencyMs": self.latency_ms.load(Ordering::Relaxed),
+            "dropWatchAfterMs": self.drop_after_ms.load(Ordering::Relaxed),
+            "pendingWatch410": self.watch_410.load(Ordering::Relaxed),
+        })
+    }
+}

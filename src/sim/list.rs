@@ -1,0 +1,465 @@
+//! GET of one object and LIST of a collection.
+//!
+//! Follows k8s.io/apiserver: handlers/get.go (`ListResource`: decode → validate → field
+//! label conversion), storage `ValidateListOptions` (continue/RV errors), the cacher
+//! delegator (`ShouldDelegateList`: which reads are Exact), etcd3 `store.go` `GetList`
+//! (paging, `continue`, `remainingItemCount`, compaction errors) and watch_cache.go
+//! (`blockTimeout` 3 s, then "Too large resource version"). See docs/simulator.md.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use base64::Engine;
+use http::{header, HeaderMap, HeaderValue, Response, StatusCode};
+use serde_json::{json, Value};
+
+use crate::body::{self, Body};
+use crate::request::{parse_resource_version, ApiRequest, ListOptions, ResourcePath, RvMatch};
+use crate::selector::field::field_value;
+use crate::selector::FieldSelector;
+use crate::sim::resources::ResourceType;
+use crate::sim::store::{HistoryError, ReadAt};
+use crate::sim::{object_response, table, Sim};
+use crate::status::Status;
+
+/// etcd3 store.go `expired`.
+pub const LIST_TOO_OLD: &str = "The resourceVersion for the provided list is too old.";
+/// etcd3 store.go `inconsistentContinue`.
+pub const INCONSISTENT_CONTINUE: &str = "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list.";
+
+/// kube-apiserver's `resourceVersionTooHighRetrySeconds`.
+pub const TOO_LARGE_RETRY_SECONDS: u32 = 1;
+
+/// Types whose field label conversion is registered in pkg/apis/core/v1/conversion.go
+/// (they answer "field label not supported: X"); every other type uses
+/// `DefaultMetaV1FieldSelectorConversion`.
+fn custom_field_conversion(rt: &ResourceType) -> bool {
+    rt.group.is_empty()
+        && matches!(
+            rt.resource,
+            "pods" | "nodes" | "events" | "namespaces" | "secrets" | "services"
+        )
+}
+
+/// The field selector labels this type accepts, or the apiserver's 400 for the first one
+/// it does not. Nodes and namespaces do not accept `metadata.namespace`.
+pub fn check_field_labels(rt: &ResourceType, fs: &FieldSelector) -> Result<(), Status> {
+    for t in &fs.terms {
+        let supported = match t.field.as_str() {
+            "metadata.namespace" => rt.namespaced,
+            "spec.host" => rt.resource == "pods" && rt.group.is_empty(),
+            "status.podIPs" => rt.resource == "pods" && rt.group.is_empty(),
+            other => rt.field_path(other).is_some(),
+        };
+        if !supported {
+            let msg = if custom_field_conversion(rt) {
+                format!("field label not supported: {}", t.field)
+            } else {
+                format!(
+                    "\"{}\" is not a known field selector: only \"metadata.name\", \"metadata.namespace\"",
+                    t.field
+                )
+            };
+            return Err(Status::bad_request(msg));
+        }
+    }
+    Ok(())
+}
+
+/// The selectable value of `label` on `obj` (pod/node strategies' `ToSelectableFields`:
+/// booleans are `strconv.FormatBool`, so a missing one is "false").
+pub fn selectable_value(rt: &ResourceType, obj: &Value, label: &str) -> String {
+    let label = if label == "spec.host" {
+        "spec.nodeName"
+    } else {
+        label
+    };
+    if label == "status.podIPs" {
+        // The pod strategy exposes only the first IP.
+        return obj
+            .pointer("/status/podIPs/0/ip")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+    }
+    let Some(path) = rt.field_path(label) else {
+        return String::new();
+    };
+    let v = field_value(obj, path);
+    if v.is_empty() && matches!(label, "spec.hostNetwork" | "spec.unschedulable") {
+        return "false".into();
+    }
+    v
+}
+
+/// Whether `obj` matches both selectors.
+pub fn matches(rt: &ResourceType, opts: &ListOptions, obj: &Value) -> bool {
+    opts.label_selector.matches(obj)
+        && opts
+            .field_selector
+            .matches_with(|f| selectable_value(rt, obj, f))
+}
+
+/// Waits for the store to reach `rv` (up to the configured 3 s), else the 504.
+pub async fn wait_for_rv(sim: &Sim, rv: u64) -> Result<(), Status> {
+    if sim.store.current_rv() >= rv {
+        return Ok(());
+    }
+    if sim.store.wait_for_rv(rv, sim.cfg.too_large_rv_wait).await {
+        return Ok(());
+    }
+    Err(Status::too_large_resource_version(
+        rv,
+        sim.store.current_rv(),
+        TOO_LARGE_RETRY_SECONDS,
+    ))
+}
+
+// ---------------------------------------------------------------------------------------
+// Continue tokens: etcd3's format (base64url JSON {"v","rv","start"}) plus the issue time,
+// so that they also expire after the configured TTL (kube-apiserver's expire when etcd
+// compacts, every 5 minutes by default; the history window models that too).
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ContinueToken {
+    /// The RV of the first page (-1: continue at the latest RV, after a compaction).
+    pub rv: i64,
+    /// The last key returned (the next page starts strictly after it).
+    pub start_after: String,
+    /// Unix milliseconds when the first page was served.
+    pub issued_ms: u64,
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+impl ContinueToken {
+    pub fn encode(&self) -> String {
+        // etcd3 appends "\x00" to the last key so the next range starts right after it.
+        let v = json!({
+            "v": "meta.k8s.io/v1",
+            "rv": self.rv,
+            "start": format!("{}\u{0}", self.start_after),
+            "t": self.issued_ms,
+        });
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(v.to_string())
+    }
+
+    /// `storage.DecodeContinue`, with its error texts (prefixed by the caller).
+    pub fn decode(s: &str) -> Result<Self, String> {
+        let data = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(s)
+            .map_err(|e| {
+                let at = match e {
+                    base64::DecodeError::InvalidByte(i, _) => i,
+                    base64::DecodeError::InvalidLastSymbol(i, _) => i,
+                    _ => s.len() / 4 * 4,
+                };
+                format!("invalid continue key: illegal base64 data at input byte {at}")
+            })?;
+        let v: Value = serde_json::from_slice(&data).map_err(|_| {
+            match data.iter().find(|b| !b.is_ascii_whitespace()) {
+                None => "invalid continue key: unexpected end of JSON input".to_string(),
+                Some(&c) if c != b'{' => format!(
+                    "invalid continue key: invalid character '{}' looking for beginning of value",
+                    c as char
+                ),
+                _ => "invalid continue key: unexpected end of JSON input".to_string(),
+            }
+        })?;
+        let version = v.get("v").and_then(Value::as_str).unwrap_or("");
+        if version != "meta.k8s.io/v1" {
+            return Err(format!(
+                "continue key is not supported by the server {version}"
+            ));
+        }
+        let rv = v.get("rv").and_then(Value::as_i64).unwrap_or(0);
+        if rv == 0 {
+            return Err("invalid continue key: incorrect encoded start resourceVersion (version meta.k8s.io/v1)".into());
+        }
+        let start = v.get("start").and_then(Value::as_str).unwrap_or("");
+        if start.is_empty() {
+            return Err(
+                "invalid continue key: encoded start key empty (version meta.k8s.io/v1)".into(),
+            );
+        }
+        let start_after = start.strip_suffix('\u{0}').unwrap_or(start).to_string();
+        let issued_ms = v.get("t").and_then(Value::as_u64).unwrap_or_else(now_ms);
+        Ok(Self {
+            rv,
+            start_after,
+            issued_ms,
+        })
+    }
+}
+
+/// What a list reads, after the RV table is applied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Plan {
+    /// Current state (Most Recent / Any / Not older than, after the wait).
+    Latest,
+    /// State exactly at RV (410 if compacted).
+    Exact(u64),
+}
+
+/// The resourceVersion × resourceVersionMatch × limit/continue table
+/// (api-concepts.md "Semantics for get and list"), as storage `ValidateListOptions` +
+/// `ShouldDelegateList` implement it. Returns the read plan, the continue position, and
+/// the RV the caller must wait for first (Not older than).
+pub fn plan(
+    opts: &ListOptions,
+    ttl: Duration,
+    compacted: u64,
+) -> Result<(Plan, Option<ContinueToken>, Option<u64>), Status> {
+    let rv_str = opts.resource_version.as_deref().unwrap_or("");
+    if let Some(tok) = &opts.continue_token {
+        let t = ContinueToken::decode(tok)
+            .map_err(|e| Status::bad_request(format!("invalid continue token: {e}")))?;
+        if !rv_str.is_empty() && rv_str != "0" {
+            return Err(Status::bad_request(
+                "specifying resource version is not allowed when using continue",
+            ));
+        }
+        if t.rv < 0 {
+            return Ok((Plan::Latest, Some(t), None));
+        }
+        let expired = now_ms().saturating_sub(t.issued_ms) > ttl.as_millis() as u64
+            || (t.rv as u64) < compacted;
+        if expired {
+            let mut s = Status::expired(INCONSISTENT_CONTINUE);
+            s.list_continue = Some(
+                ContinueToken {
+                    rv: -1,
+                    start_after: t.start_after.clone(),
+                    issued_ms: now_ms(),
+                }
+                .encode(),
+            );
+            return Err(s);
+        }
+        let rv = t.rv as u64;
+        return Ok((Plan::Exact(rv), Some(t), None));
+    }
+    let rv = parse_resource_version(rv_str)
+        .map_err(|e| Status::bad_request(format!("invalid resource version: {e}")))?;
+    let p = match opts.rv_match {
+        Some(RvMatch::Exact) => (Plan::Exact(rv), None, Some(rv)),
+        Some(RvMatch::NotOlderThan) => (Plan::Latest, None, (rv > 0).then_some(rv)),
+        None => {
+            if rv > 0 && opts.limit.is_some() {
+                // Legacy: RV=N with a limit is an Exact read.
+                (Plan::Exact(rv), None, Some(rv))
+            } else {
+                (Plan::Latest, None, (rv > 0).then_some(rv))
+            }
+        }
+    };
+    Ok(p)
+}
+
+/// Items of a typed list omit kind/apiVersion (empty TypeMeta); custom resources keep them.
+fn strip_type_meta(rt: &ResourceType) -> bool {
+    rt.group != "example.com"
+}
+
+fn write_item(out: &mut Vec<u8>, obj: &Value, strip: bool) {
+    match obj.as_object() {
+        Some(m) if strip => {
+            out.push(b'{');
+            let mut first = true;
+            for (k, v) in m {
+                if k == "kind" || k == "apiVersion" {
+                    continue;
+                }
+                if !first {
+                    out.push(b',');
+                }
+                first = false;
+                let _ = serde_json::to_writer(&mut *out, k);
+                out.push(b':');
+                let _ = serde_json::to_writer(&mut *out, v);
+            }
+            out.push(b'}');
+        }
+        _ => {
+            let _ = serde_json::to_writer(&mut *out, obj);
+        }
+    }
+}
+
+/// LIST.
+pub async fn handle(
+    sim: &Arc<Sim>,
+    api: &ApiRequest,
+    headers: &HeaderMap,
+    rt: &'static ResourceType,
+    rp: &ResourcePath,
+) -> Response<Body> {
+    sim.stats.record("list", &rt.group_resource().to_string());
+    match list(sim, api, headers, rt, rp).await {
+        Ok(r) => r,
+        Err(s) => s.into_response(),
+    }
+}
+
+async fn list(
+    sim: &Arc<Sim>,
+    api: &ApiRequest,
+    headers: &HeaderMap,
+    rt: &'static ResourceType,
+    rp: &ResourcePath,
+) -> Result<Response<Body>, Status> {
+    let opts = api.list_options()?;
+    check_field_labels(rt, &opts.field_selector)?;
+    let (plan, cont, wait) = plan(
+        &opts,
+        sim.store.config().continue_ttl,
+        sim.store.compacted_rv(),
+    )?;
+    if let Some(rv) = wait {
+        wait_for_rv(sim, rv).await?;
+    }
+    let at = match plan {
+        Plan::Latest => ReadAt::Latest,
+        Plan::Exact(rv) => ReadAt::Exact(rv),
+    };
+    let snap = sim
+        .store
+        .snapshot(rt, rp.namespace.as_deref(), at)
+        .map_err(|e| match e {
+            HistoryError::Compacted { .. } => {
+                if cont.is_some() {
+                    Status::expired(INCONSISTENT_CONTINUE)
+                } else {
+                    Status::expired(LIST_TOO_OLD)
+                }
+            }
+        })?;
+    let start = match &cont {
+        Some(t) => snap
+            .items
+            .partition_point(|(k, _)| k.as_str() <= t.start_after.as_str()),
+        None => 0,
+    };
+    let selecting = !opts.label_selector.is_empty() || !opts.field_selector.is_empty();
+    let limit = opts.limit.map(|l| l as usize).unwrap_or(usize::MAX);
+    let mut picked: Vec<&Arc<Value>> = Vec::new();
+    let mut last_idx = start;
+    for (i, (_, obj)) in snap.items.iter().enumerate().skip(start) {
+        if picked.len() >= limit {
+            break;
+        }
+        last_idx = i + 1;
+        if !selecting || matches(rt, &opts, obj) {
+            picked.push(obj);
+        }
+    }
+    let remaining = snap.items.len() - last_idx.max(start);
+    let mut meta = serde_json::Map::new();
+    meta.insert("resourceVersion".into(), json!(snap.rv.to_string()));
+    if picked.len() >= limit && remaining > 0 {
+        let issued_ms = cont.as_ref().map(|t| t.issued_ms).unwrap_or_else(now_ms);
+        let token = ContinueToken {
+            rv: snap.rv as i64,
+            start_after: snap.items[last_idx - 1].0.clone(),
+            issued_ms,
+        };
+        meta.insert("continue".into(), json!(token.encode()));
+        if !selecting {
+            meta.insert("remainingItemCount".into(), json!(remaining));
+        }
+    }
+    // Table output (kubectl get): Accept + includeObject, rendered by table.rs.
+    if let Some(topts) = table::options_for_headers(headers, api.query_get("includeObject"))? {
+        let items: Vec<Arc<Value>> = picked.into_iter().cloned().collect();
+        let t = table::render_list_opts(rt, &items, Value::Object(meta), topts);
+        return Ok(object_response(&t));
+    }
+    let strip = strip_type_meta(rt);
+    let mut out = Vec::with_capacity(64 + picked.len() * 1024);
+    out.extend_from_slice(b"{\"kind\":");
+    let _ = serde_json::to_writer(&mut out, rt.list_kind);
+    out.extend_from_slice(b",\"apiVersion\":");
+    let _ = serde_json::to_writer(&mut out, &rt.api_version());
+    out.extend_from_slice(b",\"metadata\":");
+    let _ = serde_json::to_writer(&mut out, &meta);
+    out.extend_from_slice(b",\"items\":[");
+    for (i, obj) in picked.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        write_item(&mut out, obj, strip);
+    }
+    out.extend_from_slice(b"]}\n");
+    let mut resp = Response::new(body::full(out));
+    *resp.status_mut() = StatusCode::OK;
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    Ok(resp)
+}
+
+/// GET of one object: RV unset → latest, "0" → any, N → not older than N (wait, 504).
+pub async fn get(
+    sim: &Arc<Sim>,
+    api: &ApiRequest,
+    headers: &HeaderMap,
+    rt: &'static ResourceType,
+    ns: &str,
+    name: &str,
+) -> Response<Body> {
+    sim.stats.record("get", &rt.group_resource().to_string());
+    if let Some(rv) = api.query_get("resourceVersion") {
+        match parse_resource_version(rv) {
+            // The cacher returns the storage InvalidError as is: not an APIStatus, so
+            // the handler answers 500 with an empty reason.
+            Err(e) => return Status::new(500, "", e).into_response(),
+            Ok(n) if n > 0 => {
+                if let Err(s) = wait_for_rv(sim, n).await {
+                    return s.into_response();
+                }
+            }
+            Ok(_) => {}
+        }
+    }
+    let topts = match table::options_for_headers(headers, api.query_get("includeObject")) {
+        Ok(t) => t,
+        Err(s) => return s.into_response(),
+    };
+    match sim.store.get(rt, ns, name) {
+        Some(o) if topts.is_some() => {
+            object_response(&table::render_row(rt, &o, topts.unwrap_or_default()))
+        }
+        Some(o) => object_response(&o),
+        None => Status::not_found(&rt.group_resource(), name).into_response(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn continue_token_roundtrip_and_errors() {
+        let t = ContinueToken {
+            rv: 42,
+            start_after: "ns/name".into(),
+            issued_ms: 7,
+        };
+        assert_eq!(ContinueToken::decode(&t.encode()).unwrap(), t);
+        assert_eq!(
+            ContinueToken::decode("!!!").unwrap_err(),
+            "invalid continue key: illegal base64 data at input byte 0"
+        );
+        let not_json = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode("hello");
+        assert_eq!(
+            ContinueToken::decode(&not_json).unwrap_err(),
+            "invalid continue key: invalid character 'h' looking for beginning of value"
+        );
+    }
+}

@@ -1,0 +1,348 @@
+//! WATCH: newline-delimited JSON events (`{"type":..,"object":..}`), one chunk per event.
+//!
+//! Each watcher is one task reading the store's shared history through its own cursor
+//! (no per-watcher event queue: the only buffer is a small bounded channel of encoded
+//! frames towards hyper). A watcher that falls behind the history window gets the 410
+//! ERROR event, as a slow cacheWatcher would be terminated by kube-apiserver.
+//!
+//! Semantics follow k8s.io/apiserver cacher.go `Watch` + watch_cache.go
+//! (`getAllEventsSinceLocked`: "too old resource version: N (M)"), cache_watcher.go
+//! (selector transitions, bookmarks, the `k8s.io/initial-events-end` annotation) and
+//! handlers/get.go + watch.go (timeoutSeconds, legacy `/watch/` paths). See
+//! docs/simulator.md.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::stream;
+use http::{header, HeaderMap, HeaderValue, Response, StatusCode};
+use http_body::Frame;
+use http_body_util::StreamBody;
+use serde_json::{json, Value};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use crate::body::{self, Body, BoxError};
+use crate::request::{parse_resource_version, ApiRequest, ListOptions, ResourcePath};
+use crate::sim::list::{check_field_labels, matches, wait_for_rv};
+use crate::sim::resources::ResourceType;
+use crate::sim::store::{EventType, HistoryError, ReadAt};
+use crate::sim::{table, wait_shutdown, Sim};
+use crate::status::Status;
+
+/// The annotation on the bookmark that ends the initial events of a watch-list.
+pub const INITIAL_EVENTS_END: &str = "k8s.io/initial-events-end";
+
+/// Without timeoutSeconds the apiserver picks minRequestTimeout (1800 s) × [1, 2).
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(1800);
+
+/// Events read from history per lock acquisition.
+const BATCH: usize = 256;
+
+/// Frames buffered towards the connection: small, so a slow client stalls only itself.
+const FRAME_BUFFER: usize = 16;
+
+/// `errors.NewResourceExpired` as the watch cache words it.
+pub fn too_old(requested: u64, compacted: u64) -> Status {
+    Status::expired(format!(
+        "too old resource version: {requested} ({compacted})"
+    ))
+}
+
+/// One encoded watch event line.
+pub fn event_line(kind: &str, object: &Value) -> Bytes {
+    let mut v = Vec::with_capacity(256);
+    v.extend_from_slice(b"{\"type\":");
+    let _ = serde_json::to_writer(&mut v, kind);
+    v.extend_from_slice(b",\"object\":");
+    let _ = serde_json::to_writer(&mut v, object);
+    v.extend_from_slice(b"}\n");
+    Bytes::from(v)
+}
+
+/// The BOOKMARK object: kind, apiVersion and only metadata.resourceVersion (plus the
+/// initial-events-end annotation when it closes the initial events).
+pub fn bookmark(rt: &ResourceType, rv: u64, initial_end: bool) -> Value {
+    let mut meta = serde_json::Map::new();
+    meta.insert("resourceVersion".into(), json!(rv.to_string()));
+    if initial_end {
+        meta.insert("annotations".into(), json!({ INITIAL_EVENTS_END: "true" }));
+    }
+    json!({"kind": rt.kind, "apiVersion": rt.api_version(), "metadata": meta})
+}
+
+/// Where a watch starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Start {
+    /// Synthetic ADDED events for the current state, then changes after it.
+    /// `end_bookmark`: close the initial events with the initial-events-end bookmark.
+    InitialState { end_bookmark: bool },
+    /// Changes after this RV only.
+    After(u64),
+}
+
+struct Watcher {
+    sim: Arc<Sim>,
+    rt: &'static ResourceType,
+    ns: Option<String>,
+    opts: ListOptions,
+    table: Option<table::WatchTable>,
+    tx: mpsc::Sender<Bytes>,
+}
+
+impl Watcher {
+    fn in_scope(&self, key: &str) -> bool {
+        match &self.ns {
+            None => true,
+            Some(n) => {
+                key.len() > n.len()
+                    && key.starts_with(n.as_str())
+                    && key.as_bytes()[n.len()] == b'/'
+            }
+        }
+    }
+
+    async fn send(&self, kind: &str, obj: &Value) -> bool {
+        let line = match &self.table {
+            Some(t) if kind != "BOOKMARK" && kind != "ERROR" => {
+                event_line(kind, &t.event_object(self.rt, obj))
+            }
+            _ => event_line(kind, obj),
+        };
+        self.tx.send(line).await.is_ok()
+    }
+
+    async fn send_error(&self, s: &Status) {
+        let _ = self.tx.send(event_line("ERROR", &s.to_value())).await;
+    }
+
+    async fn run(self, start: Start, timeout: Duration) {
+        let started = Instant::now();
+        let deadline = started + timeout;
+        let drop_at = self.sim.faults.drop_watch_after().map(|d| started + d);
+        let mut drop_rx = self.sim.faults.drop_signal();
+        drop_rx.borrow_and_update();
+        let mut shutdown = self.sim.shutdown.clone();
+        let mut rv_rx = self.sim.store.subscribe();
+        rv_rx.borrow_and_update();
+        let bookmark_every = self.sim.cfg.bookmark_interval;
+        let mut next_bookmark = started + bookmark_every;
+
+        let mut cursor = match start {
+            Start::After(rv) => rv,
+            Start::InitialState { end_bookmark } => {
+                let snap =
+                    match self
+                        .sim
+                        .store
+                        .snapshot(self.rt, self.ns.as_deref(), ReadAt::Latest)
+                    {
+                        Ok(s) => s,
+                        Err(_) => return,
+                    };
+                for (_, obj) in &snap.items {
+                    if matches(self.rt, &self.opts, obj) && !self.send("ADDED", obj).await {
+                        return;
+                    }
+                }
+                if end_bookmark && self.opts.allow_watch_bookmarks {
+                    if !self
+                        .send("BOOKMARK", &bookmark(self.rt, snap.rv, true))
+                        .await
+                    {
+                        return;
+                    }
+                    next_bookmark = Instant::now() + bookmark_every;
+                }
+                snap.rv
+            }
+        };
+
+        loop {
+            if Instant::now() >= deadline || drop_at.is_some_and(|d| Instant::now() >= d) {
+                return;
+            }
+            match self.sim.store.events_since(self.rt, cursor, BATCH) {
+                Err(HistoryError::Compacted {
+                    requested,
+                    compacted,
+                }) => {
+                    self.send_error(&too_old(requested, compacted)).await;
+                    return;
+                }
+                Ok((events, new_cursor)) => {
+                    for ev in &events {
+                        if !self.in_scope(&ev.key) {
+                            continue;
+                        }
+                        let now_match = ev.kind != EventType::Deleted
+                            && matches(self.rt, &self.opts, &ev.object);
+                        let was_match = ev
+                            .prev
+                            .as_ref()
+                            .is_some_and(|p| matches(self.rt, &self.opts, p));
+                        let kind = match (ev.kind, was_match, now_match) {
+                            (EventType::Deleted, true, _) => "DELETED",
+                            (EventType::Deleted, false, _) => continue,
+                            (_, true, true) => "MODIFIED",
+                            (_, false, true) => "ADDED",
+                            // Stopped matching: DELETED carrying the new state.
+                            (_, true, false) => "DELETED",
+                            (_, false, false) => continue,
+                        };
+                        if !self.send(kind, &ev.object).await {
+                            return;
+                        }
+                    }
+                    let caught_up =
+                        events.len() < BATCH && new_cursor >= self.sim.store.current_rv();
+                    cursor = new_cursor;
+                    if !caught_up {
+                        continue;
+                    }
+                }
+            }
+            // Caught up: wait for a write, the next bookmark, the end, or a fault.
+            let mut wake = deadline.min(next_bookmark);
+            if let Some(d) = drop_at {
+                wake = wake.min(d);
+            }
+            tokio::select! {
+                r = rv_rx.changed() => { if r.is_err() { return; } }
+                _ = tokio::time::sleep_until(wake) => {
+                    if Instant::now() >= next_bookmark {
+                        next_bookmark = Instant::now() + bookmark_every;
+                        if self.opts.allow_watch_bookmarks
+                            && !self.send("BOOKMARK", &bookmark(self.rt, cursor, false)).await
+                        {
+                            return;
+                        }
+                    }
+                }
+                _ = drop_rx.changed() => return,
+                _ = wait_shutdown(&mut shutdown) => return,
+                _ = self.tx.closed() => return,
+            }
+        }
+    }
+}
+
+fn stream_response(rx: mpsc::Receiver<Bytes>) -> Response<Body> {
+    let s = stream::unfold(rx, |mut rx| async move {
+        rx.recv()
+            .await
+            .map(|b| (Ok::<_, BoxError>(Frame::data(b)), rx))
+    });
+    let mut resp = Response::new(body::boxed(StreamBody::new(s)));
+    *resp.status_mut() = StatusCode::OK;
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    resp
+}
+
+/// A 200 stream carrying exactly one ERROR event (what the cacher's `newErrWatcher` does).
+fn error_stream(s: &Status) -> Response<Body> {
+    let (tx, rx) = mpsc::channel(1);
+    let _ = tx.try_send(event_line("ERROR", &s.to_value()));
+    stream_response(rx)
+}
+
+/// WATCH.
+pub async fn handle(
+    sim: &Arc<Sim>,
+    api: &ApiRequest,
+    headers: &HeaderMap,
+    rt: &'static ResourceType,
+    rp: &ResourcePath,
+) -> Response<Body> {
+    sim.stats.record("watch", &rt.group_resource().to_string());
+    let mut opts = match api.list_options() {
+        Ok(o) => o,
+        Err(s) => return s.into_response(),
+    };
+    if let Err(s) = check_field_labels(rt, &opts.field_selector) {
+        return s.into_response();
+    }
+    // A name in a legacy /watch/ path becomes (or must agree with) metadata.name.
+    if let Some(name) = &rp.name {
+        if opts.field_selector.is_empty() {
+            opts.field_selector
+                .terms
+                .push(crate::selector::field::Term {
+                    field: "metadata.name".into(),
+                    equals: true,
+                    value: name.clone(),
+                });
+        } else if opts.field_selector.requires_exact("metadata.name") != Some(name.as_str()) {
+            return Status::bad_request("fieldSelector metadata.name doesn't match requested name")
+                .into_response();
+        }
+    }
+    let rv_str = opts.resource_version.clone().unwrap_or_default();
+    let rv = match parse_resource_version(&rv_str) {
+        Ok(rv) => rv,
+        // cacher.Watch returns the storage InvalidError unchanged: 500, empty reason.
+        Err(e) => return Status::new(500, "", e).into_response(),
+    };
+    if sim.faults.take_watch_410() {
+        let compacted = sim.store.compacted_rv();
+        return error_stream(&too_old(rv, sim.store.current_rv().max(compacted)));
+    }
+    let start = match opts.send_initial_events {
+        Some(true) => {
+            // watch-list: RV N must be reached first (blockTimeout, then the 504 as an
+            // ERROR event).
+            if rv > 0 {
+                if let Err(s) = wait_for_rv(sim, rv).await {
+                    return error_stream(&s);
+                }
+            }
+            Start::InitialState { end_bookmark: true }
+        }
+        Some(false) => {
+            if rv == 0 {
+                Start::After(sim.store.current_rv())
+            } else {
+                Start::After(rv)
+            }
+        }
+        None => {
+            if rv == 0 {
+                Start::InitialState {
+                    end_bookmark: false,
+                }
+            } else {
+                Start::After(rv)
+            }
+        }
+    };
+    if let Start::After(n) = start {
+        let compacted = sim.store.compacted_rv();
+        if n < compacted {
+            return error_stream(&too_old(n, compacted));
+        }
+    }
+    let timeout = match opts.timeout_seconds {
+        Some(n) if n < 0 => Duration::ZERO,
+        Some(0) | None => DEFAULT_TIMEOUT,
+        Some(n) => Duration::from_secs(n as u64),
+    };
+    let table = match table::WatchTable::for_request(headers, api.query_get("includeObject")) {
+        Ok(t) => t,
+        Err(s) => return s.into_response(),
+    };
+    let (tx, rx) = mpsc::channel(FRAME_BUFFER);
+    let w = Watcher {
+        sim: sim.clone(),
+        rt,
+        ns: rp.namespace.clone(),
+        opts,
+        table,
+        tx,
+    };
+    tokio::spawn(w.run(start, timeout));
+    stream_response(rx)
+}

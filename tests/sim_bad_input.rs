@@ -1,0 +1,127 @@
+//! Malformed requests to the simulator's read paths: each gets kube-apiserver's Status
+//! code, reason and message (and nothing panics or hangs).
+
+mod sim_common;
+
+use http::Method;
+use serde_json::json;
+use sim_common::*;
+
+const NOT_FOUND: &str = "the server could not find the requested resource";
+
+#[tokio::test]
+async fn unknown_paths_and_resources_are_404_status() {
+    let h = sim().await;
+    for path in [
+        "/api/v1/namespaces/ns1/foos",
+        "/api/v1/foos",
+        "/apis/nope.io/v1/things",
+        "/api/v2/pods",
+        "/apis/apps/v2/deployments",
+        "/api/v1/namespaces/ns1/pods/a/log/extra",
+        "/api/v1/namespaces/x/nodes",
+        "/api/v1/namespaces/ns1/pods/a/bogus",
+        "/api/v1/namespaces/ns1/configmaps/a/status",
+        "/random/path",
+        "/apis/example.com/v1/namespaces/ns1/gadgets",
+    ] {
+        let (code, v) = get(&h, path).await;
+        assert_eq!(code.as_u16(), 404, "{path}: {v}");
+        assert_eq!(
+            v,
+            json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                   "message": NOT_FOUND, "reason": "NotFound", "details": {}, "code": 404}),
+            "{path}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn malformed_queries_get_the_apiservers_status() {
+    let h = sim().await;
+    put_pod(&h, "ns1", "a", json!({"app": "web"}), "Running");
+    let pods = "/api/v1/namespaces/ns1/pods";
+    let cms = "/api/v1/namespaces/ns1/configmaps";
+    let nodes = "/api/v1/nodes";
+    let cases: Vec<(String, u16, &str, String)> = vec![
+        (format!("{pods}?labelSelector=app%3D%3D%3D"), 400, "BadRequest",
+         "unable to parse requirement: found '=', expected: identifier".into()),
+        (format!("{pods}?labelSelector=a%20b"), 400, "BadRequest",
+         "unable to parse requirement: found 'b', expected: in, notin, =, ==, !=, gt, lt".into()),
+        (format!("{pods}?labelSelector=app%20in%20(a"), 400, "BadRequest",
+         "unable to parse requirement: found '', expected: ',' or ')'".into()),
+        (format!("{pods}?labelSelector=,"), 400, "BadRequest",
+         "found ',', expected: !, identifier, or 'end of string'".into()),
+        (format!("{pods}?fieldSelector=foo"), 400, "BadRequest",
+         "invalid selector: 'foo'; can't understand 'foo'".into()),
+        (format!("{pods}?fieldSelector=spec.bogus%3Dx"), 400, "BadRequest",
+         "field label not supported: spec.bogus".into()),
+        (format!("{nodes}?fieldSelector=metadata.namespace%3Dx"), 400, "BadRequest",
+         "field label not supported: metadata.namespace".into()),
+        (format!("{cms}?fieldSelector=spec.x%3Dy"), 400, "BadRequest",
+         "\"spec.x\" is not a known field selector: only \"metadata.name\", \"metadata.namespace\"".into()),
+        (format!("{pods}?resourceVersion=abc"), 400, "BadRequest",
+         "invalid resource version: resourceVersion: Invalid value: \"abc\": strconv.ParseUint: parsing \"abc\": invalid syntax".into()),
+        (format!("{pods}?resourceVersion=-1"), 400, "BadRequest",
+         "invalid resource version: resourceVersion: Invalid value: \"-1\": strconv.ParseUint: parsing \"-1\": invalid syntax".into()),
+        (format!("{pods}?resourceVersionMatch=NotOlderThan"), 422, "Invalid",
+         "ListOptions.meta.k8s.io \"\" is invalid: resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided".into()),
+        (format!("{pods}?resourceVersionMatch=Foo&resourceVersion=1"), 422, "Invalid",
+         "ListOptions.meta.k8s.io \"\" is invalid: resourceVersionMatch: Unsupported value: \"Foo\": supported values: \"Exact\", \"NotOlderThan\", \"\"".into()),
+        (format!("{pods}?resourceVersionMatch=Foo"), 422, "Invalid",
+         "ListOptions.meta.k8s.io \"\" is invalid: [resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided, resourceVersionMatch: Unsupported value: \"Foo\": supported values: \"Exact\", \"NotOlderThan\", \"\"]".into()),
+        (format!("{pods}?limit=1&continue=garbage!!"), 400, "BadRequest",
+         "invalid continue token: invalid continue key: illegal base64 data at input byte 7".into()),
+        (format!("{pods}?limit=1&continue=aGVsbG8"), 400, "BadRequest",
+         "invalid continue token: invalid continue key: invalid character 'h' looking for beginning of value".into()),
+        (format!("{pods}?limit=abc"), 400, "BadRequest",
+         "strconv.ParseInt: parsing \"abc\": invalid syntax".into()),
+        (format!("{pods}?watch=1&timeoutSeconds=soon"), 400, "BadRequest",
+         "strconv.ParseInt: parsing \"soon\": invalid syntax".into()),
+        (format!("{pods}?watch=1&resourceVersion=abc"), 500, "",
+         "resourceVersion: Invalid value: \"abc\": strconv.ParseUint: parsing \"abc\": invalid syntax".into()),
+        (format!("{pods}/a?resourceVersion=x1"), 500, "",
+         "resourceVersion: Invalid value: \"x1\": strconv.ParseUint: parsing \"x1\": invalid syntax".into()),
+    ];
+    for (path, code, reason, msg) in cases {
+        let (c, v) = get(&h, &path).await;
+        assert_eq!(c.as_u16(), code, "{path}: {v}");
+        assert_eq!(v["kind"], "Status", "{path}");
+        assert_eq!(v["status"], "Failure", "{path}");
+        assert_eq!(v["code"], code, "{path}");
+        assert_eq!(
+            v.get("reason").and_then(|r| r.as_str()).unwrap_or(""),
+            reason,
+            "{path}"
+        );
+        assert_eq!(v["message"], msg.as_str(), "{path}");
+    }
+}
+
+#[tokio::test]
+async fn odd_requests_never_panic_or_hang() {
+    let h = sim().await;
+    for path in [
+        "/api/v1/namespaces/%ZZ/pods",
+        "/api/v1/namespaces//pods",
+        "/api/v1/namespaces/ns1/pods?labelSelector=%00",
+        "/api/v1/namespaces/ns1/pods?fieldSelector=a%3Db%5C",
+        "/api/v1/namespaces/ns1/pods?limit=99999999999999999999",
+        "/api/v1/namespaces/ns1/pods?limit=-5",
+        "/api/v1/pods?watch=1&timeoutSeconds=-1",
+        "/api/v1/pods?resourceVersion=18446744073709551616",
+    ] {
+        let resp = send(&h, Method::GET, path).await;
+        let code = resp.status().as_u16();
+        assert!(code < 500 || code == 500, "{path}");
+        let _ = tokio::time::timeout(
+            std::time::Duration::from_secs(5),
+            http_body_util::BodyExt::collect(resp.into_body()),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("{path}: body did not end"));
+    }
+    // The server is still healthy.
+    let (code, _) = get(&h, "/api/v1/namespaces/ns1/pods").await;
+    assert_eq!(code.as_u16(), 200);
+}

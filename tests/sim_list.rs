@@ -1,0 +1,587 @@
+//! LIST semantics of the simulator: every cell of api-concepts.md's
+//! resourceVersion × resourceVersionMatch × limit/continue table, plus continue-token
+//! expiry, compaction, the 3-second wait + 504 for a too-large RV, namespace scoping,
+//! selectors and etcd key order.
+
+mod sim_common;
+
+use std::time::{Duration, Instant};
+
+use http::StatusCode;
+use serde_json::{json, Value};
+use sim_common::*;
+
+/// A cluster whose history is known:
+/// rv2 a created, rv3 b created  (MID = 3: state {a@2, b@3})
+/// rv4 a modified, rv5 c created (current = 5: {a@4, b@3, c@5})
+async fn fixture() -> watchgate::sim::SimHandle {
+    let h = sim().await;
+    assert_eq!(put_pod(&h, "ns1", "a", json!({"app": "web"}), "Pending"), 2);
+    assert_eq!(put_pod(&h, "ns1", "b", json!({"app": "db"}), "Running"), 3);
+    assert_eq!(put_pod(&h, "ns1", "a", json!({"app": "web"}), "Running"), 4);
+    assert_eq!(put_pod(&h, "ns1", "c", json!({"app": "web"}), "Running"), 5);
+    h
+}
+const MID: u64 = 3;
+const CUR: u64 = 5;
+const PODS: &str = "/api/v1/namespaces/ns1/pods";
+
+async fn ok(h: &watchgate::sim::SimHandle, q: &str) -> Value {
+    let (code, v) = get(h, &format!("{PODS}?{q}")).await;
+    assert_eq!(code, StatusCode::OK, "{q}: {v}");
+    assert_eq!(v["kind"], "PodList");
+    assert_eq!(v["apiVersion"], "v1");
+    v
+}
+
+async fn status(h: &watchgate::sim::SimHandle, q: &str, code: u16, reason: &str, msg: &str) {
+    let (c, v) = get(h, &format!("{PODS}?{q}")).await;
+    assert_eq!(c.as_u16(), code, "{q}: {v}");
+    assert_eq!(v["kind"], "Status", "{q}");
+    assert_eq!(v["reason"], reason, "{q}: {v}");
+    assert_eq!(v["message"], msg, "{q}");
+    assert_eq!(v["code"], code);
+}
+
+fn item_rv(list: &Value, name: &str) -> u64 {
+    let i = list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["metadata"]["name"] == name)
+        .unwrap();
+    rv_of(i)
+}
+
+const NO_RV_FOR_MATCH: &str = "ListOptions.meta.k8s.io \"\" is invalid: resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided";
+const EXACT_ZERO: &str = "ListOptions.meta.k8s.io \"\" is invalid: resourceVersionMatch: Forbidden: resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\"";
+
+// --- row: resourceVersionMatch unset, limit unset -------------------------------------
+
+#[tokio::test]
+async fn unset_nolimit_rv_unset_is_most_recent() {
+    let h = fixture().await;
+    let v = ok(&h, "").await;
+    assert_eq!(names(&v), ["a", "b", "c"]);
+    assert_eq!(list_rv(&v), CUR);
+    assert_eq!(item_rv(&v, "a"), 4);
+    assert!(v["metadata"].get("continue").is_none());
+    assert!(v["metadata"].get("remainingItemCount").is_none());
+}
+
+#[tokio::test]
+async fn unset_nolimit_rv0_is_any() {
+    let h = fixture().await;
+    let v = ok(&h, "resourceVersion=0").await;
+    assert_eq!(names(&v), ["a", "b", "c"]);
+    assert_eq!(list_rv(&v), CUR);
+}
+
+#[tokio::test]
+async fn unset_nolimit_rvn_is_not_older_than() {
+    let h = fixture().await;
+    let v = ok(&h, &format!("resourceVersion={MID}")).await;
+    // Not older than MID: the newest state is served.
+    assert_eq!(names(&v), ["a", "b", "c"]);
+    assert_eq!(list_rv(&v), CUR);
+    assert_eq!(item_rv(&v, "a"), 4);
+}
+
+// --- row: resourceVersionMatch unset, limit set, continue unset ------------------------
+
+#[tokio::test]
+async fn unset_limit_rv_unset_is_most_recent() {
+    let h = fixture().await;
+    let v = ok(&h, "limit=2").await;
+    assert_eq!(names(&v), ["a", "b"]);
+    assert_eq!(list_rv(&v), CUR);
+    assert_eq!(v["metadata"]["remainingItemCount"], 1);
+    assert!(v["metadata"]["continue"]
+        .as_str()
+        .is_some_and(|c| !c.is_empty()));
+}
+
+#[tokio::test]
+async fn unset_limit_rv0_is_any() {
+    let h = fixture().await;
+    let v = ok(&h, "limit=2&resourceVersion=0").await;
+    assert_eq!(names(&v), ["a", "b"]);
+    assert_eq!(list_rv(&v), CUR);
+    assert_eq!(v["metadata"]["remainingItemCount"], 1);
+}
+
+#[tokio::test]
+async fn unset_limit_rvn_is_exact() {
+    let h = fixture().await;
+    let v = ok(&h, &format!("limit=1&resourceVersion={MID}")).await;
+    assert_eq!(names(&v), ["a"]);
+    assert_eq!(list_rv(&v), MID);
+    assert_eq!(item_rv(&v, "a"), 2, "a as it was at MID");
+    assert_eq!(v["metadata"]["remainingItemCount"], 1);
+    let cont = v["metadata"]["continue"].as_str().unwrap().to_string();
+    let v2 = ok(&h, &format!("limit=1&continue={cont}")).await;
+    assert_eq!(names(&v2), ["b"], "c did not exist at MID");
+    assert_eq!(list_rv(&v2), MID);
+    assert!(v2["metadata"].get("continue").is_none());
+}
+
+// --- row: resourceVersionMatch unset, limit set, continue set --------------------------
+
+async fn first_page(h: &watchgate::sim::SimHandle) -> String {
+    let v = ok(h, "limit=1").await;
+    assert_eq!(names(&v), ["a"]);
+    v["metadata"]["continue"].as_str().unwrap().to_string()
+}
+
+#[tokio::test]
+async fn unset_continue_rv_unset_is_continue_exact() {
+    let h = fixture().await;
+    let cont = first_page(&h).await;
+    // Writes after the first page are not visible in later pages.
+    put_pod(&h, "ns1", "b", json!({"app": "changed"}), "Failed");
+    put_pod(&h, "ns1", "bb", json!({}), "Running");
+    let v = ok(&h, &format!("limit=5&continue={cont}")).await;
+    assert_eq!(names(&v), ["b", "c"]);
+    assert_eq!(list_rv(&v), CUR);
+    assert_eq!(item_rv(&v, "b"), 3);
+    assert!(v["metadata"].get("continue").is_none());
+}
+
+#[tokio::test]
+async fn unset_continue_rv0_is_treated_as_continue_exact() {
+    let h = fixture().await;
+    let cont = first_page(&h).await;
+    put_pod(&h, "ns1", "bb", json!({}), "Running");
+    let v = ok(&h, &format!("limit=5&resourceVersion=0&continue={cont}")).await;
+    assert_eq!(names(&v), ["b", "c"]);
+    assert_eq!(list_rv(&v), CUR);
+}
+
+#[tokio::test]
+async fn unset_continue_rvn_is_400() {
+    let h = fixture().await;
+    let cont = first_page(&h).await;
+    status(
+        &h,
+        &format!("limit=5&resourceVersion={MID}&continue={cont}"),
+        400,
+        "BadRequest",
+        "specifying resource version is not allowed when using continue",
+    )
+    .await;
+}
+
+// --- rows: resourceVersionMatch=Exact ---------------------------------------------------
+
+#[tokio::test]
+async fn exact_nolimit_rv_unset_is_invalid() {
+    let h = fixture().await;
+    status(
+        &h,
+        "resourceVersionMatch=Exact",
+        422,
+        "Invalid",
+        NO_RV_FOR_MATCH,
+    )
+    .await;
+    let (_, v) = get(&h, &format!("{PODS}?resourceVersionMatch=Exact")).await;
+    assert_eq!(
+        v["details"],
+        json!({"group": "meta.k8s.io", "kind": "ListOptions", "causes": [{
+            "reason": "FieldValueForbidden",
+            "message": "Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided",
+            "field": "resourceVersionMatch"}]})
+    );
+}
+
+#[tokio::test]
+async fn exact_nolimit_rv0_is_invalid() {
+    let h = fixture().await;
+    status(
+        &h,
+        "resourceVersionMatch=Exact&resourceVersion=0",
+        422,
+        "Invalid",
+        EXACT_ZERO,
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn exact_nolimit_rvn_is_exact() {
+    let h = fixture().await;
+    let v = ok(
+        &h,
+        &format!("resourceVersionMatch=Exact&resourceVersion={MID}"),
+    )
+    .await;
+    assert_eq!(names(&v), ["a", "b"]);
+    assert_eq!(list_rv(&v), MID);
+    assert_eq!(item_rv(&v, "a"), 2);
+    // Exact at the current RV is the current state.
+    let v = ok(
+        &h,
+        &format!("resourceVersionMatch=Exact&resourceVersion={CUR}"),
+    )
+    .await;
+    assert_eq!(names(&v), ["a", "b", "c"]);
+    assert_eq!(list_rv(&v), CUR);
+}
+
+#[tokio::test]
+async fn exact_limit_rv_unset_is_invalid() {
+    let h = fixture().await;
+    status(
+        &h,
+        "resourceVersionMatch=Exact&limit=1",
+        422,
+        "Invalid",
+        NO_RV_FOR_MATCH,
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn exact_limit_rv0_is_invalid() {
+    let h = fixture().await;
+    status(
+        &h,
+        "resourceVersionMatch=Exact&resourceVersion=0&limit=1",
+        422,
+        "Invalid",
+        EXACT_ZERO,
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn exact_limit_rvn_is_exact() {
+    let h = fixture().await;
+    let v = ok(
+        &h,
+        &format!("resourceVersionMatch=Exact&resourceVersion=4&limit=2"),
+    )
+    .await;
+    assert_eq!(names(&v), ["a", "b"]);
+    assert_eq!(list_rv(&v), 4);
+    assert_eq!(item_rv(&v, "a"), 4);
+    assert!(
+        v["metadata"].get("continue").is_none(),
+        "only 2 pods existed at 4"
+    );
+    let v = ok(
+        &h,
+        &format!("resourceVersionMatch=Exact&resourceVersion={MID}&limit=1"),
+    )
+    .await;
+    assert_eq!(names(&v), ["a"]);
+    assert_eq!(list_rv(&v), MID);
+    assert_eq!(v["metadata"]["remainingItemCount"], 1);
+}
+
+// --- rows: resourceVersionMatch=NotOlderThan --------------------------------------------
+
+#[tokio::test]
+async fn notolderthan_nolimit_rv_unset_is_invalid() {
+    let h = fixture().await;
+    status(
+        &h,
+        "resourceVersionMatch=NotOlderThan",
+        422,
+        "Invalid",
+        NO_RV_FOR_MATCH,
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn notolderthan_nolimit_rv0_is_any() {
+    let h = fixture().await;
+    let v = ok(&h, "resourceVersionMatch=NotOlderThan&resourceVersion=0").await;
+    assert_eq!(names(&v), ["a", "b", "c"]);
+    assert_eq!(list_rv(&v), CUR);
+}
+
+#[tokio::test]
+async fn notolderthan_nolimit_rvn_is_not_older_than() {
+    let h = fixture().await;
+    let v = ok(
+        &h,
+        &format!("resourceVersionMatch=NotOlderThan&resourceVersion={MID}"),
+    )
+    .await;
+    assert_eq!(names(&v), ["a", "b", "c"]);
+    assert!(list_rv(&v) >= MID);
+    assert_eq!(list_rv(&v), CUR);
+}
+
+#[tokio::test]
+async fn notolderthan_limit_rv_unset_is_invalid() {
+    let h = fixture().await;
+    status(
+        &h,
+        "resourceVersionMatch=NotOlderThan&limit=1",
+        422,
+        "Invalid",
+        NO_RV_FOR_MATCH,
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn notolderthan_limit_rv0_is_any() {
+    let h = fixture().await;
+    let v = ok(
+        &h,
+        "resourceVersionMatch=NotOlderThan&resourceVersion=0&limit=2",
+    )
+    .await;
+    assert_eq!(names(&v), ["a", "b"]);
+    assert_eq!(list_rv(&v), CUR);
+    assert_eq!(v["metadata"]["remainingItemCount"], 1);
+}
+
+#[tokio::test]
+async fn notolderthan_limit_rvn_is_not_older_than() {
+    let h = fixture().await;
+    let v = ok(
+        &h,
+        &format!("resourceVersionMatch=NotOlderThan&resourceVersion={MID}&limit=2"),
+    )
+    .await;
+    assert_eq!(names(&v), ["a", "b"]);
+    assert_eq!(list_rv(&v), CUR);
+    assert_eq!(item_rv(&v, "a"), 4);
+    let cont = v["metadata"]["continue"].as_str().unwrap().to_string();
+    let v2 = ok(&h, &format!("limit=2&continue={cont}")).await;
+    assert_eq!(names(&v2), ["c"]);
+    assert_eq!(list_rv(&v2), CUR);
+}
+
+#[tokio::test]
+async fn continue_with_match_is_invalid() {
+    let h = fixture().await;
+    let cont = first_page(&h).await;
+    status(
+        &h,
+        &format!("resourceVersionMatch=NotOlderThan&resourceVersion=0&continue={cont}"),
+        422,
+        "Invalid",
+        "ListOptions.meta.k8s.io \"\" is invalid: resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden when continue is provided",
+    )
+    .await;
+}
+
+// --- expiry, compaction, too large ---------------------------------------------------
+
+const INCONSISTENT: &str = "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list.";
+
+#[tokio::test]
+async fn expired_continue_token_is_410() {
+    let h = sim_with(|c| c.store.continue_ttl = Duration::from_millis(200)).await;
+    for n in ["a", "b", "c"] {
+        put_pod(&h, "ns1", n, json!({}), "Running");
+    }
+    let cont = first_page(&h).await;
+    // Still valid right away.
+    let v = ok(&h, &format!("limit=1&continue={cont}")).await;
+    assert_eq!(names(&v), ["b"]);
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let (code, v) = get(&h, &format!("{PODS}?limit=1&continue={cont}")).await;
+    assert_eq!(code, StatusCode::GONE, "{v}");
+    assert_eq!(v["reason"], "Expired");
+    assert_eq!(v["message"], INCONSISTENT);
+    // The Status carries a token to continue (inconsistently) at the latest RV.
+    let fresh = v["metadata"]["continue"]
+        .as_str()
+        .expect("new token")
+        .to_string();
+    let v = ok(&h, &format!("limit=5&continue={fresh}")).await;
+    assert_eq!(names(&v), ["b", "c"]);
+}
+
+#[tokio::test]
+async fn default_continue_ttl_is_five_minutes_and_wait_is_three_seconds() {
+    let cfg = watchgate::sim::SimConfig::default();
+    assert_eq!(cfg.store.continue_ttl, Duration::from_secs(300));
+    assert_eq!(cfg.too_large_rv_wait, Duration::from_secs(3));
+}
+
+#[tokio::test]
+async fn compacted_continue_token_is_410() {
+    let h = fixture().await;
+    let cont = first_page(&h).await;
+    put_pod(&h, "ns1", "d", json!({}), "Running");
+    h.store().compact_now();
+    let (code, v) = get(&h, &format!("{PODS}?limit=1&continue={cont}")).await;
+    assert_eq!(code, StatusCode::GONE);
+    assert_eq!(v["reason"], "Expired");
+    assert_eq!(v["message"], INCONSISTENT);
+}
+
+#[tokio::test]
+async fn exact_at_compacted_rv_is_410() {
+    let h = fixture().await;
+    h.store().compact(4);
+    status(
+        &h,
+        &format!("resourceVersionMatch=Exact&resourceVersion={MID}"),
+        410,
+        "Expired",
+        "The resourceVersion for the provided list is too old.",
+    )
+    .await;
+    // The compaction point itself is still served.
+    let v = ok(&h, "resourceVersionMatch=Exact&resourceVersion=4").await;
+    assert_eq!(list_rv(&v), 4);
+    // NotOlderThan an old RV is fine: the newest state is not older than it.
+    let v = ok(&h, "resourceVersionMatch=NotOlderThan&resourceVersion=2").await;
+    assert_eq!(list_rv(&v), CUR);
+}
+
+#[tokio::test]
+async fn too_large_rv_waits_three_seconds_then_504() {
+    let h = fixture().await;
+    let started = Instant::now();
+    let (code, v) = get(&h, &format!("{PODS}?resourceVersion=100")).await;
+    let waited = started.elapsed();
+    assert_eq!(code, StatusCode::GATEWAY_TIMEOUT, "{v}");
+    assert!(
+        waited >= Duration::from_millis(2900),
+        "waited only {waited:?}"
+    );
+    assert!(waited < Duration::from_secs(6), "waited {waited:?}");
+    assert_eq!(
+        v,
+        json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+               "message": "Timeout: Too large resource version: 100, current: 5",
+               "reason": "Timeout",
+               "details": {"causes": [{"reason": "ResourceVersionTooLarge",
+                                       "message": "Too large resource version"}],
+                           "retryAfterSeconds": 1},
+               "code": 504})
+    );
+}
+
+#[tokio::test]
+async fn too_large_rv_for_every_match_mode() {
+    let h = sim_with(|c| c.too_large_rv_wait = Duration::from_millis(200)).await;
+    put_pod(&h, "ns1", "a", json!({}), "Running");
+    for q in [
+        "resourceVersion=50",
+        "resourceVersion=50&resourceVersionMatch=NotOlderThan",
+        "resourceVersion=50&resourceVersionMatch=Exact",
+        "resourceVersion=50&limit=1",
+    ] {
+        let (code, v) = get(&h, &format!("{PODS}?{q}")).await;
+        assert_eq!(code, StatusCode::GATEWAY_TIMEOUT, "{q}: {v}");
+        assert_eq!(
+            v["details"]["causes"][0]["reason"],
+            "ResourceVersionTooLarge"
+        );
+        assert_eq!(v["details"]["retryAfterSeconds"], 1);
+    }
+}
+
+#[tokio::test]
+async fn write_during_the_wait_satisfies_it() {
+    let h = fixture().await;
+    let store = h.store().clone();
+    let writer = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let rt = pods();
+        store
+            .mutate(rt, "ns1", "late", |_| {
+                Ok(watchgate::sim::Mutation::Put(json!({"kind":"Pod","apiVersion":"v1","metadata":{"name":"late","namespace":"ns1"}})))
+            })
+            .unwrap();
+    });
+    let v = ok(&h, "resourceVersion=6").await;
+    writer.await.unwrap();
+    assert_eq!(list_rv(&v), 6);
+    assert_eq!(names(&v), ["a", "b", "c", "late"]);
+}
+
+// --- scope, selectors, order ------------------------------------------------------------
+
+#[tokio::test]
+async fn namespace_scope_and_etcd_key_order() {
+    let h = sim().await;
+    put_pod(&h, "a", "z", json!({}), "Running");
+    put_pod(&h, "a-b", "y", json!({}), "Running");
+    put_pod(&h, "a", "x", json!({}), "Running");
+    put_pod(&h, "b", "w", json!({}), "Running");
+    // etcd orders keys bytewise: "a-b/y" < "a/x" because '-' < '/'.
+    let (_, v) = get(&h, "/api/v1/pods").await;
+    assert_eq!(names(&v), ["y", "x", "z", "w"]);
+    let (_, v) = get(&h, "/api/v1/namespaces/a/pods").await;
+    assert_eq!(names(&v), ["x", "z"]);
+    let (_, v) = get(&h, "/api/v1/namespaces/none/pods").await;
+    assert_eq!(v["items"], json!([]));
+    assert_eq!(list_rv(&v), 5);
+}
+
+#[tokio::test]
+async fn label_and_field_selectors() {
+    let h = fixture().await;
+    for (q, want) in [
+        ("labelSelector=app%3Dweb", vec!["a", "c"]),
+        ("labelSelector=app%20in%20(db)", vec!["b"]),
+        ("labelSelector=app!%3Dweb", vec!["b"]),
+        ("labelSelector=!app", vec![]),
+        ("fieldSelector=metadata.name%3Db", vec!["b"]),
+        (
+            "fieldSelector=status.phase%3DRunning,metadata.name!%3Da",
+            vec!["b", "c"],
+        ),
+        (
+            "fieldSelector=spec.nodeName%3Dnode-1&labelSelector=app%3Dweb",
+            vec!["a", "c"],
+        ),
+        ("fieldSelector=metadata.namespace%3Dother", vec![]),
+    ] {
+        let v = ok(&h, q).await;
+        assert_eq!(names(&v), want, "{q}");
+        assert_eq!(list_rv(&v), CUR);
+    }
+    // With a selector the remaining count is unknown: no remainingItemCount.
+    let v = ok(&h, "labelSelector=app%3Dweb&limit=1").await;
+    assert_eq!(names(&v), ["a"]);
+    assert!(v["metadata"].get("remainingItemCount").is_none());
+    let cont = v["metadata"]["continue"].as_str().unwrap().to_string();
+    let v = ok(
+        &h,
+        &format!("labelSelector=app%3Dweb&limit=1&continue={cont}"),
+    )
+    .await;
+    assert_eq!(names(&v), ["c"]);
+}
+
+#[tokio::test]
+async fn get_one_and_not_found() {
+    let h = fixture().await;
+    let (code, v) = get(&h, "/api/v1/namespaces/ns1/pods/a").await;
+    assert_eq!(code, StatusCode::OK);
+    assert_eq!(v["kind"], "Pod");
+    assert_eq!(rv_of(&v), 4);
+    let (code, v) = get(&h, "/api/v1/namespaces/ns1/pods/nope").await;
+    assert_eq!(code, StatusCode::NOT_FOUND);
+    assert_eq!(
+        v,
+        json!({"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure",
+               "message":"pods \"nope\" not found","reason":"NotFound",
+               "details":{"name":"nope","kind":"pods"},"code":404})
+    );
+}
+
+#[tokio::test]
+async fn stats_count_lists_per_resource() {
+    let h = fixture().await;
+    ok(&h, "").await;
+    ok(&h, "limit=1").await;
+    get(&h, "/apis/apps/v1/deployments").await;
+    assert_eq!(h.stats().lists("pods"), 2);
+    assert_eq!(h.stats().lists("deployments.apps"), 1);
+    let (_, v) = get(&h, "/debug/sim/stats").await;
+    assert_eq!(v["list"]["pods"], 2);
+}

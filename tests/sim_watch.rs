@@ -1,0 +1,402 @@
+//! WATCH semantics of the simulator: every cell of api-concepts.md's watch table
+//! (resourceVersion unset, "0", N), 410 for a compacted RV as an ERROR event, bookmarks,
+//! sendInitialEvents with the initial-events-end bookmark, timeoutSeconds, label and
+//! field selectors with objects moving in and out, legacy /watch/ paths, faults.
+
+mod sim_common;
+
+use std::time::Duration;
+
+use http::StatusCode;
+use serde_json::json;
+use sim_common::*;
+
+const PODS: &str = "/api/v1/namespaces/ns1/pods";
+
+/// rv2 a, rv3 b, rv4 a modified, rv5 c.
+async fn fixture_with(f: impl FnOnce(&mut watchgate::sim::SimConfig)) -> watchgate::sim::SimHandle {
+    let h = sim_with(f).await;
+    put_pod(&h, "ns1", "a", json!({"app": "web"}), "Pending");
+    put_pod(&h, "ns1", "b", json!({"app": "db"}), "Running");
+    put_pod(&h, "ns1", "a", json!({"app": "web"}), "Running");
+    put_pod(&h, "ns1", "c", json!({"app": "web"}), "Running");
+    assert_eq!(h.store().current_rv(), 5);
+    h
+}
+
+async fn fixture() -> watchgate::sim::SimHandle {
+    fixture_with(|_| {}).await
+}
+
+fn t(kind: &str, name: &str) -> (String, String) {
+    (kind.to_string(), name.to_string())
+}
+
+async fn assert_live_changes(h: &watchgate::sim::SimHandle, w: &mut WatchStream) {
+    put_pod(h, "ns1", "d", json!({}), "Running");
+    assert_eq!(w.next_typed().await, t("ADDED", "d"));
+    put_pod(h, "ns1", "a", json!({"app": "web", "v": "2"}), "Running");
+    let e = w.next().await;
+    assert_eq!(e["type"], "MODIFIED");
+    assert_eq!(e["object"]["metadata"]["labels"]["v"], "2");
+    assert_eq!(e["object"]["kind"], "Pod");
+    let rv = delete_pod(h, "ns1", "b");
+    let e = w.next().await;
+    assert_eq!(e["type"], "DELETED");
+    assert_eq!(e["object"]["metadata"]["name"], "b");
+    assert_eq!(rv_of(&e["object"]), rv, "DELETED carries the deletion RV");
+}
+
+#[tokio::test]
+async fn rv_unset_gets_state_then_changes() {
+    let h = fixture().await;
+    let mut w = watch(&h, &format!("{PODS}?watch=1")).await;
+    assert_eq!(w.status, StatusCode::OK);
+    for n in ["a", "b", "c"] {
+        assert_eq!(w.next_typed().await, t("ADDED", n));
+    }
+    w.expect_quiet(200).await;
+    assert_live_changes(&h, &mut w).await;
+}
+
+#[tokio::test]
+async fn rv_0_gets_state_then_changes() {
+    let h = fixture().await;
+    let mut w = watch(&h, &format!("{PODS}?watch=1&resourceVersion=0")).await;
+    let e = w.next().await;
+    assert_eq!(e["type"], "ADDED");
+    assert_eq!(
+        rv_of(&e["object"]),
+        4,
+        "initial ADDED carries the object's own RV"
+    );
+    assert_eq!(w.next_typed().await, t("ADDED", "b"));
+    assert_eq!(w.next_typed().await, t("ADDED", "c"));
+    assert_live_changes(&h, &mut w).await;
+}
+
+#[tokio::test]
+async fn rv_n_starts_after_n_without_initial_state() {
+    let h = fixture().await;
+    let mut w = watch(&h, &format!("{PODS}?watch=1&resourceVersion=3")).await;
+    let e = w.next().await;
+    assert_eq!(
+        (e["type"].as_str(), rv_of(&e["object"])),
+        (Some("MODIFIED"), 4)
+    );
+    let e = w.next().await;
+    assert_eq!(
+        (e["type"].as_str(), rv_of(&e["object"])),
+        (Some("ADDED"), 5)
+    );
+    w.expect_quiet(200).await;
+    assert_live_changes(&h, &mut w).await;
+}
+
+#[tokio::test]
+async fn rv_current_sends_only_new_changes() {
+    let h = fixture().await;
+    let mut w = watch(&h, &format!("{PODS}?watch=1&resourceVersion=5")).await;
+    w.expect_quiet(200).await;
+    assert_live_changes(&h, &mut w).await;
+}
+
+#[tokio::test]
+async fn compacted_rv_is_200_then_one_410_error_event() {
+    let h = fixture().await;
+    h.store().compact(4);
+    let mut w = watch(&h, &format!("{PODS}?watch=1&resourceVersion=2")).await;
+    assert_eq!(w.status, StatusCode::OK);
+    let e = w.next().await;
+    assert_eq!(
+        e,
+        json!({"type": "ERROR", "object": {"kind": "Status", "apiVersion": "v1", "metadata": {},
+               "status": "Failure", "message": "too old resource version: 2 (4)",
+               "reason": "Expired", "code": 410}})
+    );
+    w.expect_end(5).await;
+    // The compaction point itself is still watchable.
+    let mut w = watch(&h, &format!("{PODS}?watch=1&resourceVersion=4")).await;
+    assert_eq!(w.next_typed().await, t("ADDED", "c"));
+}
+
+#[tokio::test]
+async fn watcher_behind_the_history_window_gets_410() {
+    // History of 3 events: a watcher starting at RV 2 while 5 more writes land is behind.
+    let h = fixture_with(|c| c.store.history_events = 3).await;
+    let mut w = watch(&h, &format!("{PODS}?watch=1&resourceVersion=1")).await;
+    let e = w.next().await;
+    assert_eq!(e["type"], "ERROR");
+    assert_eq!(e["object"]["code"], 410);
+    assert_eq!(e["object"]["message"], "too old resource version: 1 (2)");
+    w.expect_end(5).await;
+}
+
+#[tokio::test]
+async fn bookmarks_are_periodic_when_allowed() {
+    let h = fixture_with(|c| c.bookmark_interval = Duration::from_millis(200)).await;
+    let mut w = watch(
+        &h,
+        &format!("{PODS}?watch=1&resourceVersion=5&allowWatchBookmarks=true"),
+    )
+    .await;
+    let e = w.next_within(3).await.unwrap();
+    assert_eq!(
+        e,
+        json!({"type": "BOOKMARK", "object": {"kind": "Pod", "apiVersion": "v1",
+               "metadata": {"resourceVersion": "5"}}})
+    );
+    // A write moves the next bookmark's RV, even for another namespace's object.
+    put_pod(&h, "other", "x", json!({}), "Running");
+    let e = w.next_within(3).await.unwrap();
+    assert_eq!(e["type"], "BOOKMARK");
+    assert_eq!(e["object"]["metadata"]["resourceVersion"], "6");
+    // Without allowWatchBookmarks: none.
+    let mut w = watch(&h, &format!("{PODS}?watch=1&resourceVersion=6")).await;
+    w.expect_quiet(700).await;
+}
+
+#[tokio::test]
+async fn send_initial_events_ends_with_annotated_bookmark() {
+    let h = fixture().await;
+    let mut w = watch(
+        &h,
+        &format!("{PODS}?watch=1&sendInitialEvents=true&allowWatchBookmarks=true&resourceVersion=&resourceVersionMatch=NotOlderThan"),
+    )
+    .await;
+    assert_eq!(w.status, StatusCode::OK);
+    for n in ["a", "b", "c"] {
+        assert_eq!(w.next_typed().await, t("ADDED", n));
+    }
+    assert_eq!(
+        w.next().await,
+        json!({"type": "BOOKMARK", "object": {"kind": "Pod", "apiVersion": "v1",
+               "metadata": {"resourceVersion": "5",
+                            "annotations": {"k8s.io/initial-events-end": "true"}}}})
+    );
+    assert_live_changes(&h, &mut w).await;
+}
+
+#[tokio::test]
+async fn send_initial_events_with_rv_n_waits_for_n() {
+    let h = fixture_with(|c| c.too_large_rv_wait = Duration::from_millis(300)).await;
+    let q =
+        "watch=1&sendInitialEvents=true&allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan";
+    let mut w = watch(&h, &format!("{PODS}?{q}&resourceVersion=3")).await;
+    for n in ["a", "b", "c"] {
+        assert_eq!(w.next_typed().await, t("ADDED", n));
+    }
+    let e = w.next().await;
+    assert_eq!(e["object"]["metadata"]["resourceVersion"], "5");
+    // An RV that never comes: the 504 arrives as an ERROR event.
+    let mut w = watch(&h, &format!("{PODS}?{q}&resourceVersion=99")).await;
+    assert_eq!(w.status, StatusCode::OK);
+    let e = w.next().await;
+    assert_eq!(e["type"], "ERROR");
+    assert_eq!(e["object"]["code"], 504);
+    assert_eq!(
+        e["object"]["message"],
+        "Timeout: Too large resource version: 99, current: 5"
+    );
+}
+
+#[tokio::test]
+async fn watch_rv_unset_defaults_to_watch_list_but_legacy_path_does_not() {
+    let h = fixture().await;
+    // kube-apiserver 1.32+ SetListOptionsDefaults: watch=1 with RV unset/0 is a watch-list.
+    let mut w = watch(&h, &format!("{PODS}?watch=1&allowWatchBookmarks=true")).await;
+    for n in ["a", "b", "c"] {
+        assert_eq!(w.next_typed().await, t("ADDED", n));
+    }
+    let e = w.next().await;
+    assert_eq!(e["type"], "BOOKMARK");
+    assert_eq!(
+        e["object"]["metadata"]["annotations"]["k8s.io/initial-events-end"],
+        "true"
+    );
+    // The legacy /watch/ path does not set opts.Watch, so it is not defaulted.
+    let mut w = watch(
+        &h,
+        "/api/v1/watch/namespaces/ns1/pods?allowWatchBookmarks=true",
+    )
+    .await;
+    for n in ["a", "b", "c"] {
+        assert_eq!(w.next_typed().await, t("ADDED", n));
+    }
+    w.expect_quiet(300).await;
+    assert_live_changes(&h, &mut w).await;
+}
+
+#[tokio::test]
+async fn send_initial_events_validation() {
+    let h = fixture().await;
+    for (q, msg) in [
+        ("watch=1&sendInitialEvents=true",
+         "ListOptions.meta.k8s.io \"\" is invalid: resourceVersionMatch: Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan"),
+        ("watch=1&resourceVersion=5&resourceVersionMatch=NotOlderThan",
+         "ListOptions.meta.k8s.io \"\" is invalid: resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided"),
+        ("watch=1&sendInitialEvents=true&resourceVersionMatch=Exact&resourceVersion=5",
+         "ListOptions.meta.k8s.io \"\" is invalid: [resourceVersionMatch: Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan, resourceVersionMatch: Unsupported value: \"Exact\": supported values: \"NotOlderThan\"]"),
+        ("sendInitialEvents=true",
+         "ListOptions.meta.k8s.io \"\" is invalid: sendInitialEvents: Forbidden: sendInitialEvents is forbidden for list"),
+    ] {
+        let (code, v) = get(&h, &format!("{PODS}?{q}")).await;
+        assert_eq!(code.as_u16(), 422, "{q}: {v}");
+        assert_eq!(v["reason"], "Invalid");
+        assert_eq!(v["message"], msg, "{q}");
+    }
+}
+
+#[tokio::test]
+async fn timeout_seconds_ends_the_stream_cleanly() {
+    let h = fixture().await;
+    let started = std::time::Instant::now();
+    let mut w = watch(
+        &h,
+        &format!("{PODS}?watch=1&resourceVersion=5&timeoutSeconds=1"),
+    )
+    .await;
+    w.expect_end(5).await;
+    let took = started.elapsed();
+    assert!(took >= Duration::from_millis(900), "{took:?}");
+}
+
+#[tokio::test]
+async fn label_selector_transitions() {
+    let h = fixture().await;
+    let mut w = watch(
+        &h,
+        &format!("{PODS}?watch=1&resourceVersion=5&labelSelector=app%3Dweb"),
+    )
+    .await;
+    // b starts matching → ADDED.
+    put_pod(&h, "ns1", "b", json!({"app": "web"}), "Running");
+    assert_eq!(w.next_typed().await, t("ADDED", "b"));
+    // a stops matching → DELETED carrying the new state.
+    put_pod(&h, "ns1", "a", json!({"app": "db"}), "Running");
+    let e = w.next().await;
+    assert_eq!(e["type"], "DELETED");
+    assert_eq!(e["object"]["metadata"]["name"], "a");
+    assert_eq!(e["object"]["metadata"]["labels"]["app"], "db");
+    // Changes of non-matching objects are invisible; matching before and after → MODIFIED.
+    put_pod(&h, "ns1", "a", json!({"app": "db", "x": "1"}), "Running");
+    put_pod(&h, "ns1", "c", json!({"app": "web", "x": "1"}), "Running");
+    assert_eq!(w.next_typed().await, t("MODIFIED", "c"));
+    delete_pod(&h, "ns1", "a");
+    delete_pod(&h, "ns1", "c");
+    assert_eq!(w.next_typed().await, t("DELETED", "c"));
+    w.expect_quiet(200).await;
+}
+
+#[tokio::test]
+async fn field_selector_transitions_and_initial_state() {
+    let h = fixture().await;
+    let mut w = watch(
+        &h,
+        &format!("{PODS}?watch=1&fieldSelector=status.phase%3DPending"),
+    )
+    .await;
+    // Initial state: nobody is Pending.
+    put_pod(&h, "ns1", "b", json!({"app": "db"}), "Pending");
+    assert_eq!(w.next_typed().await, t("ADDED", "b"));
+    put_pod(&h, "ns1", "b", json!({"app": "db"}), "Running");
+    let e = w.next().await;
+    assert_eq!(e["type"], "DELETED");
+    assert_eq!(e["object"]["status"]["phase"], "Running");
+}
+
+#[tokio::test]
+async fn single_object_watches() {
+    let h = fixture().await;
+    let mut legacy = watch(&h, "/api/v1/watch/namespaces/ns1/pods/a?resourceVersion=3").await;
+    let mut by_field = watch(
+        &h,
+        &format!("{PODS}?watch=1&resourceVersion=3&fieldSelector=metadata.name%3Da"),
+    )
+    .await;
+    for w in [&mut legacy, &mut by_field] {
+        let e = w.next().await;
+        assert_eq!(
+            (e["type"].as_str(), rv_of(&e["object"])),
+            (Some("MODIFIED"), 4)
+        );
+    }
+    put_pod(&h, "ns1", "b", json!({}), "Running");
+    put_pod(&h, "ns1", "a", json!({"n": "2"}), "Running");
+    for w in [&mut legacy, &mut by_field] {
+        assert_eq!(w.next_typed().await, t("MODIFIED", "a"));
+    }
+    let (code, v) = get(
+        &h,
+        "/api/v1/watch/namespaces/ns1/pods/a?fieldSelector=metadata.name%3Db",
+    )
+    .await;
+    assert_eq!(code.as_u16(), 400);
+    assert_eq!(
+        v["message"],
+        "fieldSelector metadata.name doesn't match requested name"
+    );
+}
+
+#[tokio::test]
+async fn namespace_scope_and_all_namespaces() {
+    let h = fixture().await;
+    let mut all = watch(&h, "/api/v1/pods?watch=1&resourceVersion=5").await;
+    let mut ns2 = watch(&h, "/api/v1/namespaces/ns2/pods?watch=1&resourceVersion=5").await;
+    put_pod(&h, "ns1", "x", json!({}), "Running");
+    put_pod(&h, "ns2", "y", json!({}), "Running");
+    assert_eq!(all.next_typed().await, t("ADDED", "x"));
+    assert_eq!(all.next_typed().await, t("ADDED", "y"));
+    assert_eq!(ns2.next_typed().await, t("ADDED", "y"));
+    ns2.expect_quiet(200).await;
+}
+
+#[tokio::test]
+async fn faults_force_410_and_drop_streams() {
+    let h = fixture().await;
+    h.faults().force_410_next_watch(1);
+    let mut w = watch(&h, &format!("{PODS}?watch=1&resourceVersion=5")).await;
+    let e = w.next().await;
+    assert_eq!(e["type"], "ERROR");
+    assert_eq!(e["object"]["code"], 410);
+    w.expect_end(5).await;
+    // Only the next one.
+    let mut w = watch(&h, &format!("{PODS}?watch=1&resourceVersion=5")).await;
+    w.expect_quiet(200).await;
+    h.faults().drop_watches_now();
+    w.expect_end(5).await;
+    // Periodic drops.
+    h.faults()
+        .set_drop_watch_after(Some(Duration::from_millis(300)));
+    let mut w = watch(&h, &format!("{PODS}?watch=1&resourceVersion=5")).await;
+    w.expect_end(5).await;
+}
+
+#[tokio::test]
+async fn stats_count_watches() {
+    let h = fixture().await;
+    let _w1 = watch(&h, &format!("{PODS}?watch=1&resourceVersion=5")).await;
+    let _w2 = watch(&h, "/api/v1/watch/pods?resourceVersion=5").await;
+    assert_eq!(h.stats().watches("pods"), 2);
+    assert_eq!(h.stats().lists("pods"), 0);
+}
+
+#[tokio::test]
+async fn many_writes_arrive_in_order_without_loss() {
+    let h = fixture().await;
+    let mut w = watch(&h, &format!("{PODS}?watch=1&resourceVersion=5")).await;
+    let mut want = Vec::new();
+    for i in 0..600 {
+        want.push(put_pod(
+            &h,
+            "ns1",
+            &format!("p{}", i % 50),
+            json!({"i": i.to_string()}),
+            "Running",
+        ));
+    }
+    for rv in want {
+        let e = w.next().await;
+        assert_eq!(rv_of(&e["object"]), rv);
+    }
+}
