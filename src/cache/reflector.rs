@@ -205,12 +205,15 @@ impl Reflector {
         let mut snapshot = Snapshot::default();
         let mut cont: Option<String> = None;
         loop {
-            let mut q = form_urlencoded::Serializer::new(String::new());
-            q.append_pair("limit", &PAGE_SIZE.to_string());
-            if let Some(c) = &cont {
-                q.append_pair("continue", c);
-            }
-            let (status, bytes) = self.get(format!("{base}?{}", q.finish())).await?;
+            let query = {
+                let mut q = form_urlencoded::Serializer::new(String::new());
+                q.append_pair("limit", &PAGE_SIZE.to_string());
+                if let Some(c) = &cont {
+                    q.append_pair("continue", c);
+                }
+                q.finish()
+            };
+            let (status, bytes) = self.get(format!("{base}?{query}")).await?;
             if !status.is_success() {
                 return Err(format!(
                     "list returned {status}: {}",
