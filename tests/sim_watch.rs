@@ -400,3 +400,63 @@ async fn many_writes_arrive_in_order_without_loss() {
         assert_eq!(rv_of(&e["object"]), rv);
     }
 }
+
+#[tokio::test]
+async fn fault_http_endpoints_and_latency() {
+    let h = fixture().await;
+    let resp = send(&h, http::Method::POST, "/debug/sim/faults/watch-410").await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    let mut w = watch(&h, &format!("{PODS}?watch=1&resourceVersion=5")).await;
+    assert_eq!(w.next().await["object"]["code"], 410);
+    let resp = send(&h, http::Method::POST, "/debug/sim/faults/compact").await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    put_pod(&h, "ns1", "z", json!({}), "Running");
+    let mut w = watch(&h, &format!("{PODS}?watch=1&resourceVersion=4")).await;
+    let e = w.next().await;
+    assert_eq!(e["object"]["message"], "too old resource version: 4 (5)");
+    h.faults().set_latency(Duration::from_millis(300));
+    let started = std::time::Instant::now();
+    let (code, _) = get(&h, PODS).await;
+    assert_eq!(code, StatusCode::OK);
+    assert!(started.elapsed() >= Duration::from_millis(300));
+    let (_, v) = get(&h, "/debug/sim/faults").await;
+    assert_eq!(v["latencyMs"], 300);
+}
+
+#[tokio::test]
+async fn watch_over_h2c() {
+    let h = fixture().await;
+    let c: hyper_util::client::legacy::Client<_, http_body_util::Empty<bytes::Bytes>> =
+        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+            .http2_only(true)
+            .build_http();
+    let req = http::Request::get(format!("{}{PODS}?watch=1&resourceVersion=4", h.url()))
+        .body(http_body_util::Empty::new())
+        .unwrap();
+    let resp = c.request(req).await.unwrap();
+    assert_eq!(resp.version(), http::Version::HTTP_2);
+    let mut body = resp.into_body();
+    let frame = tokio::time::timeout(
+        Duration::from_secs(5),
+        http_body_util::BodyExt::frame(&mut body),
+    )
+    .await
+    .unwrap()
+    .unwrap()
+    .unwrap();
+    let line = frame.into_data().unwrap();
+    let e: serde_json::Value = serde_json::from_slice(&line).unwrap();
+    assert_eq!(e["type"], "ADDED");
+    assert_eq!(e["object"]["metadata"]["name"], "c");
+}
+
+#[tokio::test]
+async fn shutdown_ends_watch_streams() {
+    let h = fixture().await;
+    let mut w = watch(&h, &format!("{PODS}?watch=1&resourceVersion=5")).await;
+    w.expect_quiet(100).await;
+    tokio::time::timeout(Duration::from_secs(10), h.shutdown())
+        .await
+        .expect("shutdown within 10s");
+    w.expect_end(5).await;
+}
