@@ -460,3 +460,61 @@ async fn shutdown_ends_watch_streams() {
         .expect("shutdown within 10s");
     w.expect_end(5).await;
 }
+
+#[tokio::test]
+async fn stalled_watcher_that_falls_behind_compaction_gets_410() {
+    // A watcher whose client stops reading blocks on its (bounded) socket; meanwhile
+    // history moves past its cursor. When the client reads again it sees a gap-free
+    // prefix of events, then the 410 ERROR, then the end — never a silent gap.
+    let h = fixture_with(|c| c.store.history_events = 20).await;
+    let mut w = watch(&h, &format!("{PODS}?watch=1&resourceVersion=5")).await;
+    w.expect_quiet(100).await;
+    let big = "x".repeat(16 * 1024);
+    let mut last = 0;
+    for i in 0..1500 {
+        let obj = json!({"kind": "Pod", "apiVersion": "v1",
+            "metadata": {"name": format!("p{}", i % 10), "namespace": "ns1"},
+            "spec": {"blob": big, "i": i}});
+        let out = h
+            .store()
+            .mutate(pods(), "ns1", &format!("p{}", i % 10), |_| {
+                Ok(watchgate::sim::Mutation::Put(obj))
+            })
+            .unwrap()
+            .unwrap();
+        last = rv_of(&out);
+    }
+    let mut expect_rv = 6;
+    loop {
+        let e = w
+            .next_within(20)
+            .await
+            .expect("stream ends only after the ERROR");
+        if e["type"] == "ERROR" {
+            assert_eq!(e["object"]["code"], 410);
+            let msg = e["object"]["message"].as_str().unwrap().to_string();
+            // "too old resource version: N (M)": N is the last RV delivered, M the
+            // compaction point when the watcher noticed (at most the final one).
+            let prefix = format!("too old resource version: {} (", expect_rv - 1);
+            let m: u64 = msg
+                .strip_prefix(&prefix)
+                .and_then(|r| r.strip_suffix(')'))
+                .unwrap_or_else(|| panic!("unexpected message {msg}"))
+                .parse()
+                .unwrap();
+            assert!(m > expect_rv - 1 && m <= h.store().compacted_rv(), "{msg}");
+            break;
+        }
+        assert_eq!(
+            rv_of(&e["object"]),
+            expect_rv,
+            "events are gap-free and in order"
+        );
+        expect_rv += 1;
+    }
+    assert!(
+        expect_rv < last,
+        "the watcher fell behind (got up to {expect_rv} of {last})"
+    );
+    w.expect_end(5).await;
+}
