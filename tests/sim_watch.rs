@@ -3,6 +3,9 @@
 //! sendInitialEvents with the initial-events-end bookmark, timeoutSeconds, label and
 //! field selectors with objects moving in and out, legacy /watch/ paths, faults.
 
+// The store's closures return `Result<_, Status>` by design.
+#![allow(clippy::result_large_err)]
+
 mod sim_common;
 
 use std::time::Duration;
