@@ -377,7 +377,8 @@ const INCONSISTENT: &str = "The provided continue parameter is too old to displa
 
 #[tokio::test]
 async fn expired_continue_token_is_410() {
-    let h = sim_with(|c| c.store.continue_ttl = Duration::from_millis(200)).await;
+    // 1 s leaves room for a loaded machine between the first two requests.
+    let h = sim_with(|c| c.store.continue_ttl = Duration::from_secs(1)).await;
     for n in ["a", "b", "c"] {
         put_pod(&h, "ns1", n, json!({}), "Running");
     }
@@ -385,7 +386,7 @@ async fn expired_continue_token_is_410() {
     // Still valid right away.
     let v = ok(&h, &format!("limit=1&continue={cont}")).await;
     assert_eq!(names(&v), ["b"]);
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    tokio::time::sleep(Duration::from_millis(1200)).await;
     let (code, v) = get(&h, &format!("{PODS}?limit=1&continue={cont}")).await;
     assert_eq!(code, StatusCode::GONE, "{v}");
     assert_eq!(v["reason"], "Expired");
