@@ -102,7 +102,8 @@ struct Watcher {
     rt: &'static ResourceType,
     ns: Option<String>,
     opts: ListOptions,
-    table: bool,
+    /// Some when the client asked for Table output (sim-api's table.rs renders it).
+    table: Option<()>,
     tx: mpsc::Sender<Bytes>,
 }
 
@@ -119,7 +120,7 @@ impl Watcher {
     }
 
     async fn send(&self, kind: &str, obj: &Value) -> bool {
-        let line = if self.table && (kind != "BOOKMARK" && kind != "ERROR") {
+        let line = if self.table.is_some() && (kind != "BOOKMARK" && kind != "ERROR") {
             event_line(kind, &table::render_row_object(self.rt, obj))
         } else {
             event_line(kind, obj)
@@ -129,7 +130,7 @@ impl Watcher {
 
     /// A history event: plain JSON reuses the event's shared encoding.
     async fn send_event(&self, kind: &str, ev: &crate::sim::store::Event) -> bool {
-        if self.table {
+        if self.table.is_some() {
             return self.send(kind, &ev.object).await;
         }
         let line = event_line_raw(kind, ev.object_json());
@@ -359,7 +360,7 @@ pub async fn handle(
         rt,
         ns: rp.namespace.clone(),
         opts,
-        table: wants_table(headers),
+        table: wants_table(headers).then_some(()),
         tx,
     };
     tokio::spawn(w.run(start, timeout));
