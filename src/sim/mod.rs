@@ -172,7 +172,8 @@ impl Sim {
     }
 }
 
-/// A running simulator.
+/// A running simulator. Dropping the handle stops it too (the shutdown channel closes),
+/// which ends its watch streams; `shutdown()` additionally waits for connections to close.
 pub struct SimHandle {
     sim: Arc<Sim>,
     addr: SocketAddr,
