@@ -17,6 +17,7 @@ pub mod logs;
 pub mod objects;
 pub mod openapi;
 pub mod patch;
+pub mod protobuf;
 pub mod resources;
 pub mod seed;
 pub mod stats;
