@@ -87,9 +87,11 @@ const PODS: &str = "/api/v1/namespaces/default/pods";
 const CMS: &str = "/api/v1/namespaces/default/configmaps";
 const DEPLOYS: &str = "/apis/apps/v1/namespaces/default/deployments";
 
+/// A pod already bound to a node, so the simulated scheduler/kubelet leave it alone and
+/// event sequences stay deterministic (see `unbound_pods_are_scheduled_and_started`).
 fn pod(name: &str) -> Value {
     json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": {"app": "web"}},
-           "spec": {"containers": [{"name": "c", "image": "nginx:1.27"}]}})
+           "spec": {"nodeName": "node-a", "containers": [{"name": "c", "image": "nginx:1.27"}]}})
 }
 
 fn deploy(name: &str, replicas: i64) -> Value {
@@ -796,4 +798,35 @@ async fn malformed_bodies_get_apiserver_statuses() {
         assert_eq!(s["kind"], "Status");
         assert_eq!(s["message"], msg, "{method} {path} {ct} {body}");
     }
+}
+
+#[tokio::test]
+async fn unbound_pods_are_scheduled_and_started() {
+    let api = Api::new().await;
+    let start = api.store().current_rv();
+    let mut p = pod("run");
+    p["spec"].as_object_mut().unwrap().remove("nodeName");
+    let (code, created) = api.post(PODS, p).await;
+    assert_eq!(code, 201);
+    assert_eq!(created["status"]["phase"], "Pending");
+    // Bounded wait for the two follow-up writes (binding, kubelet status).
+    let mut evs = Vec::new();
+    for _ in 0..200 {
+        evs = api.events("", "pods", start);
+        if evs.len() >= 3 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    let kinds: Vec<EventType> = evs.iter().map(|e| e.0).collect();
+    assert_eq!(
+        kinds,
+        vec![EventType::Added, EventType::Modified, EventType::Modified],
+        "pod was not scheduled and started within 2s"
+    );
+    let (_, got) = api.get(&format!("{PODS}/run")).await;
+    assert_eq!(got["spec"]["nodeName"], "sim-node-0");
+    assert_eq!(got["status"]["phase"], "Running");
+    assert_eq!(got["status"]["containerStatuses"][0]["ready"], true);
+    assert_eq!(got["metadata"]["generation"], 1);
 }

@@ -12,6 +12,7 @@ pub mod discovery;
 pub mod exec;
 pub mod faults;
 pub mod gojson;
+pub mod lifecycle;
 pub mod list;
 pub mod logs;
 pub mod objects;

@@ -754,6 +754,21 @@ impl Write<'_> {
             }
         })?;
         let stored = stored.ok_or_else(|| Status::internal("object vanished after create"))?;
+        if self.rt.group.is_empty()
+            && self.rt.resource == "pods"
+            && stored
+                .pointer("/spec/nodeName")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .is_empty()
+        {
+            crate::sim::lifecycle::spawn_pod_start(
+                self.sim.clone(),
+                self.ns.clone(),
+                name.to_string(),
+                meta_str(&stored, "uid").to_string(),
+            );
+        }
         Ok(respond(code, &stored))
     }
 
