@@ -244,3 +244,69 @@ pub fn spawn_churn(sim: Arc<Sim>) {
         tracing::info!(?stats, "churn stopped");
     });
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sim::seed::seed_store;
+
+    #[tokio::test(start_paused = true)]
+    async fn churn_writes_at_the_rate_and_stops_on_shutdown() {
+        let store = Store::new(Default::default());
+        let spec = SeedSpec::per_type(20, 4096);
+        seed_store(&store, &spec);
+        let rv0 = store.current_rv();
+        let (tx, rx) = watch::channel(false);
+        let task = tokio::spawn(run(store.clone(), spec, 100.0, rx));
+        // Paused time: sleeping advances the clock deterministically.
+        tokio::time::sleep(Duration::from_millis(2_000)).await;
+        tx.send(true).unwrap();
+        let stats = tokio::time::timeout(Duration::from_secs(5), task)
+            .await
+            .expect("churn stops on shutdown")
+            .unwrap();
+        let writes = stats.updates + stats.creates + stats.deletes;
+        assert!((190..=210).contains(&writes), "{stats:?}");
+        assert_eq!(store.current_rv() - rv0, writes);
+        assert!(stats.updates > stats.creates, "{stats:?}");
+        let (_, pods) = store.list(rt("pods"), None);
+        let churned = pods
+            .iter()
+            .filter(|p| {
+                p["metadata"]["name"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with("churn-")
+            })
+            .count() as u64;
+        assert_eq!(churned, stats.creates - stats.deletes);
+        assert!(churned <= MAX_CHURN_PODS as u64);
+    }
+
+    #[test]
+    fn steps_update_create_and_delete() {
+        let store = Store::new(Default::default());
+        let spec = SeedSpec::per_type(3, 4096);
+        seed_store(&store, &spec);
+        let mut c = Churner::new(spec);
+        c.step(&store, 0, 1); // update pod-1
+        let p = store.get(rt("pods"), "ns-1", "pod-1").unwrap();
+        assert_eq!(p["metadata"]["annotations"]["sim.watchgate.dev/churn"], "1");
+        c.step(&store, 70, 2); // update configmap-2
+        let cm = store.get(rt("configmaps"), "ns-2", "configmap-2").unwrap();
+        assert!(cm["data"]["churn"].is_string());
+        c.step(&store, 85, 0); // create churn-0
+        assert!(store.get(rt("pods"), "ns-0", "churn-0").is_some());
+        c.step(&store, 95, 0); // delete it again
+        assert!(store.get(rt("pods"), "ns-0", "churn-0").is_none());
+        assert_eq!(
+            c.stats,
+            ChurnStats {
+                updates: 2,
+                creates: 1,
+                deletes: 1,
+                skipped: 0
+            }
+        );
+    }
+}
