@@ -64,7 +64,7 @@ fn readme_flag_tables_match_help() {
         let have = flags_in_readme(&readme, command);
         assert_eq!(
             have, want,
-            "README.md's table for `watchgate {command}` differs from its --help:\n{help}"
+            "README.md's table for `watchgate {command}` differs from its --help (fix: `cargo build && scripts/flags-table --write`):\n{help}"
         );
     }
 }
