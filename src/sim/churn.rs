@@ -272,7 +272,12 @@ mod tests {
         let (_, pods) = store.list(rt("pods"), None);
         let churned = pods
             .iter()
-            .filter(|p| p["metadata"]["name"].as_str().unwrap().starts_with("churn-"))
+            .filter(|p| {
+                p["metadata"]["name"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with("churn-")
+            })
             .count() as u64;
         assert_eq!(churned, stats.creates - stats.deletes);
         assert!(churned <= MAX_CHURN_PODS as u64);
@@ -296,7 +301,12 @@ mod tests {
         assert!(store.get(rt("pods"), "ns-0", "churn-0").is_none());
         assert_eq!(
             c.stats,
-            ChurnStats { updates: 2, creates: 1, deletes: 1, skipped: 0 }
+            ChurnStats {
+                updates: 2,
+                creates: 1,
+                deletes: 1,
+                skipped: 0
+            }
         );
     }
 }

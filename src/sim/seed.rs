@@ -623,7 +623,9 @@ mod tests {
         for p in &pods {
             let len = serde_json::to_vec(p.as_ref()).unwrap().len();
             assert!((4000..=4200).contains(&len), "{len}");
-            let i: usize = p["metadata"]["name"].as_str().unwrap()[4..].parse().unwrap();
+            let i: usize = p["metadata"]["name"].as_str().unwrap()[4..]
+                .parse()
+                .unwrap();
             assert_eq!(p["metadata"]["namespace"], format!("ns-{}", i % 10));
             assert_eq!(p["spec"]["nodeName"], format!("node-{}", i % 25));
             let phase = if i % 10 == 9 { "Pending" } else { "Running" };
@@ -636,7 +638,9 @@ mod tests {
         // --seed 0 leaves the store empty.
         let empty = Store::new(Default::default());
         seed_store(&empty, &SeedSpec::per_type(0, 4096));
-        assert!(resources::RESOURCES.iter().all(|r| empty.list(r, None).1.is_empty()));
+        assert!(resources::RESOURCES
+            .iter()
+            .all(|r| empty.list(r, None).1.is_empty()));
     }
 
     #[test]
