@@ -12,6 +12,10 @@
 //! Status for bad input. Handlers call it only after they have resolved the resource, which
 //! is the order in which kube-apiserver reports errors (unknown resource 404 first).
 
+// `Status` is the error currency of every handler (one per failed request), so its size
+// does not matter on these paths.
+#![allow(clippy::result_large_err)]
+
 use http::Method;
 
 use crate::selector::{FieldSelector, LabelSelector};
@@ -158,12 +162,10 @@ pub fn parse_path(path: &str) -> ApiPath {
         rp.legacy_watch = true;
         rest = &rest[1..];
     }
-    if rest.first().map(String::as_str) == Some("namespaces") {
-        if rest.len() > 1 {
-            rp.namespace = Some(rest[1].clone());
-            if rest.len() > 2 && !NAMESPACE_SUBRESOURCES.contains(&rest[2].as_str()) {
-                rest = &rest[2..];
-            }
+    if rest.first().map(String::as_str) == Some("namespaces") && rest.len() > 1 {
+        rp.namespace = Some(rest[1].clone());
+        if rest.len() > 2 && !NAMESPACE_SUBRESOURCES.contains(&rest[2].as_str()) {
+            rest = &rest[2..];
         }
     }
     if let Some(r) = rest.first() {
@@ -279,7 +281,7 @@ impl ApiRequest {
 
     /// `dryRun=All` present (the only value the apiserver accepts).
     pub fn dry_run(&self) -> bool {
-        self.query_all("dryRun").iter().any(|v| *v == "All")
+        self.query_all("dryRun").contains(&"All")
     }
 
     pub fn field_manager(&self) -> Option<&str> {

@@ -315,7 +315,7 @@ pub fn wants_table(headers: &http::HeaderMap) -> bool {
         .any(|mt| {
             let params: Vec<&str> = mt.split(';').map(str::trim).collect();
             params.contains(&"as=Table")
-                && params.iter().any(|p| *p == "g=meta.k8s.io")
+                && params.contains(&"g=meta.k8s.io")
                 && params.iter().any(|p| p.starts_with("v=v1"))
         })
 }
