@@ -131,3 +131,55 @@ async fn lists_and_errors_match_the_simulator_byte_for_byte() {
         assert_eq!(through, direct, "{path}");
     }
 }
+
+#[tokio::test]
+#[allow(clippy::result_large_err)]
+async fn kube_rs_lists_and_watches_through_the_gateway() {
+    use futures_util::{StreamExt, TryStreamExt};
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::{Api, ListParams, WatchEvent, WatchParams};
+
+    let sim = watchgate::sim::start(watchgate::sim::SimConfig::default())
+        .await
+        .unwrap();
+    let gw = gateway(&sim.url()).await;
+    let config = kube::Config::new(gw.url().parse().unwrap());
+    let client = kube::Client::try_from(config).unwrap();
+    let api: Api<ConfigMap> = Api::namespaced(client, "default");
+
+    let list = api.list(&ListParams::default()).await.unwrap();
+    let rv = list.metadata.resource_version.clone().unwrap();
+    let mut stream = api
+        .watch(&WatchParams::default(), &rv)
+        .await
+        .unwrap()
+        .boxed();
+
+    let rt = watchgate::sim::resources::find("", "v1", "configmaps").unwrap();
+    let obj = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "from-kube-rs", "namespace": "default"}, "data": {"k": "v"}});
+    sim.store()
+        .mutate(rt, "default", "from-kube-rs", |_| Ok(Mutation::Put(obj)))
+        .unwrap();
+    let event = tokio::time::timeout(Duration::from_secs(5), stream.try_next())
+        .await
+        .expect("event within 5s")
+        .unwrap()
+        .expect("stream open");
+    match event {
+        WatchEvent::Added(cm) => {
+            assert_eq!(cm.metadata.name.as_deref(), Some("from-kube-rs"));
+            assert_eq!(cm.data.unwrap()["k"], "v");
+        }
+        other => panic!("expected ADDED, got {other:?}"),
+    }
+    let names: Vec<String> = api
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|c| c.metadata.name)
+        .collect();
+    assert!(names.contains(&"from-kube-rs".to_string()), "{names:?}");
+}
