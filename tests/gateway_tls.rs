@@ -34,7 +34,11 @@ struct Seen {
 }
 
 /// An HTTPS upstream offering h2 and http/1.1; records each request, echoes on upgrade.
-async fn tls_stub() -> (std::net::SocketAddr, Arc<Mutex<Vec<Seen>>>) {
+async fn tls_stub() -> (
+    std::net::SocketAddr,
+    Arc<Mutex<Vec<Seen>>>,
+    Arc<std::sync::atomic::AtomicUsize>,
+) {
     let certs = vec![CertificateDer::from_pem_slice(CERT.as_bytes()).unwrap()];
     let key = PrivateKeyDer::from_pem_slice(KEY.as_bytes()).unwrap();
     let provider = Arc::new(rustls::crypto::ring::default_provider());
@@ -50,8 +54,11 @@ async fn tls_stub() -> (std::net::SocketAddr, Arc<Mutex<Vec<Seen>>>) {
     let addr = listener.local_addr().unwrap();
     let seen = Arc::new(Mutex::new(Vec::new()));
     let log = seen.clone();
+    let connections = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let accepted = connections.clone();
     tokio::spawn(async move {
         while let Ok((tcp, _)) = listener.accept().await {
+            accepted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             let acceptor = acceptor.clone();
             let log = log.clone();
             tokio::spawn(async move {
@@ -98,12 +105,12 @@ async fn tls_stub() -> (std::net::SocketAddr, Arc<Mutex<Vec<Seen>>>) {
             });
         }
     });
-    (addr, seen)
+    (addr, seen, connections)
 }
 
 #[tokio::test]
 async fn kubeconfig_ca_and_token_reach_a_tls_upstream_over_http2() {
-    let (addr, seen) = tls_stub().await;
+    let (addr, seen, connections) = tls_stub().await;
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = dir.path().join("config");
     let ca_b64 = base64::engine::general_purpose::STANDARD.encode(CA);
@@ -148,6 +155,11 @@ async fn kubeconfig_ca_and_token_reach_a_tls_upstream_over_http2() {
             assert_eq!(s.user.as_deref(), Some("impersonated-admin"));
         }
     }
+    assert_eq!(
+        connections.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "one pooled h2 connection"
+    );
 
     // An upgrade goes over HTTP/1.1 (upgrades do not exist in HTTP/2), still over TLS.
     let mut conn = TcpStream::connect(gw.addr()).await.unwrap();
@@ -170,7 +182,7 @@ async fn kubeconfig_ca_and_token_reach_a_tls_upstream_over_http2() {
 
 #[tokio::test]
 async fn an_untrusted_upstream_certificate_is_a_503_status() {
-    let (addr, seen) = tls_stub().await;
+    let (addr, seen, _) = tls_stub().await;
     // No CA configured: the platform trust store does not know the test CA.
     let gw = gateway(&format!("https://127.0.0.1:{}", addr.port())).await;
     let (parts, bytes) = get(gw.addr(), "/api/v1/pods").await;
