@@ -44,6 +44,16 @@ pub struct ServeArgs {
     /// How long to wait for a TCP (and TLS) connection to the upstream.
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
     pub upstream_connect_timeout: Duration,
+    /// Resources to cache from start-up, comma-separated (e.g. `pods,nodes,deployments.apps`).
+    /// Other resources start caching on their first cacheable read.
+    #[arg(long, value_delimiter = ',', value_name = "RESOURCES")]
+    pub cache: Vec<String>,
+    /// Resources never to cache, comma-separated (e.g. `secrets`); always forwarded.
+    #[arg(long = "no-cache", value_delimiter = ',', value_name = "RESOURCES")]
+    pub no_cache: Vec<String>,
+    /// Forward every request; serve nothing from the cache.
+    #[arg(long)]
+    pub disable_cache: bool,
 }
 
 /// Everything the gateway needs to run, independent of how it was obtained.
@@ -59,6 +69,8 @@ pub struct GatewayConfig {
     pub shutdown_timeout: Duration,
     /// Deadline for connecting to the upstream; a dead upstream must yield a 503, not a hang.
     pub upstream_connect_timeout: Duration,
+    /// Which resources are cached; `None` forwards everything.
+    pub cache: Option<crate::cache::registry::CachePolicy>,
 }
 
 impl std::fmt::Debug for GatewayConfig {
@@ -92,6 +104,7 @@ impl GatewayConfig {
             upstream,
             shutdown_timeout: Duration::from_secs(30),
             upstream_connect_timeout: Duration::from_secs(5),
+            cache: Some(Default::default()),
         }
     }
 
@@ -104,6 +117,10 @@ impl GatewayConfig {
             upstream,
             shutdown_timeout: args.shutdown_timeout,
             upstream_connect_timeout: args.upstream_connect_timeout,
+            cache: (!args.disable_cache).then(|| crate::cache::registry::CachePolicy {
+                prewarm: args.cache.clone(),
+                exclude: args.no_cache.clone(),
+            }),
         })
     }
 }
@@ -220,6 +237,9 @@ mod tests {
             admin_port: 0,
             shutdown_timeout: Duration::from_secs(1),
             upstream_connect_timeout: Duration::from_secs(1),
+            cache: vec![],
+            no_cache: vec![],
+            disable_cache: false,
         };
         let cfg = GatewayConfig::from_args(&args).await.unwrap();
         assert_eq!(cfg.upstream.cluster_url, "http://127.0.0.1:1234/");
@@ -249,6 +269,9 @@ mod tests {
             admin_port: 0,
             shutdown_timeout: Duration::from_secs(1),
             upstream_connect_timeout: Duration::from_secs(1),
+            cache: vec![],
+            no_cache: vec![],
+            disable_cache: false,
         };
         let cfg = GatewayConfig::from_args(&args).await.unwrap();
         assert_eq!(cfg.upstream.cluster_url, "https://10.0.0.1:6443/");

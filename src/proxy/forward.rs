@@ -3,6 +3,7 @@
 //! in both directions, so a 100 MB list or an endless watch costs a few buffers.
 
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use http::{header, Method, Request, Response, Version};
 use hyper::body::Incoming;
@@ -11,6 +12,8 @@ use super::headers;
 use super::stream::{DrainingBody, TrackedBody};
 use super::upgrade;
 use crate::body::{self, Body};
+use crate::cache::registry::Registry;
+use crate::cache::serve;
 use crate::server::drain::DrainWatch;
 use crate::status::Status;
 use crate::upstream::{Upstream, UpstreamResponse};
@@ -20,11 +23,22 @@ use crate::upstream::{Upstream, UpstreamResponse};
 pub struct Proxy {
     upstream: Upstream,
     drain: DrainWatch,
+    cache: Option<Arc<Registry>>,
 }
 
 impl Proxy {
     pub fn new(upstream: Upstream, drain: DrainWatch) -> Self {
-        Self { upstream, drain }
+        Self {
+            upstream,
+            drain,
+            cache: None,
+        }
+    }
+
+    /// Serve what the cache can answer from it; forward the rest.
+    pub fn with_cache(mut self, cache: Option<Arc<Registry>>) -> Self {
+        self.cache = cache;
+        self
     }
 
     pub fn upstream(&self) -> &Upstream {
@@ -35,6 +49,13 @@ impl Proxy {
     pub async fn forward(&self, req: Request<Incoming>) -> Response<Body> {
         if let Some(status) = reject(&req) {
             return status.into_response();
+        }
+        if let Some(cache) = &self.cache {
+            if let Some(resp) =
+                serve::try_serve(cache, req.method(), req.uri(), req.headers()).await
+            {
+                return resp;
+            }
         }
         if req.version() == Version::HTTP_11 && headers::is_upgrade(req.headers()) {
             return upgrade::forward(&self.upstream, &self.drain, req).await;

@@ -42,7 +42,12 @@ impl Gateway {
         warn_if_exposed(&admin_addr, "admin");
 
         let drain = Drain::new();
-        let proxy = Proxy::new(upstream, drain.watcher());
+        let cache = cfg.cache.clone().map(|policy| {
+            let registry = crate::cache::registry::Registry::new(upstream.clone(), policy);
+            registry.prewarm();
+            registry
+        });
+        let proxy = Proxy::new(upstream, drain.watcher()).with_cache(cache);
         let api_handler: Handler = Arc::new(move |req| {
             let proxy = proxy.clone();
             Box::pin(async move { proxy.forward(req).await })
