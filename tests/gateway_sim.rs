@@ -183,3 +183,125 @@ async fn kube_rs_lists_and_watches_through_the_gateway() {
         .collect();
     assert!(names.contains(&"from-kube-rs".to_string()), "{names:?}");
 }
+
+#[tokio::test]
+async fn websocket_exec_through_the_gateway_to_the_simulator() {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    use tokio_tungstenite::tungstenite::Message;
+
+    let cfg = watchgate::sim::SimConfig {
+        seed_per_type: 1,
+        ..Default::default()
+    };
+    let sim = watchgate::sim::start(cfg).await.unwrap();
+    let gw = gateway(&sim.url()).await;
+    let (code, pods) = send(gw.addr(), "GET", "/api/v1/pods", None).await;
+    assert_eq!(code, 200);
+    let pods: serde_json::Value = serde_json::from_slice(&pods).unwrap();
+    let pod = &pods["items"][0]["metadata"];
+    let (ns, name) = (
+        pod["namespace"].as_str().unwrap(),
+        pod["name"].as_str().unwrap(),
+    );
+
+    // What kubectl 1.37 does for `kubectl exec -i POD -- cat`: a v5 websocket.
+    let mut req = format!(
+        "ws://{}/api/v1/namespaces/{ns}/pods/{name}/exec?command=cat&container=app&stdin=true&stdout=true&stderr=true",
+        gw.addr()
+    )
+    .into_client_request()
+    .unwrap();
+    req.headers_mut().insert(
+        "sec-websocket-protocol",
+        "v5.channel.k8s.io, v4.channel.k8s.io".parse().unwrap(),
+    );
+    let tcp = tokio::net::TcpStream::connect(gw.addr()).await.unwrap();
+    let (mut ws, resp) = tokio_tungstenite::client_async(req, tcp).await.unwrap();
+    assert_eq!(
+        resp.headers()["sec-websocket-protocol"],
+        "v5.channel.k8s.io"
+    );
+
+    let mut stdin = vec![0u8];
+    stdin.extend_from_slice(b"typed through the gateway\n");
+    ws.send(Message::Binary(stdin.into())).await.unwrap();
+    // v5 stdin close: [255, 0].
+    ws.send(Message::Binary(vec![255u8, 0].into()))
+        .await
+        .unwrap();
+
+    let mut stdout = Vec::new();
+    let mut status = None;
+    let read = tokio::time::timeout(Duration::from_secs(5), async {
+        while let Some(Ok(msg)) = ws.next().await {
+            if let Message::Binary(b) = msg {
+                match b.first() {
+                    Some(1) => stdout.extend_from_slice(&b[1..]),
+                    Some(3) => {
+                        status = Some(serde_json::from_slice::<serde_json::Value>(&b[1..]).unwrap())
+                    }
+                    _ => {}
+                }
+            }
+        }
+    })
+    .await;
+    assert!(read.is_ok(), "exec ended within 5s");
+    assert_eq!(
+        String::from_utf8(stdout).unwrap(),
+        "typed through the gateway\n"
+    );
+    assert_eq!(
+        status.expect("exit status on channel 3")["status"],
+        "Success"
+    );
+}
+
+#[tokio::test]
+async fn followed_logs_stream_through_the_gateway() {
+    let cfg = watchgate::sim::SimConfig {
+        seed_per_type: 1,
+        ..Default::default()
+    };
+    let sim = watchgate::sim::start(cfg).await.unwrap();
+    let gw = gateway(&sim.url()).await;
+    let (_, pods) = send(gw.addr(), "GET", "/api/v1/pods", None).await;
+    let pods: serde_json::Value = serde_json::from_slice(&pods).unwrap();
+    let pod = &pods["items"][0]["metadata"];
+    let path = format!(
+        "/api/v1/namespaces/{}/pods/{}/log?follow=true&container=app",
+        pod["namespace"].as_str().unwrap(),
+        pod["name"].as_str().unwrap()
+    );
+    let resp = h1(gw.addr())
+        .await
+        .send_request(
+            Request::get(path)
+                .header("host", "x")
+                .body(body::empty())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let mut body = resp.into_body();
+    let mut buf = BytesMut::new();
+    // Lines keep arriving on an open stream (the simulator writes them over time).
+    let mut lines = 0;
+    while lines < 3 {
+        let frame = tokio::time::timeout(Duration::from_secs(10), body.frame())
+            .await
+            .expect("a log line within 10s")
+            .expect("stream still open")
+            .unwrap();
+        if let Ok(d) = frame.into_data() {
+            buf.extend_from_slice(&d);
+            lines = buf.iter().filter(|b| **b == b'\n').count();
+        }
+    }
+    assert!(
+        !http_body::Body::is_end_stream(&body),
+        "a followed log stays open"
+    );
+}
