@@ -125,17 +125,21 @@ async fn kubeconfig_ca_and_token_reach_a_tls_upstream_over_http2() {
         ),
     )
     .unwrap();
-    let args = ServeArgs {
-        address: "127.0.0.1".parse().unwrap(),
-        port: 0,
-        kubeconfig: Some(kubeconfig),
-        context: None,
-        server: None,
-        admin_address: "127.0.0.1".parse().unwrap(),
-        admin_port: 0,
-        shutdown_timeout: std::time::Duration::from_secs(5),
-        upstream_connect_timeout: std::time::Duration::from_secs(5),
-    };
+    // Exactly the flags a user would type.
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        serve: ServeArgs,
+    }
+    let args = <Cli as clap::Parser>::try_parse_from([
+        "watchgate".as_ref(),
+        "--port=0".as_ref(),
+        "--admin-port=0".as_ref(),
+        "--kubeconfig".as_ref(),
+        kubeconfig.as_os_str(),
+    ])
+    .unwrap()
+    .serve;
     let gw = Gateway::start(GatewayConfig::from_args(&args).await.unwrap())
         .await
         .unwrap();
