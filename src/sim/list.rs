@@ -23,7 +23,7 @@ use crate::selector::field::field_value;
 use crate::selector::FieldSelector;
 use crate::sim::resources::ResourceType;
 use crate::sim::store::{HistoryError, ReadAt};
-use crate::sim::{object_response, table, wants_table, Sim};
+use crate::sim::{object_response, table, Sim};
 use crate::status::Status;
 
 /// etcd3 store.go `expired`.
@@ -386,9 +386,10 @@ async fn list(
             meta.insert("remainingItemCount".into(), json!(remaining));
         }
     }
-    if wants_table(headers) {
+    // Table output (kubectl get): Accept + includeObject, rendered by table.rs.
+    if let Some(topts) = table::options_for_headers(headers, api.query_get("includeObject"))? {
         let items: Vec<Arc<Value>> = picked.into_iter().cloned().collect();
-        let t = table::render_list(rt, &items, Value::Object(meta));
+        let t = table::render_list_opts(rt, &items, Value::Object(meta), topts);
         return Ok(object_response(&t));
     }
     let strip = strip_type_meta(rt);
@@ -439,14 +440,13 @@ pub async fn get(
             Ok(_) => {}
         }
     }
+    let topts = match table::options_for_headers(headers, api.query_get("includeObject")) {
+        Ok(t) => t,
+        Err(s) => return s.into_response(),
+    };
     match sim.store.get(rt, ns, name) {
-        Some(o) if wants_table(headers) => {
-            let rv = o["metadata"]["resourceVersion"].clone();
-            object_response(&table::render_list(
-                rt,
-                &[o],
-                json!({ "resourceVersion": rv }),
-            ))
+        Some(o) if topts.is_some() => {
+            object_response(&table::render_row(rt, &o, topts.unwrap_or_default()))
         }
         Some(o) => object_response(&o),
         None => Status::not_found(&rt.group_resource(), name).into_response(),

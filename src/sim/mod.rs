@@ -6,16 +6,23 @@
 //! `exec`, `logs`, `seed` (owned by the other sim engineers), [`faults`] and [`stats`].
 //! This file holds the config, the router and the serve loop.
 
+pub mod apply;
+pub mod churn;
 pub mod discovery;
 pub mod exec;
 pub mod faults;
+pub mod gojson;
 pub mod list;
 pub mod logs;
+pub mod objects;
+pub mod openapi;
+pub mod patch;
 pub mod resources;
 pub mod seed;
 pub mod stats;
 pub mod store;
 pub mod table;
+pub mod validate;
 pub mod watch;
 pub mod write;
 

@@ -32,7 +32,7 @@ use crate::request::{parse_resource_version, ApiRequest, ListOptions, ResourcePa
 use crate::sim::list::{check_field_labels, matches, wait_for_rv};
 use crate::sim::resources::ResourceType;
 use crate::sim::store::{EventType, HistoryError, ReadAt};
-use crate::sim::{table, wait_shutdown, wants_table, Sim};
+use crate::sim::{table, wait_shutdown, Sim};
 use crate::status::Status;
 
 /// The annotation on the bookmark that ends the initial events of a watch-list.
@@ -102,8 +102,7 @@ struct Watcher {
     rt: &'static ResourceType,
     ns: Option<String>,
     opts: ListOptions,
-    /// Some when the client asked for Table output (sim-api's table.rs renders it).
-    table: Option<()>,
+    table: Option<table::WatchTable>,
     tx: mpsc::Sender<Bytes>,
 }
 
@@ -120,10 +119,11 @@ impl Watcher {
     }
 
     async fn send(&self, kind: &str, obj: &Value) -> bool {
-        let line = if self.table.is_some() && (kind != "BOOKMARK" && kind != "ERROR") {
-            event_line(kind, &table::render_row_object(self.rt, obj))
-        } else {
-            event_line(kind, obj)
+        let line = match &self.table {
+            Some(t) if kind != "BOOKMARK" && kind != "ERROR" => {
+                event_line(kind, &t.event_object(self.rt, obj))
+            }
+            _ => event_line(kind, obj),
         };
         self.tx.send(line).await.is_ok()
     }
@@ -354,13 +354,17 @@ pub async fn handle(
         Some(0) | None => DEFAULT_TIMEOUT,
         Some(n) => Duration::from_secs(n as u64),
     };
+    let table = match table::WatchTable::for_request(headers, api.query_get("includeObject")) {
+        Ok(t) => t,
+        Err(s) => return s.into_response(),
+    };
     let (tx, rx) = mpsc::channel(FRAME_BUFFER);
     let w = Watcher {
         sim: sim.clone(),
         rt,
         ns: rp.namespace.clone(),
         opts,
-        table: wants_table(headers).then_some(()),
+        table,
         tx,
     };
     tokio::spawn(w.run(start, timeout));
