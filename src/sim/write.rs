@@ -730,9 +730,19 @@ impl Write<'_> {
         let dry = self.validate_options("CreateOptions", false)?;
         let obj = self.decode_object()?;
         let manager = self.manager();
-        let obj = self.prepare_create(obj, &manager, None)?;
-        let name = meta_str(&obj, "name").to_string();
-        self.commit_create(obj, &name, dry, 201)
+        let generated = meta_str(&obj, "name").is_empty();
+        // store.go retries a generated name that is taken (RetryGenerateName: up to 8
+        // attempts) before answering AlreadyExists.
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let prepared = self.prepare_create(obj.clone(), &manager, None)?;
+            let name = meta_str(&prepared, "name").to_string();
+            match self.commit_create(prepared, &name, dry, 201) {
+                Err(e) if generated && e.reason == "AlreadyExists" && attempts < 8 => continue,
+                other => return other,
+            }
+        }
     }
 
     /// Stores a prepared new object (AlreadyExists if taken) and answers `code`.
