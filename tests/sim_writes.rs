@@ -789,6 +789,8 @@ async fn malformed_bodies_get_apiserver_statuses() {
          "json: cannot unmarshal array into Go value of type map[string]interface {}"),
         (Method::PATCH, format!("{PODS}/p?force=true"), "application/merge-patch+json", "{}", 422,
          "PatchOptions.meta.k8s.io \"\" is invalid: force: Forbidden: may not be specified for non-apply patch"),
+        (Method::POST, format!("{CMS}?fieldValidation=Strict"), "application/json", r#"{"metadata":{"name":"s","nmae":"x"},"dat":{}}"#, 400,
+         "ConfigMap in version \"v1\" cannot be handled as a ConfigMap: strict decoding error: unknown field \"metadata.nmae\", unknown field \"dat\""),
         (Method::PUT, format!("{PODS}/p"), "application/json", r#"{"metadata":{}}"#, 400,
          "the name of the object (p based on URL) was undeterminable: name must be provided"),
     ];
