@@ -71,6 +71,7 @@ pub async fn handle(
     let res = match (api.verb, w.sub.as_deref(), w.name.is_some()) {
         (Verb::Create, None, false) => w.create(),
         (Verb::Update, None | Some("status"), true) => w.update(),
+        (Verb::Update, Some("finalize"), true) if rt.resource == "namespaces" => w.update(),
         (Verb::Patch, None | Some("status"), true) => w.patch(),
         (Verb::Get, Some("scale"), true) if is_scalable(rt) => w.get_scale(),
         (Verb::Update, Some("scale"), true) if is_scalable(rt) => w.update_scale(),
@@ -877,7 +878,21 @@ impl Write<'_> {
         op: &str,
     ) -> Result<Value, Status> {
         let status_sub = self.sub.as_deref() == Some("status");
-        let mut new = if status_sub {
+        let mut new = if self.sub.as_deref() == Some("finalize") {
+            // namespaces/finalize changes only spec.finalizers (namespace
+            // finalizeStrategy.PrepareForUpdate).
+            let mut out = old.clone();
+            let fin = new
+                .pointer("/spec/finalizers")
+                .cloned()
+                .unwrap_or_else(|| json!([]));
+            let om = out.as_object_mut().expect("object");
+            let spec = om.entry("spec").or_insert_with(|| json!({}));
+            if let Some(spec) = spec.as_object_mut() {
+                spec.insert("finalizers".into(), fin);
+            }
+            out
+        } else if status_sub {
             // Status updates change only .status (ResetObjectMetaForStatus + strategy).
             let mut out = old.clone();
             let om = out.as_object_mut().expect("object");
@@ -998,7 +1013,6 @@ impl Write<'_> {
         let gr = self.gr();
         let name = self.name().to_string();
         let mut outcome: Option<Value> = None;
-        let mut created = false;
         let result = self.store.mutate(self.rt, &self.ns, &name, |cur| {
             let Some(cur) = cur else {
                 return Err(Status::not_found(&gr, &name));
@@ -1015,9 +1029,8 @@ impl Write<'_> {
                 Mutation::Put(new)
             })
         });
-        created |= false;
         let stored = result?;
-        let code = if created { 201 } else { 200 };
+        let code = 200;
         match (dry, outcome) {
             (true, Some(v)) => Ok(respond(code, &v)),
             (_, Some(v)) if is_deleting(&v) && finalizers(&v).is_empty() => {
