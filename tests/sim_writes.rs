@@ -874,6 +874,18 @@ async fn update_rules_per_type() {
         )
         .await;
     assert_eq!(code, 404);
+    // namespaces/finalize changes spec.finalizers and nothing else.
+    let (_, ns) = api
+        .post("/api/v1/namespaces", json!({"metadata": {"name": "fz"}}))
+        .await;
+    assert_eq!(ns["spec"]["finalizers"], json!(["kubernetes"]));
+    let mut upd = ns.clone();
+    upd["spec"]["finalizers"] = json!([]);
+    upd["metadata"]["labels"]["extra"] = json!("x");
+    let (code, fin) = api.put("/api/v1/namespaces/fz/finalize", upd).await;
+    assert_eq!(code, 200, "{fin}");
+    assert_eq!(fin["spec"]["finalizers"], json!([]));
+    assert!(fin["metadata"]["labels"].get("extra").is_none());
 }
 
 #[tokio::test]
