@@ -88,7 +88,18 @@ impl Proxy {
         headers::downstream_response(&mut parts.headers, false);
         parts.version = Version::HTTP_11;
         let body = if long_running && !parts.headers.contains_key(header::CONTENT_LENGTH) {
-            body::boxed(DrainingBody::new(incoming, self.drain.draining()))
+            let line_delimited = parts
+                .headers
+                .get(header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|ct| {
+                    ct.starts_with("application/json") || ct.starts_with("text/plain")
+                });
+            body::boxed(DrainingBody::new(
+                incoming,
+                self.drain.draining(),
+                line_delimited,
+            ))
         } else {
             body::boxed(incoming)
         };

@@ -15,23 +15,37 @@ type Signal = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 pin_project! {
     /// A long-running response (watch, `logs -f`) that ends with a clean end-of-stream
-    /// once a drain has begun and the upstream has nothing ready: ending only when idle
-    /// means the client never gets half an event, since the apiserver writes and flushes
-    /// each event whole. client-go then sees an ordinary end of watch and re-watches
-    /// elsewhere, instead of a reset.
+    /// once a drain has begun, at a point where the client has whole events: when the
+    /// upstream has nothing ready (the apiserver writes and flushes each event whole), or,
+    /// for newline-delimited streams (JSON watches, logs), right after a line ends — so a
+    /// busy stream ends too. client-go then sees an ordinary end of watch and re-watches,
+    /// instead of a reset.
     pub struct DrainingBody<B> {
         #[pin]
         inner: B,
         drain: Signal,
+        // Set once `drain` has resolved; a finished future must not be polled again.
+        draining: bool,
+        line_delimited: bool,
+        at_line_end: bool,
         ended: bool,
     }
 }
 
 impl<B> DrainingBody<B> {
-    pub fn new(inner: B, drain: impl Future<Output = ()> + Send + 'static) -> Self {
+    /// `line_delimited`: every event ends with `\n` (JSON watch streams, logs); protobuf
+    /// watch streams are length-prefixed and only end when idle.
+    pub fn new(
+        inner: B,
+        drain: impl Future<Output = ()> + Send + 'static,
+        line_delimited: bool,
+    ) -> Self {
         Self {
             inner,
             drain: Box::pin(drain),
+            draining: false,
+            line_delimited,
+            at_line_end: true,
             ended: false,
         }
     }
@@ -49,15 +63,29 @@ impl<B: Body<Data = Bytes>> Body for DrainingBody<B> {
         if *this.ended {
             return Poll::Ready(None);
         }
+        if !*this.draining && this.drain.as_mut().poll(cx).is_ready() {
+            *this.draining = true;
+        }
+        let draining = *this.draining;
+        if draining && *this.line_delimited && *this.at_line_end {
+            *this.ended = true;
+            return Poll::Ready(None);
+        }
         match this.inner.poll_frame(cx) {
-            Poll::Ready(frame) => Poll::Ready(frame),
-            Poll::Pending => {
-                if this.drain.as_mut().poll(cx).is_ready() {
-                    *this.ended = true;
-                    return Poll::Ready(None);
+            Poll::Ready(Some(Ok(frame))) => {
+                if let Some(data) = frame.data_ref() {
+                    if let Some(last) = data.last() {
+                        *this.at_line_end = *last == b'\n';
+                    }
                 }
-                Poll::Pending
+                Poll::Ready(Some(Ok(frame)))
             }
+            Poll::Ready(other) => Poll::Ready(other),
+            Poll::Pending if draining => {
+                *this.ended = true;
+                Poll::Ready(None)
+            }
+            Poll::Pending => Poll::Pending,
         }
     }
 
@@ -145,9 +173,13 @@ mod tests {
     async fn ends_cleanly_when_draining_and_idle() {
         let (tx, inner) = channel_body();
         let (drain_tx, drain_rx) = oneshot::channel::<()>();
-        let mut body = Box::pin(DrainingBody::new(inner, async move {
-            let _ = drain_rx.await;
-        }));
+        let mut body = Box::pin(DrainingBody::new(
+            inner,
+            async move {
+                let _ = drain_rx.await;
+            },
+            false,
+        ));
         tx.send(Ok(Frame::data(Bytes::from_static(b"event-1\n"))))
             .await
             .unwrap();
@@ -164,6 +196,30 @@ mod tests {
         assert!(body.frame().await.is_none());
         assert!(body.is_end_stream());
         drop(tx);
+    }
+
+    #[tokio::test]
+    async fn a_busy_line_stream_ends_at_the_next_line_end() {
+        // Never idle: every poll has data ready.
+        let parts = ["{\"a\":", "1}\n", "{\"b\":", "2}\n", "{\"c\":3}\n"];
+        let inner = StreamBody::new(futures_util::stream::iter(parts.iter().map(|p| {
+            Ok::<_, std::convert::Infallible>(Frame::data(Bytes::from_static(p.as_bytes())))
+        })));
+        let (drain_tx, drain_rx) = oneshot::channel::<()>();
+        let mut body = Box::pin(DrainingBody::new(
+            inner,
+            async move {
+                let _ = drain_rx.await;
+            },
+            true,
+        ));
+        let first = body.frame().await.unwrap().unwrap().into_data().unwrap();
+        assert_eq!(first, "{\"a\":");
+        // Mid-event when the drain begins: the event is finished, then the stream ends.
+        drain_tx.send(()).unwrap();
+        let second = body.frame().await.unwrap().unwrap().into_data().unwrap();
+        assert_eq!(second, "1}\n");
+        assert!(body.frame().await.is_none());
     }
 
     #[tokio::test]
