@@ -77,7 +77,7 @@ impl Api {
 
     /// Events of one type recorded after `after` (what watchers are served).
     fn events(&self, group: &str, resource: &str, after: u64) -> Vec<(EventType, String, u64)> {
-        let rt = find(group, if group == "apps" { "v1" } else { "v1" }, resource).expect("type");
+        let rt = find(group, "v1", resource).expect("type");
         let (evs, _) = self.store().events_since(rt, after, 1000).expect("history");
         evs.iter().map(|e| (e.kind, e.name.clone(), e.rv)).collect()
     }
