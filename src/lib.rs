@@ -7,6 +7,7 @@
 
 pub mod body;
 pub mod cache;
+pub mod codec;
 pub mod config;
 pub mod demo;
 pub mod proxy;

@@ -550,4 +550,81 @@ mod tests {
         assert!(matches!(parse_path("/api/v1"), ApiPath::NonResource(_)));
         assert!(matches!(parse_path("/version"), ApiPath::NonResource(_)));
     }
+    fn req(m: Method, uri: &str) -> ApiRequest {
+        parse(&m, &uri.parse().unwrap())
+    }
+
+    #[test]
+    fn verbs() {
+        assert_eq!(req(Method::GET, "/api/v1/pods").verb, Verb::List);
+        assert_eq!(req(Method::GET, "/api/v1/pods?watch").verb, Verb::Watch);
+        assert_eq!(
+            req(Method::GET, "/api/v1/pods?watch=false").verb,
+            Verb::List
+        );
+        assert_eq!(req(Method::GET, "/api/v1/pods?watch=0").verb, Verb::List);
+        assert_eq!(req(Method::GET, "/api/v1/watch/pods").verb, Verb::Watch);
+        assert_eq!(
+            req(Method::GET, "/api/v1/namespaces/a/pods/p?watch=1").verb,
+            Verb::Get
+        );
+        assert_eq!(
+            req(Method::DELETE, "/api/v1/namespaces/a/pods").verb,
+            Verb::DeleteCollection
+        );
+        assert_eq!(
+            req(Method::DELETE, "/api/v1/namespaces/a/pods/p").verb,
+            Verb::Delete
+        );
+        assert_eq!(
+            req(Method::PATCH, "/api/v1/namespaces/a/pods/p").verb,
+            Verb::Patch
+        );
+        let r = req(
+            Method::POST,
+            "/api/v1/namespaces/a/pods?dryRun=All&fieldManager=me",
+        );
+        assert!(r.dry_run());
+        assert_eq!(r.field_manager(), Some("me"));
+    }
+
+    #[test]
+    fn options() {
+        let o = req(
+            Method::GET,
+            "/api/v1/pods?limit=5&resourceVersion=7&resourceVersionMatch=Exact",
+        )
+        .list_options()
+        .unwrap();
+        assert_eq!((o.limit, o.rv_match), (Some(5), Some(RvMatch::Exact)));
+        let o = req(Method::GET, "/api/v1/pods?limit=0")
+            .list_options()
+            .unwrap();
+        assert_eq!(o.limit, None);
+        let o = req(Method::GET, "/api/v1/pods?watch=1")
+            .list_options()
+            .unwrap();
+        assert_eq!(o.send_initial_events, Some(true), "watch-list defaulting");
+        assert_eq!(o.rv_match, Some(RvMatch::NotOlderThan));
+        let o = req(Method::GET, "/api/v1/watch/pods")
+            .list_options()
+            .unwrap();
+        assert_eq!(
+            o.send_initial_events, None,
+            "legacy watch paths are not defaulted"
+        );
+        let e = req(Method::GET, "/api/v1/pods?limit=x")
+            .list_options()
+            .unwrap_err();
+        assert_eq!(
+            (e.code, e.message.as_str()),
+            (400, "strconv.ParseInt: parsing \"x\": invalid syntax")
+        );
+        assert_eq!(
+            parse_resource_version("-1").unwrap_err(),
+            "resourceVersion: Invalid value: \"-1\": strconv.ParseUint: parsing \"-1\": invalid syntax"
+        );
+        assert_eq!(parse_resource_version("0"), Ok(0));
+        assert_eq!(parse_resource_version(""), Ok(0));
+    }
 }

@@ -1,5 +1,11 @@
 //! The watch cache: per resource type, one upstream list+watch feeding an in-memory store
 //! from which RV="0" and NotOlderThan reads are answered. See docs/cache.md.
 
+pub mod discovery;
+pub mod events;
 pub mod object;
+pub mod reflector;
+pub mod registry;
+pub mod resource;
+pub mod serve;
 pub mod store;

@@ -26,8 +26,12 @@ pub enum ObjectError {
 /// An immutable cached object. Shared by `Arc` between snapshots, history and watchers.
 #[derive(Debug)]
 pub struct CachedObject {
-    /// The object's JSON exactly as the upstream sent it.
+    /// The object's JSON exactly as the upstream sent it: with `kind`/`apiVersion` when it
+    /// came in a watch event, without them when it came as an item of a built-in list.
     pub raw: Bytes,
+    /// Where the fields after `kind`/`apiVersion` begin in `raw` (1 when `raw` has none):
+    /// `{` + `raw[body_start..]` is the object without its TypeMeta.
+    body_start: usize,
     /// `namespace/name` for namespaced objects, `name` otherwise: the etcd key suffix,
     /// whose byte order is the order kube-apiserver lists in.
     pub key: Box<str>,
@@ -50,6 +54,29 @@ impl CachedObject {
             &self.key
         } else {
             &self.key[self.ns_len + 1..]
+        }
+    }
+
+    /// Whether `raw` carries `kind`/`apiVersion`.
+    pub fn has_type_meta(&self) -> bool {
+        self.body_start > 1
+    }
+
+    /// Appends the object as an item of a built-in list: without `kind`/`apiVersion`, as
+    /// kube-apiserver writes list items of built-in types.
+    pub fn write_without_type_meta(&self, out: &mut Vec<u8>) {
+        out.push(b'{');
+        out.extend_from_slice(&self.raw[self.body_start..]);
+    }
+
+    /// Appends the object with its TypeMeta (watch events, gets, custom resource lists).
+    /// `type_prefix` is `{"kind":"Pod","apiVersion":"v1",` for objects that lack it.
+    pub fn write_with_type_meta(&self, type_prefix: &[u8], out: &mut Vec<u8>) {
+        if self.has_type_meta() {
+            out.extend_from_slice(&self.raw);
+        } else {
+            out.extend_from_slice(type_prefix);
+            out.extend_from_slice(&self.raw[1..]);
         }
     }
 
@@ -93,6 +120,7 @@ impl CachedObject {
                 .collect()
         };
         Ok(Self {
+            body_start: type_meta_end(&raw),
             raw,
             key,
             ns_len,
@@ -130,6 +158,36 @@ impl CachedObject {
             .collect();
         Ok((key, ns.len(), resource_version, labels))
     }
+}
+
+/// Finds the end of leading `"kind":"…",` / `"apiVersion":"…",` fields, the way the
+/// apiserver's encoders write them (first, unescaped, no whitespace). Returns the offset
+/// of the first byte after them, or 1 (just past `{`) when there are none. Anything
+/// unusual stops the scan early, which only means fewer bytes are treated as TypeMeta.
+fn type_meta_end(raw: &[u8]) -> usize {
+    let mut pos = 1;
+    if raw.first() != Some(&b'{') {
+        return pos;
+    }
+    for _ in 0..2 {
+        let rest = &raw[pos..];
+        let key_len = if rest.starts_with(b"\"kind\":\"") {
+            8
+        } else if rest.starts_with(b"\"apiVersion\":\"") {
+            14
+        } else {
+            break;
+        };
+        let value = &rest[key_len..];
+        let Some(close) = value.iter().position(|&b| b == b'"' || b == b'\\') else {
+            break;
+        };
+        if value[close] != b'"' || value.get(close + 1) != Some(&b',') {
+            break;
+        }
+        pos += key_len + close + 2;
+    }
+    pos
 }
 
 /// The string a field selector compares against, the way the apiserver's strategies
@@ -203,6 +261,31 @@ mod tests {
         assert_eq!(o.field("status.phase"), Some("Running"));
         assert_eq!(o.field("spec.hostNetwork"), Some("false"));
         assert_eq!(o.field("metadata.namespace"), Some("prod"));
+    }
+
+    #[test]
+    fn type_meta_is_found_and_can_be_added_or_dropped() {
+        let watch_form = Bytes::from_static(
+            br#"{"kind":"Pod","apiVersion":"v1","metadata":{"name":"a","resourceVersion":"1"}}"#,
+        );
+        let list_form = Bytes::from_static(br#"{"metadata":{"name":"a","resourceVersion":"1"}}"#);
+        let prefix = br#"{"kind":"Pod","apiVersion":"v1","#;
+        for raw in [watch_form.clone(), list_form.clone()] {
+            let o = CachedObject::parse(raw, &[]).unwrap();
+            let mut with = Vec::new();
+            o.write_with_type_meta(prefix, &mut with);
+            assert_eq!(with, watch_form);
+            let mut without = Vec::new();
+            o.write_without_type_meta(&mut without);
+            assert_eq!(without, list_form);
+        }
+        // Unstructured objects put apiVersion first; escaped values stop the scan.
+        assert_eq!(
+            type_meta_end(br#"{"apiVersion":"x/v1","kind":"W","metadata":{}}"#),
+            32
+        );
+        assert_eq!(type_meta_end(br#"{"kind":"P\u0041","metadata":{}}"#), 1);
+        assert_eq!(type_meta_end(b"{}"), 1);
     }
 
     #[test]

@@ -402,7 +402,11 @@ impl LabelSelector {
 
     /// Matches a label map (`metadata.labels`).
     pub fn matches_labels(&self, labels: Option<&serde_json::Map<String, Value>>) -> bool {
-        let get = |k: &str| labels.and_then(|l| l.get(k)).and_then(Value::as_str);
+        self.matches_fn(|k| labels.and_then(|l| l.get(k)).and_then(Value::as_str))
+    }
+
+    /// Matches labels read through `get` (the cache keeps labels outside any JSON tree).
+    pub fn matches_fn<'a>(&self, get: impl Fn(&str) -> Option<&'a str>) -> bool {
         self.requirements.iter().all(|r| {
             let v = get(&r.key);
             let has = |x: &str| r.values.iter().any(|y| y == x);

@@ -1,7 +1,174 @@
 //! The downstream server: accept loop, HTTP/1.1 + HTTP/2 serving, graceful drain.
+//!
+//! [`Gateway::start`] is what `watchgate serve`, the demo and the tests use in-process.
 
-use crate::config::ServeArgs;
+mod admin;
+pub mod drain;
+mod listener;
 
-pub async fn run(_args: ServeArgs) -> anyhow::Result<()> {
-    anyhow::bail!("serve: not built yet")
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use tokio::net::TcpListener;
+
+use crate::config::{self, GatewayConfig, ServeArgs};
+use crate::proxy::Proxy;
+use crate::upstream::Upstream;
+use drain::{Drain, DrainOutcome};
+use listener::Handler;
+
+pub use drain::DrainWatch;
+
+/// The gateway: an API listener forwarding to the upstream, and an admin listener.
+pub struct Gateway;
+
+impl Gateway {
+    /// Bind both listeners and start serving. Returns once the sockets are bound, so a
+    /// caller may connect to [`GatewayHandle::addr`] immediately.
+    pub async fn start(cfg: GatewayConfig) -> anyhow::Result<GatewayHandle> {
+        let upstream = Upstream::new(&cfg.upstream, cfg.upstream_connect_timeout)
+            .context("building the upstream client")?;
+        let api = TcpListener::bind(cfg.listen)
+            .await
+            .with_context(|| format!("binding {}", cfg.listen))?;
+        let admin = TcpListener::bind(cfg.admin_listen)
+            .await
+            .with_context(|| format!("binding admin {}", cfg.admin_listen))?;
+        let addr = api.local_addr()?;
+        let admin_addr = admin.local_addr()?;
+        warn_if_exposed(&addr, "API");
+        warn_if_exposed(&admin_addr, "admin");
+
+        let drain = Drain::new();
+        let cache = cfg.cache.clone().map(|policy| {
+            let registry = crate::cache::registry::Registry::new(upstream.clone(), policy);
+            registry.prewarm();
+            registry
+        });
+        let proxy = Proxy::new(upstream, drain.watcher()).with_cache(cache);
+        let api_handler: Handler = Arc::new(move |req| {
+            let proxy = proxy.clone();
+            Box::pin(async move { proxy.forward(req).await })
+        });
+        let admin_handler: Handler = Arc::new(|req| Box::pin(admin::handle(req)));
+        tokio::spawn(listener::accept_loop(
+            api,
+            api_handler,
+            drain.watcher(),
+            "api",
+        ));
+        tokio::spawn(listener::accept_loop(
+            admin,
+            admin_handler,
+            drain.watcher(),
+            "admin",
+        ));
+        tracing::info!(%addr, %admin_addr, upstream = %cfg.upstream.cluster_url, "serving");
+        Ok(GatewayHandle {
+            addr,
+            admin_addr,
+            shutdown_timeout: cfg.shutdown_timeout,
+            drain: Some(drain),
+        })
+    }
+}
+
+/// A running gateway. Dropping it stops the gateway at once; [`GatewayHandle::shutdown`]
+/// drains it gracefully.
+pub struct GatewayHandle {
+    addr: SocketAddr,
+    admin_addr: SocketAddr,
+    shutdown_timeout: Duration,
+    drain: Option<Drain>,
+}
+
+impl GatewayHandle {
+    /// The API listener's address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://<addr>`, for clients.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// The admin listener's address (/healthz, /livez).
+    pub fn admin_addr(&self) -> SocketAddr {
+        self.admin_addr
+    }
+
+    /// Drain within the configured shutdown timeout: stop accepting, end watch streams
+    /// cleanly, let in-flight requests and tunnels finish, cut the rest at the deadline.
+    pub async fn shutdown(mut self) -> DrainOutcome {
+        let timeout = self.shutdown_timeout;
+        self.drain_within(timeout).await
+    }
+
+    /// Like [`GatewayHandle::shutdown`] with an explicit deadline.
+    pub async fn drain_within(&mut self, deadline: Duration) -> DrainOutcome {
+        match self.drain.take() {
+            Some(drain) => drain.run(deadline).await,
+            None => DrainOutcome::Complete,
+        }
+    }
+}
+
+fn warn_if_exposed(addr: &SocketAddr, which: &str) {
+    if config::is_exposed(addr) {
+        let msg = format!(
+            "WARNING: the {which} listener binds {addr}, which is reachable from other \
+             machines. watchgate has no client authentication yet: anyone who can reach \
+             this port acts with watchgate's upstream credentials."
+        );
+        eprintln!("\n{}\n{msg}\n{}\n", "!".repeat(78), "!".repeat(78));
+        tracing::warn!("{msg}");
+    }
+}
+
+/// `watchgate serve`: run until SIGTERM/SIGINT, then drain. A second signal cuts the
+/// drain short.
+pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
+    let cfg = GatewayConfig::from_args(&args).await?;
+    let gateway = Gateway::start(cfg).await?;
+    // kubectl proxy's wording, so scripts that wait for it keep working.
+    println!("Starting to serve on {}", gateway.addr());
+    println!("Admin endpoints on http://{}/healthz", gateway.admin_addr());
+
+    let mut signals = Signals::new()?;
+    signals.next().await;
+    tracing::info!("shutdown signal received; draining");
+    tokio::select! {
+        outcome = gateway.shutdown() => {
+            tracing::info!(?outcome, "drained");
+        }
+        _ = signals.next() => {
+            tracing::warn!("second signal; stopping without waiting for the drain");
+        }
+    }
+    Ok(())
+}
+
+struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn new() -> anyhow::Result<Self> {
+        use tokio::signal::unix::{signal, SignalKind};
+        Ok(Self {
+            term: signal(SignalKind::terminate())?,
+            int: signal(SignalKind::interrupt())?,
+        })
+    }
+
+    async fn next(&mut self) {
+        tokio::select! {
+            _ = self.term.recv() => {}
+            _ = self.int.recv() => {}
+        }
+    }
 }

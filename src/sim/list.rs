@@ -359,7 +359,13 @@ async fn list(
         None => 0,
     };
     let selecting = !opts.label_selector.is_empty() || !opts.field_selector.is_empty();
-    let limit = opts.limit.map(|l| l as usize).unwrap_or(usize::MAX);
+    // kube-apiserver serves RV="0" lists from its watch cache, which ignores `limit`
+    // (cacher.go `computeListLimit`): the whole list comes back, with no continue token.
+    let limit = match opts.limit {
+        Some(_) if opts.resource_version.as_deref() == Some("0") && cont.is_none() => usize::MAX,
+        Some(l) => l as usize,
+        None => usize::MAX,
+    };
     let mut picked: Vec<&Arc<Value>> = Vec::new();
     let mut last_idx = start;
     for (i, (_, obj)) in snap.items.iter().enumerate().skip(start) {

@@ -6,18 +6,25 @@
 //! `exec`, `logs`, `seed` (owned by the other sim engineers), [`faults`] and [`stats`].
 //! This file holds the config, the router and the serve loop.
 
+pub mod apply;
 pub mod churn;
 pub mod discovery;
 pub mod exec;
 pub mod faults;
+pub mod gojson;
+pub mod lifecycle;
 pub mod list;
 pub mod logs;
+pub mod objects;
 pub mod openapi;
+pub mod patch;
+pub mod protobuf;
 pub mod resources;
 pub mod seed;
 pub mod stats;
 pub mod store;
 pub mod table;
+pub mod validate;
 pub mod watch;
 pub mod write;
 
@@ -174,7 +181,8 @@ impl Sim {
     }
 }
 
-/// A running simulator.
+/// A running simulator. Dropping the handle stops it too (the shutdown channel closes),
+/// which ends its watch streams; `shutdown()` additionally waits for connections to close.
 pub struct SimHandle {
     sim: Arc<Sim>,
     addr: SocketAddr,

@@ -1,0 +1,232 @@
+//! The registry of resource caches: one per (group, version, resource), started on the
+//! first request that could be served from cache. Concurrent first requests share one
+//! start; until a cache has synced, its requests are forwarded, so no client ever waits
+//! on a cold cache.
+
+use std::sync::Arc;
+
+use dashmap::mapref::entry::Entry;
+use dashmap::DashMap;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use super::discovery::Discovery;
+use super::reflector::{Reflector, ReflectorStats};
+use super::resource::ResourceInfo;
+use super::store::Store;
+use crate::upstream::Upstream;
+
+/// Which resources may be cached.
+#[derive(Debug, Clone, Default)]
+pub struct CachePolicy {
+    /// Resources to start caching at start-up (`pods`, `deployments.apps`, …).
+    pub prewarm: Vec<String>,
+    /// Resources never cached (`secrets`, …); their requests are always forwarded.
+    pub exclude: Vec<String>,
+}
+
+impl CachePolicy {
+    fn excludes(&self, group: &str, resource: &str) -> bool {
+        self.exclude.iter().any(|e| names(e, group, resource))
+    }
+}
+
+/// `pods` names the core (or any group's) pods; `deployments.apps` names one group's.
+fn names(spec: &str, group: &str, resource: &str) -> bool {
+    match spec.split_once('.') {
+        None => spec == resource,
+        Some((r, g)) => r == resource && g == group,
+    }
+}
+
+/// One resource type's cache: its store, its sync state and its reflector task.
+pub struct ResourceCache {
+    pub info: Arc<ResourceInfo>,
+    pub store: Arc<Store>,
+    pub stats: Arc<ReflectorStats>,
+    synced: watch::Receiver<bool>,
+    task: JoinHandle<()>,
+}
+
+impl ResourceCache {
+    pub fn is_synced(&self) -> bool {
+        *self.synced.borrow()
+    }
+
+    /// Waits until the first list has completed.
+    pub async fn wait_synced(&self) {
+        let mut rx = self.synced.clone();
+        let _ = rx.wait_for(|s| *s).await;
+    }
+}
+
+impl Drop for ResourceCache {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+enum Slot {
+    /// Discovery is running for this resource.
+    Starting,
+    Ready(Arc<ResourceCache>),
+    /// The upstream does not serve it as a listable, watchable resource.
+    NotCacheable,
+}
+
+type Key = (String, String, String);
+
+/// All resource caches of one gateway.
+pub struct Registry {
+    upstream: Upstream,
+    discovery: Discovery,
+    policy: CachePolicy,
+    slots: DashMap<Key, Slot>,
+}
+
+impl Registry {
+    pub fn new(upstream: Upstream, policy: CachePolicy) -> Arc<Self> {
+        Arc::new(Self {
+            discovery: Discovery::new(upstream.clone()),
+            upstream,
+            policy,
+            slots: DashMap::new(),
+        })
+    }
+
+    /// The cache of a resource, if it exists (synced or not).
+    pub fn get(&self, group: &str, version: &str, resource: &str) -> Option<Arc<ResourceCache>> {
+        let key = (group.to_string(), version.to_string(), resource.to_string());
+        match self.slots.get(&key).as_deref() {
+            Some(Slot::Ready(c)) => Some(c.clone()),
+            _ => None,
+        }
+    }
+
+    /// Starts caching a resource unless it is excluded, started already, or known not to
+    /// be cacheable. Returns at once; discovery and the first list run in the background.
+    pub fn ensure_started(self: &Arc<Self>, group: &str, version: &str, resource: &str) {
+        if self.policy.excludes(group, resource) {
+            return;
+        }
+        let key = (group.to_string(), version.to_string(), resource.to_string());
+        match self.slots.entry(key.clone()) {
+            Entry::Occupied(_) => return,
+            Entry::Vacant(v) => {
+                v.insert(Slot::Starting);
+            }
+        }
+        let this = self.clone();
+        tokio::spawn(async move {
+            let (g, v, r) = &key;
+            match this.discovery.resource(g, v, r).await {
+                Ok(Some(info)) => {
+                    let cache = this.start_reflector(info);
+                    this.slots.insert(key, Slot::Ready(cache));
+                }
+                Ok(None) => {
+                    tracing::debug!(group = %g, version = %v, resource = %r, "not cacheable; forwarding");
+                    this.slots.insert(key, Slot::NotCacheable);
+                }
+                Err(err) => {
+                    // Forget the attempt so that a later request tries again.
+                    tracing::warn!(group = %g, version = %v, resource = %r, error = %err, "discovery failed");
+                    this.slots.remove(&key);
+                }
+            }
+        });
+    }
+
+    fn start_reflector(&self, info: Arc<ResourceInfo>) -> Arc<ResourceCache> {
+        let store = Arc::new(Store::new());
+        let stats = Arc::new(ReflectorStats::default());
+        let (synced_tx, synced) = watch::channel(false);
+        let reflector = Reflector::new(
+            info.clone(),
+            self.upstream.clone(),
+            store.clone(),
+            synced_tx,
+            stats.clone(),
+        );
+        let task = tokio::spawn(reflector.run());
+        Arc::new(ResourceCache {
+            info,
+            store,
+            stats,
+            synced,
+            task,
+        })
+    }
+
+    /// Starts the `--cache` resources. Names without a group are looked up in the core
+    /// group; `name.group` names use the group's preferred version from discovery.
+    pub fn prewarm(self: &Arc<Self>) {
+        for spec in self.policy.prewarm.clone() {
+            match spec.split_once('.') {
+                None => self.ensure_started("", "v1", &spec),
+                Some((resource, group)) => {
+                    let this = self.clone();
+                    let (resource, group) = (resource.to_string(), group.to_string());
+                    tokio::spawn(async move {
+                        if let Some(version) = this.preferred_version(&group).await {
+                            this.ensure_started(&group, &version, &resource);
+                        } else {
+                            tracing::warn!(group = %group, "--cache: group not served upstream");
+                        }
+                    });
+                }
+            }
+        }
+    }
+
+    async fn preferred_version(&self, group: &str) -> Option<String> {
+        use http_body_util::BodyExt;
+        let req = http::Request::get(format!("/apis/{group}"))
+            .header(http::header::ACCEPT, "application/json")
+            .body(crate::body::empty())
+            .ok()?;
+        let resp = self.upstream.send(req).await.ok()?;
+        if !resp.status().is_success() {
+            return None;
+        }
+        let bytes = http_body_util::Limited::new(resp.into_body(), 1 << 20)
+            .collect()
+            .await
+            .ok()?
+            .to_bytes();
+        let v: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
+        v.pointer("/preferredVersion/version")
+            .and_then(|v| v.as_str())
+            .map(str::to_string)
+    }
+
+    /// Every started cache, for readiness and metrics.
+    pub fn caches(&self) -> Vec<Arc<ResourceCache>> {
+        self.slots
+            .iter()
+            .filter_map(|e| match e.value() {
+                Slot::Ready(c) => Some(c.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resource_names_with_and_without_group() {
+        assert!(names("pods", "", "pods"));
+        assert!(names("deployments.apps", "apps", "deployments"));
+        assert!(!names("deployments.apps", "extensions", "deployments"));
+        assert!(!names("pods", "", "nodes"));
+        let p = CachePolicy {
+            prewarm: vec![],
+            exclude: vec!["secrets".into()],
+        };
+        assert!(p.excludes("", "secrets"));
+        assert!(!p.excludes("", "configmaps"));
+    }
+}

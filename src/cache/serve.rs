@@ -1,0 +1,305 @@
+//! Answering reads from the cache.
+//!
+//! Only requests whose semantics the cache can honour exactly are served here (see
+//! docs/cache.md for the table); everything else returns `None` and is forwarded:
+//! consistent reads (resourceVersion unset), `resourceVersionMatch=Exact` and legacy exact
+//! reads (limit with RV=N), continue tokens, NotOlderThan with `limit`, watches (fan-out
+//! comes with the next issue), non-JSON Accept types (Table, protobuf, metadata-only),
+//! field selectors on fields the cache does not index, invalid options (the upstream gives
+//! its own Status), and any resource whose cache has not synced yet.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::{header, HeaderMap, HeaderValue, Method, Response, StatusCode};
+
+use super::object::CachedObject;
+use super::registry::{Registry, ResourceCache};
+use super::store::Snapshot;
+use crate::body::{self, Body};
+use crate::codec::list::{Filter, ListBody, ListHead};
+use crate::request::{self, ApiPath, ListOptions, RvMatch, Verb};
+use crate::status::{GroupResource, Status};
+
+/// The response header naming where an answer came from: `cache` or `upstream`.
+pub const SOURCE_HEADER: &str = "x-watchgate-source";
+
+/// How long a read asking for a resourceVersion newer than the cache waits for it,
+/// as kube-apiserver's watch cache does (`blockTimeout`), before answering 504.
+pub const FRESHNESS_WAIT: Duration = Duration::from_secs(3);
+/// `retryAfterSeconds` of the "Too large resource version" answer
+/// (cacher's `resourceVersionTooHighRetrySeconds`).
+const TOO_LARGE_RETRY_SECONDS: u32 = 1;
+
+/// What a cacheable read needs, decided before touching the cache.
+struct Plan<'a> {
+    group: &'a str,
+    version: &'a str,
+    resource: &'a str,
+    namespace: Option<&'a str>,
+    name: Option<&'a str>,
+    opts: ListOptions,
+    /// `None`: any state will do (RV="0"); `Some(n)`: the state must be at least `n`.
+    min_rv: Option<u64>,
+}
+
+/// Serves the request from the cache if it can; `None` means "forward it".
+pub async fn try_serve(
+    registry: &Arc<Registry>,
+    method: &Method,
+    uri: &http::Uri,
+    headers: &HeaderMap,
+) -> Option<Response<Body>> {
+    if method != Method::GET || !accepts_plain_json(headers) {
+        return None;
+    }
+    let req = request::parse(method, uri);
+    let ApiPath::Resource(rp) = &req.path else {
+        return None;
+    };
+    if rp.subresource.is_some() || !rp.extra.is_empty() || rp.legacy_watch {
+        return None;
+    }
+    if !matches!(req.verb, Verb::Get | Verb::List) || req.query_get("pretty").is_some() {
+        return None;
+    }
+    let opts = req.list_options().ok()?;
+    let min_rv = cacheable_rv(&opts, req.verb)?;
+    let plan = Plan {
+        group: &rp.group,
+        version: &rp.version,
+        resource: &rp.resource,
+        namespace: rp.namespace.as_deref(),
+        name: rp.name.as_deref(),
+        opts,
+        min_rv,
+    };
+    // The request could be served from a cache: make sure one is (being) built.
+    registry.ensure_started(plan.group, plan.version, plan.resource);
+    let cache = registry.get(plan.group, plan.version, plan.resource)?;
+    if !cache.is_synced() {
+        return None;
+    }
+    if plan.namespace.is_some() && !cache.info.namespaced {
+        return None;
+    }
+    if !fields_indexed(&cache, &plan.opts) {
+        return None;
+    }
+    let snapshot = match plan.min_rv {
+        None => cache.store.snapshot(),
+        Some(rv) => match cache.store.wait_for(rv, FRESHNESS_WAIT).await {
+            Some(s) => s,
+            None => {
+                let current = cache.store.resource_version();
+                return Some(cached(
+                    Status::too_large_resource_version(rv, current, TOO_LARGE_RETRY_SECONDS)
+                        .into_response(),
+                ));
+            }
+        },
+    };
+    Some(cached(match plan.name {
+        Some(name) => get(&cache, &snapshot, &plan, name),
+        None => list(&cache, snapshot, &plan),
+    }))
+}
+
+/// Which resourceVersion a request needs, if the cache may answer it (the documents'
+/// "Semantics for get and list" table). `Some(None)` is "Any"; `Some(Some(n))` is
+/// "Not older than n"; `None` means it must go upstream.
+fn cacheable_rv(opts: &ListOptions, verb: Verb) -> Option<Option<u64>> {
+    if opts.continue_token.is_some() || opts.watch || opts.send_initial_events.is_some() {
+        return None;
+    }
+    let rv = opts
+        .resource_version
+        .as_deref()
+        .filter(|rv| !rv.is_empty())?;
+    let n = request::parse_resource_version(rv).ok()?;
+    let limited = verb == Verb::List && opts.limit.is_some();
+    match (opts.rv_match, n) {
+        (Some(RvMatch::Exact), _) => None,
+        // RV="0": Any. kube-apiserver's cacher ignores `limit` here (`computeListLimit`)
+        // and answers the whole list; so does the cache.
+        (_, 0) => Some(None),
+        // NotOlderThan with a limit pages with continue tokens the upstream must be able
+        // to resume; until the cache issues such tokens, the upstream answers.
+        (Some(RvMatch::NotOlderThan), _) if limited => None,
+        (Some(RvMatch::NotOlderThan), n) => Some(Some(n)),
+        // Legacy semantics: RV=N with a limit is an exact read.
+        (None, _) if limited => None,
+        (None, n) => Some(Some(n)),
+    }
+}
+
+/// Field selectors are answered from the fields parsed into each object; any other field
+/// label goes upstream, which knows whether the type supports it.
+fn fields_indexed(cache: &ResourceCache, opts: &ListOptions) -> bool {
+    opts.field_selector.terms.iter().all(|t| {
+        t.field == "metadata.name"
+            || t.field == "metadata.namespace"
+            || cache.info.field_labels.iter().any(|(l, _)| *l == t.field)
+    })
+}
+
+/// Only plain JSON is assembled from the cache. Table, PartialObjectMetadata and protobuf
+/// answers are the upstream's until they are served too.
+fn accepts_plain_json(headers: &HeaderMap) -> bool {
+    let Some(accept) = headers.get(header::ACCEPT) else {
+        return true;
+    };
+    let Ok(accept) = accept.to_str() else {
+        return false;
+    };
+    // The first media range decides: the apiserver picks the client's first choice it
+    // supports, and it supports everything a client may list first.
+    let first = accept.split(',').next().unwrap_or("").trim();
+    let mut parts = first.split(';').map(str::trim);
+    let media = parts.next().unwrap_or("");
+    let params_ok = parts
+        .all(|p| p.is_empty() || p.starts_with("q=") || p.eq_ignore_ascii_case("charset=utf-8"));
+    params_ok && matches!(media, "application/json" | "*/*" | "application/*" | "")
+}
+
+fn matcher(opts: &ListOptions) -> Option<Filter> {
+    if opts.label_selector.is_empty() && opts.field_selector.is_empty() {
+        return None;
+    }
+    let labels = opts.label_selector.clone();
+    let fields = opts.field_selector.clone();
+    Some(Box::new(move |o: &CachedObject| {
+        labels.matches_fn(|k| o.label(k))
+            && fields.matches_with(|f| o.field(f).unwrap_or_default().to_string())
+    }))
+}
+
+fn get(cache: &ResourceCache, snapshot: &Snapshot, plan: &Plan<'_>, name: &str) -> Response<Body> {
+    let ns = if cache.info.namespaced {
+        plan.namespace.unwrap_or_default()
+    } else {
+        ""
+    };
+    let found = snapshot.get(ns, name);
+    match found {
+        Some(obj) => {
+            let mut out = Vec::with_capacity(obj.raw.len() + 48);
+            obj.write_with_type_meta(&cache.info.type_prefix(), &mut out);
+            out.push(b'\n');
+            json_response(body::full(out))
+        }
+        None => Status::not_found(
+            &GroupResource::new(cache.info.group.clone(), cache.info.resource.clone()),
+            name,
+        )
+        .into_response(),
+    }
+}
+
+fn list(cache: &ResourceCache, snapshot: Arc<Snapshot>, plan: &Plan<'_>) -> Response<Body> {
+    let info = &cache.info;
+    let head = ListHead {
+        api_version: info.api_version(),
+        kind: format!("{}List", info.kind),
+        resource_version: snapshot.resource_version,
+        item_type_prefix: (!info.is_builtin()).then(|| info.type_prefix()),
+    };
+    let namespace = plan.namespace.filter(|_| info.namespaced);
+    json_response(body::boxed(ListBody::new(
+        head,
+        snapshot,
+        namespace,
+        matcher(&plan.opts),
+    )))
+}
+
+fn json_response(body: Body) -> Response<Body> {
+    let mut resp = Response::new(body);
+    *resp.status_mut() = StatusCode::OK;
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    resp
+}
+
+fn cached(mut resp: Response<Body>) -> Response<Body> {
+    resp.headers_mut()
+        .insert(SOURCE_HEADER, HeaderValue::from_static("cache"));
+    resp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts(q: &str) -> ListOptions {
+        let pairs: Vec<(String, String)> =
+            form_urlencoded::parse(q.as_bytes()).into_owned().collect();
+        request::list_options(&pairs, false).unwrap()
+    }
+
+    #[test]
+    fn the_semantics_table_decides_what_is_cacheable() {
+        use Verb::*;
+        // resourceVersion unset: Most Recent (a consistent read) goes upstream.
+        assert_eq!(cacheable_rv(&opts(""), List), None);
+        assert_eq!(cacheable_rv(&opts("limit=5"), List), None);
+        // "0": Any.
+        assert_eq!(cacheable_rv(&opts("resourceVersion=0"), List), Some(None));
+        assert_eq!(cacheable_rv(&opts("resourceVersion=0"), Get), Some(None));
+        assert_eq!(
+            cacheable_rv(
+                &opts("resourceVersion=0&resourceVersionMatch=NotOlderThan"),
+                List
+            ),
+            Some(None)
+        );
+        assert_eq!(
+            cacheable_rv(&opts("resourceVersion=0&limit=5"), List),
+            Some(None)
+        );
+        // "N": Not older than, unless limit makes it the legacy Exact.
+        assert_eq!(
+            cacheable_rv(&opts("resourceVersion=7"), List),
+            Some(Some(7))
+        );
+        assert_eq!(cacheable_rv(&opts("resourceVersion=7"), Get), Some(Some(7)));
+        assert_eq!(cacheable_rv(&opts("resourceVersion=7&limit=5"), List), None);
+        assert_eq!(
+            cacheable_rv(
+                &opts("resourceVersion=7&resourceVersionMatch=NotOlderThan&limit=5"),
+                List
+            ),
+            None
+        );
+        assert_eq!(
+            cacheable_rv(&opts("resourceVersion=7&resourceVersionMatch=Exact"), List),
+            None
+        );
+        assert_eq!(
+            cacheable_rv(&opts("resourceVersion=0&continue=abc"), List),
+            None
+        );
+    }
+
+    #[test]
+    fn only_plain_json_is_served() {
+        let h = |v: &str| {
+            let mut m = HeaderMap::new();
+            m.insert(header::ACCEPT, HeaderValue::from_str(v).unwrap());
+            m
+        };
+        assert!(accepts_plain_json(&HeaderMap::new()));
+        assert!(accepts_plain_json(&h("application/json")));
+        assert!(accepts_plain_json(&h("application/json, */*")));
+        assert!(accepts_plain_json(&h("*/*")));
+        assert!(!accepts_plain_json(&h(
+            "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"
+        )));
+        assert!(!accepts_plain_json(&h(
+            "application/vnd.kubernetes.protobuf,application/json"
+        )));
+        assert!(!accepts_plain_json(&h("application/yaml")));
+    }
+}

@@ -1,0 +1,4 @@
+//! Wire framing of lists and watch events, assembled from cached bytes without
+//! re-serialising objects.
+
+pub mod list;

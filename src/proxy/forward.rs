@@ -1,0 +1,166 @@
+//! The forwarding service: one downstream request becomes one upstream request, and the
+//! upstream's answer comes back frame by frame. Nothing is buffered: bodies are streams
+//! in both directions, so a 100 MB list or an endless watch costs a few buffers.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use http::{header, Method, Request, Response, Version};
+use hyper::body::Incoming;
+
+use super::headers;
+use super::stream::{DrainingBody, TrackedBody};
+use super::upgrade;
+use crate::body::{self, Body};
+use crate::cache::registry::Registry;
+use crate::cache::serve;
+use crate::server::drain::DrainWatch;
+use crate::status::Status;
+use crate::upstream::{Upstream, UpstreamResponse};
+
+/// Forwards requests to the upstream apiserver.
+#[derive(Clone)]
+pub struct Proxy {
+    upstream: Upstream,
+    drain: DrainWatch,
+    cache: Option<Arc<Registry>>,
+}
+
+impl Proxy {
+    pub fn new(upstream: Upstream, drain: DrainWatch) -> Self {
+        Self {
+            upstream,
+            drain,
+            cache: None,
+        }
+    }
+
+    /// Serve what the cache can answer from it; forward the rest.
+    pub fn with_cache(mut self, cache: Option<Arc<Registry>>) -> Self {
+        self.cache = cache;
+        self
+    }
+
+    pub fn upstream(&self) -> &Upstream {
+        &self.upstream
+    }
+
+    /// Forward one request. Never fails: problems become a `metav1.Status` response.
+    pub async fn forward(&self, req: Request<Incoming>) -> Response<Body> {
+        if let Some(status) = reject(&req) {
+            return status.into_response();
+        }
+        if let Some(cache) = &self.cache {
+            if let Some(resp) =
+                serve::try_serve(cache, req.method(), req.uri(), req.headers()).await
+            {
+                return resp;
+            }
+        }
+        if req.version() == Version::HTTP_11 && headers::is_upgrade(req.headers()) {
+            return upgrade::forward(&self.upstream, &self.drain, req).await;
+        }
+
+        let long_running = is_long_running(req.uri());
+        let (mut parts, incoming) = req.into_parts();
+        headers::upstream_request(&mut parts.headers, false);
+        // The client picks the upstream protocol (h2 when ALPN agrees); the request
+        // must not carry the downstream connection's version into that choice.
+        parts.version = Version::HTTP_11;
+        let (tracked, body_failed) = TrackedBody::new(incoming);
+        let upstream_req = Request::from_parts(parts, body::boxed(tracked));
+
+        match self.upstream.send(upstream_req).await {
+            Ok(resp) => self.respond(resp, long_running),
+            Err(err) if body_failed.load(Ordering::Acquire) => {
+                tracing::debug!(error = %err, "request body ended early");
+                Status::bad_request("the request body ended before it was complete").into_response()
+            }
+            Err(err) => {
+                tracing::warn!(error = %err, upstream = %self.upstream.url(), "upstream failed");
+                err.to_status().into_response()
+            }
+        }
+    }
+
+    fn respond(&self, resp: UpstreamResponse, long_running: bool) -> Response<Body> {
+        let (mut parts, incoming) = resp.into_parts();
+        headers::downstream_response(&mut parts.headers, false);
+        parts.version = Version::HTTP_11;
+        let body = if long_running && !parts.headers.contains_key(header::CONTENT_LENGTH) {
+            body::boxed(DrainingBody::new(incoming, self.drain.draining()))
+        } else {
+            body::boxed(incoming)
+        };
+        Response::from_parts(parts, body)
+    }
+}
+
+/// Requests that must not be forwarded at all. The target must be a path: an
+/// absolute-form URI naming another host must never turn the gateway into an open proxy
+/// (only its path is used), and CONNECT or `*` have no meaning for the Kubernetes API.
+fn reject(req: &Request<Incoming>) -> Option<Status> {
+    if req.method() == Method::CONNECT {
+        return Some(Status::new(
+            405,
+            "MethodNotAllowed",
+            "CONNECT is not supported by this server",
+        ));
+    }
+    match req.uri().path_and_query() {
+        Some(pq) if pq.path().starts_with('/') => None,
+        _ => Some(Status::bad_request(format!(
+            "the request target {:?} is not an absolute path",
+            req.uri().to_string()
+        ))),
+    }
+}
+
+/// Watches and followed logs run until the client or the server ends them; these are
+/// the responses a drain must end instead of waiting for. Mirrors the apiserver's
+/// long-running check for the verbs that stream (`watch`, `follow`).
+pub(crate) fn is_long_running(uri: &http::Uri) -> bool {
+    let path = uri.path();
+    if path.starts_with("/api/v1/watch/")
+        || path.starts_with("/apis/") && path.split('/').nth(4) == Some("watch")
+        || path == "/api/v1/watch"
+    {
+        return true;
+    }
+    uri.query().is_some_and(|q| {
+        form_urlencoded::parse(q.as_bytes())
+            .any(|(k, v)| (k == "watch" || k == "follow") && parse_go_bool(&v))
+    })
+}
+
+/// strconv.ParseBool's true values.
+fn parse_go_bool(v: &str) -> bool {
+    matches!(v, "1" | "t" | "T" | "true" | "TRUE" | "True")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_running_requests_are_recognised() {
+        for yes in [
+            "/api/v1/pods?watch=true",
+            "/api/v1/namespaces/a/pods?labelSelector=x&watch=1",
+            "/api/v1/watch/pods",
+            "/apis/apps/v1/watch/deployments",
+            "/api/v1/namespaces/a/pods/p/log?follow=true",
+        ] {
+            assert!(is_long_running(&yes.parse().unwrap()), "{yes}");
+        }
+        for no in [
+            "/api/v1/pods",
+            "/api/v1/pods?watch=false",
+            "/api/v1/namespaces/watch/pods",
+            "/api/v1/namespaces/a/pods/p/log",
+            "/apis/apps/v1/namespaces/watch",
+        ] {
+            assert!(!is_long_running(&no.parse().unwrap()), "{no}");
+        }
+    }
+}

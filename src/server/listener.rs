@@ -1,0 +1,113 @@
+//! The accept loop and per-connection serving: HTTP/1.1 and HTTP/2 prior knowledge (h2c)
+//! on one port via hyper-util's auto builder, upgrades enabled, drain-aware.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::{Request, Response};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use tokio::net::{TcpListener, TcpStream};
+
+use super::drain::DrainWatch;
+use crate::body::Body;
+
+/// What a listener serves: one request in, one response out (errors are responses too).
+pub type Handler = Arc<
+    dyn Fn(Request<Incoming>) -> Pin<Box<dyn Future<Output = Response<Body>> + Send>> + Send + Sync,
+>;
+
+/// A client gets this long to send its request head: bounds slow-loris connections.
+const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+
+fn builder() -> auto::Builder<TokioExecutor> {
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT)
+        // Many small writes (watch events) must not wait for Nagle-style coalescing in
+        // hyper's buffer either.
+        .writev(true);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .keep_alive_interval(Some(Duration::from_secs(30)))
+        .keep_alive_timeout(Duration::from_secs(20));
+    builder
+}
+
+/// Accept connections until the drain begins; each connection is served in its own task
+/// that holds a [`DrainWatch`], so the drain waits for it.
+pub async fn accept_loop(
+    listener: TcpListener,
+    handler: Handler,
+    drain: DrainWatch,
+    name: &'static str,
+) {
+    let builder = Arc::new(builder());
+    let draining = drain.draining();
+    tokio::pin!(draining);
+    loop {
+        tokio::select! {
+            _ = &mut draining => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, peer)) => {
+                    tokio::spawn(serve(stream, peer, builder.clone(), handler.clone(), drain.clone()));
+                }
+                Err(err) => {
+                    // Out of file descriptors and the like: back off instead of spinning.
+                    tracing::warn!(listener = name, error = %err, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        }
+    }
+    tracing::debug!(listener = name, "stopped accepting");
+}
+
+async fn serve(
+    stream: TcpStream,
+    peer: SocketAddr,
+    builder: Arc<auto::Builder<TokioExecutor>>,
+    handler: Handler,
+    drain: DrainWatch,
+) {
+    // Watch events are small writes that must leave at once.
+    let _ = stream.set_nodelay(true);
+    let svc = service_fn(move |req| {
+        let handler = handler.clone();
+        async move { Ok::<_, Infallible>(handler(req).await) }
+    });
+    let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), svc);
+    tokio::pin!(conn);
+    let draining = drain.draining();
+    let stopped = drain.stopped();
+    tokio::pin!(draining, stopped);
+    let mut graceful = false;
+    loop {
+        tokio::select! {
+            res = conn.as_mut() => {
+                if let Err(err) = res {
+                    tracing::debug!(%peer, error = %err, "connection ended with an error");
+                }
+                break;
+            }
+            // HTTP/1.1: finish the current response, then close; HTTP/2: GOAWAY.
+            _ = &mut draining, if !graceful => {
+                conn.as_mut().graceful_shutdown();
+                graceful = true;
+            }
+            _ = &mut stopped => {
+                tracing::debug!(%peer, "connection cut at the drain deadline");
+                break;
+            }
+        }
+    }
+}

@@ -1,0 +1,404 @@
+//! The watch cache (issue 4): RV="0" and NotOlderThan reads through the gateway are served
+//! from one upstream list+watch per resource, and answer exactly what the simulator does.
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::{Method, Request, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::{connect::HttpConnector, Client};
+use hyper_util::rt::TokioExecutor;
+use serde_json::{json, Value};
+
+use watchgate::config::GatewayConfig;
+use watchgate::server::{Gateway, GatewayHandle};
+use watchgate::sim::resources::find;
+use watchgate::sim::{start, Mutation, SimConfig, SimHandle};
+
+type HttpClient = Client<HttpConnector, Full<Bytes>>;
+
+fn client() -> HttpClient {
+    Client::builder(TokioExecutor::new()).build_http()
+}
+
+struct Answer {
+    status: StatusCode,
+    source: Option<String>,
+    body: Value,
+}
+
+async fn call(base: &str, method: Method, path: &str, body: Option<Value>) -> Answer {
+    let mut req = Request::builder()
+        .method(method)
+        .uri(format!("{base}{path}"))
+        .header("accept", "application/json");
+    if body.is_some() {
+        req = req.header("content-type", "application/json");
+    }
+    let req = req
+        .body(Full::new(Bytes::from(
+            body.map(|b| b.to_string()).unwrap_or_default(),
+        )))
+        .unwrap();
+    let resp = tokio::time::timeout(Duration::from_secs(10), client().request(req))
+        .await
+        .unwrap_or_else(|_| panic!("{path}: no response within 10 s"))
+        .unwrap_or_else(|e| panic!("{path}: {e}"));
+    let status = resp.status();
+    let source = resp
+        .headers()
+        .get("x-watchgate-source")
+        .map(|v| v.to_str().unwrap().to_string());
+    let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+    let body = serde_json::from_slice(&bytes)
+        .unwrap_or_else(|e| panic!("{path}: body is not JSON ({e}): {bytes:?}"));
+    Answer {
+        status,
+        source,
+        body,
+    }
+}
+
+async fn get(base: &str, path: &str) -> Answer {
+    call(base, Method::GET, path, None).await
+}
+
+fn put_pod(sim: &SimHandle, ns: &str, name: &str, labels: Value, node: &str, phase: &str) -> u64 {
+    let obj = json!({
+        "kind": "Pod", "apiVersion": "v1",
+        "metadata": {"name": name, "namespace": ns, "labels": labels},
+        "spec": {"nodeName": node, "containers": [{"name": "c", "image": "busybox"}]},
+        "status": {"phase": phase},
+    });
+    let pods = find("", "v1", "pods").unwrap();
+    let out = sim
+        .store()
+        .mutate(pods, ns, name, |_| Ok(Mutation::Put(obj)))
+        .unwrap()
+        .unwrap();
+    out["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+fn delete_pod(sim: &SimHandle, ns: &str, name: &str) {
+    let pods = find("", "v1", "pods").unwrap();
+    sim.store()
+        .mutate(pods, ns, name, |_| Ok(Mutation::Delete))
+        .unwrap();
+}
+
+/// Namespaces whose names are prefixes of each other, so that ordering and namespace
+/// scoping are really exercised.
+async fn seeded() -> (SimHandle, GatewayHandle) {
+    let sim = start(SimConfig::default()).await.unwrap();
+    let mut i = 0;
+    for ns in ["a", "a-b", "ab", "default"] {
+        for (name, app, tier, phase) in [
+            ("web-1", "web", "fe", "Running"),
+            ("web-2", "web", "be", "Pending"),
+            ("db-1", "db", "be", "Running"),
+        ] {
+            i += 1;
+            put_pod(
+                &sim,
+                ns,
+                name,
+                json!({"app": app, "tier": tier}),
+                &format!("node-{}", i % 3),
+                phase,
+            );
+        }
+    }
+    let gw = Gateway::start(GatewayConfig::for_upstream_url(&sim.url()).unwrap())
+        .await
+        .unwrap();
+    (sim, gw)
+}
+
+/// Asks until the gateway answers from its cache (the first cacheable read starts the
+/// reflector; until it has synced, reads are forwarded).
+async fn warm(gw: &GatewayHandle, path: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let a = get(&gw.url(), path).await;
+        if a.source.as_deref() == Some("cache") {
+            return;
+        }
+        assert_eq!(
+            a.source.as_deref(),
+            Some("upstream"),
+            "{path}: unexpected source"
+        );
+        assert!(
+            Instant::now() < deadline,
+            "{path}: cache did not sync within 10 s"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn names(list: &Value) -> Vec<String> {
+    list["items"]
+        .as_array()
+        .unwrap_or_else(|| panic!("not a list: {list}"))
+        .iter()
+        .map(|o| {
+            format!(
+                "{}/{}",
+                o["metadata"]["namespace"].as_str().unwrap_or(""),
+                o["metadata"]["name"].as_str().unwrap()
+            )
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cached_reads_match_the_simulator() {
+    let (sim, gw) = seeded().await;
+    warm(&gw, "/api/v1/pods?resourceVersion=0").await;
+    let current = sim.store().current_rv();
+
+    let cases = [
+        "/api/v1/pods?resourceVersion=0",
+        "/api/v1/namespaces/a/pods?resourceVersion=0",
+        "/api/v1/namespaces/a-b/pods?resourceVersion=0",
+        "/api/v1/namespaces/empty/pods?resourceVersion=0",
+        "/api/v1/pods?resourceVersion=0&labelSelector=app%3Dweb",
+        "/api/v1/pods?resourceVersion=0&labelSelector=app+in+(web,db),tier!%3Dfe",
+        "/api/v1/pods?resourceVersion=0&labelSelector=!tier",
+        "/api/v1/pods?resourceVersion=0&labelSelector=app%3Dnothing",
+        "/api/v1/pods?resourceVersion=0&fieldSelector=spec.nodeName%3Dnode-1",
+        "/api/v1/pods?resourceVersion=0&fieldSelector=status.phase!%3DRunning",
+        "/api/v1/namespaces/ab/pods?resourceVersion=0&fieldSelector=metadata.name%3Ddb-1",
+        "/api/v1/pods?resourceVersion=0&resourceVersionMatch=NotOlderThan",
+        &format!("/api/v1/pods?resourceVersion={current}"),
+        &format!("/api/v1/pods?resourceVersion={current}&resourceVersionMatch=NotOlderThan"),
+        "/api/v1/pods?resourceVersion=0&limit=2",
+        "/api/v1/namespaces/a/pods?resourceVersion=0&limit=1&resourceVersionMatch=NotOlderThan",
+    ];
+    for path in cases {
+        let direct = get(&sim.url(), path).await;
+        let through = get(&gw.url(), path).await;
+        assert_eq!(through.source.as_deref(), Some("cache"), "{path}");
+        assert_eq!(direct.status, StatusCode::OK, "{path}: {}", direct.body);
+        assert_eq!(through.status, direct.status, "{path}");
+        assert_eq!(names(&through.body), names(&direct.body), "{path}");
+        assert_eq!(through.body["kind"], direct.body["kind"], "{path}");
+        assert_eq!(
+            through.body["apiVersion"], direct.body["apiVersion"],
+            "{path}"
+        );
+        assert_eq!(
+            through.body["metadata"]["resourceVersion"], direct.body["metadata"]["resourceVersion"],
+            "{path}"
+        );
+        // Items are the upstream's objects, byte for byte in content.
+        assert_eq!(through.body["items"], direct.body["items"], "{path}");
+    }
+
+    // Gets, including one that does not exist.
+    for path in [
+        "/api/v1/namespaces/a/pods/web-1?resourceVersion=0",
+        "/api/v1/namespaces/a/pods/missing?resourceVersion=0",
+        "/api/v1/namespaces/b/pods/web-1?resourceVersion=0",
+    ] {
+        let direct = get(&sim.url(), path).await;
+        let through = get(&gw.url(), path).await;
+        assert_eq!(through.source.as_deref(), Some("cache"), "{path}");
+        assert_eq!(
+            (through.status, &through.body),
+            (direct.status, &direct.body),
+            "{path}"
+        );
+    }
+
+    // What the cache must not answer goes upstream, and errors are the upstream's.
+    for path in [
+        "/api/v1/pods",
+        "/api/v1/pods?limit=2",
+        "/api/v1/pods?resourceVersion=1&resourceVersionMatch=NotOlderThan&limit=2",
+        &format!("/api/v1/pods?resourceVersion={current}&resourceVersionMatch=Exact"),
+        "/api/v1/pods?resourceVersion=0&labelSelector=a%3D%3D%3Db",
+        "/api/v1/pods?resourceVersion=0&fieldSelector=spec.bogus%3Dx",
+        "/api/v1/pods?resourceVersion=abc",
+        "/api/v1/pods?resourceVersionMatch=NotOlderThan",
+        "/api/v1/pods?resourceVersion=0&resourceVersionMatch=Bogus",
+    ] {
+        let direct = get(&sim.url(), path).await;
+        let through = get(&gw.url(), path).await;
+        assert_eq!(through.source.as_deref(), Some("upstream"), "{path}");
+        assert_eq!(through.status, direct.status, "{path}");
+        if direct.status.is_success() {
+            assert_eq!(names(&through.body), names(&direct.body), "{path}");
+        } else {
+            assert_eq!(through.body, direct.body, "{path}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_upstream_list_serves_many_readers_and_survives_the_upstream() {
+    let (sim, gw) = seeded().await;
+    warm(&gw, "/api/v1/pods?resourceVersion=0").await;
+    let lists_before = sim.stats().lists("pods");
+    let mut tasks = Vec::new();
+    for _ in 0..100 {
+        let url = gw.url();
+        tasks.push(tokio::spawn(async move {
+            let a = get(&url, "/api/v1/pods?resourceVersion=0").await;
+            assert_eq!(a.status, StatusCode::OK);
+            assert_eq!(a.source.as_deref(), Some("cache"));
+            names(&a.body).len()
+        }));
+    }
+    for t in tasks {
+        assert_eq!(t.await.unwrap(), 12);
+    }
+    assert_eq!(
+        sim.stats().lists("pods"),
+        lists_before,
+        "100 cached lists must not reach the upstream"
+    );
+
+    // Stop the upstream: cached reads still answer, writes get a 503 Status.
+    let url = gw.url();
+    sim.shutdown().await;
+    let a = get(&url, "/api/v1/namespaces/a/pods?resourceVersion=0").await;
+    assert_eq!(
+        (a.status, a.source.as_deref()),
+        (StatusCode::OK, Some("cache"))
+    );
+    assert_eq!(names(&a.body), ["a/db-1", "a/web-1", "a/web-2"]);
+    let w = call(
+        &url,
+        Method::POST,
+        "/api/v1/namespaces/a/configmaps",
+        Some(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}})),
+    )
+    .await;
+    assert_eq!(w.status, StatusCode::SERVICE_UNAVAILABLE, "{}", w.body);
+    assert_eq!(w.body["reason"], "ServiceUnavailable");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn not_older_than_reads_see_a_write_and_too_new_rvs_time_out() {
+    let (sim, gw) = seeded().await;
+    warm(&gw, "/api/v1/pods?resourceVersion=0").await;
+    let created = call(
+        &gw.url(),
+        Method::POST,
+        "/api/v1/namespaces/default/pods",
+        Some(json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "fresh"},
+            "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+        })),
+    )
+    .await;
+    assert_eq!(created.status, StatusCode::CREATED, "{}", created.body);
+    let rv = created.body["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let a = get(
+        &gw.url(),
+        &format!(
+            "/api/v1/namespaces/default/pods?resourceVersion={rv}&resourceVersionMatch=NotOlderThan"
+        ),
+    )
+    .await;
+    assert_eq!(
+        (a.status, a.source.as_deref()),
+        (StatusCode::OK, Some("cache"))
+    );
+    assert!(
+        names(&a.body).contains(&"default/fresh".to_string()),
+        "{:?}",
+        names(&a.body)
+    );
+    let got = get(
+        &gw.url(),
+        &format!("/api/v1/namespaces/default/pods/fresh?resourceVersion={rv}"),
+    )
+    .await;
+    assert_eq!(
+        (got.status, got.source.as_deref()),
+        (StatusCode::OK, Some("cache"))
+    );
+    assert_eq!(got.body["kind"], "Pod");
+    assert_eq!(got.body["metadata"]["resourceVersion"], rv.as_str());
+
+    let future = sim.store().current_rv() + 1_000_000;
+    let started = Instant::now();
+    let a = get(
+        &gw.url(),
+        &format!("/api/v1/pods?resourceVersion={future}&resourceVersionMatch=NotOlderThan"),
+    )
+    .await;
+    let waited = started.elapsed();
+    assert_eq!(
+        (a.status, a.source.as_deref()),
+        (StatusCode::GATEWAY_TIMEOUT, Some("cache"))
+    );
+    assert!(
+        waited >= Duration::from_millis(2900),
+        "answered after {waited:?}"
+    );
+    assert_eq!(a.body["reason"], "Timeout");
+    assert_eq!(
+        a.body["details"]["causes"][0]["reason"],
+        "ResourceVersionTooLarge"
+    );
+    assert_eq!(a.body["details"]["retryAfterSeconds"], 1);
+    assert!(a.body["message"].as_str().unwrap().starts_with(&format!(
+        "Timeout: Too large resource version: {future}, current: "
+    )));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_410_on_the_upstream_watch_relists_and_the_cache_matches_the_simulator() {
+    let (sim, gw) = seeded().await;
+    warm(&gw, "/api/v1/pods?resourceVersion=0").await;
+    let lists_before = sim.stats().lists("pods");
+    // The next watch the reflector opens gets 410; end the current one to make it reconnect.
+    sim.faults().force_410_next_watch(1);
+    sim.faults().drop_watches_now();
+    // Meanwhile the world changes: one update, one delete, one create.
+    put_pod(
+        &sim,
+        "a",
+        "web-1",
+        json!({"app": "web", "tier": "changed"}),
+        "node-9",
+        "Failed",
+    );
+    delete_pod(&sim, "ab", "db-1");
+    put_pod(
+        &sim,
+        "zz",
+        "new-1",
+        json!({"app": "new"}),
+        "node-1",
+        "Running",
+    );
+
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let direct = get(&sim.url(), "/api/v1/pods?resourceVersion=0").await;
+        let through = get(&gw.url(), "/api/v1/pods?resourceVersion=0").await;
+        if through.body["items"] == direct.body["items"] && sim.stats().lists("pods") > lists_before
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "cache did not converge after the 410: {:?} vs {:?}",
+            names(&through.body),
+            names(&direct.body)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

@@ -1,0 +1,262 @@
+//! The `watchgate serve` binary as a process: it prints where it serves, streams a 50 MB
+//! body with bounded memory (measured as the process's peak RSS), warns loudly when bound
+//! beyond loopback, and drains on SIGTERM with a clean end of open watches.
+
+mod gateway_support;
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use gateway_support::*;
+use http::{Request, Response};
+use http_body_util::BodyExt;
+use watchgate::body::{self, Body};
+
+struct Proc {
+    child: Child,
+    addr: SocketAddr,
+    admin: SocketAddr,
+    stderr: std::process::ChildStderr,
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Start `watchgate serve` on free ports and wait for its "Starting to serve" line.
+fn spawn_gateway(upstream: &str, extra: &[&str]) -> Proc {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_watchgate"))
+        .args([
+            "serve",
+            "--server",
+            upstream,
+            "--port",
+            "0",
+            "--admin-port",
+            "0",
+        ])
+        .args(extra)
+        .env("RUST_LOG", "warn")
+        .env("KUBECONFIG", "/nonexistent")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn watchgate");
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut field = |prefix: &str| -> String {
+        let line = lines
+            .next()
+            .expect("watchgate printed its address")
+            .unwrap();
+        line.strip_prefix(prefix)
+            .unwrap_or_else(|| panic!("unexpected line {line:?}"))
+            .to_string()
+    };
+    let addr: SocketAddr = field("Starting to serve on ").parse().unwrap();
+    let admin = field("Admin endpoints on http://");
+    let admin: SocketAddr = admin.trim_end_matches("/healthz").parse().unwrap();
+    let addr = SocketAddr::from(([127, 0, 0, 1], addr.port()));
+    let admin = SocketAddr::from(([127, 0, 0, 1], admin.port()));
+    let stderr = child.stderr.take().unwrap();
+    Proc {
+        child,
+        addr,
+        admin,
+        stderr,
+    }
+}
+
+/// `VmRSS` and `VmHWM` (peak RSS) of a process, in KiB.
+fn rss_kib(pid: u32) -> (u64, u64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let field = |name: &str| -> u64 {
+        status
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{name} in /proc/{pid}/status"))
+    };
+    (field("VmRSS:"), field("VmHWM:"))
+}
+
+#[tokio::test]
+async fn a_50mb_body_streams_through_the_process_with_bounded_memory() {
+    const TOTAL: u64 = 50 * 1024 * 1024;
+    const CHUNK: usize = 64 * 1024;
+    let stub = Stub::start(handler(|req: Request<hyper::body::Incoming>| async move {
+        let total = if req.uri().query() == Some("limit=1") {
+            CHUNK as u64
+        } else {
+            TOTAL
+        };
+        let chunk = Bytes::from(vec![b' '; CHUNK]);
+        // Produced lazily: only as fast as the gateway takes it.
+        let stream = futures_util::stream::unfold(0u64, move |sent| {
+            let chunk = chunk.clone();
+            async move {
+                (sent < total).then(|| {
+                    (
+                        Ok::<_, std::convert::Infallible>(http_body::Frame::data(chunk)),
+                        sent + CHUNK as u64,
+                    )
+                })
+            }
+        });
+        let body: Body = body::boxed(http_body_util::StreamBody::new(stream));
+        Response::builder()
+            .header("content-type", "application/json")
+            .body(body)
+            .unwrap()
+    }))
+    .await;
+    let gw = spawn_gateway(&stub.url(), &[]);
+    let pid = gw.child.id();
+
+    // Warm up (connection pools, first allocations), then take the baseline.
+    let (parts, bytes) = get(gw.addr, "/api/v1/pods?limit=1").await;
+    assert_eq!(parts.status, 200);
+    assert_eq!(bytes.len(), CHUNK);
+    let (rss_before, peak_before) = rss_kib(pid);
+
+    let resp = h1(gw.addr)
+        .await
+        .send_request(
+            Request::get("/api/v1/pods")
+                .header("host", "x")
+                .body(body::empty())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    let mut body = resp.into_body();
+    let mut received = 0u64;
+    while let Some(frame) = body.frame().await {
+        received += frame
+            .unwrap()
+            .into_data()
+            .map(|d| d.len() as u64)
+            .unwrap_or(0);
+    }
+    assert_eq!(received, TOTAL);
+    let (rss_after, peak_after) = rss_kib(pid);
+    let growth_mib = peak_after.saturating_sub(peak_before.max(rss_before)) as f64 / 1024.0;
+    eprintln!(
+        "watchgate RSS: before {rss_before} KiB (peak {peak_before} KiB), after {rss_after} KiB \
+         (peak {peak_after} KiB); peak growth while streaming 50 MiB: {growth_mib:.1} MiB"
+    );
+    assert!(
+        growth_mib < 16.0,
+        "peak RSS grew by {growth_mib:.1} MiB while streaming 50 MiB"
+    );
+}
+
+#[tokio::test]
+async fn sigterm_drains_open_watches_cleanly_and_exits_by_the_deadline() {
+    let (tx_slot, mut rx_slot) = tokio::sync::mpsc::channel(1);
+    let stub = Stub::start(handler(move |_req: Request<hyper::body::Incoming>| {
+        let tx_slot = tx_slot.clone();
+        async move {
+            let (tx, body) = channel_body(1);
+            tx_slot.send(tx).await.unwrap();
+            Response::new(body)
+        }
+    }))
+    .await;
+    let mut gw = spawn_gateway(&stub.url(), &["--shutdown-timeout", "5s"]);
+    let (parts, bytes) = get(gw.admin, "/healthz").await;
+    assert_eq!((parts.status.as_u16(), &bytes[..]), (200, &b"ok"[..]));
+
+    let resp = h1(gw.addr)
+        .await
+        .send_request(
+            Request::get("/api/v1/pods?watch=true")
+                .header("host", "x")
+                .body(body::empty())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    let upstream = rx_slot.recv().await.unwrap();
+    let event = Bytes::from_static(b"{\"type\":\"ADDED\",\"object\":{\"kind\":\"Pod\"}}\n");
+    upstream.send(event.clone()).await.unwrap();
+    let mut body = resp.into_body();
+    let first = body.frame().await.unwrap().unwrap().into_data().unwrap();
+    assert_eq!(first, event);
+
+    let signalled = Instant::now();
+    let killed = Command::new("kill")
+        .args(["-TERM", &gw.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+
+    // A clean end of the chunked stream: no error, no more data.
+    let end = tokio::time::timeout(Duration::from_secs(5), body.frame())
+        .await
+        .expect("watch ended within the deadline");
+    assert!(end.is_none(), "clean end of stream, got {end:?}");
+
+    // The process exits successfully, well within its 5 s deadline.
+    let status = tokio::task::spawn_blocking(move || {
+        let deadline = Instant::now() + Duration::from_secs(7);
+        loop {
+            if let Some(status) = gw.child.try_wait().unwrap() {
+                return Some(status);
+            }
+            if Instant::now() > deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    })
+    .await
+    .unwrap()
+    .expect("watchgate exited after SIGTERM");
+    assert!(status.success(), "exit status {status:?}");
+    assert!(signalled.elapsed() < Duration::from_secs(5));
+}
+
+#[tokio::test]
+async fn binding_beyond_loopback_prints_a_loud_warning() {
+    let stub = Stub::start(handler(|_req: Request<hyper::body::Incoming>| async move {
+        Response::new(body::full("{}"))
+    }))
+    .await;
+    let mut gw = spawn_gateway(&stub.url(), &["--address", "0.0.0.0"]);
+    let stderr = gw.stderr.take_lines(3);
+    assert!(
+        stderr
+            .iter()
+            .any(|l| l.contains("WARNING") && l.contains("0.0.0.0")),
+        "{stderr:?}"
+    );
+    // It still works (over loopback).
+    assert_eq!(get(gw.addr, "/api").await.0.status, 200);
+}
+
+trait TakeLines {
+    fn take_lines(&mut self, n: usize) -> Vec<String>;
+}
+
+impl TakeLines for std::process::ChildStderr {
+    /// The first `n` non-empty stderr lines.
+    fn take_lines(&mut self, n: usize) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut reader = BufReader::new(self);
+        let mut line = String::new();
+        while out.len() < n && reader.read_line(&mut line).unwrap_or(0) > 0 {
+            if !line.trim().is_empty() {
+                out.push(line.trim_end().to_string());
+            }
+            line.clear();
+        }
+        out
+    }
+}
