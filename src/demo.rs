@@ -1,10 +1,200 @@
-//! `watchgate demo`: the simulator with a seeded cluster, and the gateway in front of it.
+//! `watchgate demo`: the simulator with a seeded cluster and gentle churn, and the gateway
+//! in front of it, so that someone without a cluster sees watchgate work in one command.
+//!
+//! Both run in this process: the simulator on an ephemeral loopback port (nobody needs to
+//! know it), the gateway on 127.0.0.1:8001 where kubectl is pointed.
 
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+use anyhow::Context as _;
 use clap::Args;
+use http_body_util::{BodyExt, Empty};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
 
+use crate::config::GatewayConfig;
+use crate::server::{Gateway, GatewayHandle};
+use crate::sim::seed::{self, SeedSpec};
+use crate::sim::{churn, SimConfig, SimHandle};
+
+/// Flags of `watchgate demo`.
 #[derive(Args, Debug, Clone)]
-pub struct DemoArgs {}
+pub struct DemoArgs {
+    /// The IP address the gateway serves on (kubectl talks to this).
+    #[arg(long, default_value = "127.0.0.1")]
+    pub address: IpAddr,
+    /// The port the gateway serves on.
+    #[arg(long, default_value_t = 8001)]
+    pub port: u16,
+    /// Namespaces to spread the seeded objects over (besides default, kube-system, ...).
+    #[arg(long, default_value_t = 6)]
+    pub namespaces: usize,
+    /// Nodes to seed.
+    #[arg(long, default_value_t = 20)]
+    pub nodes: usize,
+    /// Pods to seed. Deployments, services, secrets, configmaps and events are seeded in
+    /// proportion (a sixth to a third as many).
+    #[arg(long, default_value_t = 300)]
+    pub pods: usize,
+    /// Approximate JSON size of a seeded pod, in bytes (the Kubernetes scalability tests
+    /// use 2 to 15 KiB).
+    #[arg(long, default_value_t = 4096)]
+    pub pod_size: usize,
+    /// Churn: writes per second across the seeded objects (0 = a still cluster).
+    #[arg(long, default_value_t = 2.0)]
+    pub churn: f64,
+}
 
-pub async fn run(_args: DemoArgs) -> anyhow::Result<()> {
-    anyhow::bail!("demo: not built yet")
+impl DemoArgs {
+    /// What to seed: a small but realistic cluster shape around the pod count.
+    pub fn seed_spec(&self) -> SeedSpec {
+        let p = self.pods;
+        SeedSpec {
+            namespaces: self.namespaces.max(1),
+            nodes: self.nodes,
+            pods: p,
+            configmaps: p / 3,
+            secrets: p / 6,
+            services: p / 6,
+            events: p / 3,
+            deployments: p / 6,
+            widgets: p / 30,
+            pod_size: self.pod_size,
+        }
+    }
+}
+
+/// The simulator and the gateway of a running demo.
+pub struct Demo {
+    pub sim: SimHandle,
+    pub gateway: GatewayHandle,
+}
+
+impl Demo {
+    /// The URL kubectl should use.
+    pub fn url(&self) -> String {
+        self.gateway.url()
+    }
+
+    /// Drains the gateway (watch streams end cleanly), then stops the simulator.
+    pub async fn shutdown(self) {
+        let outcome = self.gateway.shutdown().await;
+        tracing::info!(?outcome, "gateway drained");
+        self.sim.shutdown().await;
+    }
+}
+
+/// Starts the seeded simulator and the gateway in front of it, and checks that a list
+/// goes through before returning.
+pub async fn start(args: &DemoArgs) -> anyhow::Result<Demo> {
+    anyhow::ensure!(
+        args.churn.is_finite() && args.churn >= 0.0,
+        "--churn must be a non-negative number of writes per second"
+    );
+    // The simulator starts empty; the demo seeds its own cluster shape (the simulator's
+    // `--seed N` gives N of every type, e.g. as many nodes as pods) and runs churn over it.
+    let sim = crate::sim::start(SimConfig {
+        addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+        ..SimConfig::default()
+    })
+    .await
+    .context("starting the simulated apiserver")?;
+    let spec = args.seed_spec();
+    seed::seed_store(sim.store(), &spec);
+    tokio::spawn(churn::run(
+        sim.store().clone(),
+        spec,
+        args.churn,
+        sim.sim().shutdown.clone(),
+    ));
+
+    let mut cfg = GatewayConfig::for_upstream_url(&sim.url())?;
+    cfg.listen = SocketAddr::new(args.address, args.port);
+    let gateway = Gateway::start(cfg).await.with_context(|| {
+        format!(
+            "starting the gateway on {}:{} (is another watchgate or kubectl proxy using \
+             it? pick another with --port)",
+            args.address, args.port
+        )
+    })?;
+    let demo = Demo { sim, gateway };
+    demo.check().await?;
+    Ok(demo)
+}
+
+impl Demo {
+    /// One list through the gateway, so "ready" is printed only when it is true.
+    async fn check(&self) -> anyhow::Result<()> {
+        let client = Client::builder(TokioExecutor::new()).build_http::<Empty<bytes::Bytes>>();
+        let uri: http::Uri = format!("{}/api/v1/pods?limit=1", self.url()).parse()?;
+        let resp = tokio::time::timeout(Duration::from_secs(10), client.get(uri))
+            .await
+            .context("the gateway did not answer a list within 10 s")??;
+        let status = resp.status();
+        let body = resp.into_body().collect().await?.to_bytes();
+        anyhow::ensure!(
+            status.is_success(),
+            "a list through the gateway failed: {status} {}",
+            String::from_utf8_lossy(&body)
+        );
+        Ok(())
+    }
+}
+
+/// The name and namespace of one seeded pod, for the examples (best effort).
+async fn some_pod(url: &str) -> Option<(String, String)> {
+    let client = Client::builder(TokioExecutor::new()).build_http::<Empty<bytes::Bytes>>();
+    let uri: http::Uri = format!("{url}/api/v1/pods?limit=1").parse().ok()?;
+    let resp = client.get(uri).await.ok()?;
+    let body = resp.into_body().collect().await.ok()?.to_bytes();
+    let v: serde_json::Value = serde_json::from_slice(&body).ok()?;
+    let meta = &v["items"][0]["metadata"];
+    Some((
+        meta["namespace"].as_str()?.to_string(),
+        meta["name"].as_str()?.to_string(),
+    ))
+}
+
+/// What to type, printed once everything is up.
+fn instructions(args: &DemoArgs, demo: &Demo, pod: Option<(String, String)>) -> String {
+    let url = demo.url();
+    let k = format!("kubectl --server {url}");
+    let (ns, name) = pod.unwrap_or_else(|| ("<namespace>".into(), "<pod>".into()));
+    format!(
+        "\nwatchgate demo is running.\n\
+         \n  simulated apiserver  {sim} ({pods} pods of ~{size} B, {nodes} nodes, {churn} writes/s)\
+         \n  gateway              {url} (admin: http://{admin}/healthz)\n\
+         \nIn another terminal (kubectl 1.37 is in .venv/bin after ./scripts/test):\n\
+         \n  {k} get pods -A -w\
+         \n  {k} get nodes\
+         \n  {k} get deployments,services,configmaps -A\
+         \n  {k} get --raw /apis\
+         \n  {k} logs -f -n {ns} {name}\
+         \n  echo hello | {k} exec -i -n {ns} {name} -- cat\n\
+         \nCtrl-C stops the demo.\n",
+        sim = demo.sim.url(),
+        pods = args.pods,
+        nodes = args.nodes,
+        size = args.pod_size,
+        churn = args.churn,
+        admin = demo.gateway.admin_addr(),
+    )
+}
+
+/// `watchgate demo`: runs until Ctrl-C or SIGTERM, then drains.
+pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
+    let demo = start(&args).await?;
+    let pod = some_pod(&demo.url()).await;
+    println!("{}", instructions(&args, &demo, pod));
+
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate())?;
+    tokio::select! {
+        r = tokio::signal::ctrl_c() => r?,
+        _ = term.recv() => {}
+    }
+    eprintln!("stopping: draining the gateway");
+    demo.shutdown().await;
+    Ok(())
 }

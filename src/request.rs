@@ -12,6 +12,10 @@
 //! Status for bad input. Handlers call it only after they have resolved the resource, which
 //! is the order in which kube-apiserver reports errors (unknown resource 404 first).
 
+// `Status` is the error currency of every handler (one per failed request), so its size
+// does not matter on these paths.
+#![allow(clippy::result_large_err)]
+
 use http::Method;
 
 use crate::selector::{FieldSelector, LabelSelector};
@@ -158,12 +162,10 @@ pub fn parse_path(path: &str) -> ApiPath {
         rp.legacy_watch = true;
         rest = &rest[1..];
     }
-    if rest.first().map(String::as_str) == Some("namespaces") {
-        if rest.len() > 1 {
-            rp.namespace = Some(rest[1].clone());
-            if rest.len() > 2 && !NAMESPACE_SUBRESOURCES.contains(&rest[2].as_str()) {
-                rest = &rest[2..];
-            }
+    if rest.first().map(String::as_str) == Some("namespaces") && rest.len() > 1 {
+        rp.namespace = Some(rest[1].clone());
+        if rest.len() > 2 && !NAMESPACE_SUBRESOURCES.contains(&rest[2].as_str()) {
+            rest = &rest[2..];
         }
     }
     if let Some(r) = rest.first() {
@@ -279,7 +281,7 @@ impl ApiRequest {
 
     /// `dryRun=All` present (the only value the apiserver accepts).
     pub fn dry_run(&self) -> bool {
-        self.query_all("dryRun").iter().any(|v| *v == "All")
+        self.query_all("dryRun").contains(&"All")
     }
 
     pub fn field_manager(&self) -> Option<&str> {
@@ -547,5 +549,82 @@ mod tests {
         assert!(matches!(parse_path("/apis/apps"), ApiPath::NonResource(_)));
         assert!(matches!(parse_path("/api/v1"), ApiPath::NonResource(_)));
         assert!(matches!(parse_path("/version"), ApiPath::NonResource(_)));
+    }
+    fn req(m: Method, uri: &str) -> ApiRequest {
+        parse(&m, &uri.parse().unwrap())
+    }
+
+    #[test]
+    fn verbs() {
+        assert_eq!(req(Method::GET, "/api/v1/pods").verb, Verb::List);
+        assert_eq!(req(Method::GET, "/api/v1/pods?watch").verb, Verb::Watch);
+        assert_eq!(
+            req(Method::GET, "/api/v1/pods?watch=false").verb,
+            Verb::List
+        );
+        assert_eq!(req(Method::GET, "/api/v1/pods?watch=0").verb, Verb::List);
+        assert_eq!(req(Method::GET, "/api/v1/watch/pods").verb, Verb::Watch);
+        assert_eq!(
+            req(Method::GET, "/api/v1/namespaces/a/pods/p?watch=1").verb,
+            Verb::Get
+        );
+        assert_eq!(
+            req(Method::DELETE, "/api/v1/namespaces/a/pods").verb,
+            Verb::DeleteCollection
+        );
+        assert_eq!(
+            req(Method::DELETE, "/api/v1/namespaces/a/pods/p").verb,
+            Verb::Delete
+        );
+        assert_eq!(
+            req(Method::PATCH, "/api/v1/namespaces/a/pods/p").verb,
+            Verb::Patch
+        );
+        let r = req(
+            Method::POST,
+            "/api/v1/namespaces/a/pods?dryRun=All&fieldManager=me",
+        );
+        assert!(r.dry_run());
+        assert_eq!(r.field_manager(), Some("me"));
+    }
+
+    #[test]
+    fn options() {
+        let o = req(
+            Method::GET,
+            "/api/v1/pods?limit=5&resourceVersion=7&resourceVersionMatch=Exact",
+        )
+        .list_options()
+        .unwrap();
+        assert_eq!((o.limit, o.rv_match), (Some(5), Some(RvMatch::Exact)));
+        let o = req(Method::GET, "/api/v1/pods?limit=0")
+            .list_options()
+            .unwrap();
+        assert_eq!(o.limit, None);
+        let o = req(Method::GET, "/api/v1/pods?watch=1")
+            .list_options()
+            .unwrap();
+        assert_eq!(o.send_initial_events, Some(true), "watch-list defaulting");
+        assert_eq!(o.rv_match, Some(RvMatch::NotOlderThan));
+        let o = req(Method::GET, "/api/v1/watch/pods")
+            .list_options()
+            .unwrap();
+        assert_eq!(
+            o.send_initial_events, None,
+            "legacy watch paths are not defaulted"
+        );
+        let e = req(Method::GET, "/api/v1/pods?limit=x")
+            .list_options()
+            .unwrap_err();
+        assert_eq!(
+            (e.code, e.message.as_str()),
+            (400, "strconv.ParseInt: parsing \"x\": invalid syntax")
+        );
+        assert_eq!(
+            parse_resource_version("-1").unwrap_err(),
+            "resourceVersion: Invalid value: \"-1\": strconv.ParseUint: parsing \"-1\": invalid syntax"
+        );
+        assert_eq!(parse_resource_version("0"), Ok(0));
+        assert_eq!(parse_resource_version(""), Ok(0));
     }
 }

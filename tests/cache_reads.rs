@@ -176,7 +176,8 @@ async fn cached_reads_match_the_simulator() {
         "/api/v1/pods?resourceVersion=0&resourceVersionMatch=NotOlderThan",
         &format!("/api/v1/pods?resourceVersion={current}"),
         &format!("/api/v1/pods?resourceVersion={current}&resourceVersionMatch=NotOlderThan"),
-        &format!("/api/v1/pods?resourceVersion=1&resourceVersionMatch=NotOlderThan&limit=500"),
+        "/api/v1/pods?resourceVersion=0&limit=2",
+        "/api/v1/namespaces/a/pods?resourceVersion=0&limit=1&resourceVersionMatch=NotOlderThan",
     ];
     for path in cases {
         let direct = get(&sim.url(), path).await;
@@ -218,7 +219,7 @@ async fn cached_reads_match_the_simulator() {
     for path in [
         "/api/v1/pods",
         "/api/v1/pods?limit=2",
-        "/api/v1/pods?resourceVersion=0&limit=2",
+        "/api/v1/pods?resourceVersion=1&resourceVersionMatch=NotOlderThan&limit=2",
         &format!("/api/v1/pods?resourceVersion={current}&resourceVersionMatch=Exact"),
         "/api/v1/pods?resourceVersion=0&labelSelector=a%3D%3D%3Db",
         "/api/v1/pods?resourceVersion=0&fieldSelector=spec.bogus%3Dx",

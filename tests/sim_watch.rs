@@ -3,6 +3,9 @@
 //! sendInitialEvents with the initial-events-end bookmark, timeoutSeconds, label and
 //! field selectors with objects moving in and out, legacy /watch/ paths, faults.
 
+// The store's closures return `Result<_, Status>` by design.
+#![allow(clippy::result_large_err)]
+
 mod sim_common;
 
 use std::time::Duration;
@@ -399,4 +402,122 @@ async fn many_writes_arrive_in_order_without_loss() {
         let e = w.next().await;
         assert_eq!(rv_of(&e["object"]), rv);
     }
+}
+
+#[tokio::test]
+async fn fault_http_endpoints_and_latency() {
+    let h = fixture().await;
+    let resp = send(&h, http::Method::POST, "/debug/sim/faults/watch-410").await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    let mut w = watch(&h, &format!("{PODS}?watch=1&resourceVersion=5")).await;
+    assert_eq!(w.next().await["object"]["code"], 410);
+    let resp = send(&h, http::Method::POST, "/debug/sim/faults/compact").await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    put_pod(&h, "ns1", "z", json!({}), "Running");
+    let mut w = watch(&h, &format!("{PODS}?watch=1&resourceVersion=4")).await;
+    let e = w.next().await;
+    assert_eq!(e["object"]["message"], "too old resource version: 4 (5)");
+    h.faults().set_latency(Duration::from_millis(300));
+    let started = std::time::Instant::now();
+    let (code, _) = get(&h, PODS).await;
+    assert_eq!(code, StatusCode::OK);
+    assert!(started.elapsed() >= Duration::from_millis(300));
+    let (_, v) = get(&h, "/debug/sim/faults").await;
+    assert_eq!(v["latencyMs"], 300);
+}
+
+#[tokio::test]
+async fn watch_over_h2c() {
+    let h = fixture().await;
+    let c: hyper_util::client::legacy::Client<_, http_body_util::Empty<bytes::Bytes>> =
+        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+            .http2_only(true)
+            .build_http();
+    let req = http::Request::get(format!("{}{PODS}?watch=1&resourceVersion=4", h.url()))
+        .body(http_body_util::Empty::new())
+        .unwrap();
+    let resp = c.request(req).await.unwrap();
+    assert_eq!(resp.version(), http::Version::HTTP_2);
+    let mut body = resp.into_body();
+    let frame = tokio::time::timeout(
+        Duration::from_secs(5),
+        http_body_util::BodyExt::frame(&mut body),
+    )
+    .await
+    .unwrap()
+    .unwrap()
+    .unwrap();
+    let line = frame.into_data().unwrap();
+    let e: serde_json::Value = serde_json::from_slice(&line).unwrap();
+    assert_eq!(e["type"], "ADDED");
+    assert_eq!(e["object"]["metadata"]["name"], "c");
+}
+
+#[tokio::test]
+async fn shutdown_ends_watch_streams() {
+    let h = fixture().await;
+    let mut w = watch(&h, &format!("{PODS}?watch=1&resourceVersion=5")).await;
+    w.expect_quiet(100).await;
+    tokio::time::timeout(Duration::from_secs(10), h.shutdown())
+        .await
+        .expect("shutdown within 10s");
+    w.expect_end(5).await;
+}
+
+#[tokio::test]
+async fn stalled_watcher_that_falls_behind_compaction_gets_410() {
+    // A watcher whose client stops reading blocks on its (bounded) socket; meanwhile
+    // history moves past its cursor. When the client reads again it sees a gap-free
+    // prefix of events, then the 410 ERROR, then the end — never a silent gap.
+    let h = fixture_with(|c| c.store.history_events = 20).await;
+    let mut w = watch(&h, &format!("{PODS}?watch=1&resourceVersion=5")).await;
+    w.expect_quiet(100).await;
+    let big = "x".repeat(16 * 1024);
+    let mut last = 0;
+    for i in 0..1500 {
+        let obj = json!({"kind": "Pod", "apiVersion": "v1",
+            "metadata": {"name": format!("p{}", i % 10), "namespace": "ns1"},
+            "spec": {"blob": big, "i": i}});
+        let out = h
+            .store()
+            .mutate(pods(), "ns1", &format!("p{}", i % 10), |_| {
+                Ok(watchgate::sim::Mutation::Put(obj))
+            })
+            .unwrap()
+            .unwrap();
+        last = rv_of(&out);
+    }
+    let mut expect_rv = 6;
+    loop {
+        let e = w
+            .next_within(20)
+            .await
+            .expect("stream ends only after the ERROR");
+        if e["type"] == "ERROR" {
+            assert_eq!(e["object"]["code"], 410);
+            let msg = e["object"]["message"].as_str().unwrap().to_string();
+            // "too old resource version: N (M)": N is the last RV delivered, M the
+            // compaction point when the watcher noticed (at most the final one).
+            let prefix = format!("too old resource version: {} (", expect_rv - 1);
+            let m: u64 = msg
+                .strip_prefix(&prefix)
+                .and_then(|r| r.strip_suffix(')'))
+                .unwrap_or_else(|| panic!("unexpected message {msg}"))
+                .parse()
+                .unwrap();
+            assert!(m > expect_rv - 1 && m <= h.store().compacted_rv(), "{msg}");
+            break;
+        }
+        assert_eq!(
+            rv_of(&e["object"]),
+            expect_rv,
+            "events are gap-free and in order"
+        );
+        expect_rv += 1;
+    }
+    assert!(
+        expect_rv < last,
+        "the watcher fell behind (got up to {expect_rv} of {last})"
+    );
+    w.expect_end(5).await;
 }

@@ -87,9 +87,11 @@ const PODS: &str = "/api/v1/namespaces/default/pods";
 const CMS: &str = "/api/v1/namespaces/default/configmaps";
 const DEPLOYS: &str = "/apis/apps/v1/namespaces/default/deployments";
 
+/// A pod already bound to a node, so the simulated scheduler/kubelet leave it alone and
+/// event sequences stay deterministic (see `unbound_pods_are_scheduled_and_started`).
 fn pod(name: &str) -> Value {
     json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": {"app": "web"}},
-           "spec": {"containers": [{"name": "c", "image": "nginx:1.27"}]}})
+           "spec": {"nodeName": "node-a", "containers": [{"name": "c", "image": "nginx:1.27"}]}})
 }
 
 fn deploy(name: &str, replicas: i64) -> Value {
@@ -796,4 +798,116 @@ async fn malformed_bodies_get_apiserver_statuses() {
         assert_eq!(s["kind"], "Status");
         assert_eq!(s["message"], msg, "{method} {path} {ct} {body}");
     }
+}
+
+#[tokio::test]
+async fn unbound_pods_are_scheduled_and_started() {
+    let api = Api::new().await;
+    let start = api.store().current_rv();
+    let mut p = pod("run");
+    p["spec"].as_object_mut().unwrap().remove("nodeName");
+    let (code, created) = api.post(PODS, p).await;
+    assert_eq!(code, 201);
+    assert_eq!(created["status"]["phase"], "Pending");
+    // Bounded wait for the two follow-up writes (binding, kubelet status).
+    let mut evs = Vec::new();
+    for _ in 0..200 {
+        evs = api.events("", "pods", start);
+        if evs.len() >= 3 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    let kinds: Vec<EventType> = evs.iter().map(|e| e.0).collect();
+    assert_eq!(
+        kinds,
+        vec![EventType::Added, EventType::Modified, EventType::Modified],
+        "pod was not scheduled and started within 2s"
+    );
+    let (_, got) = api.get(&format!("{PODS}/run")).await;
+    assert_eq!(got["spec"]["nodeName"], "sim-node-0");
+    assert_eq!(got["status"]["phase"], "Running");
+    assert_eq!(got["status"]["containerStatuses"][0]["ready"], true);
+    assert_eq!(got["metadata"]["generation"], 1);
+}
+
+#[tokio::test]
+async fn update_rules_per_type() {
+    let api = Api::new().await;
+    let widgets = "/apis/example.com/v1/namespaces/default/widgets";
+    let (_, w) = api
+        .post(widgets, json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}, "spec": {"size": 1}}))
+        .await;
+    assert_eq!(w["metadata"]["generation"], 1);
+    // Custom resources refuse unconditional updates (AllowUnconditionalUpdate false).
+    let mut upd = w.clone();
+    upd["metadata"]
+        .as_object_mut()
+        .unwrap()
+        .remove("resourceVersion");
+    let (code, s) = api.put(&format!("{widgets}/w"), upd).await;
+    assert_eq!(code, 422);
+    assert_eq!(
+        s["message"],
+        "widgets.example.com \"w\" is invalid: metadata.resourceVersion: Invalid value: 0x0: must be specified for an update"
+    );
+    // Any non-metadata change bumps a custom resource's generation.
+    let mut upd = w.clone();
+    upd["spec"]["size"] = json!(2);
+    let (code, w2) = api.put(&format!("{widgets}/w"), upd).await;
+    assert_eq!(code, 200);
+    assert_eq!(w2["metadata"]["generation"], 2);
+    // Endpoints are created by PUT (AllowCreateOnUpdate); configmaps are not.
+    let (code, ep) = api
+        .put(
+            "/api/v1/namespaces/default/endpoints/e",
+            json!({"metadata": {"name": "e"}, "subsets": []}),
+        )
+        .await;
+    assert_eq!(code, 201, "{ep}");
+    let (code, _) = api
+        .put(
+            &format!("{CMS}/nope"),
+            json!({"metadata": {"name": "nope"}}),
+        )
+        .await;
+    assert_eq!(code, 404);
+}
+
+#[tokio::test]
+async fn protobuf_bodies_of_kubectl_generators() {
+    fn ld(num: u8, b: &[u8]) -> Vec<u8> {
+        let mut out = vec![(num << 3) | 2, b.len() as u8];
+        out.extend_from_slice(b);
+        out
+    }
+    let api = Api::new().await;
+    let tm = [ld(1, b"v1"), ld(2, b"ConfigMap")].concat();
+    let raw = [
+        ld(1, &ld(1, b"pb")),
+        ld(2, &[ld(1, b"k"), ld(2, b"v")].concat()),
+    ]
+    .concat();
+    let body = [b"k8s\0".to_vec(), ld(1, &tm), ld(2, &raw)].concat();
+    let req = Request::builder()
+        .method(Method::POST)
+        .uri(format!("{}{CMS}", api.sim.url()))
+        .header("content-type", "application/vnd.kubernetes.protobuf")
+        .body(Full::new(Bytes::from(body)))
+        .unwrap();
+    let resp = api.client.request(req).await.unwrap();
+    assert_eq!(resp.status().as_u16(), 201);
+    let (_, got) = api.get(&format!("{CMS}/pb")).await;
+    assert_eq!(got["data"], json!({"k": "v"}));
+    // Protobuf of a type we do not decode: 415.
+    let (code, s) = api
+        .send(
+            Method::POST,
+            DEPLOYS,
+            "application/vnd.kubernetes.protobuf",
+            "k8s\0junk",
+        )
+        .await;
+    assert_eq!(code, 415);
+    assert_eq!(s["reason"], "UnsupportedMediaType");
 }

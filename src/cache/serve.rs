@@ -3,7 +3,7 @@
 //! Only requests whose semantics the cache can honour exactly are served here (see
 //! docs/cache.md for the table); everything else returns `None` and is forwarded:
 //! consistent reads (resourceVersion unset), `resourceVersionMatch=Exact` and legacy exact
-//! reads (limit with RV=N), continue tokens, `limit` with RV="0" (for now), watches (fan-out
+//! reads (limit with RV=N), continue tokens, NotOlderThan with `limit`, watches (fan-out
 //! comes with the next issue), non-JSON Accept types (Table, protobuf, metadata-only),
 //! field selectors on fields the cache does not index, invalid options (the upstream gives
 //! its own Status), and any resource whose cache has not synced yet.
@@ -120,10 +120,12 @@ fn cacheable_rv(opts: &ListOptions, verb: Verb) -> Option<Option<u64>> {
     let limited = verb == Verb::List && opts.limit.is_some();
     match (opts.rv_match, n) {
         (Some(RvMatch::Exact), _) => None,
-        // limit with RV="0": kube-apiserver's cacher pages from its snapshot; until the
-        // cache does too, the upstream answers.
-        (_, 0) if limited => None,
+        // RV="0": Any. kube-apiserver's cacher ignores `limit` here (`computeListLimit`)
+        // and answers the whole list; so does the cache.
         (_, 0) => Some(None),
+        // NotOlderThan with a limit pages with continue tokens the upstream must be able
+        // to resume; until the cache issues such tokens, the upstream answers.
+        (Some(RvMatch::NotOlderThan), _) if limited => None,
         (Some(RvMatch::NotOlderThan), n) => Some(Some(n)),
         // Legacy semantics: RV=N with a limit is an exact read.
         (None, _) if limited => None,
@@ -253,7 +255,10 @@ mod tests {
             ),
             Some(None)
         );
-        assert_eq!(cacheable_rv(&opts("resourceVersion=0&limit=5"), List), None);
+        assert_eq!(
+            cacheable_rv(&opts("resourceVersion=0&limit=5"), List),
+            Some(None)
+        );
         // "N": Not older than, unless limit makes it the legacy Exact.
         assert_eq!(
             cacheable_rv(&opts("resourceVersion=7"), List),
@@ -266,7 +271,7 @@ mod tests {
                 &opts("resourceVersion=7&resourceVersionMatch=NotOlderThan&limit=5"),
                 List
             ),
-            Some(Some(7))
+            None
         );
         assert_eq!(
             cacheable_rv(&opts("resourceVersion=7&resourceVersionMatch=Exact"), List),

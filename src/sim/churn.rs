@@ -10,6 +10,8 @@
 //! Pacing: writes owed are computed from elapsed time × rate, in ticks of at least 1 ms,
 //! so high rates are batched rather than sleeping per write. The task stops when the
 //! shutdown signal flips or its sender is dropped.
+// metav1.Status is the crate's error type (large by design; see status.rs).
+#![allow(clippy::result_large_err)]
 
 use std::collections::VecDeque;
 use std::sync::Arc;

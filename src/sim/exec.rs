@@ -22,6 +22,8 @@
 //! will not work against it. It exists to exercise the gateway's byte tunnel.
 //!
 //! A request without an upgrade gets 400 `Upgrade request required`, like the apiserver.
+// metav1.Status is the crate's error type (large by design; see status.rs).
+#![allow(clippy::result_large_err)]
 
 use futures_util::{SinkExt, StreamExt};
 use http::{header, HeaderValue, Request, Response, StatusCode};
@@ -241,10 +243,8 @@ where
             while let Some(msg) = rx.next().await {
                 match msg? {
                     Message::Binary(data) => match data.first() {
-                        Some(&STDIN) if data.len() > 1 => {
-                            if params.stdout {
-                                tx.send(framed(out_channel, &data[1..])).await?;
-                            }
+                        Some(&STDIN) if data.len() > 1 && params.stdout => {
+                            tx.send(framed(out_channel, &data[1..])).await?;
                         }
                         Some(&CLOSE) if proto == Proto::V5 && data.get(1) == Some(&STDIN) => break,
                         _ => {} // resize, empty keep-alives

@@ -6,6 +6,10 @@
 //! (paging, `continue`, `remainingItemCount`, compaction errors) and watch_cache.go
 //! (`blockTimeout` 3 s, then "Too large resource version"). See docs/simulator.md.
 
+// `Status` is the error currency of every handler (one per failed request), so its size
+// does not matter on these paths.
+#![allow(clippy::result_large_err)]
+
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -151,15 +155,24 @@ impl ContinueToken {
 
     /// `storage.DecodeContinue`, with its error texts (prefixed by the caller).
     pub fn decode(s: &str) -> Result<Self, String> {
+        // Go's decoder reports the first byte outside the alphabet, or the dangling last
+        // byte of a length ≡ 1 (mod 4) input.
+        let bad = s
+            .bytes()
+            .position(|b| !(b.is_ascii_alphanumeric() || b == b'-' || b == b'_'))
+            .or((s.len() % 4 == 1).then(|| s.len() - 1));
+        if let Some(at) = bad {
+            return Err(format!(
+                "invalid continue key: illegal base64 data at input byte {at}"
+            ));
+        }
         let data = base64::engine::general_purpose::URL_SAFE_NO_PAD
             .decode(s)
-            .map_err(|e| {
-                let at = match e {
-                    base64::DecodeError::InvalidByte(i, _) => i,
-                    base64::DecodeError::InvalidLastSymbol(i, _) => i,
-                    _ => s.len() / 4 * 4,
-                };
-                format!("invalid continue key: illegal base64 data at input byte {at}")
+            .map_err(|_| {
+                format!(
+                    "invalid continue key: illegal base64 data at input byte {}",
+                    s.len().saturating_sub(1)
+                )
             })?;
         let v: Value = serde_json::from_slice(&data).map_err(|_| {
             match data.iter().find(|b| !b.is_ascii_whitespace()) {
@@ -346,7 +359,13 @@ async fn list(
         None => 0,
     };
     let selecting = !opts.label_selector.is_empty() || !opts.field_selector.is_empty();
-    let limit = opts.limit.map(|l| l as usize).unwrap_or(usize::MAX);
+    // kube-apiserver serves RV="0" lists from its watch cache, which ignores `limit`
+    // (cacher.go `computeListLimit`): the whole list comes back, with no continue token.
+    let limit = match opts.limit {
+        Some(_) if opts.resource_version.as_deref() == Some("0") && cont.is_none() => usize::MAX,
+        Some(l) => l as usize,
+        None => usize::MAX,
+    };
     let mut picked: Vec<&Arc<Value>> = Vec::new();
     let mut last_idx = start;
     for (i, (_, obj)) in snap.items.iter().enumerate().skip(start) {

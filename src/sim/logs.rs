@@ -9,6 +9,8 @@
 //! the kubelet's 400), `sinceSeconds`/`sinceTime` (accepted, ignored: history lines are
 //! all "recent"). Validation messages follow `pkg/registry/core/pod/strategy.go`
 //! `LogLocation` and `validation.ValidatePodLogOptions`.
+// metav1.Status is the crate's error type (large by design; see status.rs).
+#![allow(clippy::result_large_err)]
 
 use std::time::Duration;
 

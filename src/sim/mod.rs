@@ -12,11 +12,13 @@ pub mod discovery;
 pub mod exec;
 pub mod faults;
 pub mod gojson;
+pub mod lifecycle;
 pub mod list;
 pub mod logs;
 pub mod objects;
 pub mod openapi;
 pub mod patch;
+pub mod protobuf;
 pub mod resources;
 pub mod seed;
 pub mod stats;
@@ -179,7 +181,8 @@ impl Sim {
     }
 }
 
-/// A running simulator.
+/// A running simulator. Dropping the handle stops it too (the shutdown channel closes),
+/// which ends its watch streams; `shutdown()` additionally waits for connections to close.
 pub struct SimHandle {
     sim: Arc<Sim>,
     addr: SocketAddr,
@@ -320,7 +323,7 @@ pub fn wants_table(headers: &http::HeaderMap) -> bool {
         .any(|mt| {
             let params: Vec<&str> = mt.split(';').map(str::trim).collect();
             params.contains(&"as=Table")
-                && params.iter().any(|p| *p == "g=meta.k8s.io")
+                && params.contains(&"g=meta.k8s.io")
                 && params.iter().any(|p| p.starts_with("v=v1"))
         })
 }

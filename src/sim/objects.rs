@@ -93,7 +93,10 @@ fn obj_mut<'a>(v: &'a mut Value, key: &str) -> &'a mut Map<String, Value> {
 }
 
 fn default(m: &mut Map<String, Value>, key: &str, v: Value) {
-    if m.get(key).is_none_or(Value::is_null) {
+    // Go defaulters test the zero value: absent, null and "" are all unset.
+    if m.get(key)
+        .is_none_or(|v| v.is_null() || v.as_str() == Some(""))
+    {
         m.insert(key.to_string(), v);
     }
 }

@@ -24,6 +24,8 @@
 //!   encoding (`application/com.github.proto-openapi.spec.v2@v1.0+protobuf`), which the
 //!   simulator does not implement: such requests get 406 NotAcceptable, and kubectl
 //!   treats the schema as unavailable (it only falls back to v2 when v3 does not answer).
+// metav1.Status is the crate's error type (large by design; see status.rs).
+#![allow(clippy::result_large_err)]
 
 use std::collections::BTreeMap;
 use std::sync::OnceLock;

@@ -12,6 +12,8 @@
 //! on start-up (the `system-namespaces` post-start hook); [`seed`] does the same whenever
 //! it seeds anything (`--seed N`, N > 0). With `--seed 0` the store stays empty, so tests
 //! that count resourceVersions from 1 keep working.
+// metav1.Status is the crate's error type (large by design; see status.rs).
+#![allow(clippy::result_large_err)]
 
 use std::sync::Arc;
 
@@ -521,6 +523,9 @@ pub fn widget(spec: &SeedSpec, i: usize, now: Timestamp) -> Value {
     w
 }
 
+/// An object generator: spec, index, clock → object.
+type Generator = fn(&SeedSpec, usize, Timestamp) -> Value;
+
 fn put(store: &Store, resource: &str, obj: Value) {
     let r = rt(resource);
     let ns = obj["metadata"]["namespace"]
@@ -555,7 +560,7 @@ pub fn seed_store(store: &Store, spec: &SeedSpec) {
     for i in 0..spec.nodes {
         put(store, "nodes", node(i, now));
     }
-    let gens: [(&str, usize, fn(&SeedSpec, usize, Timestamp) -> Value); 8] = [
+    let gens: [(&str, usize, Generator); 8] = [
         ("configmaps", spec.configmaps, configmap),
         ("secrets", spec.secrets, secret),
         ("services", spec.services, service),

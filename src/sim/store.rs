@@ -11,11 +11,16 @@
 //! - Writers wake watchers through a `tokio::sync::watch` channel carrying the current RV
 //!   (a single slot, so it can never grow).
 
+// `Status` is the error currency of every handler (one per failed request), so its size
+// does not matter on these paths.
+#![allow(clippy::result_large_err)]
+
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::ops::Bound;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, OnceLock, RwLock};
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use serde_json::Value;
 use tokio::sync::watch;
 
@@ -105,6 +110,17 @@ pub struct Event {
     /// lists at older RVs use it to undo this event.
     pub prev: Option<Arc<Value>>,
     pub at: Instant,
+    /// `object` serialised once, on first use, and shared by every watcher.
+    encoded: OnceLock<Bytes>,
+}
+
+impl Event {
+    /// The compact JSON of `object`, encoded once for all watchers.
+    pub fn object_json(&self) -> &Bytes {
+        self.encoded.get_or_init(|| {
+            Bytes::from(serde_json::to_vec(self.object.as_ref()).unwrap_or_default())
+        })
+    }
 }
 
 /// A consistent view of one type (optionally one namespace) at one RV.
@@ -299,6 +315,7 @@ impl Store {
             object: object.clone(),
             prev: current,
             at: Instant::now(),
+            encoded: OnceLock::new(),
         }));
         self.trim(inner);
         drop(guard);

@@ -17,6 +17,8 @@
 //! one row, and only the first event carries `columnDefinitions`: after the first
 //! transform the handler sets `TableOptions.NoHeaders`, which serialises as
 //! `"columnDefinitions": null`.
+// metav1.Status is the crate's error type (large by design; see status.rs).
+#![allow(clippy::result_large_err)]
 
 use std::sync::Arc;
 

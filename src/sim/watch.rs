@@ -11,6 +11,10 @@
 //! handlers/get.go + watch.go (timeoutSeconds, legacy `/watch/` paths). See
 //! docs/simulator.md.
 
+// `Status` is the error currency of every handler (one per failed request), so its size
+// does not matter on these paths.
+#![allow(clippy::result_large_err)]
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -57,6 +61,17 @@ pub fn event_line(kind: &str, object: &Value) -> Bytes {
     let _ = serde_json::to_writer(&mut v, kind);
     v.extend_from_slice(b",\"object\":");
     let _ = serde_json::to_writer(&mut v, object);
+    v.extend_from_slice(b"}\n");
+    Bytes::from(v)
+}
+
+/// One watch event line around an already-encoded object.
+pub fn event_line_raw(kind: &str, object_json: &[u8]) -> Bytes {
+    let mut v = Vec::with_capacity(object_json.len() + 32);
+    v.extend_from_slice(b"{\"type\":");
+    let _ = serde_json::to_writer(&mut v, kind);
+    v.extend_from_slice(b",\"object\":");
+    v.extend_from_slice(object_json);
     v.extend_from_slice(b"}\n");
     Bytes::from(v)
 }
@@ -110,6 +125,15 @@ impl Watcher {
             }
             _ => event_line(kind, obj),
         };
+        self.tx.send(line).await.is_ok()
+    }
+
+    /// A history event: plain JSON reuses the event's shared encoding.
+    async fn send_event(&self, kind: &str, ev: &crate::sim::store::Event) -> bool {
+        if self.table.is_some() {
+            return self.send(kind, &ev.object).await;
+        }
+        let line = event_line_raw(kind, ev.object_json());
         self.tx.send(line).await.is_ok()
     }
 
@@ -191,7 +215,7 @@ impl Watcher {
                             (_, true, false) => "DELETED",
                             (_, false, false) => continue,
                         };
-                        if !self.send(kind, &ev.object).await {
+                        if !self.send_event(kind, ev).await {
                             return;
                         }
                     }

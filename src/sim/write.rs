@@ -457,9 +457,12 @@ impl Write<'_> {
                     summarize(&self.body)
                 ))
             })?,
-            _ if accepted.contains(&ct.as_str()) => {
-                // Protobuf is accepted by kube-apiserver but not decoded here.
-                return Err(unsupported_media_type(&["application/json", "application/yaml"]));
+            "application/vnd.kubernetes.protobuf" if accepted.contains(&ct.as_str()) => {
+                // kubectl's typed generators (create namespace/configmap/secret) send
+                // protobuf; other protobuf bodies are not decoded here.
+                crate::sim::protobuf::decode(&self.body).ok_or_else(|| {
+                    unsupported_media_type(&["application/json", "application/yaml"])
+                })?
             }
             _ => return Err(unsupported_media_type(accepted)),
         };
@@ -751,6 +754,21 @@ impl Write<'_> {
             }
         })?;
         let stored = stored.ok_or_else(|| Status::internal("object vanished after create"))?;
+        if self.rt.group.is_empty()
+            && self.rt.resource == "pods"
+            && stored
+                .pointer("/spec/nodeName")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .is_empty()
+        {
+            crate::sim::lifecycle::spawn_pod_start(
+                self.sim.clone(),
+                self.ns.clone(),
+                name.to_string(),
+                meta_str(&stored, "uid").to_string(),
+            );
+        }
         Ok(respond(code, &stored))
     }
 

@@ -4,46 +4,81 @@
 //! simulator itself, or the gateway in front of it) plus a direct line to the simulator for
 //! "another client" writes and for differential checks.
 
+use watchgate::config::GatewayConfig;
+use watchgate::server::{Gateway, GatewayHandle};
+use watchgate::sim::{SimConfig, SimHandle};
+
 use super::http::Http;
 use super::kubectl::Kubectl;
 
-/// A running simulator. Stops when dropped.
+/// A running simulator. Its serve task lives until the test's runtime ends.
 pub struct SimServer {
     url: String,
+    handle: SimHandle,
 }
 
 impl SimServer {
     pub fn url(&self) -> &str {
         &self.url
     }
+
+    pub fn handle(&self) -> &SimHandle {
+        &self.handle
+    }
 }
 
-/// Starts a simulator with an empty cluster (its built-in namespaces only).
+/// Starts a simulator on `127.0.0.1:0` with an empty cluster (its built-in namespaces only).
 pub async fn start_sim() -> SimServer {
-    // ADAPT: watchgate::sim::start(..) is being built on the sim branches; this adapter is
-    // filled in once it lands on main. Until then every end-to-end test fails here, which is
-    // the truth: the feature is missing.
-    panic!("the simulator's in-process API (watchgate::sim::start) has not landed on main yet")
+    start_sim_with(SimConfig::default()).await
 }
 
-/// A running gateway. Stops when dropped.
+/// Starts a simulator with `cfg` (its `addr` should be `127.0.0.1:0`).
+pub async fn start_sim_with(cfg: SimConfig) -> SimServer {
+    let handle = watchgate::sim::start(cfg)
+        .await
+        .expect("start the simulator in-process");
+    SimServer {
+        url: handle.url(),
+        handle,
+    }
+}
+
+/// A running gateway. Stops (at once) when dropped.
 pub struct GatewayServer {
     url: String,
+    handle: GatewayHandle,
 }
 
 impl GatewayServer {
     pub fn url(&self) -> &str {
         &self.url
     }
+
+    pub fn handle(&self) -> &GatewayHandle {
+        &self.handle
+    }
+
+    pub fn into_handle(self) -> GatewayHandle {
+        self.handle
+    }
 }
 
-/// Starts the gateway on `127.0.0.1:0` in front of `upstream` (an `http://` URL).
+/// Starts the gateway on `127.0.0.1:0` (admin listener too) in front of `upstream`, an
+/// `http://` URL, with no credentials.
 pub async fn start_gateway(upstream: &str) -> GatewayServer {
-    // ADAPT: watchgate::server::Gateway::start(..) is being built on the gateway branch.
-    panic!(
-        "the gateway's in-process API (watchgate::server::Gateway::start) has not landed on \
-         main yet (upstream {upstream})"
-    )
+    let cfg = GatewayConfig::for_upstream_url(upstream).expect("gateway config for the sim");
+    start_gateway_with(cfg).await
+}
+
+/// Starts the gateway with `cfg`.
+pub async fn start_gateway_with(cfg: GatewayConfig) -> GatewayServer {
+    let handle = Gateway::start(cfg)
+        .await
+        .expect("start the gateway in-process");
+    GatewayServer {
+        url: handle.url(),
+        handle,
+    }
 }
 
 /// Where an end-to-end scenario runs: directly against the simulator, or through the

@@ -1,0 +1,190 @@
+//! Cache list benchmark (issue 4): RV="0" lists of N pods of ~4 KiB served from the
+//! gateway's cache, next to the same list served by the simulator directly, in one run;
+//! the time to sync; the cache's resident memory per object; and a label selector that
+//! matches nothing over many small objects.
+//!
+//!     cargo bench --bench cache_list                      # full: 50,000 pods, 300,000 configmaps
+//!     WATCHGATE_BENCH_QUICK=1 cargo bench --bench cache_list   # smoke: seconds
+//!
+//! Figures go to docs/benchmarks.md. Medians of several rounds; both paths are measured
+//! alternately in the same process so that the ratio survives a noisy machine.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty};
+use hyper_util::client::legacy::{connect::HttpConnector, Client};
+use hyper_util::rt::TokioExecutor;
+
+use watchgate::config::GatewayConfig;
+use watchgate::server::Gateway;
+use watchgate::sim::seed::{seed_store, SeedSpec};
+use watchgate::sim::{start, SimConfig};
+
+type HttpClient = Client<HttpConnector, Empty<Bytes>>;
+
+/// Counts live heap bytes, so the cache's own footprint can be told apart from the
+/// simulator's in one process (RSS would mix them, and keeps freed pages).
+struct CountingAlloc;
+
+static LIVE: AtomicUsize = AtomicUsize::new(0);
+
+// SAFETY: defers every call to the system allocator unchanged; only counts sizes. This is
+// the one measured reason for `unsafe` in the project: memory per cached object.
+unsafe impl GlobalAlloc for CountingAlloc {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        LIVE.fetch_add(layout.size(), Ordering::Relaxed);
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
+        LIVE.fetch_add(new_size, Ordering::Relaxed);
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static ALLOC: CountingAlloc = CountingAlloc;
+
+fn live_bytes() -> usize {
+    LIVE.load(Ordering::Relaxed)
+}
+
+/// Fetches `url` and reads the whole body; returns (bytes, elapsed, source header).
+async fn fetch(client: &HttpClient, url: &str) -> (usize, Duration, String) {
+    let started = Instant::now();
+    let resp = client.get(url.parse().unwrap()).await.expect("response");
+    assert!(resp.status().is_success(), "{url}: {}", resp.status());
+    let source = resp
+        .headers()
+        .get("x-watchgate-source")
+        .map(|v| v.to_str().unwrap().to_string())
+        .unwrap_or_else(|| "sim".into());
+    let mut body = resp.into_body();
+    let mut n = 0;
+    while let Some(frame) = body.frame().await {
+        if let Ok(d) = frame.expect("frame").into_data() {
+            n += d.len();
+        }
+    }
+    (n, started.elapsed(), source)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v[v.len() / 2]
+}
+
+async fn warm(client: &HttpClient, url: &str) -> Duration {
+    let started = Instant::now();
+    loop {
+        let (_, _, source) = fetch(client, url).await;
+        if source == "cache" {
+            return started.elapsed();
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(300),
+            "cache never synced"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let quick = std::env::var_os("WATCHGATE_BENCH_QUICK").is_some();
+    let (pods, small, rounds) = if quick {
+        (2_000, 10_000, 3)
+    } else {
+        (50_000, 300_000, 7)
+    };
+    let client: HttpClient = Client::builder(TokioExecutor::new()).build_http();
+
+    // --- RV=0 list of `pods` pods of ~4 KiB --------------------------------------------
+    let sim = start(SimConfig::default()).await.unwrap();
+    let mut spec = SeedSpec::per_type(0, 4096);
+    spec.namespaces = 50;
+    spec.pods = pods;
+    seed_store(sim.store(), &spec);
+    let gw = Gateway::start(GatewayConfig::for_upstream_url(&sim.url()).unwrap())
+        .await
+        .unwrap();
+    let path = "/api/v1/pods?resourceVersion=0";
+    let live_before = live_bytes();
+    let sync = warm(&client, &format!("{}{path}", gw.url())).await;
+    // Let the listing's transient buffers (the simulator's and the reflector's) go.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let cache_bytes = live_bytes().saturating_sub(live_before);
+
+    let (mut sim_ms, mut gw_ms, mut sim_mbs, mut gw_mbs) = (vec![], vec![], vec![], vec![]);
+    let mut size = 0;
+    for _ in 0..rounds {
+        let (n, t, _) = fetch(&client, &format!("{}{path}", sim.url())).await;
+        sim_ms.push(t.as_secs_f64() * 1e3);
+        sim_mbs.push(n as f64 / t.as_secs_f64() / 1e6);
+        let (n2, t, src) = fetch(&client, &format!("{}{path}", gw.url())).await;
+        assert_eq!(src, "cache");
+        gw_ms.push(t.as_secs_f64() * 1e3);
+        gw_mbs.push(n2 as f64 / t.as_secs_f64() / 1e6);
+        size = n2;
+    }
+    println!(
+        "RV=0 list of {pods} pods ({:.1} MB), median of {rounds} rounds:",
+        size as f64 / 1e6
+    );
+    println!(
+        "  simulator direct : {:>8.1} ms  {:>8.1} MB/s",
+        median(sim_ms.clone()),
+        median(sim_mbs)
+    );
+    println!(
+        "  gateway (cache)  : {:>8.1} ms  {:>8.1} MB/s",
+        median(gw_ms.clone()),
+        median(gw_mbs)
+    );
+    println!(
+        "  ratio (sim/cache): {:>8.1}x",
+        median(sim_ms) / median(gw_ms)
+    );
+    println!(
+        "  time to sync     : {:>8.1} ms (first cacheable read to first cache answer)",
+        sync.as_secs_f64() * 1e3
+    );
+    println!(
+        "  cache heap       : {:>8.1} MB for {:.1} MB of JSON ({:.2}x; {} B per object)",
+        cache_bytes as f64 / 1e6,
+        size as f64 / 1e6,
+        cache_bytes as f64 / size as f64,
+        cache_bytes / pods
+    );
+    drop(gw);
+    sim.shutdown().await;
+
+    // --- a label selector that matches nothing over `small` small objects ----------------
+    let sim = start(SimConfig::default()).await.unwrap();
+    let mut spec = SeedSpec::per_type(0, 4096);
+    spec.namespaces = 100;
+    spec.configmaps = small;
+    seed_store(sim.store(), &spec);
+    let gw = Gateway::start(GatewayConfig::for_upstream_url(&sim.url()).unwrap())
+        .await
+        .unwrap();
+    let path = "/api/v1/configmaps?resourceVersion=0&labelSelector=app%3Dnothing";
+    warm(&client, &format!("{}{path}", gw.url())).await;
+    let (mut sim_ms, mut gw_ms) = (vec![], vec![]);
+    for _ in 0..rounds {
+        let (_, t, _) = fetch(&client, &format!("{}{path}", sim.url())).await;
+        sim_ms.push(t.as_secs_f64() * 1e3);
+        let (_, t, _) = fetch(&client, &format!("{}{path}", gw.url())).await;
+        gw_ms.push(t.as_secs_f64() * 1e3);
+    }
+    println!("labelSelector matching nothing over {small} configmaps, median of {rounds}:");
+    println!("  simulator direct : {:>8.1} ms", median(sim_ms));
+    println!("  gateway (cache)  : {:>8.1} ms", median(gw_ms));
+}
