@@ -71,7 +71,9 @@ impl Proxy {
         }
 
         let long_running = is_long_running(req.uri());
-        let uri_for_timeout = req.uri().clone();
+        // Watches and followed logs legitimately wait for their first bytes.
+        let head_deadline =
+            (!long_running).then(|| self.response_timeout.max(requested_timeout(req.uri())));
         let (mut parts, incoming) = req.into_parts();
         headers::upstream_request(&mut parts.headers, false);
         // The client picks the upstream protocol (h2 when ALPN agrees); the request
@@ -81,15 +83,11 @@ impl Proxy {
         let upstream_req = Request::from_parts(parts, body::boxed(tracked));
 
         let sent = self.upstream.send(upstream_req);
-        let result = if long_running {
-            sent.await
-        } else {
-            let limit = self
-                .response_timeout
-                .max(requested_timeout(&uri_for_timeout));
-            tokio::time::timeout(limit, sent)
+        let result = match head_deadline {
+            None => sent.await,
+            Some(limit) => tokio::time::timeout(limit, sent)
                 .await
-                .unwrap_or(Err(UpstreamError::Timeout(limit)))
+                .unwrap_or(Err(UpstreamError::Timeout(limit))),
         };
         match result {
             Ok(resp) => self.respond(resp, long_running),
