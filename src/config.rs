@@ -44,6 +44,11 @@ pub struct ServeArgs {
     /// How long to wait for a TCP (and TLS) connection to the upstream.
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
     pub upstream_connect_timeout: Duration,
+    /// How long a non-streaming request may wait for the upstream's response headers
+    /// (kube-apiserver answers those within its own 60 s request timeout). Watches, followed
+    /// logs and upgrades are exempt; a request's own `?timeout=` extends it.
+    #[arg(long, default_value = "70s", value_parser = parse_duration)]
+    pub upstream_response_timeout: Duration,
     /// Resources to cache from start-up, comma-separated (e.g. `pods,nodes,deployments.apps`).
     /// Other resources start caching on their first cacheable read.
     #[arg(long, value_delimiter = ',', value_name = "RESOURCES")]
@@ -69,6 +74,9 @@ pub struct GatewayConfig {
     pub shutdown_timeout: Duration,
     /// Deadline for connecting to the upstream; a dead upstream must yield a 503, not a hang.
     pub upstream_connect_timeout: Duration,
+    /// Deadline for the response head of a non-streaming request: an upstream that accepts
+    /// connections but never answers must yield a 503 too.
+    pub upstream_response_timeout: Duration,
     /// Which resources are cached; `None` forwards everything.
     pub cache: Option<crate::cache::registry::CachePolicy>,
 }
@@ -82,6 +90,7 @@ impl std::fmt::Debug for GatewayConfig {
             .field("upstream", &self.upstream.cluster_url)
             .field("shutdown_timeout", &self.shutdown_timeout)
             .field("upstream_connect_timeout", &self.upstream_connect_timeout)
+            .field("upstream_response_timeout", &self.upstream_response_timeout)
             .finish()
     }
 }
@@ -104,6 +113,7 @@ impl GatewayConfig {
             upstream,
             shutdown_timeout: Duration::from_secs(30),
             upstream_connect_timeout: Duration::from_secs(5),
+            upstream_response_timeout: Duration::from_secs(70),
             cache: Some(Default::default()),
         }
     }
@@ -117,6 +127,7 @@ impl GatewayConfig {
             upstream,
             shutdown_timeout: args.shutdown_timeout,
             upstream_connect_timeout: args.upstream_connect_timeout,
+            upstream_response_timeout: args.upstream_response_timeout,
             cache: (!args.disable_cache).then(|| crate::cache::registry::CachePolicy {
                 prewarm: args.cache.clone(),
                 exclude: args.no_cache.clone(),
@@ -237,6 +248,7 @@ mod tests {
             admin_port: 0,
             shutdown_timeout: Duration::from_secs(1),
             upstream_connect_timeout: Duration::from_secs(1),
+            upstream_response_timeout: Duration::from_secs(1),
             cache: vec![],
             no_cache: vec![],
             disable_cache: false,
@@ -269,6 +281,7 @@ mod tests {
             admin_port: 0,
             shutdown_timeout: Duration::from_secs(1),
             upstream_connect_timeout: Duration::from_secs(1),
+            upstream_response_timeout: Duration::from_secs(1),
             cache: vec![],
             no_cache: vec![],
             disable_cache: false,

@@ -108,6 +108,41 @@ async fn a_broken_upstream_gives_503_status() {
     assert_unavailable_status(&parts, &bytes);
 }
 
+#[tokio::test]
+async fn an_upstream_that_never_answers_gives_503_status_at_the_response_timeout() {
+    // Accepts connections and reads requests, but never says a word.
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((s, _)) = listener.accept().await {
+            held.push(s);
+        }
+    });
+    let mut cfg =
+        watchgate::config::GatewayConfig::for_upstream_url(&format!("http://{addr}")).unwrap();
+    cfg.upstream_response_timeout = Duration::from_millis(300);
+    cfg.cache = None;
+    let gw = watchgate::server::Gateway::start(cfg).await.unwrap();
+    let started = Instant::now();
+    let (parts, bytes) = get(gw.addr(), "/api/v1/namespaces/a/configmaps/c").await;
+    assert_unavailable_status(&parts, &bytes);
+    let v: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+    assert!(
+        v["message"]
+            .as_str()
+            .unwrap()
+            .contains("no response from the upstream"),
+        "{v}"
+    );
+    assert!(started.elapsed() >= Duration::from_millis(300));
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
 /// One raw request and the status line the gateway must answer it with.
 async fn expect_status(gw: std::net::SocketAddr, raw: &[u8], want: &str) -> String {
     let answer = raw_exchange(gw, raw).await;

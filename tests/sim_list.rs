@@ -589,3 +589,21 @@ async fn stats_count_lists_per_resource() {
     let (_, v) = get(&h, "/debug/sim/stats").await;
     assert_eq!(v["list"]["pods"], 2);
 }
+
+#[tokio::test]
+async fn get_with_resource_version() {
+    let h = sim_with(|c| c.too_large_rv_wait = Duration::from_millis(200)).await;
+    put_pod(&h, "ns1", "a", json!({}), "Running");
+    for q in ["", "?resourceVersion=0", "?resourceVersion=2"] {
+        let (code, v) = get(&h, &format!("/api/v1/namespaces/ns1/pods/a{q}")).await;
+        assert_eq!(code, StatusCode::OK, "{q}: {v}");
+        assert_eq!(rv_of(&v), 2);
+    }
+    let (code, v) = get(&h, "/api/v1/namespaces/ns1/pods/a?resourceVersion=9").await;
+    assert_eq!(code, StatusCode::GATEWAY_TIMEOUT, "{v}");
+    assert_eq!(
+        v["message"],
+        "Timeout: Too large resource version: 9, current: 2"
+    );
+    assert_eq!(h.stats().count("get", "pods"), 4);
+}

@@ -521,3 +521,45 @@ async fn stalled_watcher_that_falls_behind_compaction_gets_410() {
     );
     w.expect_end(5).await;
 }
+
+#[tokio::test]
+async fn bookmarks_keep_coming_under_constant_churn() {
+    let h = fixture_with(|c| c.bookmark_interval = Duration::from_millis(200)).await;
+    let mut w = watch(
+        &h,
+        &format!("{PODS}?watch=1&resourceVersion=5&allowWatchBookmarks=true"),
+    )
+    .await;
+    let store = h.store().clone();
+    let churn = tokio::spawn(async move {
+        for i in 0..200 {
+            let obj = json!({"kind": "Pod", "apiVersion": "v1",
+                "metadata": {"name": "x", "namespace": "other"}, "spec": {"i": i}});
+            store
+                .mutate(pods(), "other", "x", |_| {
+                    Ok(watchgate::sim::Mutation::Put(obj))
+                })
+                .unwrap();
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    });
+    let e = w.next_within(3).await.unwrap();
+    assert_eq!(e["type"], "BOOKMARK");
+    let first: u64 = e["object"]["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let e = w.next_within(3).await.unwrap();
+    assert_eq!(e["type"], "BOOKMARK");
+    let second: u64 = e["object"]["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(
+        second > first,
+        "bookmark RVs advance with the churn ({first} → {second})"
+    );
+    churn.abort();
+}

@@ -77,7 +77,7 @@ impl Api {
 
     /// Events of one type recorded after `after` (what watchers are served).
     fn events(&self, group: &str, resource: &str, after: u64) -> Vec<(EventType, String, u64)> {
-        let rt = find(group, if group == "apps" { "v1" } else { "v1" }, resource).expect("type");
+        let rt = find(group, "v1", resource).expect("type");
         let (evs, _) = self.store().events_since(rt, after, 1000).expect("history");
         evs.iter().map(|e| (e.kind, e.name.clone(), e.rv)).collect()
     }
@@ -789,6 +789,8 @@ async fn malformed_bodies_get_apiserver_statuses() {
          "json: cannot unmarshal array into Go value of type map[string]interface {}"),
         (Method::PATCH, format!("{PODS}/p?force=true"), "application/merge-patch+json", "{}", 422,
          "PatchOptions.meta.k8s.io \"\" is invalid: force: Forbidden: may not be specified for non-apply patch"),
+        (Method::POST, format!("{CMS}?fieldValidation=Strict"), "application/json", r#"{"metadata":{"name":"s","nmae":"x"},"dat":{}}"#, 400,
+         "ConfigMap in version \"v1\" cannot be handled as a ConfigMap: strict decoding error: unknown field \"metadata.nmae\", unknown field \"dat\""),
         (Method::PUT, format!("{PODS}/p"), "application/json", r#"{"metadata":{}}"#, 400,
          "the name of the object (p based on URL) was undeterminable: name must be provided"),
     ];
@@ -872,6 +874,18 @@ async fn update_rules_per_type() {
         )
         .await;
     assert_eq!(code, 404);
+    // namespaces/finalize changes spec.finalizers and nothing else.
+    let (_, ns) = api
+        .post("/api/v1/namespaces", json!({"metadata": {"name": "fz"}}))
+        .await;
+    assert_eq!(ns["spec"]["finalizers"], json!(["kubernetes"]));
+    let mut upd = ns.clone();
+    upd["spec"]["finalizers"] = json!([]);
+    upd["metadata"]["labels"]["extra"] = json!("x");
+    let (code, fin) = api.put("/api/v1/namespaces/fz/finalize", upd).await;
+    assert_eq!(code, 200, "{fin}");
+    assert_eq!(fin["spec"]["finalizers"], json!([]));
+    assert!(fin["metadata"]["labels"].get("extra").is_none());
 }
 
 #[tokio::test]

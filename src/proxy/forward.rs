@@ -4,6 +4,7 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::Duration;
 
 use http::{header, Method, Request, Response, Version};
 use hyper::body::Incoming;
@@ -16,7 +17,7 @@ use crate::cache::registry::Registry;
 use crate::cache::serve;
 use crate::server::drain::DrainWatch;
 use crate::status::Status;
-use crate::upstream::{Upstream, UpstreamResponse};
+use crate::upstream::{Upstream, UpstreamError, UpstreamResponse};
 
 /// Forwards requests to the upstream apiserver.
 #[derive(Clone)]
@@ -24,6 +25,7 @@ pub struct Proxy {
     upstream: Upstream,
     drain: DrainWatch,
     cache: Option<Arc<Registry>>,
+    response_timeout: Duration,
 }
 
 impl Proxy {
@@ -32,7 +34,14 @@ impl Proxy {
             upstream,
             drain,
             cache: None,
+            response_timeout: Duration::from_secs(70),
         }
+    }
+
+    /// How long a non-streaming request waits for the upstream's response head.
+    pub fn with_response_timeout(mut self, timeout: Duration) -> Self {
+        self.response_timeout = timeout;
+        self
     }
 
     /// Serve what the cache can answer from it; forward the rest.
@@ -62,6 +71,9 @@ impl Proxy {
         }
 
         let long_running = is_long_running(req.uri());
+        // Watches and followed logs legitimately wait for their first bytes.
+        let head_deadline =
+            (!long_running).then(|| self.response_timeout.max(requested_timeout(req.uri())));
         let (mut parts, incoming) = req.into_parts();
         headers::upstream_request(&mut parts.headers, false);
         // The client picks the upstream protocol (h2 when ALPN agrees); the request
@@ -70,7 +82,14 @@ impl Proxy {
         let (tracked, body_failed) = TrackedBody::new(incoming);
         let upstream_req = Request::from_parts(parts, body::boxed(tracked));
 
-        match self.upstream.send(upstream_req).await {
+        let sent = self.upstream.send(upstream_req);
+        let result = match head_deadline {
+            None => sent.await,
+            Some(limit) => tokio::time::timeout(limit, sent)
+                .await
+                .unwrap_or(Err(UpstreamError::Timeout(limit))),
+        };
+        match result {
             Ok(resp) => self.respond(resp, long_running),
             Err(err) if body_failed.load(Ordering::Acquire) => {
                 tracing::debug!(error = %err, "request body ended early");
@@ -144,6 +163,18 @@ pub(crate) fn is_long_running(uri: &http::Uri) -> bool {
     })
 }
 
+/// A request's own `?timeout=` (kube-apiserver honours it for non-streaming requests), plus
+/// slack for the apiserver's answer to travel; zero when absent or unparsable.
+fn requested_timeout(uri: &http::Uri) -> Duration {
+    uri.query()
+        .and_then(|q| {
+            form_urlencoded::parse(q.as_bytes())
+                .find(|(k, _)| k == "timeout")
+                .and_then(|(_, v)| crate::config::parse_duration(&v).ok())
+        })
+        .map_or(Duration::ZERO, |t| t + Duration::from_secs(10))
+}
+
 /// strconv.ParseBool's true values.
 fn parse_go_bool(v: &str) -> bool {
     matches!(v, "1" | "t" | "T" | "true" | "TRUE" | "True")
@@ -152,6 +183,14 @@ fn parse_go_bool(v: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_requested_timeout_extends_the_wait() {
+        let t = |u: &str| requested_timeout(&u.parse().unwrap());
+        assert_eq!(t("/api/v1/pods?timeout=120s"), Duration::from_secs(130));
+        assert_eq!(t("/api/v1/pods?limit=1"), Duration::ZERO);
+        assert_eq!(t("/api/v1/pods?timeout=bogus"), Duration::ZERO);
+    }
 
     #[test]
     fn long_running_requests_are_recognised() {

@@ -47,7 +47,9 @@ impl Gateway {
             registry.prewarm();
             registry
         });
-        let proxy = Proxy::new(upstream, drain.watcher()).with_cache(cache);
+        let proxy = Proxy::new(upstream, drain.watcher())
+            .with_response_timeout(cfg.upstream_response_timeout)
+            .with_cache(cache);
         let api_handler: Handler = Arc::new(move |req| {
             let proxy = proxy.clone();
             Box::pin(async move { proxy.forward(req).await })

@@ -276,6 +276,63 @@ fn obj_mut_meta(v: &mut Value) -> &mut Value {
     e
 }
 
+/// Top-level fields of each built-in type's Go struct (custom resources: anything).
+fn top_level_fields(rt: &ResourceType) -> Option<&'static [&'static str]> {
+    Some(match (rt.group, rt.resource) {
+        ("", "configmaps") => &["data", "binaryData", "immutable"],
+        ("", "secrets") => &["data", "stringData", "type", "immutable"],
+        ("", "endpoints") => &["subsets"],
+        ("", "events") => &[
+            "involvedObject",
+            "reason",
+            "message",
+            "source",
+            "firstTimestamp",
+            "lastTimestamp",
+            "count",
+            "type",
+            "eventTime",
+            "series",
+            "action",
+            "related",
+            "reportingComponent",
+            "reportingInstance",
+        ],
+        ("example.com", _) => return None,
+        _ => &["spec", "status"],
+    })
+}
+
+/// `strict decoding error` field paths: unknown top-level fields and unknown ObjectMeta
+/// fields (nested schemas are not known to the simulator), in document order.
+pub fn unknown_fields(rt: &ResourceType, obj: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    let Some(m) = obj.as_object() else {
+        return out;
+    };
+    let allowed = top_level_fields(rt);
+    for (k, v) in m {
+        match k.as_str() {
+            "apiVersion" | "kind" => {}
+            "metadata" => {
+                if let Some(meta) = v.as_object() {
+                    for mk in meta.keys() {
+                        if !META_ORDER.contains(&mk.as_str()) {
+                            out.push(format!("metadata.{mk}"));
+                        }
+                    }
+                }
+            }
+            other => {
+                if allowed.is_some_and(|a| !a.contains(&other)) {
+                    out.push(other.to_string());
+                }
+            }
+        }
+    }
+    out
+}
+
 /// Go's ObjectMeta field order (the JSON the apiserver writes follows the struct).
 const META_ORDER: &[&str] = &[
     "name",

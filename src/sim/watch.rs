@@ -222,6 +222,17 @@ impl Watcher {
                     let caught_up =
                         events.len() < BATCH && new_cursor >= self.sim.store.current_rv();
                     cursor = new_cursor;
+                    // Under constant churn the wait below is always cut short by a
+                    // write, so a due bookmark is sent here too.
+                    if self.opts.allow_watch_bookmarks && Instant::now() >= next_bookmark {
+                        next_bookmark = Instant::now() + bookmark_every;
+                        if !self
+                            .send("BOOKMARK", &bookmark(self.rt, cursor, false))
+                            .await
+                        {
+                            return;
+                        }
+                    }
                     if !caught_up {
                         continue;
                     }

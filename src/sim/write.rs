@@ -71,6 +71,7 @@ pub async fn handle(
     let res = match (api.verb, w.sub.as_deref(), w.name.is_some()) {
         (Verb::Create, None, false) => w.create(),
         (Verb::Update, None | Some("status"), true) => w.update(),
+        (Verb::Update, Some("finalize"), true) if rt.resource == "namespaces" => w.update(),
         (Verb::Patch, None | Some("status"), true) => w.patch(),
         (Verb::Get, Some("scale"), true) if is_scalable(rt) => w.get_scale(),
         (Verb::Update, Some("scale"), true) if is_scalable(rt) => w.update_scale(),
@@ -475,6 +476,23 @@ impl Write<'_> {
                 patch::go_json_type(&obj)
             )));
         }
+        if self.api.query_get("fieldValidation") == Some("Strict") {
+            let unknown = objects::unknown_fields(self.rt, &obj);
+            if !unknown.is_empty() {
+                let list: Vec<String> = unknown
+                    .iter()
+                    .map(|f| format!("unknown field {}", go_quote(f)))
+                    .collect();
+                let version = self.rt.version;
+                return Err(Status::bad_request(format!(
+                    "{} in version {} cannot be handled as a {}: strict decoding error: {}",
+                    self.rt.kind,
+                    go_quote(version),
+                    self.rt.kind,
+                    list.join(", ")
+                )));
+            }
+        }
         self.check_type(&mut obj)?;
         Ok(obj)
     }
@@ -730,9 +748,19 @@ impl Write<'_> {
         let dry = self.validate_options("CreateOptions", false)?;
         let obj = self.decode_object()?;
         let manager = self.manager();
-        let obj = self.prepare_create(obj, &manager, None)?;
-        let name = meta_str(&obj, "name").to_string();
-        self.commit_create(obj, &name, dry, 201)
+        let generated = meta_str(&obj, "name").is_empty();
+        // store.go retries a generated name that is taken (RetryGenerateName: up to 8
+        // attempts) before answering AlreadyExists.
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let prepared = self.prepare_create(obj.clone(), &manager, None)?;
+            let name = meta_str(&prepared, "name").to_string();
+            match self.commit_create(prepared, &name, dry, 201) {
+                Err(e) if generated && e.reason == "AlreadyExists" && attempts < 8 => continue,
+                other => return other,
+            }
+        }
     }
 
     /// Stores a prepared new object (AlreadyExists if taken) and answers `code`.
@@ -850,7 +878,21 @@ impl Write<'_> {
         op: &str,
     ) -> Result<Value, Status> {
         let status_sub = self.sub.as_deref() == Some("status");
-        let mut new = if status_sub {
+        let mut new = if self.sub.as_deref() == Some("finalize") {
+            // namespaces/finalize changes only spec.finalizers (namespace
+            // finalizeStrategy.PrepareForUpdate).
+            let mut out = old.clone();
+            let fin = new
+                .pointer("/spec/finalizers")
+                .cloned()
+                .unwrap_or_else(|| json!([]));
+            let om = out.as_object_mut().expect("object");
+            let spec = om.entry("spec").or_insert_with(|| json!({}));
+            if let Some(spec) = spec.as_object_mut() {
+                spec.insert("finalizers".into(), fin);
+            }
+            out
+        } else if status_sub {
             // Status updates change only .status (ResetObjectMetaForStatus + strategy).
             let mut out = old.clone();
             let om = out.as_object_mut().expect("object");
@@ -971,7 +1013,6 @@ impl Write<'_> {
         let gr = self.gr();
         let name = self.name().to_string();
         let mut outcome: Option<Value> = None;
-        let mut created = false;
         let result = self.store.mutate(self.rt, &self.ns, &name, |cur| {
             let Some(cur) = cur else {
                 return Err(Status::not_found(&gr, &name));
@@ -988,9 +1029,8 @@ impl Write<'_> {
                 Mutation::Put(new)
             })
         });
-        created |= false;
         let stored = result?;
-        let code = if created { 201 } else { 200 };
+        let code = 200;
         match (dry, outcome) {
             (true, Some(v)) => Ok(respond(code, &v)),
             (_, Some(v)) if is_deleting(&v) && finalizers(&v).is_empty() => {

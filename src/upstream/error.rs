@@ -12,6 +12,9 @@ pub enum UpstreamError {
     /// Credentials could not be obtained (exec plugin failed, token file unreadable).
     #[error("unable to obtain credentials for the upstream apiserver: {0}")]
     Credentials(String),
+    /// The upstream accepted the request but sent no response head in time.
+    #[error("no response from the upstream apiserver within {0:?}")]
+    Timeout(std::time::Duration),
     /// The connection broke or the upstream answered with something that is not HTTP.
     #[error("the upstream apiserver failed to answer: {0}")]
     Broken(String),
