@@ -24,9 +24,6 @@ async fn kubectl_create_from_file() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "known simulator gap: kubectl 1.37 sends `create namespace`/`create configmap` as \
-            protobuf, which the simulator answers with 415 (it decodes JSON and YAML only); \
-            run with --run-ignored all to check"]
 async fn kubectl_create_namespace_and_configmap_imperative() {
     scenario::create_imperative(&env().await).await;
 }
