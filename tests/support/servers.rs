@@ -105,7 +105,18 @@ impl Env {
 
     /// Clients talk to the gateway, which forwards to the simulator.
     pub async fn gateway() -> Self {
-        let sim = start_sim().await;
+        Self::gateway_with(SimConfig::default()).await
+    }
+
+    /// Clients talk to a simulator started with `cfg` (seeding, faults, windows).
+    pub async fn sim_with(cfg: SimConfig) -> Self {
+        let sim = start_sim_with(cfg).await;
+        Self::build(sim, None)
+    }
+
+    /// Clients talk to the gateway in front of a simulator started with `cfg`.
+    pub async fn gateway_with(cfg: SimConfig) -> Self {
+        let sim = start_sim_with(cfg).await;
         let gw = start_gateway(sim.url()).await;
         Self::build(sim, Some(gw))
     }
