@@ -96,6 +96,7 @@ pub async fn start(args: &DemoArgs) -> anyhow::Result<Demo> {
     // `--seed N` gives N of every type, e.g. as many nodes as pods) and runs churn over it.
     let sim = crate::sim::start(SimConfig {
         addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+        bootstrap_namespaces: true,
         ..SimConfig::default()
     })
     .await

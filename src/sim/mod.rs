@@ -60,7 +60,7 @@ pub struct SimArgs {
     pub address: String,
     #[arg(long, default_value_t = 8080)]
     pub port: u16,
-    /// Objects to seed per seeded type (0 = empty cluster apart from `default` namespaces).
+    /// Objects to seed per seeded type (0 = only the system namespaces every cluster has).
     #[arg(long, default_value_t = 0)]
     pub seed: usize,
     /// Approximate JSON size of a seeded pod, in bytes.
@@ -109,6 +109,10 @@ pub struct SimConfig {
     pub churn_per_sec: f64,
     /// Initial fault settings.
     pub faults: faults::FaultConfig,
+    /// Create the namespaces kube-apiserver always has (`default`, `kube-system`,
+    /// `kube-public`, `kube-node-lease`) before serving. `watchgate sim` and the demo do;
+    /// the default is off so that store-level tests start from an empty store at RV 1.
+    pub bootstrap_namespaces: bool,
 }
 
 impl Default for SimConfig {
@@ -122,6 +126,7 @@ impl Default for SimConfig {
             pod_size: 4096,
             churn_per_sec: 0.0,
             faults: faults::FaultConfig::default(),
+            bootstrap_namespaces: false,
         }
     }
 }
@@ -151,6 +156,7 @@ impl SimConfig {
                 latency: Duration::from_millis(a.fault_latency_ms),
                 watch_410: a.fault_watch_410,
             },
+            bootstrap_namespaces: true,
         })
     }
 }
@@ -228,7 +234,11 @@ impl SimHandle {
 pub async fn start(cfg: SimConfig) -> anyhow::Result<SimHandle> {
     let listener = TcpListener::bind(cfg.addr).await?;
     let addr = listener.local_addr()?;
+    let bootstrap = cfg.bootstrap_namespaces;
     let (sim, shutdown_tx) = Sim::new(cfg);
+    if bootstrap {
+        write::bootstrap(&sim.store);
+    }
     seed::seed(&sim);
     seed::spawn_churn(sim.clone());
     let task = tokio::spawn(serve(listener, sim.clone()));

@@ -27,9 +27,18 @@ impl SimServer {
     }
 }
 
+/// A simulator configuration like a fresh cluster: empty but for the namespaces every
+/// kube-apiserver has (`default`, `kube-system`, …).
+pub fn cluster_config() -> SimConfig {
+    SimConfig {
+        bootstrap_namespaces: true,
+        ..SimConfig::default()
+    }
+}
+
 /// Starts a simulator on `127.0.0.1:0` with an empty cluster (its built-in namespaces only).
 pub async fn start_sim() -> SimServer {
-    start_sim_with(SimConfig::default()).await
+    start_sim_with(cluster_config()).await
 }
 
 /// Starts a simulator with `cfg` (its `addr` should be `127.0.0.1:0`).
@@ -105,7 +114,7 @@ impl Env {
 
     /// Clients talk to the gateway, which forwards to the simulator.
     pub async fn gateway() -> Self {
-        Self::gateway_with(SimConfig::default()).await
+        Self::gateway_with(cluster_config()).await
     }
 
     /// Clients talk to a simulator started with `cfg` (seeding, faults, windows).
