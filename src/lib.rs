@@ -10,6 +10,8 @@ pub mod cache;
 pub mod codec;
 pub mod config;
 pub mod demo;
+pub mod logging;
+pub mod metrics;
 pub mod proxy;
 pub mod request;
 pub mod selector;

@@ -3,7 +3,7 @@
 
 use clap::{Parser, Subcommand};
 
-use watchgate::{config::ServeArgs, demo::DemoArgs, sim::SimArgs};
+use watchgate::{config::ServeArgs, demo::DemoArgs, logging::LogArgs, sim::SimArgs};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -19,6 +19,10 @@ struct Cli {
     /// Flags of `serve`, which runs when no subcommand is given.
     #[command(flatten)]
     serve: ServeArgs,
+
+    /// Logging flags (`--log-format`, `-v`), accepted by every command.
+    #[command(flatten)]
+    log: LogArgs,
 }
 
 #[derive(Subcommand, Debug)]
@@ -31,18 +35,9 @@ enum Command {
     Demo(DemoArgs),
 }
 
-fn init_tracing() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
-}
-
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    init_tracing();
+    watchgate::logging::init(&cli.log);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;

@@ -32,7 +32,7 @@ impl CachePolicy {
 }
 
 /// `pods` names the core (or any group's) pods; `deployments.apps` names one group's.
-fn names(spec: &str, group: &str, resource: &str) -> bool {
+pub fn names(spec: &str, group: &str, resource: &str) -> bool {
     match spec.split_once('.') {
         None => spec == resource,
         Some((r, g)) => r == resource && g == group,
@@ -198,6 +198,11 @@ impl Registry {
         v.pointer("/preferredVersion/version")
             .and_then(|v| v.as_str())
             .map(str::to_string)
+    }
+
+    /// The `--cache` resources, as given; readiness waits for each of them.
+    pub fn prewarm_specs(&self) -> &[String] {
+        &self.policy.prewarm
     }
 
     /// Every started cache, for readiness and metrics.

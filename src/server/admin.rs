@@ -1,24 +1,136 @@
-//! The admin listener: liveness and health now; /readyz and /metrics join it later.
+//! The admin listener: liveness and health, readiness, and Prometheus metrics.
+//!
+//! `/readyz` follows kube-apiserver's healthz handler: a list of named checks, a plain
+//! `ok` (200) or a 500 naming what failed, and `?verbose` listing every check as
+//! `[+]name ok` / `[-]name failed: reason`, ending in `readyz check passed|failed`.
+//! Readiness depends only on the upstream and the caches, never on a downstream client,
+//! so one misbehaving client cannot make it flap.
 
-use http::{header, HeaderValue, Method, Request, Response};
+use std::sync::Arc;
+
+use http::{header, HeaderValue, Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
 
 use crate::body::{self, Body};
+use crate::cache::registry::{self, Registry};
+use crate::server::drain::DrainWatch;
 use crate::status::Status;
+use crate::upstream::Upstream;
 
-pub async fn handle(req: Request<Incoming>) -> Response<Body> {
-    match (req.method(), req.uri().path()) {
-        (&Method::GET | &Method::HEAD, "/healthz" | "/livez") => {
-            let mut resp = Response::new(body::full("ok"));
-            resp.headers_mut().insert(
-                header::CONTENT_TYPE,
-                HeaderValue::from_static("text/plain; charset=utf-8"),
-            );
-            resp
-        }
-        (_, "/healthz" | "/livez") => {
-            Status::new(405, "MethodNotAllowed", "only GET and HEAD are allowed").into_response()
-        }
-        _ => Status::path_not_found().into_response(),
+/// What the admin endpoints look at.
+#[derive(Clone)]
+pub struct AdminState {
+    pub upstream: Upstream,
+    pub cache: Option<Arc<Registry>>,
+    pub drain: DrainWatch,
+}
+
+pub async fn handle(state: AdminState, req: Request<Incoming>) -> Response<Body> {
+    let path = req.uri().path();
+    if !matches!(path, "/healthz" | "/livez" | "/readyz" | "/metrics") {
+        return Status::path_not_found().into_response();
     }
+    if !matches!(*req.method(), Method::GET | Method::HEAD) {
+        return Status::new(405, "MethodNotAllowed", "only GET and HEAD are allowed")
+            .into_response();
+    }
+    match path {
+        "/readyz" => {
+            let verbose = req.uri().query().is_some_and(|q| {
+                form_urlencoded::parse(q.as_bytes()).any(|(k, _)| k == "verbose")
+            });
+            readyz(&state, verbose)
+        }
+        "/metrics" => {
+            let text = crate::metrics::render(state.cache.as_deref());
+            text_response(
+                StatusCode::OK,
+                text,
+                "text/plain; version=0.0.4; charset=utf-8",
+            )
+        }
+        _ => text_response(StatusCode::OK, "ok".into(), "text/plain; charset=utf-8"),
+    }
+}
+
+/// One readiness check's outcome: its name and, when it failed, why.
+struct Check {
+    name: String,
+    failure: Option<String>,
+}
+
+fn checks(state: &AdminState) -> Vec<Check> {
+    let mut out = vec![Check {
+        name: "ping".into(),
+        failure: None,
+    }];
+    out.push(Check {
+        name: "shutdown".into(),
+        failure: state
+            .drain
+            .is_draining()
+            .then(|| "the gateway is draining".into()),
+    });
+    out.push(Check {
+        name: "upstream".into(),
+        failure: (!state.upstream.reached())
+            .then(|| "the upstream has not answered yet".into()),
+    });
+    if let Some(registry) = &state.cache {
+        let caches = registry.caches();
+        for spec in registry.prewarm_specs() {
+            let cache = caches
+                .iter()
+                .find(|c| registry::names(spec, &c.info.group, &c.info.resource));
+            let failure = match cache {
+                None => Some("not started".to_string()),
+                Some(c) if !c.is_synced() => Some("not synced".to_string()),
+                Some(_) => None,
+            };
+            out.push(Check {
+                name: format!("cache-{spec}"),
+                failure,
+            });
+        }
+    }
+    out
+}
+
+fn readyz(state: &AdminState, verbose: bool) -> Response<Body> {
+    let checks = checks(state);
+    let ok = checks.iter().all(|c| c.failure.is_none());
+    let code = if ok {
+        StatusCode::OK
+    } else {
+        StatusCode::INTERNAL_SERVER_ERROR
+    };
+    // Like the apiserver: failures are always itemised; passes only with ?verbose.
+    if ok && !verbose {
+        return text_response(code, "ok".into(), "text/plain; charset=utf-8");
+    }
+    let mut text = String::new();
+    for c in &checks {
+        match &c.failure {
+            None => text.push_str(&format!("[+]{} ok\n", c.name)),
+            Some(why) => text.push_str(&format!("[-]{} failed: {why}\n", c.name)),
+        }
+    }
+    text.push_str(if ok {
+        "readyz check passed\n"
+    } else {
+        "readyz check failed\n"
+    });
+    text_response(code, text, "text/plain; charset=utf-8")
+}
+
+fn text_response(code: StatusCode, text: String, content_type: &'static str) -> Response<Body> {
+    let mut resp = Response::new(body::full(text));
+    *resp.status_mut() = code;
+    resp.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    resp.headers_mut().insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("no-cache, private"),
+    );
+    resp
 }

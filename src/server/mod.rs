@@ -4,6 +4,7 @@
 
 mod admin;
 pub mod drain;
+mod instrument;
 mod listener;
 
 use std::net::SocketAddr;
@@ -47,14 +48,30 @@ impl Gateway {
             registry.prewarm();
             registry
         });
+        // Installed before the first request so that no early series is lost.
+        crate::metrics::install();
+        let admin_state = admin::AdminState {
+            upstream: upstream.clone(),
+            cache: cache.clone(),
+            drain: drain.watcher(),
+        };
         let proxy = Proxy::new(upstream, drain.watcher())
             .with_response_timeout(cfg.upstream_response_timeout)
             .with_cache(cache);
         let api_handler: Handler = Arc::new(move |req| {
             let proxy = proxy.clone();
-            Box::pin(async move { proxy.forward(req).await })
+            Box::pin(async move {
+                let started = std::time::Instant::now();
+                let labels = instrument::RequestLabels::classify(req.method(), req.uri());
+                let in_flight = (!labels.long_running()).then(instrument::InFlight::start);
+                let resp = proxy.forward(req).await;
+                instrument::observe(labels, started, in_flight, resp)
+            })
         });
-        let admin_handler: Handler = Arc::new(|req| Box::pin(admin::handle(req)));
+        let admin_handler: Handler = Arc::new(move |req| {
+            let state = admin_state.clone();
+            Box::pin(admin::handle(state, req))
+        });
         tokio::spawn(listener::accept_loop(
             api,
             api_handler,
@@ -97,7 +114,7 @@ impl GatewayHandle {
         format!("http://{}", self.addr)
     }
 
-    /// The admin listener's address (/healthz, /livez).
+    /// The admin listener's address (/healthz, /livez, /readyz, /metrics).
     pub fn admin_addr(&self) -> SocketAddr {
         self.admin_addr
     }

@@ -1,0 +1,199 @@
+//! Every Prometheus metric watchgate exports: names, help texts and label sets, in one
+//! place.
+//!
+//! Names follow kube-apiserver's (`apiserver_request_total`,
+//! `apiserver_longrunning_requests`, `apiserver_watch_cache_*`) with a `watchgate_` prefix,
+//! so operators recognise them. Labels are bounded on purpose: verb, group, resource,
+//! scope, code, source, reason. Never namespace, name, user or resourceVersion: each of
+//! those would create a series per object or per client.
+//!
+//! The recorder is process-global (the `metrics` facade allows one), installed lazily by
+//! [`install`]. Tests start many gateways in one process, so every counter is cumulative
+//! for the process and tests assert deltas.
+
+use std::sync::atomic::Ordering;
+use std::sync::OnceLock;
+
+use ::metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge, Unit};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+use crate::cache::registry::Registry;
+
+// Requests (the downstream API listener).
+pub const REQUESTS_TOTAL: &str = "watchgate_requests_total";
+pub const REQUEST_DURATION: &str = "watchgate_request_duration_seconds";
+pub const REQUESTS_IN_FLIGHT: &str = "watchgate_requests_in_flight";
+pub const LONG_RUNNING: &str = "watchgate_long_running_requests";
+
+// Upstream (every request watchgate sends to the apiserver, the reflectors' included).
+pub const UPSTREAM_REQUESTS_TOTAL: &str = "watchgate_upstream_requests_total";
+pub const UPSTREAM_REQUEST_DURATION: &str = "watchgate_upstream_request_duration_seconds";
+pub const UPSTREAM_WATCHES: &str = "watchgate_upstream_watches";
+pub const UPSTREAM_UP: &str = "watchgate_upstream_up";
+
+// Cache, per resource (refreshed at scrape time from the registry).
+pub const CACHE_OBJECTS: &str = "watchgate_cache_objects";
+pub const CACHE_RESOURCE_VERSION: &str = "watchgate_cache_resource_version";
+pub const CACHE_SYNCED: &str = "watchgate_cache_synced";
+pub const CACHE_EVENTS_TOTAL: &str = "watchgate_cache_events_total";
+pub const REFLECTOR_LISTS_TOTAL: &str = "watchgate_reflector_lists_total";
+pub const REFLECTOR_RELISTS_TOTAL: &str = "watchgate_reflector_relists_total";
+pub const REFLECTOR_RESTARTS_TOTAL: &str = "watchgate_reflector_restarts_total";
+pub const REFLECTOR_MALFORMED_TOTAL: &str = "watchgate_reflector_malformed_objects_total";
+
+/// Label sets, documented here so the call sites cannot drift from the docs.
+pub mod labels {
+    pub const REQUEST: &[&str] = &["verb", "group", "resource", "scope", "code", "source"];
+    pub const REQUEST_DURATION: &[&str] = &["verb", "group", "resource", "scope", "source"];
+    pub const LONG_RUNNING: &[&str] = &["group", "resource"];
+    pub const UPSTREAM: &[&str] = &["code"];
+    pub const CACHE: &[&str] = &["group", "resource"];
+    pub const REFLECTOR_LISTS: &[&str] = &["group", "resource"];
+    pub const REFLECTOR_RELISTS: &[&str] = &["group", "resource", "reason"];
+    pub const REFLECTOR_RESTARTS: &[&str] = &["group", "resource", "reason"];
+}
+
+/// Buckets of the request histograms: kube-apiserver's `apiserver_request_duration_seconds`
+/// buckets, trimmed, so that dashboards built for one read the other.
+const DURATION_BUCKETS: &[f64] = &[
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0, 60.0,
+];
+
+static HANDLE: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
+
+/// Installs the process-global recorder once; later calls return the same handle. `None`
+/// when another recorder was installed first (an embedding program's): watchgate then
+/// records into that one and has nothing to render itself.
+pub fn install() -> Option<&'static PrometheusHandle> {
+    HANDLE
+        .get_or_init(|| {
+            let recorder = PrometheusBuilder::new()
+                .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), DURATION_BUCKETS)
+                .expect("non-empty buckets")
+                .build_recorder();
+            let handle = recorder.handle();
+            match ::metrics::set_global_recorder(recorder) {
+                Ok(()) => {
+                    describe();
+                    Some(handle)
+                }
+                Err(_) => {
+                    tracing::warn!("a metrics recorder is already installed; /metrics is empty");
+                    None
+                }
+            }
+        })
+        .as_ref()
+}
+
+fn describe() {
+    describe_counter!(
+        REQUESTS_TOTAL,
+        "Requests served, by verb, group, resource, scope, HTTP code and source (cache or upstream)."
+    );
+    describe_histogram!(
+        REQUEST_DURATION,
+        Unit::Seconds,
+        "Time to serve a non-long-running request, until its response body has been sent."
+    );
+    describe_gauge!(
+        REQUESTS_IN_FLIGHT,
+        "Non-long-running requests being served now."
+    );
+    describe_gauge!(
+        LONG_RUNNING,
+        "Long-running requests (watches, followed logs) open now, by group and resource."
+    );
+    describe_counter!(
+        UPSTREAM_REQUESTS_TOTAL,
+        "Requests sent to the upstream apiserver (forwarded and the reflectors' own), by HTTP code; code=\"error\" when no response came."
+    );
+    describe_histogram!(
+        UPSTREAM_REQUEST_DURATION,
+        Unit::Seconds,
+        "Time until the upstream's response headers arrived."
+    );
+    describe_gauge!(
+        UPSTREAM_WATCHES,
+        "Reflectors running: each holds one upstream list+watch for its resource."
+    );
+    describe_gauge!(
+        UPSTREAM_UP,
+        "1 when the upstream's last response (any HTTP code) arrived, 0 when the last request got none."
+    );
+    describe_gauge!(CACHE_OBJECTS, "Objects in a resource's cache.");
+    describe_gauge!(
+        CACHE_RESOURCE_VERSION,
+        "The resourceVersion a resource's cache is at."
+    );
+    describe_gauge!(
+        CACHE_SYNCED,
+        "1 once a resource's cache completed its first list."
+    );
+    describe_counter!(
+        CACHE_EVENTS_TOTAL,
+        "Watch events a resource's reflector applied to the cache."
+    );
+    describe_counter!(
+        REFLECTOR_LISTS_TOTAL,
+        "Upstream lists a reflector made (the first one and every relist)."
+    );
+    describe_counter!(
+        REFLECTOR_RELISTS_TOTAL,
+        "Relists by reason: expired (the watch's resourceVersion was too old, 410 Gone)."
+    );
+    describe_counter!(
+        REFLECTOR_RESTARTS_TOTAL,
+        "Watch restarts by reason: stream_end (rewatch from the last RV) and error (list or watch failed; backoff)."
+    );
+    describe_counter!(
+        REFLECTOR_MALFORMED_TOTAL,
+        "Objects or events from the upstream that could not be decoded."
+    );
+}
+
+/// Renders the Prometheus text exposition, after refreshing `registry`'s gauges. Empty
+/// when the recorder could not be installed.
+pub fn render(registry: Option<&Registry>) -> String {
+    let Some(handle) = install() else {
+        return String::new();
+    };
+    if let Some(registry) = registry {
+        refresh_cache_metrics(registry);
+    }
+    handle.render()
+}
+
+/// Copies the caches' state and the reflectors' atomics into the recorder. Done at scrape
+/// time so that the reflectors' and the request path's hot loops never touch a metric.
+/// The counters are set to the reflectors' own totals (`absolute`), so a scrape never
+/// double-counts; with two gateways in one process (tests) the last scraped wins.
+fn refresh_cache_metrics(registry: &Registry) {
+    let caches = registry.caches();
+    gauge!(UPSTREAM_WATCHES).set(caches.len() as f64);
+    for c in caches {
+        let g = c.info.group.clone();
+        let r = c.info.resource.clone();
+        let snapshot = c.store.snapshot();
+        gauge!(CACHE_OBJECTS, "group" => g.clone(), "resource" => r.clone())
+            .set(snapshot.len() as f64);
+        gauge!(CACHE_RESOURCE_VERSION, "group" => g.clone(), "resource" => r.clone())
+            .set(c.store.resource_version() as f64);
+        gauge!(CACHE_SYNCED, "group" => g.clone(), "resource" => r.clone())
+            .set(if c.is_synced() { 1.0 } else { 0.0 });
+        let s = &c.stats;
+        let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+        counter!(CACHE_EVENTS_TOTAL, "group" => g.clone(), "resource" => r.clone())
+            .absolute(load(&s.events));
+        counter!(REFLECTOR_LISTS_TOTAL, "group" => g.clone(), "resource" => r.clone())
+            .absolute(load(&s.lists));
+        counter!(REFLECTOR_RELISTS_TOTAL, "group" => g.clone(), "resource" => r.clone(), "reason" => "expired")
+            .absolute(load(&s.relists_after_expired));
+        counter!(REFLECTOR_RESTARTS_TOTAL, "group" => g.clone(), "resource" => r.clone(), "reason" => "stream_end")
+            .absolute(load(&s.watch_restarts));
+        counter!(REFLECTOR_RESTARTS_TOTAL, "group" => g.clone(), "resource" => r.clone(), "reason" => "error")
+            .absolute(load(&s.errors));
+        counter!(REFLECTOR_MALFORMED_TOTAL, "group" => g, "resource" => r)
+            .absolute(load(&s.malformed_objects));
+    }
+}

@@ -1,0 +1,228 @@
+//! Request metrics around the API handler: one classification per request, one counter
+//! increment when the response head is known, and a guard in the response body that
+//! records the duration (or ends the long-running request) when the body is done.
+
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use bytes::Bytes;
+use http::{Response, StatusCode};
+use http_body::{Body as HttpBody, Frame, SizeHint};
+use metrics::{counter, gauge, histogram, Gauge};
+
+use crate::body::{self, Body, BoxError};
+use crate::cache::serve::SOURCE_HEADER;
+use crate::metrics as m;
+use crate::request::{self, ApiPath, Verb};
+
+/// The bounded labels of one request, taken from its method and URI before it is served.
+pub struct RequestLabels {
+    verb: &'static str,
+    group: String,
+    resource: String,
+    scope: &'static str,
+    long_running: bool,
+}
+
+impl RequestLabels {
+    /// Watches and followed logs: not counted in flight, not timed.
+    pub fn long_running(&self) -> bool {
+        self.long_running
+    }
+
+    pub fn classify(method: &http::Method, uri: &http::Uri) -> Self {
+        let req = request::parse(method, uri);
+        let verb = match req.verb {
+            Verb::Other => "other",
+            v => v.as_str(),
+        };
+        let long_running = req.verb == Verb::Watch || crate::proxy::is_long_running(uri);
+        match req.path {
+            ApiPath::NonResource(_) => Self {
+                verb,
+                group: String::new(),
+                resource: String::new(),
+                scope: "",
+                long_running,
+            },
+            ApiPath::Resource(rp) => Self {
+                verb,
+                // kube-apiserver's scope label: resource (one named object), namespace,
+                // cluster.
+                scope: if rp.name.is_some() {
+                    "resource"
+                } else if rp.namespace.is_some() {
+                    "namespace"
+                } else {
+                    "cluster"
+                },
+                group: rp.group,
+                resource: rp.resource,
+                long_running,
+            },
+        }
+    }
+}
+
+/// Records `resp` under `labels`. A 404 drops group and resource: they come from the
+/// client's URL, and a client asking for made-up resources must not be able to create
+/// series at will (kube-apiserver records unknown resources without them too).
+pub fn observe(
+    labels: RequestLabels,
+    started: Instant,
+    in_flight: Option<InFlight>,
+    resp: Response<Body>,
+) -> Response<Body> {
+    let code = resp.status();
+    let source = match resp.headers().get(SOURCE_HEADER).map(|v| v.as_bytes()) {
+        Some(b"cache") => "cache",
+        _ => "upstream",
+    };
+    let RequestLabels {
+        verb,
+        mut group,
+        mut resource,
+        scope,
+        long_running,
+    } = labels;
+    if code == StatusCode::NOT_FOUND {
+        group.clear();
+        resource.clear();
+    }
+    counter!(m::REQUESTS_TOTAL,
+        "verb" => verb, "group" => group.clone(), "resource" => resource.clone(),
+        "scope" => scope, "code" => code.as_str().to_owned(), "source" => source)
+    .increment(1);
+
+    let done = if long_running && code.is_success() {
+        let open = gauge!(m::LONG_RUNNING, "group" => group, "resource" => resource);
+        open.increment(1.0);
+        Done::LongRunning(open)
+    } else {
+        Done::Request {
+            started,
+            verb,
+            group,
+            resource,
+            scope,
+            source,
+        }
+    };
+    let (parts, inner) = resp.into_parts();
+    Response::from_parts(
+        parts,
+        body::boxed(Instrumented {
+            inner,
+            guard: Guard(Some(done)),
+            _in_flight: in_flight,
+        }),
+    )
+}
+
+/// Counts a non-long-running request in flight from before it is served until its
+/// response body is done (dropped).
+pub struct InFlight;
+
+impl InFlight {
+    pub fn start() -> Self {
+        gauge!(m::REQUESTS_IN_FLIGHT).increment(1.0);
+        InFlight
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        gauge!(m::REQUESTS_IN_FLIGHT).decrement(1.0);
+    }
+}
+
+enum Done {
+    LongRunning(Gauge),
+    Request {
+        started: Instant,
+        verb: &'static str,
+        group: String,
+        resource: String,
+        scope: &'static str,
+        source: &'static str,
+    },
+}
+
+struct Guard(Option<Done>);
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        match self.0.take() {
+            Some(Done::LongRunning(open)) => open.decrement(1.0),
+            Some(Done::Request {
+                started,
+                verb,
+                group,
+                resource,
+                scope,
+                source,
+            }) => {
+                histogram!(m::REQUEST_DURATION,
+                    "verb" => verb, "group" => group, "resource" => resource,
+                    "scope" => scope, "source" => source)
+                .record(started.elapsed().as_secs_f64());
+            }
+            None => {}
+        }
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// The response body with its metrics guard: the guard fires when the body is
+    /// dropped, which is when hyper has sent it or the client has gone.
+    struct Instrumented {
+        #[pin]
+        inner: Body,
+        guard: Guard,
+        _in_flight: Option<InFlight>,
+    }
+}
+
+impl HttpBody for Instrumented {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        self.project().inner.poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn labels(method: http::Method, uri: &str) -> RequestLabels {
+        RequestLabels::classify(&method, &uri.parse().unwrap())
+    }
+
+    #[test]
+    fn requests_are_classified_with_bounded_labels() {
+        let l = labels(http::Method::GET, "/api/v1/namespaces/ns1/pods/p1");
+        assert_eq!((l.verb, l.group.as_str(), l.resource.as_str(), l.scope), ("get", "", "pods", "resource"));
+        let l = labels(http::Method::GET, "/apis/apps/v1/deployments?resourceVersion=0");
+        assert_eq!((l.verb, l.group.as_str(), l.resource.as_str(), l.scope), ("list", "apps", "deployments", "cluster"));
+        let l = labels(http::Method::GET, "/api/v1/namespaces/ns1/pods?watch=true");
+        assert_eq!((l.verb, l.scope, l.long_running), ("watch", "namespace", true));
+        let l = labels(http::Method::POST, "/api/v1/namespaces/ns1/configmaps");
+        assert_eq!((l.verb, l.long_running), ("create", false));
+        let l = labels(http::Method::GET, "/version");
+        assert_eq!((l.verb, l.resource.as_str(), l.scope), ("get", "", ""));
+    }
+}

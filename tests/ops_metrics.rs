@@ -1,0 +1,265 @@
+//! Operating watchgate (issue 6): `/metrics` moves as requests are served, its text parses
+//! with prometheus_client's own parser, and `/readyz` follows the `--cache` resources'
+//! sync.
+//!
+//! The metrics recorder is process-global and the tests of this binary run in parallel,
+//! so every assertion is a delta over series that only one test touches.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde_json::json;
+use watchgate::cache::registry::CachePolicy;
+use watchgate::config::GatewayConfig;
+use watchgate::sim::resources::find;
+use watchgate::sim::Mutation;
+
+use support::process;
+use support::servers::{start_gateway_with, start_sim, GatewayServer};
+use support::wait::wait_until;
+use support::{tools, Http, EVENT_TIMEOUT};
+
+async fn gateway_caching(upstream: &str, prewarm: &[&str]) -> GatewayServer {
+    let mut cfg = GatewayConfig::for_upstream_url(upstream).expect("gateway config");
+    cfg.cache = Some(CachePolicy {
+        prewarm: prewarm.iter().map(|s| s.to_string()).collect(),
+        exclude: vec![],
+    });
+    start_gateway_with(cfg).await
+}
+
+fn admin(gw: &GatewayServer) -> Http {
+    Http::new(&format!("http://{}", gw.handle().admin_addr()))
+}
+
+async fn scrape(gw: &GatewayServer) -> String {
+    let resp = admin(gw).get("/metrics").await;
+    assert_eq!(resp.status, 200, "/metrics: {}", resp.text());
+    resp.text()
+}
+
+/// `name{k="v",…} value` → labels and value; None for comments and other metrics.
+fn parse_line<'a>(line: &'a str, name: &str) -> Option<(BTreeMap<&'a str, &'a str>, f64)> {
+    let rest = line.strip_prefix(name)?;
+    let (labels, value) = match rest.strip_prefix('{') {
+        Some(r) => {
+            let (labels, value) = r.split_once("} ")?;
+            (labels, value)
+        }
+        None => ("", rest.strip_prefix(' ')?),
+    };
+    let mut map = BTreeMap::new();
+    for pair in labels.split("\",").filter(|p| !p.is_empty()) {
+        let (k, v) = pair.split_once("=\"")?;
+        map.insert(k, v.trim_end_matches('"'));
+    }
+    Some((map, value.trim().parse().ok()?))
+}
+
+/// The sum of `name`'s samples whose labels include every pair of `want`.
+fn sample(text: &str, name: &str, want: &[(&str, &str)]) -> f64 {
+    text.lines()
+        .filter_map(|l| parse_line(l, name))
+        .filter(|(labels, _)| want.iter().all(|(k, v)| labels.get(k) == Some(v)))
+        .map(|(_, v)| v)
+        .sum()
+}
+
+fn put_pod(sim: &watchgate::sim::SimHandle, name: &str) {
+    let obj = json!({
+        "kind": "Pod", "apiVersion": "v1",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+    });
+    let pods = find("", "v1", "pods").unwrap();
+    sim.store()
+        .mutate(pods, "default", name, |_| Ok(Mutation::Put(obj)))
+        .unwrap()
+        .unwrap();
+}
+
+async fn wait_ready(gw: &GatewayServer) {
+    let admin = admin(gw);
+    wait_until("/readyz answers 200", EVENT_TIMEOUT, || {
+        let admin = admin.clone();
+        async move { admin.get("/readyz").await.status == 200 }
+    })
+    .await;
+}
+
+const CACHED_PODS: &[(&str, &str)] = &[
+    ("verb", "list"),
+    ("resource", "pods"),
+    ("scope", "cluster"),
+    ("code", "200"),
+    ("source", "cache"),
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rv0_lists_count_as_cache_requests_and_reach_upstream_at_most_once() {
+    let sim = start_sim().await;
+    for i in 0..3 {
+        put_pod(sim.handle(), &format!("p{i}"));
+    }
+    let gw = gateway_caching(sim.url(), &["pods"]).await;
+    wait_ready(&gw).await;
+
+    let before = scrape(&gw).await;
+    let lists_before = sim.handle().stats().lists("pods");
+    let http = Http::new(gw.url());
+    for i in 0..100 {
+        let resp = http.get("/api/v1/pods?resourceVersion=0").await;
+        assert_eq!(resp.status, 200, "list {i}: {}", resp.text());
+        assert_eq!(
+            resp.headers.get("x-watchgate-source").map(|v| v.as_bytes()),
+            Some(&b"cache"[..]),
+            "list {i} was not served from the cache"
+        );
+    }
+    let after = scrape(&gw).await;
+
+    let delta = sample(&after, "watchgate_requests_total", CACHED_PODS)
+        - sample(&before, "watchgate_requests_total", CACHED_PODS);
+    assert_eq!(delta, 100.0, "cache-served pod lists counted:\n{after}");
+    let upstream_lists = sim.handle().stats().lists("pods") - lists_before;
+    assert!(
+        upstream_lists <= 1,
+        "100 RV=0 lists caused {upstream_lists} upstream lists"
+    );
+    // Durations are observed for each of them, under the same bounded labels.
+    let timed = sample(
+        &after,
+        "watchgate_request_duration_seconds_count",
+        &[("verb", "list"), ("resource", "pods"), ("source", "cache")],
+    ) - sample(
+        &before,
+        "watchgate_request_duration_seconds_count",
+        &[("verb", "list"), ("resource", "pods"), ("source", "cache")],
+    );
+    assert_eq!(timed, 100.0, "durations observed:\n{after}");
+
+    // The cache gauges, refreshed at scrape time.
+    let pods = &[("group", ""), ("resource", "pods")];
+    assert_eq!(sample(&after, "watchgate_cache_synced", pods), 1.0);
+    assert_eq!(sample(&after, "watchgate_cache_objects", pods), 3.0);
+    assert!(sample(&after, "watchgate_cache_resource_version", pods) > 0.0);
+    assert!(sample(&after, "watchgate_reflector_lists_total", pods) >= 1.0);
+    assert!(sample(&after, "watchgate_upstream_requests_total", &[("code", "200")]) >= 1.0);
+
+    // No series carries a namespace, name, user or resourceVersion label.
+    for line in after.lines().filter(|l| l.starts_with("watchgate_")) {
+        for banned in ["namespace=", "name=", "user=", "resourceVersion=", "resource_version="] {
+            assert!(
+                !line.contains(&format!("{{{banned}")) && !line.contains(&format!(",{banned}")),
+                "unbounded label in {line}"
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn open_watches_show_in_the_long_running_gauge() {
+    let sim = start_sim().await;
+    let gw = gateway_caching(sim.url(), &[]).await;
+    let http = Http::new(gw.url());
+    let cms = &[("group", ""), ("resource", "configmaps")];
+    let base = sample(&scrape(&gw).await, "watchgate_long_running_requests", cms);
+
+    let mut watches = Vec::new();
+    for _ in 0..3 {
+        watches.push(http.watch("/api/v1/namespaces/default/configmaps?watch=true").await);
+    }
+    let open = sample(&scrape(&gw).await, "watchgate_long_running_requests", cms) - base;
+    assert_eq!(open, 3.0, "three watches open");
+    // Watches are not requests in flight, and are not timed as requests.
+    drop(watches);
+
+    // A closed watch is noticed when its stream is next written to: make an event.
+    let direct = Http::new(sim.url());
+    let resp = direct
+        .post_json(
+            "/api/v1/namespaces/default/configmaps",
+            &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "tick"}}),
+        )
+        .await;
+    assert_eq!(resp.status, 201, "{}", resp.text());
+    let gw_ref = &gw;
+    wait_until("the closed watches leave the gauge", EVENT_TIMEOUT, || async move {
+        sample(&scrape(gw_ref).await, "watchgate_long_running_requests", cms) == base
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_text_parses_with_prometheus_client() {
+    let sim = start_sim().await;
+    let gw = gateway_caching(sim.url(), &["pods"]).await;
+    wait_ready(&gw).await;
+    let http = Http::new(gw.url());
+    assert_eq!(http.get("/api/v1/namespaces/default/pods?resourceVersion=0").await.status, 200);
+    assert_eq!(http.get("/api/v1/namespaces/default/configmaps").await.status, 200);
+    assert_eq!(http.get("/version").await.status, 200);
+    let text = scrape(&gw).await;
+
+    let mut cmd = tokio::process::Command::new(tools::python());
+    cmd.arg(tools::python_scripts().join("parse_metrics.py"));
+    let out = process::run(cmd, Some(text.as_bytes()), Duration::from_secs(60)).await;
+    assert!(out.status.success(), "prometheus_client rejected the text: {}\n{text}", out.stderr);
+    let families: BTreeMap<String, String> = out
+        .stdout
+        .lines()
+        .filter_map(|l| {
+            let mut it = l.split(' ');
+            Some((it.next()?.to_string(), it.next()?.to_string()))
+        })
+        .collect();
+    // prometheus_client names counter families without their `_total` suffix.
+    for (name, kind) in [
+        ("watchgate_requests", "counter"),
+        ("watchgate_request_duration_seconds", "histogram"),
+        ("watchgate_requests_in_flight", "gauge"),
+        ("watchgate_upstream_requests", "counter"),
+        ("watchgate_upstream_watches", "gauge"),
+        ("watchgate_cache_objects", "gauge"),
+        ("watchgate_cache_synced", "gauge"),
+        ("watchgate_reflector_lists", "counter"),
+    ] {
+        assert_eq!(
+            families.get(name).map(String::as_str),
+            Some(kind),
+            "family {name} in {families:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readyz_waits_for_the_cached_resources_to_sync() {
+    let sim = start_sim().await;
+    // Every simulator answer takes 1.5 s: discovery and the first list need at least two,
+    // so the gateway cannot be ready when /readyz is first asked.
+    sim.handle().faults().set_latency(Duration::from_millis(1500));
+    let gw = gateway_caching(sim.url(), &["pods"]).await;
+    let admin = admin(&gw);
+
+    let resp = admin.get("/readyz?verbose").await;
+    assert_eq!(resp.status, 500, "{}", resp.text());
+    let text = resp.text();
+    assert!(text.contains("[+]ping ok"), "{text}");
+    assert!(text.contains("[-]cache-pods failed: not "), "{text}");
+    assert!(text.trim_end().ends_with("readyz check failed"), "{text}");
+    // Liveness does not depend on the upstream.
+    assert_eq!(admin.get("/livez").await.status, 200);
+    assert_eq!(admin.get("/healthz").await.status, 200);
+
+    sim.handle().faults().set_latency(Duration::ZERO);
+    wait_ready(&gw).await;
+    let resp = admin.get("/readyz?verbose").await;
+    assert_eq!(resp.status, 200, "{}", resp.text());
+    let text = resp.text();
+    for line in ["[+]ping ok", "[+]upstream ok", "[+]cache-pods ok", "readyz check passed"] {
+        assert!(text.contains(line), "{line:?} missing from:\n{text}");
+    }
+    assert_eq!(admin.get("/readyz").await.text(), "ok");
+}
