@@ -12,22 +12,29 @@ use tracing_subscriber::EnvFilter;
 /// How log lines are written.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
-    /// Human-readable lines.
+    // Human-readable lines. (Plain comments: doc comments here would switch clap's
+    // --help to its long layout, which scripts/flags-table does not read.)
     #[default]
     Text,
-    /// One JSON object per line, for log shippers.
+    // One JSON object per line, for log shippers.
     Json,
 }
 
 /// The logging flags, shared by every command.
 #[derive(Args, Debug, Clone, Default)]
 pub struct LogArgs {
-    /// Log line format.
+    /// Log line format: text (human-readable) or json (one object per line).
     #[arg(long, value_enum, default_value_t = LogFormat::Text, global = true)]
     pub log_format: LogFormat,
     /// Log verbosity, klog-style: 0-1 info, 2-4 debug for watchgate, 5 trace for watchgate,
     /// 6+ trace for everything. RUST_LOG, when set, takes precedence.
-    #[arg(short = 'v', long = "v", value_name = "LEVEL", default_value_t = 0, global = true)]
+    #[arg(
+        short = 'v',
+        long = "v",
+        value_name = "LEVEL",
+        default_value_t = 0,
+        global = true
+    )]
     pub verbosity: u8,
 }
 

@@ -179,8 +179,11 @@ fn refresh_cache_metrics(registry: &Registry) {
             .set(snapshot.len() as f64);
         gauge!(CACHE_RESOURCE_VERSION, "group" => g.clone(), "resource" => r.clone())
             .set(c.store.resource_version() as f64);
-        gauge!(CACHE_SYNCED, "group" => g.clone(), "resource" => r.clone())
-            .set(if c.is_synced() { 1.0 } else { 0.0 });
+        gauge!(CACHE_SYNCED, "group" => g.clone(), "resource" => r.clone()).set(if c.is_synced() {
+            1.0
+        } else {
+            0.0
+        });
         let s = &c.stats;
         let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
         counter!(CACHE_EVENTS_TOTAL, "group" => g.clone(), "resource" => r.clone())

@@ -76,7 +76,10 @@ async fn bearer_tokens_never_reach_the_logs() {
 
     let http = Http::new(gw.url());
     let bearer = format!("Bearer {TOKEN}");
-    let auth = [("authorization", bearer.as_str()), ("accept", "application/json")];
+    let auth = [
+        ("authorization", bearer.as_str()),
+        ("accept", "application/json"),
+    ];
     // Forwarded, served from the cache, a write, and an error answer.
     for (method, path, body) in [
         (Method::GET, "/api/v1/namespaces/default/configmaps", ""),
@@ -92,20 +95,38 @@ async fn bearer_tokens_never_reach_the_logs() {
         if !body.is_empty() {
             headers.push(("content-type", "application/json"));
         }
-        let resp = http.request(method.clone(), path, &headers, body.to_string()).await;
-        assert!(resp.status.as_u16() < 500, "{method} {path}: {}", resp.text());
+        let resp = http
+            .request(method.clone(), path, &headers, body.to_string())
+            .await;
+        assert!(
+            resp.status.as_u16() < 500,
+            "{method} {path}: {}",
+            resp.text()
+        );
     }
     // And one to an upstream that is gone, which the gateway logs as a warning.
-    let gone = start_gateway_with(GatewayConfig::for_upstream_url("http://127.0.0.1:1").unwrap()).await;
+    let gone =
+        start_gateway_with(GatewayConfig::for_upstream_url("http://127.0.0.1:1").unwrap()).await;
     let resp = Http::new(gone.url())
-        .request(Method::GET, "/api/v1/namespaces/default/configmaps", &auth, "")
+        .request(
+            Method::GET,
+            "/api/v1/namespaces/default/configmaps",
+            &auth,
+            "",
+        )
         .await;
     assert!(resp.status.as_u16() >= 500, "{}", resp.text());
 
     let logs = capture.text();
     // The capture saw the requests at trace level, so the check below is not vacuous.
-    assert!(logs.contains("\"level\":\"TRACE\""), "no trace lines captured");
-    assert!(logs.contains("upstream failed"), "the upstream failure was not logged");
+    assert!(
+        logs.contains("\"level\":\"TRACE\""),
+        "no trace lines captured"
+    );
+    assert!(
+        logs.contains("upstream failed"),
+        "the upstream failure was not logged"
+    );
     assert!(logs.lines().count() > 50, "too few log lines: {logs}");
     if let Some(line) = logs.lines().find(|l| l.contains(TOKEN)) {
         panic!("the bearer token was logged: {line}");

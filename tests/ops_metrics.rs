@@ -146,11 +146,23 @@ async fn rv0_lists_count_as_cache_requests_and_reach_upstream_at_most_once() {
     assert_eq!(sample(&after, "watchgate_cache_objects", pods), 3.0);
     assert!(sample(&after, "watchgate_cache_resource_version", pods) > 0.0);
     assert!(sample(&after, "watchgate_reflector_lists_total", pods) >= 1.0);
-    assert!(sample(&after, "watchgate_upstream_requests_total", &[("code", "200")]) >= 1.0);
+    assert!(
+        sample(
+            &after,
+            "watchgate_upstream_requests_total",
+            &[("code", "200")]
+        ) >= 1.0
+    );
 
     // No series carries a namespace, name, user or resourceVersion label.
     for line in after.lines().filter(|l| l.starts_with("watchgate_")) {
-        for banned in ["namespace=", "name=", "user=", "resourceVersion=", "resource_version="] {
+        for banned in [
+            "namespace=",
+            "name=",
+            "user=",
+            "resourceVersion=",
+            "resource_version=",
+        ] {
             assert!(
                 !line.contains(&format!("{{{banned}")) && !line.contains(&format!(",{banned}")),
                 "unbounded label in {line}"
@@ -169,7 +181,10 @@ async fn open_watches_show_in_the_long_running_gauge() {
 
     let mut watches = Vec::new();
     for _ in 0..3 {
-        watches.push(http.watch("/api/v1/namespaces/default/configmaps?watch=true").await);
+        watches.push(
+            http.watch("/api/v1/namespaces/default/configmaps?watch=true")
+                .await,
+        );
     }
     let open = sample(&scrape(&gw).await, "watchgate_long_running_requests", cms) - base;
     assert_eq!(open, 3.0, "three watches open");
@@ -186,9 +201,17 @@ async fn open_watches_show_in_the_long_running_gauge() {
         .await;
     assert_eq!(resp.status, 201, "{}", resp.text());
     let gw_ref = &gw;
-    wait_until("the closed watches leave the gauge", EVENT_TIMEOUT, || async move {
-        sample(&scrape(gw_ref).await, "watchgate_long_running_requests", cms) == base
-    })
+    wait_until(
+        "the closed watches leave the gauge",
+        EVENT_TIMEOUT,
+        || async move {
+            sample(
+                &scrape(gw_ref).await,
+                "watchgate_long_running_requests",
+                cms,
+            ) == base
+        },
+    )
     .await;
 }
 
@@ -198,15 +221,29 @@ async fn metrics_text_parses_with_prometheus_client() {
     let gw = gateway_caching(sim.url(), &["pods"]).await;
     wait_ready(&gw).await;
     let http = Http::new(gw.url());
-    assert_eq!(http.get("/api/v1/namespaces/default/pods?resourceVersion=0").await.status, 200);
-    assert_eq!(http.get("/api/v1/namespaces/default/configmaps").await.status, 200);
+    assert_eq!(
+        http.get("/api/v1/namespaces/default/pods?resourceVersion=0")
+            .await
+            .status,
+        200
+    );
+    assert_eq!(
+        http.get("/api/v1/namespaces/default/configmaps")
+            .await
+            .status,
+        200
+    );
     assert_eq!(http.get("/version").await.status, 200);
     let text = scrape(&gw).await;
 
     let mut cmd = tokio::process::Command::new(tools::python());
     cmd.arg(tools::python_scripts().join("parse_metrics.py"));
     let out = process::run(cmd, Some(text.as_bytes()), Duration::from_secs(60)).await;
-    assert!(out.status.success(), "prometheus_client rejected the text: {}\n{text}", out.stderr);
+    assert!(
+        out.status.success(),
+        "prometheus_client rejected the text: {}\n{text}",
+        out.stderr
+    );
     let families: BTreeMap<String, String> = out
         .stdout
         .lines()
@@ -239,7 +276,9 @@ async fn readyz_waits_for_the_cached_resources_to_sync() {
     let sim = start_sim().await;
     // Every simulator answer takes 1.5 s: discovery and the first list need at least two,
     // so the gateway cannot be ready when /readyz is first asked.
-    sim.handle().faults().set_latency(Duration::from_millis(1500));
+    sim.handle()
+        .faults()
+        .set_latency(Duration::from_millis(1500));
     let gw = gateway_caching(sim.url(), &["pods"]).await;
     let admin = admin(&gw);
 
@@ -258,7 +297,12 @@ async fn readyz_waits_for_the_cached_resources_to_sync() {
     let resp = admin.get("/readyz?verbose").await;
     assert_eq!(resp.status, 200, "{}", resp.text());
     let text = resp.text();
-    for line in ["[+]ping ok", "[+]upstream ok", "[+]cache-pods ok", "readyz check passed"] {
+    for line in [
+        "[+]ping ok",
+        "[+]upstream ok",
+        "[+]cache-pods ok",
+        "readyz check passed",
+    ] {
         assert!(text.contains(line), "{line:?} missing from:\n{text}");
     }
     assert_eq!(admin.get("/readyz").await.text(), "ok");

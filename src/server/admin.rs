@@ -36,9 +36,10 @@ pub async fn handle(state: AdminState, req: Request<Incoming>) -> Response<Body>
     }
     match path {
         "/readyz" => {
-            let verbose = req.uri().query().is_some_and(|q| {
-                form_urlencoded::parse(q.as_bytes()).any(|(k, _)| k == "verbose")
-            });
+            let verbose = req
+                .uri()
+                .query()
+                .is_some_and(|q| form_urlencoded::parse(q.as_bytes()).any(|(k, _)| k == "verbose"));
             readyz(&state, verbose)
         }
         "/metrics" => {
@@ -73,8 +74,7 @@ fn checks(state: &AdminState) -> Vec<Check> {
     });
     out.push(Check {
         name: "upstream".into(),
-        failure: (!state.upstream.reached())
-            .then(|| "the upstream has not answered yet".into()),
+        failure: (!state.upstream.reached()).then(|| "the upstream has not answered yet".into()),
     });
     if let Some(registry) = &state.cache {
         let caches = registry.caches();

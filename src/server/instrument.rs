@@ -215,11 +215,23 @@ mod tests {
     #[test]
     fn requests_are_classified_with_bounded_labels() {
         let l = labels(http::Method::GET, "/api/v1/namespaces/ns1/pods/p1");
-        assert_eq!((l.verb, l.group.as_str(), l.resource.as_str(), l.scope), ("get", "", "pods", "resource"));
-        let l = labels(http::Method::GET, "/apis/apps/v1/deployments?resourceVersion=0");
-        assert_eq!((l.verb, l.group.as_str(), l.resource.as_str(), l.scope), ("list", "apps", "deployments", "cluster"));
+        assert_eq!(
+            (l.verb, l.group.as_str(), l.resource.as_str(), l.scope),
+            ("get", "", "pods", "resource")
+        );
+        let l = labels(
+            http::Method::GET,
+            "/apis/apps/v1/deployments?resourceVersion=0",
+        );
+        assert_eq!(
+            (l.verb, l.group.as_str(), l.resource.as_str(), l.scope),
+            ("list", "apps", "deployments", "cluster")
+        );
         let l = labels(http::Method::GET, "/api/v1/namespaces/ns1/pods?watch=true");
-        assert_eq!((l.verb, l.scope, l.long_running), ("watch", "namespace", true));
+        assert_eq!(
+            (l.verb, l.scope, l.long_running),
+            ("watch", "namespace", true)
+        );
         let l = labels(http::Method::POST, "/api/v1/namespaces/ns1/configmaps");
         assert_eq!((l.verb, l.long_running), ("create", false));
         let l = labels(http::Method::GET, "/version");

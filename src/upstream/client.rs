@@ -75,7 +75,9 @@ impl Upstream {
 
     /// Whether any request has had a response from the upstream yet.
     pub fn reached(&self) -> bool {
-        self.inner.reached.load(std::sync::atomic::Ordering::Acquire)
+        self.inner
+            .reached
+            .load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// Send a regular request; only `path_and_query` of its URI is used.
