@@ -67,7 +67,7 @@ impl RequestLabels {
 
 /// Records `resp` under `labels`. A 404 drops group and resource: they come from the
 /// client's URL, and a client asking for made-up resources must not be able to create
-/// series at will (kube-apiserver records unknown resources without them too).
+/// series at will.
 pub fn observe(
     labels: RequestLabels,
     started: Instant,
