@@ -1,25 +1,19 @@
 //! The watch cache (issue 4): RV="0" and NotOlderThan reads through the gateway are served
 //! from one upstream list+watch per resource, and answer exactly what the simulator does.
 
+mod support;
+
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http::{Method, Request, StatusCode};
-use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::{connect::HttpConnector, Client};
-use hyper_util::rt::TokioExecutor;
+use http::{Method, StatusCode};
 use serde_json::{json, Value};
 
+use support::Http;
 use watchgate::config::GatewayConfig;
 use watchgate::server::{Gateway, GatewayHandle};
 use watchgate::sim::resources::find;
 use watchgate::sim::{start, Mutation, SimConfig, SimHandle};
-
-type HttpClient = Client<HttpConnector, Full<Bytes>>;
-
-fn client() -> HttpClient {
-    Client::builder(TokioExecutor::new()).build_http()
-}
 
 struct Answer {
     status: StatusCode,
@@ -28,34 +22,19 @@ struct Answer {
 }
 
 async fn call(base: &str, method: Method, path: &str, body: Option<Value>) -> Answer {
-    let mut req = Request::builder()
-        .method(method)
-        .uri(format!("{base}{path}"))
-        .header("accept", "application/json");
+    let mut headers = vec![("accept", "application/json")];
     if body.is_some() {
-        req = req.header("content-type", "application/json");
+        headers.push(("content-type", "application/json"));
     }
-    let req = req
-        .body(Full::new(Bytes::from(
-            body.map(|b| b.to_string()).unwrap_or_default(),
-        )))
-        .unwrap();
-    let resp = tokio::time::timeout(Duration::from_secs(10), client().request(req))
-        .await
-        .unwrap_or_else(|_| panic!("{path}: no response within 10 s"))
-        .unwrap_or_else(|e| panic!("{path}: {e}"));
-    let status = resp.status();
-    let source = resp
-        .headers()
-        .get("x-watchgate-source")
-        .map(|v| v.to_str().unwrap().to_string());
-    let bytes = resp.into_body().collect().await.unwrap().to_bytes();
-    let body = serde_json::from_slice(&bytes)
-        .unwrap_or_else(|e| panic!("{path}: body is not JSON ({e}): {bytes:?}"));
+    let body = body.map(|b| Bytes::from(b.to_string())).unwrap_or_default();
+    let resp = Http::new(base).request(method, path, &headers, body).await;
     Answer {
-        status,
-        source,
-        body,
+        status: resp.status,
+        source: resp
+            .headers
+            .get("x-watchgate-source")
+            .map(|v| v.to_str().unwrap().to_string()),
+        body: resp.json(),
     }
 }
 
