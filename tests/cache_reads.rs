@@ -391,3 +391,45 @@ async fn a_410_on_the_upstream_watch_relists_and_the_cache_matches_the_simulator
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_clients_read_the_cache_and_see_what_the_simulator_has() {
+    let (sim, gw) = seeded().await;
+    warm(&gw, "/api/v1/pods?resourceVersion=0").await;
+    let direct = get(&sim.url(), "/api/v1/pods?resourceVersion=0").await;
+    let lists_before = sim.stats().lists("pods");
+
+    // kubectl get --raw sends `Accept: application/json, */*`: served from the cache.
+    let kubectl = support::Kubectl::new(&gw.url());
+    let raw = kubectl
+        .ok(&["get", "--raw", "/api/v1/pods?resourceVersion=0"])
+        .await;
+    let raw: Value = serde_json::from_str(&raw).expect("kubectl printed JSON");
+    assert_eq!(raw["items"], direct.body["items"]);
+    assert_eq!(
+        raw["metadata"]["resourceVersion"],
+        direct.body["metadata"]["resourceVersion"]
+    );
+    assert_eq!(sim.stats().lists("pods"), lists_before, "kubectl reached the upstream");
+
+    // The Python client's list_pod_for_all_namespaces(resource_version="0").
+    let out = support::python::run(
+        "list_rv0.py",
+        &[kubectl.kubeconfig().to_str().unwrap()],
+        Duration::from_secs(60),
+    )
+    .await;
+    assert!(out.status.success(), "{}\n{}", out.stdout, out.stderr);
+    let py: Value = serde_json::from_str(out.stdout.trim()).expect("python printed JSON");
+    assert_eq!(py["names"], json!(names(&direct.body)));
+    assert_eq!(
+        py["resourceVersion"],
+        direct.body["metadata"]["resourceVersion"]
+    );
+
+    assert_eq!(
+        sim.stats().lists("pods"),
+        lists_before,
+        "both clients must have been answered by the cache"
+    );
+}
