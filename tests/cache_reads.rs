@@ -410,7 +410,11 @@ async fn real_clients_read_the_cache_and_see_what_the_simulator_has() {
         raw["metadata"]["resourceVersion"],
         direct.body["metadata"]["resourceVersion"]
     );
-    assert_eq!(sim.stats().lists("pods"), lists_before, "kubectl reached the upstream");
+    assert_eq!(
+        sim.stats().lists("pods"),
+        lists_before,
+        "kubectl reached the upstream"
+    );
 
     // The Python client's list_pod_for_all_namespaces(resource_version="0").
     let out = support::python::run(
