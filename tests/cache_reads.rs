@@ -72,7 +72,12 @@ fn delete_pod(sim: &SimHandle, ns: &str, name: &str) {
 /// Namespaces whose names are prefixes of each other, so that ordering and namespace
 /// scoping are really exercised.
 async fn seeded() -> (SimHandle, GatewayHandle) {
-    let sim = start(SimConfig::default()).await.unwrap();
+    let sim = start(SimConfig {
+        bootstrap_namespaces: true,
+        ..SimConfig::default()
+    })
+    .await
+    .unwrap();
     let mut i = 0;
     for ns in ["a", "a-b", "ab", "default"] {
         for (name, app, tier, phase) in [
@@ -178,8 +183,11 @@ async fn cached_reads_match_the_simulator() {
         assert_eq!(through.body["items"], direct.body["items"], "{path}");
     }
 
-    // Gets, including one that does not exist.
+    // Gets, including one that does not exist, and a cluster-scoped one.
+    warm(&gw, "/api/v1/namespaces?resourceVersion=0").await;
     for path in [
+        "/api/v1/namespaces/default?resourceVersion=0",
+        "/api/v1/namespaces/missing?resourceVersion=0",
         "/api/v1/namespaces/a/pods/web-1?resourceVersion=0",
         "/api/v1/namespaces/a/pods/missing?resourceVersion=0",
         "/api/v1/namespaces/b/pods/web-1?resourceVersion=0",
