@@ -1,25 +1,19 @@
 //! The watch cache (issue 4): RV="0" and NotOlderThan reads through the gateway are served
 //! from one upstream list+watch per resource, and answer exactly what the simulator does.
 
+mod support;
+
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http::{Method, Request, StatusCode};
-use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::{connect::HttpConnector, Client};
-use hyper_util::rt::TokioExecutor;
+use http::{Method, StatusCode};
 use serde_json::{json, Value};
 
+use support::Http;
 use watchgate::config::GatewayConfig;
 use watchgate::server::{Gateway, GatewayHandle};
 use watchgate::sim::resources::find;
 use watchgate::sim::{start, Mutation, SimConfig, SimHandle};
-
-type HttpClient = Client<HttpConnector, Full<Bytes>>;
-
-fn client() -> HttpClient {
-    Client::builder(TokioExecutor::new()).build_http()
-}
 
 struct Answer {
     status: StatusCode,
@@ -28,34 +22,19 @@ struct Answer {
 }
 
 async fn call(base: &str, method: Method, path: &str, body: Option<Value>) -> Answer {
-    let mut req = Request::builder()
-        .method(method)
-        .uri(format!("{base}{path}"))
-        .header("accept", "application/json");
+    let mut headers = vec![("accept", "application/json")];
     if body.is_some() {
-        req = req.header("content-type", "application/json");
+        headers.push(("content-type", "application/json"));
     }
-    let req = req
-        .body(Full::new(Bytes::from(
-            body.map(|b| b.to_string()).unwrap_or_default(),
-        )))
-        .unwrap();
-    let resp = tokio::time::timeout(Duration::from_secs(10), client().request(req))
-        .await
-        .unwrap_or_else(|_| panic!("{path}: no response within 10 s"))
-        .unwrap_or_else(|e| panic!("{path}: {e}"));
-    let status = resp.status();
-    let source = resp
-        .headers()
-        .get("x-watchgate-source")
-        .map(|v| v.to_str().unwrap().to_string());
-    let bytes = resp.into_body().collect().await.unwrap().to_bytes();
-    let body = serde_json::from_slice(&bytes)
-        .unwrap_or_else(|e| panic!("{path}: body is not JSON ({e}): {bytes:?}"));
+    let body = body.map(|b| Bytes::from(b.to_string())).unwrap_or_default();
+    let resp = Http::new(base).request(method, path, &headers, body).await;
     Answer {
-        status,
-        source,
-        body,
+        status: resp.status,
+        source: resp
+            .headers
+            .get("x-watchgate-source")
+            .map(|v| v.to_str().unwrap().to_string()),
+        body: resp.json(),
     }
 }
 
@@ -93,7 +72,12 @@ fn delete_pod(sim: &SimHandle, ns: &str, name: &str) {
 /// Namespaces whose names are prefixes of each other, so that ordering and namespace
 /// scoping are really exercised.
 async fn seeded() -> (SimHandle, GatewayHandle) {
-    let sim = start(SimConfig::default()).await.unwrap();
+    let sim = start(SimConfig {
+        bootstrap_namespaces: true,
+        ..SimConfig::default()
+    })
+    .await
+    .unwrap();
     let mut i = 0;
     for ns in ["a", "a-b", "ab", "default"] {
         for (name, app, tier, phase) in [
@@ -199,8 +183,11 @@ async fn cached_reads_match_the_simulator() {
         assert_eq!(through.body["items"], direct.body["items"], "{path}");
     }
 
-    // Gets, including one that does not exist.
+    // Gets, including one that does not exist, and a cluster-scoped one.
+    warm(&gw, "/api/v1/namespaces?resourceVersion=0").await;
     for path in [
+        "/api/v1/namespaces/default?resourceVersion=0",
+        "/api/v1/namespaces/missing?resourceVersion=0",
         "/api/v1/namespaces/a/pods/web-1?resourceVersion=0",
         "/api/v1/namespaces/a/pods/missing?resourceVersion=0",
         "/api/v1/namespaces/b/pods/web-1?resourceVersion=0",
@@ -411,4 +398,50 @@ async fn a_410_on_the_upstream_watch_relists_and_the_cache_matches_the_simulator
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_clients_read_the_cache_and_see_what_the_simulator_has() {
+    let (sim, gw) = seeded().await;
+    warm(&gw, "/api/v1/pods?resourceVersion=0").await;
+    let direct = get(&sim.url(), "/api/v1/pods?resourceVersion=0").await;
+    let lists_before = sim.stats().lists("pods");
+
+    // kubectl get --raw sends `Accept: application/json, */*`: served from the cache.
+    let kubectl = support::Kubectl::new(&gw.url());
+    let raw = kubectl
+        .ok(&["get", "--raw", "/api/v1/pods?resourceVersion=0"])
+        .await;
+    let raw: Value = serde_json::from_str(&raw).expect("kubectl printed JSON");
+    assert_eq!(raw["items"], direct.body["items"]);
+    assert_eq!(
+        raw["metadata"]["resourceVersion"],
+        direct.body["metadata"]["resourceVersion"]
+    );
+    assert_eq!(
+        sim.stats().lists("pods"),
+        lists_before,
+        "kubectl reached the upstream"
+    );
+
+    // The Python client's list_pod_for_all_namespaces(resource_version="0").
+    let out = support::python::run(
+        "list_rv0.py",
+        &[kubectl.kubeconfig().to_str().unwrap()],
+        Duration::from_secs(60),
+    )
+    .await;
+    assert!(out.status.success(), "{}\n{}", out.stdout, out.stderr);
+    let py: Value = serde_json::from_str(out.stdout.trim()).expect("python printed JSON");
+    assert_eq!(py["names"], json!(names(&direct.body)));
+    assert_eq!(
+        py["resourceVersion"],
+        direct.body["metadata"]["resourceVersion"]
+    );
+
+    assert_eq!(
+        sim.stats().lists("pods"),
+        lists_before,
+        "both clients must have been answered by the cache"
+    );
 }

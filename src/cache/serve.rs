@@ -80,7 +80,11 @@ pub async fn try_serve(
     if !cache.is_synced() {
         return None;
     }
-    if plan.namespace.is_some() && !cache.info.namespaced {
+    // A cluster-scoped resource under a namespace path is the upstream's 404 to give.
+    // requestinfo.go puts a namespace's own name in `namespace` for
+    // `/api/v1/namespaces/{name}`, which is not such a path.
+    let own_namespace = rp.group.is_empty() && rp.resource == "namespaces";
+    if plan.namespace.is_some() && !cache.info.namespaced && !own_namespace {
         return None;
     }
     if !fields_indexed(&cache, &plan.opts) {

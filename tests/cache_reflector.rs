@@ -1,0 +1,156 @@
+//! The reflector against an upstream that misbehaves (issue 4, bad input): a malformed
+//! object in a list is skipped, a malformed watch event makes the reflector relist, and
+//! neither crashes it nor leaves a stale or broken object in the cache.
+
+mod gateway_support;
+mod support;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use gateway_support::{channel_body, handler, Stub};
+use http::{Response, StatusCode};
+use serde_json::{json, Value};
+use support::Http;
+use watchgate::body;
+
+fn pod(name: &str, rv: u64) -> Value {
+    json!({"metadata": {"name": name, "namespace": "ns", "resourceVersion": rv.to_string()},
+           "spec": {"nodeName": "n1"}, "status": {"phase": "Running"}})
+}
+
+fn json_response(v: Value) -> Response<body::Body> {
+    let mut r = Response::new(body::full(v.to_string()));
+    r.headers_mut()
+        .insert("content-type", "application/json".parse().unwrap());
+    r
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_upstream_objects_are_skipped_or_relisted_never_cached() {
+    let lists = Arc::new(AtomicUsize::new(0));
+    let watches = Arc::new(AtomicUsize::new(0));
+    let (l, w) = (lists.clone(), watches.clone());
+    let stub = Stub::start(handler(move |req| {
+        let (lists, watches) = (l.clone(), w.clone());
+        async move {
+            let q = req.uri().query().unwrap_or("").to_string();
+            match req.uri().path() {
+                "/api/v1" => json_response(json!({
+                    "kind": "APIResourceList", "groupVersion": "v1",
+                    "resources": [{"name": "pods", "namespaced": true, "kind": "Pod",
+                                   "verbs": ["get", "list", "watch"]}]})),
+                "/api/v1/pods" if q.contains("watch=true") => {
+                    let n = watches.fetch_add(1, Ordering::SeqCst);
+                    let (tx, body) = channel_body(8);
+                    tokio::spawn(async move {
+                        if n == 0 {
+                            // One good event, then one the reflector cannot understand.
+                            let good = json!({"type": "MODIFIED", "object": pod("a", 11)});
+                            let _ = tx.send(format!("{good}\n").into()).await;
+                            let bad = json!({"type": "MODIFIED", "object": {"metadata": {"name": "a"}}});
+                            let _ = tx.send(format!("{bad}\n").into()).await;
+                        }
+                        // Keep the stream open until the client goes away.
+                        tx.closed().await;
+                    });
+                    let mut r = Response::new(body);
+                    r.headers_mut()
+                        .insert("content-type", "application/json".parse().unwrap());
+                    r
+                }
+                "/api/v1/pods" => {
+                    // Only the reflector's paged lists move the script on; reads the
+                    // gateway forwards before its cache has synced see the current state.
+                    let n = if q.contains("limit=500") {
+                        lists.fetch_add(1, Ordering::SeqCst)
+                    } else {
+                        lists.load(Ordering::SeqCst).saturating_sub(1)
+                    };
+                    let (rv, items) = if n == 0 {
+                        // A list with one item that has no resourceVersion.
+                        ("10", json!([pod("a", 5), {"metadata": {"name": "bad", "namespace": "ns"}}, pod("b", 6)]))
+                    } else {
+                        // The relist: a moved on, b is gone, c is new.
+                        ("20", json!([pod("a", 12), pod("c", 15)]))
+                    };
+                    json_response(json!({"kind": "PodList", "apiVersion": "v1",
+                                         "metadata": {"resourceVersion": rv}, "items": items}))
+                }
+                _ => {
+                    let mut r = Response::new(body::empty());
+                    *r.status_mut() = StatusCode::NOT_FOUND;
+                    r
+                }
+            }
+        }
+    }))
+    .await;
+    let gw = gateway_support::gateway(&stub.url()).await;
+    let http = Http::new(&gw.url());
+
+    // The first cacheable read starts the reflector; poll until the relisted state shows.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut seen_first_state = false;
+    loop {
+        let resp = http.get("/api/v1/pods?resourceVersion=0").await;
+        let source = resp
+            .headers
+            .get("x-watchgate-source")
+            .map(|v| v.to_str().unwrap().to_string());
+        if source.as_deref() == Some("cache") {
+            let v = resp.json();
+            let got: Vec<(String, String)> = v["items"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|o| {
+                    (
+                        o["metadata"]["name"].as_str().unwrap().to_string(),
+                        o["metadata"]["resourceVersion"]
+                            .as_str()
+                            .unwrap()
+                            .to_string(),
+                    )
+                })
+                .collect();
+            let rv = v["metadata"]["resourceVersion"]
+                .as_str()
+                .unwrap()
+                .to_string();
+            // Every state a reader sees is one the upstream described: never the broken
+            // object, never a half-applied relist.
+            let allowed: [(&str, Vec<(&str, &str)>); 3] = [
+                ("10", vec![("a", "5"), ("b", "6")]),
+                ("11", vec![("a", "11"), ("b", "6")]),
+                ("20", vec![("a", "12"), ("c", "15")]),
+            ];
+            let ok = allowed.iter().any(|(arv, items)| {
+                *arv == rv
+                    && got.len() == items.len()
+                    && got.iter().zip(items).all(|(g, w)| g.0 == w.0 && g.1 == w.1)
+            });
+            assert!(
+                ok,
+                "a reader saw a state the upstream never had: rv {rv}, {got:?}"
+            );
+            seen_first_state |= rv != "20";
+            if rv == "20" {
+                break;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the reflector did not relist after the malformed event (lists: {}, watches: {})",
+            lists.load(Ordering::SeqCst),
+            watches.load(Ordering::SeqCst)
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        seen_first_state,
+        "the first list's state (without the malformed item) was never served"
+    );
+    assert!(lists.load(Ordering::SeqCst) >= 2, "a relist happened");
+}
