@@ -32,7 +32,7 @@ pub struct ServeArgs {
     /// The address of the upstream Kubernetes API server; overrides the kubeconfig's.
     #[arg(long)]
     pub server: Option<String>,
-    /// The IP address of the admin listener (/healthz, /livez).
+    /// The IP address of the admin listener (/healthz, /livez, /readyz, /metrics).
     #[arg(long, default_value = "127.0.0.1")]
     pub admin_address: IpAddr,
     /// The port of the admin listener (0 picks a free port).
