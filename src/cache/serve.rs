@@ -18,11 +18,9 @@ use super::registry::{Registry, ResourceCache};
 use super::store::Snapshot;
 use crate::body::{self, Body};
 use crate::codec::list::{Filter, ListBody, ListHead};
+use crate::proxy::headers::SOURCE_HEADER;
 use crate::request::{self, ApiPath, ListOptions, RvMatch, Verb};
 use crate::status::{GroupResource, Status};
-
-/// The response header naming where an answer came from: `cache` or `upstream`.
-pub const SOURCE_HEADER: &str = "x-watchgate-source";
 
 /// How long a read asking for a resourceVersion newer than the cache waits for it,
 /// as kube-apiserver's watch cache does (`blockTimeout`), before answering 504.

@@ -12,8 +12,8 @@ use http_body::{Body as HttpBody, Frame, SizeHint};
 use metrics::{counter, gauge, histogram, Gauge};
 
 use crate::body::{self, Body, BoxError};
-use crate::cache::serve::SOURCE_HEADER;
 use crate::metrics as m;
+use crate::proxy::headers::SOURCE_HEADER;
 use crate::request::{self, ApiPath, Verb};
 
 /// The bounded labels of one request, taken from its method and URI before it is served.
