@@ -129,6 +129,7 @@ impl Reflector {
                 match self.list().await {
                     Ok(snapshot) => {
                         let (n, rv) = (snapshot.len(), snapshot.resource_version);
+                        let bytes: usize = snapshot.objects.values().map(|o| o.raw.len()).sum();
                         self.store.replace(snapshot);
                         self.synced.send_replace(true);
                         listed = true;
@@ -137,8 +138,9 @@ impl Reflector {
                             resource = %self.info.resource,
                             objects = n,
                             resource_version = rv,
-                            "synced {n} {} in {:.1?}",
+                            "synced {n} {} ({:.1} MB) in {:.1?}",
                             self.info.resource,
+                            bytes as f64 / 1e6,
                             started.elapsed()
                         );
                     }
