@@ -1,6 +1,8 @@
 //! Discovery, version, health and OpenAPI endpoints of the simulator, over HTTP, plus
 //! kubectl 1.37 itself (`api-resources`, `get --raw`).
 
+mod support;
+
 use bytes::Bytes;
 use http::{HeaderMap, Request, StatusCode};
 use http_body_util::{BodyExt, Empty};
@@ -397,25 +399,8 @@ async fn openapi_v3_advertises_gvks_patch_types_and_field_validation() {
     h.shutdown().await;
 }
 
-/// kubectl: the binary the tests use (`$KUBECTL`, the repo's `.venv`, or the shared
-/// venv). Missing kubectl is a failure, not a skip.
-pub fn kubectl() -> String {
-    if let Ok(k) = std::env::var("KUBECTL") {
-        return k;
-    }
-    for p in [
-        concat!(env!("CARGO_MANIFEST_DIR"), "/.venv/bin/kubectl"),
-        "/tmp/venvtest/v/bin/kubectl",
-    ] {
-        if std::path::Path::new(p).exists() {
-            return p.to_string();
-        }
-    }
-    panic!("kubectl 1.37 not found: set KUBECTL or run scripts/test to create .venv");
-}
-
 async fn run_kubectl(h: &SimHandle, args: &[&str]) -> (bool, String, String) {
-    let out = tokio::process::Command::new(kubectl())
+    let out = tokio::process::Command::new(support::tools::kubectl())
         .arg("--server")
         .arg(h.url())
         .args(args)

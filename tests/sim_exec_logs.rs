@@ -1,7 +1,7 @@
 //! `pods/exec` (WebSocket v5/v4 and the raw SPDY echo) and `pods/log` (plain, tail,
 //! timestamps, follow), over real sockets, plus kubectl `exec -i … cat` and `logs -f`.
-// Store::mutate closures return Result<_, Status>; Status is large by design.
-#![allow(clippy::result_large_err)]
+
+mod support;
 
 use std::time::Duration;
 
@@ -371,25 +371,10 @@ async fn logs_follow_streams_new_lines() {
     h.shutdown().await;
 }
 
-fn kubectl() -> String {
-    if let Ok(k) = std::env::var("KUBECTL") {
-        return k;
-    }
-    for p in [
-        concat!(env!("CARGO_MANIFEST_DIR"), "/.venv/bin/kubectl"),
-        "/tmp/venvtest/v/bin/kubectl",
-    ] {
-        if std::path::Path::new(p).exists() {
-            return p.to_string();
-        }
-    }
-    panic!("kubectl 1.37 not found: set KUBECTL or run scripts/test to create .venv");
-}
-
 #[tokio::test]
 async fn kubectl_exec_cat_and_logs_follow() {
     let h = sim_with_pods().await;
-    let mut child = tokio::process::Command::new(kubectl())
+    let mut child = tokio::process::Command::new(support::tools::kubectl())
         .args([
             "--server",
             &h.url(),
@@ -422,7 +407,7 @@ async fn kubectl_exec_cat_and_logs_follow() {
     );
     assert_eq!(out.stdout, b"hello\nworld\n");
 
-    let out = tokio::process::Command::new(kubectl())
+    let out = tokio::process::Command::new(support::tools::kubectl())
         .args([
             "--server",
             &h.url(),
@@ -443,7 +428,7 @@ async fn kubectl_exec_cat_and_logs_follow() {
         "kubectl maps the ExitCode cause"
     );
 
-    let mut child = tokio::process::Command::new(kubectl())
+    let mut child = tokio::process::Command::new(support::tools::kubectl())
         .args([
             "--server",
             &h.url(),

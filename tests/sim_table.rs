@@ -1,7 +1,7 @@
 //! Server-side Table output (`Accept: application/json;as=Table;g=meta.k8s.io;v=v1`):
 //! column definitions, cells, row objects, the watch form, and `kubectl get`.
-// Store::mutate closures return Result<_, Status>; Status is large by design.
-#![allow(clippy::result_large_err)]
+
+mod support;
 
 use std::time::Duration;
 
@@ -428,26 +428,11 @@ async fn watch_as_table_sends_column_definitions_only_first() {
     h.shutdown().await;
 }
 
-fn kubectl() -> String {
-    if let Ok(k) = std::env::var("KUBECTL") {
-        return k;
-    }
-    for p in [
-        concat!(env!("CARGO_MANIFEST_DIR"), "/.venv/bin/kubectl"),
-        "/tmp/venvtest/v/bin/kubectl",
-    ] {
-        if std::path::Path::new(p).exists() {
-            return p.to_string();
-        }
-    }
-    panic!("kubectl 1.37 not found: set KUBECTL or run scripts/test to create .venv");
-}
-
 #[tokio::test]
 async fn kubectl_get_prints_server_side_columns() {
     let h = sim().await;
     put(&h, "pods", running_pod("p1"));
-    let out = tokio::process::Command::new(kubectl())
+    let out = tokio::process::Command::new(support::tools::kubectl())
         .args([
             "--server",
             &h.url(),
