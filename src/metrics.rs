@@ -41,6 +41,18 @@ pub const REFLECTOR_RELISTS_TOTAL: &str = "watchgate_reflector_relists_total";
 pub const REFLECTOR_RESTARTS_TOTAL: &str = "watchgate_reflector_restarts_total";
 pub const REFLECTOR_MALFORMED_TOTAL: &str = "watchgate_reflector_malformed_objects_total";
 
+// Watch fan-out, per resource (downstream watches served from the cache).
+pub const WATCHERS: &str = "watchgate_watchers";
+pub const WATCHERS_LAGGING: &str = "watchgate_watchers_lagging";
+pub const WATCH_EVENTS_DELIVERED_TOTAL: &str = "watchgate_watch_events_delivered_total";
+pub const WATCH_BYTES_WRITTEN_TOTAL: &str = "watchgate_watch_bytes_written_total";
+pub const WATCH_BOOKMARKS_TOTAL: &str = "watchgate_watch_bookmarks_total";
+pub const TERMINATED_WATCHERS_TOTAL: &str = "watchgate_terminated_watchers_total";
+pub const WATCH_DISPATCH_DURATION: &str = "watchgate_watch_dispatch_duration_seconds";
+pub const WATCH_HISTORY_EVENTS: &str = "watchgate_watch_cache_history_events";
+pub const WATCH_HISTORY_BYTES: &str = "watchgate_watch_cache_history_bytes";
+pub const WATCH_HISTORY_OLDEST_AGE: &str = "watchgate_watch_cache_history_oldest_age_seconds";
+
 /// Label sets, documented here so the call sites cannot drift from the docs.
 pub mod labels {
     pub const REQUEST: &[&str] = &["verb", "group", "resource", "scope", "code", "source"];
@@ -51,6 +63,13 @@ pub mod labels {
     pub const REFLECTOR_LISTS: &[&str] = &["group", "resource"];
     pub const REFLECTOR_RELISTS: &[&str] = &["group", "resource", "reason"];
     pub const REFLECTOR_RESTARTS: &[&str] = &["group", "resource", "reason"];
+    /// `WATCHERS`, `WATCHERS_LAGGING`, the delivered/bytes/bookmark counters, the dispatch
+    /// histogram and the history gauges.
+    pub const FANOUT: &[&str] = &["group", "resource"];
+    /// reason: slow (fell past the history window), timeout (timeoutSeconds reached),
+    /// client_gone (the client disconnected), relist (the cache could not continue the
+    /// stream after an upstream relist), shutdown.
+    pub const TERMINATED_WATCHERS: &[&str] = &["group", "resource", "reason"];
 }
 
 /// Buckets of the request histograms: kube-apiserver's `apiserver_request_duration_seconds`
