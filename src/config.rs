@@ -79,6 +79,8 @@ pub struct GatewayConfig {
     pub upstream_response_timeout: Duration,
     /// Which resources are cached; `None` forwards everything.
     pub cache: Option<crate::cache::registry::CachePolicy>,
+    /// How downstream watches are served from the cache (history window, bookmarks).
+    pub watch: crate::watch::WatchConfig,
 }
 
 impl std::fmt::Debug for GatewayConfig {
@@ -115,6 +117,7 @@ impl GatewayConfig {
             upstream_connect_timeout: Duration::from_secs(5),
             upstream_response_timeout: Duration::from_secs(70),
             cache: Some(Default::default()),
+            watch: Default::default(),
         }
     }
 
@@ -132,6 +135,7 @@ impl GatewayConfig {
                 prewarm: args.cache.clone(),
                 exclude: args.no_cache.clone(),
             }),
+            watch: Default::default(),
         })
     }
 }

@@ -19,3 +19,4 @@ pub mod server;
 pub mod sim;
 pub mod status;
 pub mod upstream;
+pub mod watch;

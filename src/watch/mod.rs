@@ -1,0 +1,28 @@
+//! Watch fan-out: downstream watches served from the cache's event history, one upstream
+//! watch per resource type however many clients watch. See docs/watch.md.
+
+use std::time::Duration;
+
+/// Tuning of the fan-out, per resource type.
+#[derive(Debug, Clone)]
+pub struct WatchConfig {
+    /// Events younger than this stay in the history, so a client that reconnects after a
+    /// blip resumes from its last resourceVersion instead of relisting. kube-apiserver
+    /// keeps about 75 s; the default here is 5 minutes.
+    pub history_window: Duration,
+    /// The history's byte budget (sum of the events' object sizes); the oldest events are
+    /// dropped first when it is exceeded, even if younger than `history_window`.
+    pub history_bytes: usize,
+    /// How often an idle watcher that asked for bookmarks gets one (kube-apiserver: 1 min).
+    pub bookmark_interval: Duration,
+}
+
+impl Default for WatchConfig {
+    fn default() -> Self {
+        Self {
+            history_window: Duration::from_secs(300),
+            history_bytes: 256 * 1024 * 1024,
+            bookmark_interval: Duration::from_secs(60),
+        }
+    }
+}
