@@ -129,7 +129,7 @@ impl Reflector {
                 match self.list().await {
                     Ok(snapshot) => {
                         let (n, rv) = (snapshot.len(), snapshot.resource_version);
-                        let bytes: usize = snapshot.objects.values().map(|o| o.raw.len()).sum();
+                        let bytes = snapshot.bytes;
                         self.store.replace(snapshot);
                         self.synced.send_replace(true);
                         listed = true;
@@ -230,7 +230,7 @@ impl Reflector {
                     &self.info.field_labels,
                 ) {
                     Ok(obj) => {
-                        snapshot.objects.insert(obj.key.clone(), Arc::new(obj));
+                        snapshot.insert(Arc::new(obj));
                     }
                     Err(err) => {
                         // One broken object must not keep the whole type out of the cache;

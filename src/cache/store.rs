@@ -20,9 +20,30 @@ use super::object::CachedObject;
 pub struct Snapshot {
     pub resource_version: u64,
     pub objects: OrdMap<Box<str>, Arc<CachedObject>>,
+    /// The sum of the objects' JSON sizes, kept up to date by `insert` and `remove`.
+    pub bytes: usize,
 }
 
 impl Snapshot {
+    /// Inserts or replaces an object; returns the version it replaced.
+    pub fn insert(&mut self, obj: Arc<CachedObject>) -> Option<Arc<CachedObject>> {
+        self.bytes += obj.raw.len();
+        let old = self.objects.insert(obj.key.clone(), obj);
+        if let Some(o) = &old {
+            self.bytes -= o.raw.len();
+        }
+        old
+    }
+
+    /// Removes an object; returns it.
+    pub fn remove(&mut self, key: &str) -> Option<Arc<CachedObject>> {
+        let old = self.objects.remove(key);
+        if let Some(o) = &old {
+            self.bytes -= o.raw.len();
+        }
+        old
+    }
+
     /// Every object in `namespace` (cluster-wide when `None`), in apiserver list order.
     pub fn iter_namespace<'a>(
         &'a self,
@@ -103,36 +124,35 @@ impl Store {
     pub fn apply(&self, change: Change) {
         let mut guard = self.current.write().expect("store lock");
         let cur = guard.as_ref();
-        let (rv, objects) = match change {
+        let (rv, next) = match change {
             Change::Upsert(obj) => {
                 if obj.resource_version <= cur.resource_version {
                     return;
                 }
                 let rv = obj.resource_version;
-                let mut objects = cur.objects.clone();
-                objects.insert(obj.key.clone(), obj);
-                (rv, objects)
+                let mut next = (*cur).clone();
+                next.insert(obj);
+                (rv, next)
             }
             Change::Delete(obj) => {
                 if obj.resource_version <= cur.resource_version {
                     return;
                 }
                 let rv = obj.resource_version;
-                let mut objects = cur.objects.clone();
-                objects.remove(&obj.key);
-                (rv, objects)
+                let mut next = (*cur).clone();
+                next.remove(&obj.key);
+                (rv, next)
             }
             Change::Progress(rv) => {
                 if rv <= cur.resource_version {
                     return;
                 }
-                (rv, cur.objects.clone())
+                (rv, (*cur).clone())
             }
         };
-        *guard = Arc::new(Snapshot {
-            resource_version: rv,
-            objects,
-        });
+        let mut next = next;
+        next.resource_version = rv;
+        *guard = Arc::new(next);
         drop(guard);
         self.rv_tx.send_replace(rv);
     }
@@ -229,6 +249,21 @@ mod tests {
         store.apply(Change::Progress(9));
         assert_eq!(store.resource_version(), 9);
         assert_eq!(store.snapshot().len(), 1);
+    }
+
+    #[test]
+    fn bytes_follow_inserts_replacements_and_removals() {
+        let store = Store::new();
+        let a1 = obj("a", "x", 1);
+        let a2 = obj("a", "x", 12);
+        let b = obj("a", "y", 13);
+        store.apply(Change::Upsert(a1.clone()));
+        assert_eq!(store.snapshot().bytes, a1.raw.len());
+        store.apply(Change::Upsert(a2.clone()));
+        store.apply(Change::Upsert(b.clone()));
+        assert_eq!(store.snapshot().bytes, a2.raw.len() + b.raw.len());
+        store.apply(Change::Delete(obj("a", "x", 14)));
+        assert_eq!(store.snapshot().bytes, b.raw.len());
     }
 
     #[tokio::test(start_paused = true)]
