@@ -3,8 +3,8 @@
 //! Only requests whose semantics the cache can honour exactly are served here (see
 //! docs/cache.md for the table); everything else returns `None` and is forwarded:
 //! consistent reads (resourceVersion unset), `resourceVersionMatch=Exact` and legacy exact
-//! reads (limit with RV=N), continue tokens, NotOlderThan with `limit`, watches (fan-out
-//! comes with the next issue), non-JSON Accept types (Table, protobuf, metadata-only),
+//! reads (limit with RV=N), continue tokens, NotOlderThan with `limit`, watches (served by
+//! `watch::serve`), non-JSON Accept types (Table, protobuf, metadata-only),
 //! field selectors on fields the cache does not index, invalid options (the upstream gives
 //! its own Status), and any resource whose cache has not synced yet.
 
