@@ -143,7 +143,9 @@ impl WatchBody {
         if now >= self.deadline {
             return true;
         }
-        if now >= self.next_bookmark || self.pre_timeout.is_some_and(|p| now >= p) {
+        if self.params.allow_bookmarks
+            && (now >= self.next_bookmark || self.pre_timeout.is_some_and(|p| now >= p))
+        {
             self.bookmark_due = true;
             self.next_bookmark = now + self.store.hub().cfg.bookmark_interval;
             if self.pre_timeout.is_some_and(|p| now >= p) {
