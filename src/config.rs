@@ -59,6 +59,11 @@ pub struct ServeArgs {
     /// Forward every request; serve nothing from the cache.
     #[arg(long)]
     pub disable_cache: bool,
+    /// How caches get their initial state: `auto` streams it with a watch-list
+    /// (`sendInitialEvents`) when the upstream supports it, else pages a list; `off`
+    /// always pages a list, then watches.
+    #[arg(long, value_enum, default_value = "auto", value_name = "MODE")]
+    pub upstream_watch_list: crate::cache::reflector::WatchListMode,
 }
 
 /// Everything the gateway needs to run, independent of how it was obtained.
@@ -81,6 +86,8 @@ pub struct GatewayConfig {
     pub cache: Option<crate::cache::registry::CachePolicy>,
     /// How downstream watches are served from the cache (history window, bookmarks).
     pub watch: crate::watch::WatchConfig,
+    /// How the caches' reflectors read the upstream (watch-list or paged list).
+    pub reflector: crate::cache::reflector::ReflectorConfig,
 }
 
 impl std::fmt::Debug for GatewayConfig {
@@ -118,6 +125,7 @@ impl GatewayConfig {
             upstream_response_timeout: Duration::from_secs(70),
             cache: Some(Default::default()),
             watch: Default::default(),
+            reflector: Default::default(),
         }
     }
 
@@ -136,6 +144,10 @@ impl GatewayConfig {
                 exclude: args.no_cache.clone(),
             }),
             watch: Default::default(),
+            reflector: crate::cache::reflector::ReflectorConfig {
+                watch_list: args.upstream_watch_list,
+                ..Default::default()
+            },
         })
     }
 }
@@ -256,6 +268,7 @@ mod tests {
             cache: vec![],
             no_cache: vec![],
             disable_cache: false,
+            upstream_watch_list: Default::default(),
         };
         let cfg = GatewayConfig::from_args(&args).await.unwrap();
         assert_eq!(cfg.upstream.cluster_url, "http://127.0.0.1:1234/");
@@ -289,6 +302,7 @@ mod tests {
             cache: vec![],
             no_cache: vec![],
             disable_cache: false,
+            upstream_watch_list: Default::default(),
         };
         let cfg = GatewayConfig::from_args(&args).await.unwrap();
         assert_eq!(cfg.upstream.cluster_url, "https://10.0.0.1:6443/");

@@ -11,7 +11,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use super::discovery::Discovery;
-use super::reflector::{Reflector, ReflectorStats};
+use super::reflector::{Reflector, ReflectorConfig, ReflectorStats};
 use super::resource::ResourceInfo;
 use super::store::Store;
 use crate::upstream::Upstream;
@@ -82,15 +82,26 @@ pub struct Registry {
     discovery: Discovery,
     policy: CachePolicy,
     slots: DashMap<Key, Slot>,
+    reflector: ReflectorConfig,
 }
 
 impl Registry {
     pub fn new(upstream: Upstream, policy: CachePolicy) -> Arc<Self> {
+        Self::with_reflector_config(upstream, policy, ReflectorConfig::default())
+    }
+
+    /// A registry whose reflectors use `reflector` (watch-list or paged list).
+    pub fn with_reflector_config(
+        upstream: Upstream,
+        policy: CachePolicy,
+        reflector: ReflectorConfig,
+    ) -> Arc<Self> {
         Arc::new(Self {
             discovery: Discovery::new(upstream.clone()),
             upstream,
             policy,
             slots: DashMap::new(),
+            reflector,
         })
     }
 
@@ -147,7 +158,8 @@ impl Registry {
             store.clone(),
             synced_tx,
             stats.clone(),
-        );
+        )
+        .with_config(self.reflector.clone());
         let task = tokio::spawn(reflector.run());
         Arc::new(ResourceCache {
             info,

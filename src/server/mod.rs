@@ -44,7 +44,11 @@ impl Gateway {
 
         let drain = Drain::new();
         let cache = cfg.cache.clone().map(|policy| {
-            let registry = crate::cache::registry::Registry::new(upstream.clone(), policy);
+            let registry = crate::cache::registry::Registry::with_reflector_config(
+                upstream.clone(),
+                policy,
+                cfg.reflector.clone(),
+            );
             registry.prewarm();
             registry
         });
