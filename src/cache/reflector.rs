@@ -97,10 +97,12 @@ pub const INITIAL_EVENTS_END: &str = "k8s.io/initial-events-end";
 /// Whether the reflector builds its state from a watch-list (`--upstream-watch-list`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum WatchListMode {
-    /// Use watch-list while the upstream supports it, the paged list otherwise.
+    // Plain comments, not doc comments: clap then prints `[possible values: auto, off]`
+    // on one line, as the README's flag table expects; the flag's help explains both.
+    // Use watch-list while the upstream supports it, the paged list otherwise.
     #[default]
     Auto,
-    /// Always use the paged list then a watch.
+    // Always use the paged list then a watch.
     Off,
 }
 
