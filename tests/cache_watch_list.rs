@@ -295,3 +295,101 @@ async fn an_upstream_that_ignores_send_initial_events_gets_the_paged_list() {
 async fn a_stream_that_ends_without_the_bookmark_gets_the_paged_list() {
     falls_back_to_the_paged_list(OldApiserver::IgnoresAndCloses).await;
 }
+
+/// A stub apiserver with watch-list whose first watch-list fails midway (an ERROR event:
+/// a transient failure), so the reflector pages a list (a@3, RV 4); the plain watch from
+/// there gets 410; the resync tries watch-list again, whose initial events carry changes
+/// before the closing bookmark, and whose stream then goes on as the watch.
+async fn flaky_modern_apiserver(seen: Arc<Seen>) -> Stub {
+    Stub::start(handler(move |req| {
+        let seen = seen.clone();
+        async move {
+            let q = req.uri().query().unwrap_or("").to_string();
+            let line = |v: Value| bytes::Bytes::from(format!("{v}\n"));
+            match req.uri().path() {
+                "/api/v1" => json_response(
+                    StatusCode::OK,
+                    json!({
+                    "kind": "APIResourceList", "groupVersion": "v1",
+                    "resources": [{"name": "pods", "namespaced": true, "kind": "Pod",
+                                   "verbs": ["get", "list", "watch"]}]}),
+                ),
+                "/api/v1/pods" if q.contains("sendInitialEvents=true") => {
+                    let n = seen.watch_lists.fetch_add(1, Ordering::SeqCst);
+                    let (tx, body) = channel_body(16);
+                    tokio::spawn(async move {
+                        if n == 0 {
+                            let _ = tx
+                                .send(line(json!({"type": "ADDED", "object": pod("a", 3)})))
+                                .await;
+                            let err = json!({"type": "ERROR", "object": {
+                                "kind": "Status", "apiVersion": "v1", "metadata": {},
+                                "status": "Failure", "reason": "InternalError", "code": 500,
+                                "message": "an error on the server"}});
+                            let _ = tx.send(line(err)).await;
+                            return;
+                        }
+                        let end = json!({"kind": "Pod", "apiVersion": "v1", "metadata": {
+                            "resourceVersion": "8",
+                            "annotations": {"k8s.io/initial-events-end": "true"}}});
+                        for ev in [
+                            json!({"type": "ADDED", "object": pod("a", 5)}),
+                            json!({"type": "ADDED", "object": pod("b", 6)}),
+                            json!({"type": "DELETED", "object": pod("a", 7)}),
+                            json!({"type": "MODIFIED", "object": pod("b", 8)}),
+                            json!({"type": "BOOKMARK", "object": end}),
+                            // After the bookmark: the same stream is the watch.
+                            json!({"type": "MODIFIED", "object": pod("b", 9)}),
+                        ] {
+                            let _ = tx.send(line(ev)).await;
+                        }
+                        tx.closed().await;
+                    });
+                    Response::new(body)
+                }
+                "/api/v1/pods" if q.contains("watch=true") => {
+                    seen.watches.fetch_add(1, Ordering::SeqCst);
+                    let gone = json!({"type": "ERROR", "object": {
+                        "kind": "Status", "apiVersion": "v1", "metadata": {},
+                        "status": "Failure", "reason": "Expired", "code": 410,
+                        "message": "too old resource version: 4 (5)"}});
+                    Response::new(body::full(line(gone)))
+                }
+                "/api/v1/pods" => {
+                    if q.contains("limit=500") {
+                        seen.lists.fetch_add(1, Ordering::SeqCst);
+                    }
+                    json_response(
+                        StatusCode::OK,
+                        json!({"kind": "PodList", "apiVersion": "v1",
+                               "metadata": {"resourceVersion": "4"},
+                               "items": [pod("a", 3)]}),
+                    )
+                }
+                _ => json_response(StatusCode::NOT_FOUND, json!({})),
+            }
+        }
+    }))
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_watch_list_falls_back_once_and_changes_before_the_bookmark_count() {
+    let seen = Arc::new(Seen::default());
+    let stub = flaky_modern_apiserver(seen.clone()).await;
+    let gw = gateway(&stub.url(), WatchListMode::Auto, Duration::from_secs(10)).await;
+    // a was added then deleted, b modified twice (once before the bookmark, once after).
+    let v = wait_for_cache(&gw, &["b"], Some("9")).await;
+    assert_eq!(v["items"][0]["metadata"]["resourceVersion"], "9");
+    assert_eq!(
+        seen.watch_lists.load(Ordering::SeqCst),
+        2,
+        "a transient failure does not give up on watch-list"
+    );
+    assert_eq!(seen.lists.load(Ordering::SeqCst), 1, "one fallback list");
+    assert_eq!(
+        seen.watches.load(Ordering::SeqCst),
+        1,
+        "one plain watch (the 410)"
+    );
+}
