@@ -79,6 +79,8 @@ const MAX_PAGE_BYTES: usize = 1024 * 1024 * 1024;
 /// Counters a later metrics layer exports; kept as atomics so the reflector never waits.
 #[derive(Debug, Default)]
 pub struct ReflectorStats {
+    /// Attempts to read the whole state: paged lists and watch-lists alike (exported as
+    /// `watchgate_reflector_lists_total`); `watch_lists` counts the latter's successes.
     pub lists: AtomicU64,
     pub relists_after_expired: AtomicU64,
     pub watch_restarts: AtomicU64,
@@ -512,6 +514,7 @@ impl Reflector {
     /// WatchList: the state from a watch's initial events, and the stream to follow.
     async fn watch_list(&self) -> Result<(Snapshot, EventStream), WatchListFailure> {
         use WatchListFailure::{Failed, Unsupported};
+        self.stats.lists.fetch_add(1, Ordering::Relaxed);
         // resourceVersion unset: a consistent snapshot (KEP-3157, client-go's case 1).
         let query = format!(
             "allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan&sendInitialEvents=true&timeoutSeconds={}&watch=true",
