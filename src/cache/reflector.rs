@@ -113,7 +113,8 @@ pub enum WatchListMode {
 pub struct ReflectorConfig {
     pub watch_list: WatchListMode,
     /// How long a watch-list may go without an object event before its initial events
-    /// have ended; past it, the upstream is taken to ignore `sendInitialEvents`.
+    /// have ended; past it, the upstream is taken to ignore `sendInitialEvents`. Also the
+    /// longest wait for the watch-list's response head (then: a paged list this time).
     pub initial_events_idle: Duration,
 }
 
@@ -520,7 +521,12 @@ impl Reflector {
             "allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan&sendInitialEvents=true&timeoutSeconds={}&watch=true",
             Self::watch_timeout()
         );
-        let mut stream = match self.open(&query).await {
+        let idle = self.config.initial_events_idle;
+        // An upstream that never answers must not keep the cache cold either.
+        let opened = tokio::time::timeout(idle, self.open(&query))
+            .await
+            .unwrap_or_else(|_| Err((None, format!("no answer within {idle:?}"))));
+        let mut stream = match opened {
             Ok(s) => s,
             // 429 asks to come back later; any other 4xx is the upstream saying no.
             Err((Some(code), msg))
@@ -533,7 +539,6 @@ impl Reflector {
         // A temporary map, like client-go's temporaryStore: only the complete state
         // reaches the store.
         let mut objects: BTreeMap<Box<str>, Arc<CachedObject>> = BTreeMap::new();
-        let idle = self.config.initial_events_idle;
         let mut deadline = tokio::time::Instant::now() + idle;
         loop {
             let line = match tokio::time::timeout_at(deadline, stream.next_line()).await {
