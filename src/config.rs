@@ -74,6 +74,11 @@ pub struct ServeArgs {
     /// --http2-max-streams-per-connection; its aggregated API servers use 1000).
     #[arg(long, default_value_t = 1000)]
     pub http2_max_streams_per_connection: u32,
+    /// How caches get their initial state: `auto` streams it with a watch-list
+    /// (`sendInitialEvents`) when the upstream supports it, else pages a list; `off`
+    /// always pages a list, then watches.
+    #[arg(long, value_enum, default_value = "auto", value_name = "MODE")]
+    pub upstream_watch_list: crate::cache::reflector::WatchListMode,
 }
 
 /// Everything the gateway needs to run, independent of how it was obtained.
@@ -98,6 +103,8 @@ pub struct GatewayConfig {
     pub watch: crate::watch::WatchConfig,
     /// Concurrent streams per HTTP/2 connection on the API listener.
     pub http2_max_streams: u32,
+    /// How the caches' reflectors read the upstream (watch-list or paged list).
+    pub reflector: crate::cache::reflector::ReflectorConfig,
 }
 
 impl std::fmt::Debug for GatewayConfig {
@@ -136,6 +143,7 @@ impl GatewayConfig {
             cache: Some(Default::default()),
             watch: Default::default(),
             http2_max_streams: 1000,
+            reflector: Default::default(),
         }
     }
 
@@ -159,6 +167,10 @@ impl GatewayConfig {
                 bookmark_interval: args.watch_bookmark_interval,
             },
             http2_max_streams: args.http2_max_streams_per_connection,
+            reflector: crate::cache::reflector::ReflectorConfig {
+                watch_list: args.upstream_watch_list,
+                ..Default::default()
+            },
         })
     }
 }
@@ -312,6 +324,7 @@ mod tests {
             watch_history_bytes: 1 << 20,
             watch_bookmark_interval: Duration::from_secs(60),
             http2_max_streams_per_connection: 1000,
+            upstream_watch_list: Default::default(),
         };
         let cfg = GatewayConfig::from_args(&args).await.unwrap();
         assert_eq!(cfg.upstream.cluster_url, "http://127.0.0.1:1234/");
@@ -349,6 +362,7 @@ mod tests {
             watch_history_bytes: 1 << 20,
             watch_bookmark_interval: Duration::from_secs(60),
             http2_max_streams_per_connection: 1000,
+            upstream_watch_list: Default::default(),
         };
         let cfg = GatewayConfig::from_args(&args).await.unwrap();
         assert_eq!(cfg.upstream.cluster_url, "https://10.0.0.1:6443/");

@@ -44,8 +44,12 @@ impl Gateway {
 
         let drain = Drain::new();
         let cache = cfg.cache.clone().map(|policy| {
-            let registry =
-                crate::cache::registry::Registry::new(upstream.clone(), policy, cfg.watch.clone());
+            let registry = crate::cache::registry::Registry::with_reflector_config(
+                upstream.clone(),
+                policy,
+                cfg.watch.clone(),
+                cfg.reflector.clone(),
+            );
             registry.prewarm();
             registry
         });
