@@ -1,0 +1,575 @@
+//! Watch semantics through the gateway, differential (issue 5, "What must be shown" 1): the
+//! same watch request sent to the simulator directly and through the gateway must produce
+//! the same event sequence (types and objects), for RV=0, RV=N, a too-old RV (410), label
+//! and field selectors with objects moving in and out, namespace scope, single-object
+//! watches, bookmarks, sendInitialEvents with the initial-events-end bookmark, and
+//! timeoutSeconds. Every watch with an RV set must also be served from the gateway's cache
+//! (`x-watchgate-source: cache`): without the fan-out these tests fail.
+//!
+//! The simulator is the ground truth (docs/simulator.md cites the kube-apiserver code it
+//! follows). Writes go straight into its store; each expected event is awaited with a
+//! bounded wait, and "nothing else came" is shown by a sentinel write that must be the very
+//! next event, not by sleeping.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use support::servers::{
+    cluster_config, start_gateway_with, start_sim_with, GatewayServer, SimServer,
+};
+use support::watch::{
+    assert_same_bytes, assert_same_events, delete_pod, gateway_caught_up, open_ok, put_pod,
+    stored_pod, typed, Event, Watch,
+};
+use watchgate::config::GatewayConfig;
+use watchgate::sim::SimHandle;
+
+const NS1: &str = "/api/v1/namespaces/ns1/pods";
+
+/// A simulator and a gateway in front of it, the gateway's pods cache synced.
+struct Pair {
+    sim: SimServer,
+    gw: GatewayServer,
+}
+
+impl Pair {
+    async fn start() -> Self {
+        Self::start_with(None).await
+    }
+
+    /// `bookmarks`: the bookmark interval of both the simulator and the gateway.
+    async fn start_with(bookmarks: Option<Duration>) -> Self {
+        let mut cfg = cluster_config();
+        if let Some(b) = bookmarks {
+            cfg.bookmark_interval = b;
+        }
+        let sim = start_sim_with(cfg).await;
+        let mut gcfg = GatewayConfig::for_upstream_url(sim.url()).expect("gateway config");
+        if let Some(b) = bookmarks {
+            gcfg.watch.bookmark_interval = b;
+        }
+        let gw = start_gateway_with(gcfg).await;
+        let p = Self { sim, gw };
+        p.caught_up(p.h().store().current_rv()).await;
+        p
+    }
+
+    fn h(&self) -> &SimHandle {
+        self.sim.handle()
+    }
+
+    /// Waits until the gateway's pods cache has seen every write up to `rv`.
+    async fn caught_up(&self, rv: u64) {
+        gateway_caught_up(self.gw.url(), rv).await;
+    }
+
+    /// The same watch, to the simulator and through the gateway.
+    async fn open(&self, path: &str) -> (Watch, Watch) {
+        let s = open_ok(self.sim.url(), path).await;
+        let g = open_ok(self.gw.url(), path).await;
+        (s, g)
+    }
+}
+
+/// Reads `n` events from both streams and asserts they are the same; returns the
+/// simulator's.
+async fn same_next(s: &mut Watch, g: &mut Watch, n: usize, desc: &str) -> Vec<Event> {
+    let se = s.take(n, desc).await;
+    let ge = g.take(n, desc).await;
+    assert_same_events(desc, &se, &ge);
+    se
+}
+
+fn types(evs: &[Event]) -> Vec<(String, String)> {
+    evs.iter().map(Event::typed).collect()
+}
+
+/// `obj` with metadata.resourceVersion set to `rv`.
+fn at_rv(mut obj: Value, rv: u64) -> Value {
+    obj["metadata"]["resourceVersion"] = json!(rv.to_string());
+    obj
+}
+
+/// Writes a pod named `sentinel` that the watch must see, and asserts it is the next event
+/// of both streams: nothing else (no extra, duplicated or late event) came before it.
+async fn sentinel(p: &Pair, s: &mut Watch, g: &mut Watch, ns: &str, labels: Value, node: &str) {
+    put_pod(p.h(), ns, "sentinel", labels, node, "Pending");
+    let evs = same_next(s, g, 1, "the sentinel write, and nothing before it").await;
+    assert_eq!(types(&evs), typed(&[("ADDED", "sentinel")]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rv0_initial_state_then_changes() {
+    let p = Pair::start().await;
+    let h = p.h();
+    put_pod(h, "ns1", "b", json!({"app": "web"}), "node-1", "Running");
+    put_pod(h, "ns2", "c", json!({"app": "db"}), "node-2", "Running");
+    put_pod(h, "ns1", "a", json!({"app": "web"}), "node-1", "Pending");
+    let last = put_pod(
+        h,
+        "ns1",
+        "b",
+        json!({"app": "web", "v": "2"}),
+        "node-1",
+        "Running",
+    );
+    p.caught_up(last).await;
+
+    let (mut s, mut g) = p.open("/api/v1/pods?watch=1&resourceVersion=0").await;
+    // Synthetic ADDED for the current state, in etcd key order, each at its own RV.
+    let initial = same_next(&mut s, &mut g, 3, "the initial state").await;
+    assert_eq!(
+        types(&initial),
+        typed(&[("ADDED", "a"), ("ADDED", "b"), ("ADDED", "c")])
+    );
+    for (ev, (ns, name)) in initial
+        .iter()
+        .zip([("ns1", "a"), ("ns1", "b"), ("ns2", "c")])
+    {
+        assert_eq!(ev.object(), &stored_pod(h, ns, name), "initial {ns}/{name}");
+    }
+
+    // Then the changes made after the watch started.
+    put_pod(h, "ns2", "d", json!({}), "node-3", "Pending");
+    let m = put_pod(h, "ns1", "a", json!({"app": "web"}), "node-1", "Running");
+    let d = delete_pod(h, "ns2", "c");
+    let changes = same_next(&mut s, &mut g, 3, "the changes after the start").await;
+    assert_eq!(
+        types(&changes),
+        typed(&[("ADDED", "d"), ("MODIFIED", "a"), ("DELETED", "c")])
+    );
+    assert_eq!(changes[1].rv(), m);
+    assert_eq!(changes[2].rv(), d, "DELETED carries the deletion's RV");
+    sentinel(&p, &mut s, &mut g, "ns1", json!({}), "node-1").await;
+    g.assert_from_cache();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rv_n_sends_exactly_the_changes_after_n_in_order() {
+    let p = Pair::start().await;
+    let h = p.h();
+    let n = put_pod(h, "ns1", "a", json!({"app": "web"}), "node-1", "Pending");
+    let b = put_pod(h, "ns1", "b", json!({"app": "db"}), "node-2", "Running");
+    let a2 = put_pod(h, "ns1", "a", json!({"app": "web"}), "node-1", "Running");
+    p.caught_up(a2).await;
+
+    let (mut s, mut g) = p.open(&format!("{NS1}?watch=1&resourceVersion={n}")).await;
+    // No synthetic events: only what happened after N, from the history.
+    let history = same_next(&mut s, &mut g, 2, "the changes after N").await;
+    assert_eq!(types(&history), typed(&[("ADDED", "b"), ("MODIFIED", "a")]));
+    assert_eq!((history[0].rv(), history[1].rv()), (b, a2));
+    // Then live ones.
+    let d = delete_pod(h, "ns1", "b");
+    put_pod(h, "ns1", "c", json!({}), "node-1", "Pending");
+    let live = same_next(&mut s, &mut g, 2, "the live changes").await;
+    assert_eq!(types(&live), typed(&[("DELETED", "b"), ("ADDED", "c")]));
+    assert_eq!(live[0].rv(), d);
+    sentinel(&p, &mut s, &mut g, "ns1", json!({}), "node-1").await;
+    // The wire bytes too: a client cannot tell the gateway from the apiserver.
+    assert_same_bytes("RV=N events", &s.seen, &g.seen);
+    g.assert_from_cache();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rv_older_than_the_history_is_200_and_one_410_error_event() {
+    // The simulator's history is compacted past RV `old` before the gateway starts, so
+    // `old` is older than both histories.
+    let sim = start_sim_with(cluster_config()).await;
+    let h = sim.handle();
+    let old = put_pod(h, "ns1", "a", json!({}), "node-1", "Pending");
+    put_pod(h, "ns1", "a", json!({}), "node-1", "Running");
+    let compacted = put_pod(h, "ns1", "b", json!({}), "node-1", "Running");
+    h.store().compact(compacted);
+    let gw = start_gateway_with(GatewayConfig::for_upstream_url(sim.url()).unwrap()).await;
+    gateway_caught_up(gw.url(), compacted).await;
+
+    let path = format!("{NS1}?watch=1&resourceVersion={old}");
+    let mut s = open_ok(sim.url(), &path).await;
+    let mut g = open_ok(gw.url(), &path).await;
+    let se = s.next("the 410 ERROR event").await;
+    let ge = g.next("the 410 ERROR event").await;
+    // The simulator's M is its compaction point; the gateway's is its own history's start.
+    let shape = |e: &Event| -> (Value, u64) {
+        let msg = e.object()["message"].as_str().unwrap_or("").to_string();
+        let prefix = format!("too old resource version: {old} (");
+        let m: u64 = msg
+            .strip_prefix(&prefix)
+            .and_then(|r| r.strip_suffix(')'))
+            .and_then(|m| m.parse().ok())
+            .unwrap_or_else(|| panic!("message {msg:?} is not `{prefix}M)`: {e:?}"));
+        let mut v = e.json.clone();
+        v["object"]["message"] = json!("too old resource version: N (M)");
+        (v, m)
+    };
+    let (s_shape, s_m) = shape(&se);
+    let (g_shape, g_m) = shape(&ge);
+    assert_eq!(
+        s_shape,
+        json!({"type": "ERROR", "object": {"kind": "Status", "apiVersion": "v1", "metadata": {},
+               "status": "Failure", "message": "too old resource version: N (M)",
+               "reason": "Expired", "code": 410}}),
+        "the simulator's ERROR event"
+    );
+    assert_eq!(s_m, compacted);
+    assert_eq!(
+        g_shape, s_shape,
+        "the gateway's ERROR event must have the simulator's shape: got {ge:?}"
+    );
+    assert!(
+        g_m > old,
+        "M ({g_m}) must be newer than the requested RV {old}"
+    );
+    // Then the stream ends, cleanly.
+    s.expect_end(Duration::from_secs(5)).await;
+    g.expect_end(Duration::from_secs(5)).await;
+    g.assert_from_cache();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn label_selector_transitions_into_within_and_out_of() {
+    let p = Pair::start().await;
+    let h = p.h();
+    put_pod(h, "ns1", "a", json!({"app": "web"}), "node-1", "Running");
+    let start = put_pod(h, "ns1", "b", json!({"app": "db"}), "node-1", "Running");
+    p.caught_up(start).await;
+
+    let (mut s, mut g) = p
+        .open(&format!(
+            "{NS1}?watch=1&resourceVersion={start}&labelSelector=app%3Dweb"
+        ))
+        .await;
+    // b moves into the selector → ADDED.
+    put_pod(h, "ns1", "b", json!({"app": "web"}), "node-1", "Running");
+    // a changes within it → MODIFIED.
+    put_pod(
+        h,
+        "ns1",
+        "a",
+        json!({"app": "web", "v": "2"}),
+        "node-1",
+        "Running",
+    );
+    // a moves out of it → DELETED with the previous object at the event's RV.
+    let a_before = stored_pod(h, "ns1", "a");
+    let out = put_pod(h, "ns1", "a", json!({"app": "db"}), "node-1", "Running");
+    // Changes outside it are invisible; deleting a matching object → DELETED.
+    put_pod(
+        h,
+        "ns1",
+        "a",
+        json!({"app": "db", "v": "3"}),
+        "node-1",
+        "Running",
+    );
+    delete_pod(h, "ns1", "a");
+    let gone = delete_pod(h, "ns1", "b");
+    let evs = same_next(&mut s, &mut g, 4, "label selector transitions").await;
+    assert_eq!(
+        types(&evs),
+        typed(&[
+            ("ADDED", "b"),
+            ("MODIFIED", "a"),
+            ("DELETED", "a"),
+            ("DELETED", "b")
+        ])
+    );
+    assert_eq!(
+        evs[2].object(),
+        &at_rv(a_before, out),
+        "leaving the selector: DELETED carries the previous object at the event's RV"
+    );
+    assert_eq!(evs[3].rv(), gone);
+    sentinel(&p, &mut s, &mut g, "ns1", json!({"app": "web"}), "node-1").await;
+    g.assert_from_cache();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn field_selector_transitions_phase_and_node_name() {
+    let p = Pair::start().await;
+    let h = p.h();
+    put_pod(h, "ns1", "a", json!({}), "node-1", "Pending");
+    let start = put_pod(h, "ns1", "b", json!({}), "node-2", "Running");
+    p.caught_up(start).await;
+
+    let (mut s, mut g) = p
+        .open(&format!(
+            "{NS1}?watch=1&resourceVersion={start}&fieldSelector=status.phase%3DPending"
+        ))
+        .await;
+    // The kubelet's watch: all namespaces, one node.
+    let (mut sk, mut gk) = p
+        .open(&format!(
+            "/api/v1/pods?watch=1&resourceVersion={start}&fieldSelector=spec.nodeName%3Dnode-2"
+        ))
+        .await;
+
+    put_pod(h, "ns1", "b", json!({}), "node-2", "Pending"); // b: into Pending
+    let a_before = stored_pod(h, "ns1", "a");
+    let a_out = put_pod(h, "ns1", "a", json!({}), "node-2", "Running"); // a: out of Pending, onto node-2
+    put_pod(h, "ns1", "b", json!({"v": "2"}), "node-2", "Pending"); // b: within both
+    let b_before = stored_pod(h, "ns1", "b");
+    let b_out = put_pod(h, "ns1", "b", json!({"v": "2"}), "node-3", "Pending"); // b: off node-2
+
+    let evs = same_next(&mut s, &mut g, 4, "status.phase=Pending transitions").await;
+    assert_eq!(
+        types(&evs),
+        typed(&[
+            ("ADDED", "b"),
+            ("DELETED", "a"),
+            ("MODIFIED", "b"),
+            ("MODIFIED", "b")
+        ])
+    );
+    assert_eq!(evs[1].object(), &at_rv(a_before, a_out));
+    let evs = same_next(&mut sk, &mut gk, 4, "spec.nodeName=node-2 transitions").await;
+    assert_eq!(
+        types(&evs),
+        typed(&[
+            ("MODIFIED", "b"),
+            ("ADDED", "a"),
+            ("MODIFIED", "b"),
+            ("DELETED", "b")
+        ])
+    );
+    assert_eq!(evs[3].object(), &at_rv(b_before, b_out));
+    sentinel(&p, &mut s, &mut g, "ns1", json!({}), "node-2").await;
+    let evs = same_next(&mut sk, &mut gk, 1, "the sentinel on node-2").await;
+    assert_eq!(types(&evs), typed(&[("ADDED", "sentinel")]));
+    g.assert_from_cache();
+    gk.assert_from_cache();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn namespace_scoped_watches_see_only_their_namespace() {
+    let p = Pair::start().await;
+    let h = p.h();
+    // Namespaces whose names are prefixes of each other.
+    put_pod(h, "a", "x", json!({}), "node-1", "Running");
+    put_pod(h, "ab", "x", json!({}), "node-1", "Running");
+    let start = put_pod(h, "a-b", "x", json!({}), "node-1", "Running");
+    p.caught_up(start).await;
+
+    let (mut s0, mut g0) = p
+        .open("/api/v1/namespaces/a/pods?watch=1&resourceVersion=0")
+        .await;
+    let evs = same_next(&mut s0, &mut g0, 1, "RV=0 in namespace a").await;
+    assert_eq!(evs[0].object()["metadata"]["namespace"], "a");
+    let (mut s, mut g) = p
+        .open(&format!(
+            "/api/v1/namespaces/a/pods?watch=1&resourceVersion={start}"
+        ))
+        .await;
+    for ns in ["ab", "a-b", "a", "default"] {
+        put_pod(h, ns, "y", json!({}), "node-1", "Running");
+    }
+    delete_pod(h, "ab", "x");
+    delete_pod(h, "a", "x");
+    let evs = same_next(&mut s, &mut g, 2, "namespace a's changes").await;
+    assert_eq!(types(&evs), typed(&[("ADDED", "y"), ("DELETED", "x")]));
+    for e in &evs {
+        assert_eq!(e.object()["metadata"]["namespace"], "a", "{e:?}");
+    }
+    let evs = same_next(&mut s0, &mut g0, 2, "namespace a's changes (RV=0 watch)").await;
+    assert_eq!(types(&evs), typed(&[("ADDED", "y"), ("DELETED", "x")]));
+    sentinel(&p, &mut s, &mut g, "a", json!({}), "node-1").await;
+    g.assert_from_cache();
+    g0.assert_from_cache();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn single_object_watches_by_field_selector_and_legacy_path() {
+    let p = Pair::start().await;
+    let h = p.h();
+    let start = put_pod(h, "ns1", "a", json!({}), "node-1", "Pending");
+    put_pod(h, "ns1", "ab", json!({}), "node-1", "Pending");
+    let a2 = put_pod(h, "ns1", "a", json!({}), "node-1", "Running");
+    p.caught_up(a2).await;
+
+    let (mut sf, mut gf) = p
+        .open(&format!(
+            "{NS1}?watch=1&resourceVersion={start}&fieldSelector=metadata.name%3Da"
+        ))
+        .await;
+    let (mut sl, mut gl) = p
+        .open(&format!(
+            "/api/v1/watch/namespaces/ns1/pods/a?resourceVersion={start}"
+        ))
+        .await;
+    // RV=0 on the legacy path: the object itself first.
+    let (mut s0, mut g0) = p
+        .open("/api/v1/watch/namespaces/ns1/pods/a?resourceVersion=0")
+        .await;
+    let evs = same_next(&mut s0, &mut g0, 1, "legacy path, RV=0").await;
+    assert_eq!(types(&evs), typed(&[("ADDED", "a")]));
+
+    put_pod(h, "ns1", "ab", json!({"v": "2"}), "node-1", "Running");
+    put_pod(h, "ns2", "a", json!({}), "node-1", "Running");
+    let d = delete_pod(h, "ns1", "a");
+    put_pod(h, "ns1", "a", json!({"v": "3"}), "node-1", "Pending");
+    for (s, g, what) in [
+        (&mut sf, &mut gf, "fieldSelector=metadata.name=a"),
+        (&mut sl, &mut gl, "/watch/namespaces/ns1/pods/a"),
+    ] {
+        let evs = same_next(s, g, 3, what).await;
+        assert_eq!(
+            types(&evs),
+            typed(&[("MODIFIED", "a"), ("DELETED", "a"), ("ADDED", "a")]),
+            "{what}"
+        );
+        assert_eq!((evs[0].rv(), evs[1].rv()), (a2, d), "{what}");
+    }
+    let evs = same_next(&mut s0, &mut g0, 2, "legacy path, RV=0, changes").await;
+    assert_eq!(types(&evs), typed(&[("DELETED", "a"), ("ADDED", "a")]));
+    for g in [&gf, &gl, &g0] {
+        g.assert_from_cache();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bookmarks_have_the_apiservers_shape_and_cadence() {
+    let p = Pair::start_with(Some(Duration::from_millis(300))).await;
+    let h = p.h();
+    let rv = put_pod(h, "ns1", "a", json!({}), "node-1", "Running");
+    p.caught_up(rv).await;
+
+    let (mut s, mut g) = p
+        .open(&format!(
+            "{NS1}?watch=1&resourceVersion={rv}&allowWatchBookmarks=true"
+        ))
+        .await;
+    // Idle: a bookmark at the RV everything has been seen up to, with kind, apiVersion and
+    // metadata.resourceVersion only.
+    let want = |rv: u64| {
+        json!({"type": "BOOKMARK", "object": {"kind": "Pod", "apiVersion": "v1",
+               "metadata": {"resourceVersion": rv.to_string()}}})
+    };
+    let evs = same_next(&mut s, &mut g, 1, "the first idle bookmark").await;
+    assert_eq!(evs[0].json, want(rv));
+    // A change, then the next bookmark carries its RV.
+    let b = put_pod(h, "ns1", "b", json!({}), "node-1", "Running");
+    let evs = same_next(&mut s, &mut g, 2, "ADDED, then a bookmark").await;
+    assert_eq!(types(&evs)[0], ("ADDED".to_string(), "b".to_string()));
+    assert_eq!(evs[1].json, want(b));
+    // And they keep coming while idle.
+    let evs = same_next(&mut s, &mut g, 1, "another idle bookmark").await;
+    assert_eq!(evs[0].json, want(b));
+    g.assert_from_cache();
+
+    // Without allowWatchBookmarks, none: the sentinel is the next event.
+    let (mut s, mut g) = p.open(&format!("{NS1}?watch=1&resourceVersion={b}")).await;
+    // Two bookmark intervals pass (bounded by the bookmark watch opened alongside).
+    let (mut sb, mut gb) = p
+        .open(&format!(
+            "{NS1}?watch=1&resourceVersion={b}&allowWatchBookmarks=true"
+        ))
+        .await;
+    same_next(&mut sb, &mut gb, 2, "two bookmark intervals").await;
+    sentinel(&p, &mut s, &mut g, "ns1", json!({}), "node-1").await;
+    g.assert_from_cache();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn send_initial_events_rv0_then_initial_events_end_bookmark_then_changes() {
+    let p = Pair::start().await;
+    let h = p.h();
+    put_pod(h, "ns1", "b", json!({}), "node-1", "Running");
+    put_pod(h, "ns1", "a", json!({}), "node-1", "Running");
+    let rv = put_pod(h, "ns1", "c", json!({}), "node-1", "Running");
+    p.caught_up(rv).await;
+    let (mut s, mut g) = p
+        .open(&format!(
+            "{NS1}?watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true&resourceVersion=0"
+        ))
+        .await;
+    initial_events_then_changes(&p, &mut s, &mut g, rv).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn send_initial_events_rv_n_then_initial_events_end_bookmark_then_changes() {
+    let p = Pair::start().await;
+    let h = p.h();
+    let n = put_pod(h, "ns1", "b", json!({}), "node-1", "Running");
+    put_pod(h, "ns1", "a", json!({}), "node-1", "Running");
+    let rv = put_pod(h, "ns1", "c", json!({}), "node-1", "Running");
+    p.caught_up(rv).await;
+    let (mut s, mut g) = p
+        .open(&format!(
+            "{NS1}?watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true&resourceVersion={n}"
+        ))
+        .await;
+    initial_events_then_changes(&p, &mut s, &mut g, rv).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rv0_watch_with_bookmarks_defaults_to_watch_list() {
+    // apimachinery SetListOptionsDefaults (WatchList on): watch=1 with RV "" or "0" and
+    // neither sendInitialEvents nor resourceVersionMatch becomes sendInitialEvents=true,
+    // so the initial events end with the annotated bookmark.
+    let p = Pair::start().await;
+    let h = p.h();
+    put_pod(h, "ns1", "b", json!({}), "node-1", "Running");
+    put_pod(h, "ns1", "a", json!({}), "node-1", "Running");
+    let rv = put_pod(h, "ns1", "c", json!({}), "node-1", "Running");
+    p.caught_up(rv).await;
+    let (mut s, mut g) = p
+        .open(&format!(
+            "{NS1}?watch=1&allowWatchBookmarks=true&resourceVersion=0"
+        ))
+        .await;
+    initial_events_then_changes(&p, &mut s, &mut g, rv).await;
+}
+
+/// ADDED a, b, c (the state, key order), the initial-events-end bookmark at `rv`, then live
+/// changes.
+async fn initial_events_then_changes(p: &Pair, s: &mut Watch, g: &mut Watch, rv: u64) {
+    let evs = same_next(s, g, 4, "initial events and their end bookmark").await;
+    assert_eq!(
+        types(&evs)[..3],
+        typed(&[("ADDED", "a"), ("ADDED", "b"), ("ADDED", "c")])[..]
+    );
+    assert_eq!(
+        evs[3].json,
+        json!({"type": "BOOKMARK", "object": {"kind": "Pod", "apiVersion": "v1",
+               "metadata": {"resourceVersion": rv.to_string(),
+                            "annotations": {"k8s.io/initial-events-end": "true"}}}})
+    );
+    put_pod(p.h(), "ns1", "a", json!({"v": "2"}), "node-1", "Running");
+    delete_pod(p.h(), "ns1", "b");
+    let evs = same_next(s, g, 2, "live changes after the initial events").await;
+    assert_eq!(types(&evs), typed(&[("MODIFIED", "a"), ("DELETED", "b")]));
+    sentinel(p, s, g, "ns1", json!({}), "node-1").await;
+    g.assert_from_cache();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn timeout_seconds_ends_the_stream_cleanly_after_about_one_second() {
+    let p = Pair::start().await;
+    let rv = put_pod(p.h(), "ns1", "a", json!({}), "node-1", "Running");
+    p.caught_up(rv).await;
+    let started = Instant::now();
+    let (mut s, mut g) = p
+        .open(&format!(
+            "{NS1}?watch=1&resourceVersion={rv}&timeoutSeconds=1"
+        ))
+        .await;
+    put_pod(p.h(), "ns1", "b", json!({}), "node-1", "Running");
+    let evs = same_next(&mut s, &mut g, 1, "a change before the timeout").await;
+    assert_eq!(types(&evs), typed(&[("ADDED", "b")]));
+    for (w, who) in [(&mut s, "simulator"), (&mut g, "gateway")] {
+        // Bounded: the stream must end on its own, within a generous 5 s.
+        w.expect_end(Duration::from_secs(5)).await;
+        let took = started.elapsed();
+        assert!(
+            took >= Duration::from_millis(900),
+            "{who}: timeoutSeconds=1 ended the stream after {took:?}"
+        );
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "both streams ended within 5 s"
+    );
+    g.assert_from_cache();
+}
