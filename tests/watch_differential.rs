@@ -573,3 +573,57 @@ async fn timeout_seconds_ends_the_stream_cleanly_after_about_one_second() {
     );
     g.assert_from_cache();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rv_newer_than_the_cache_waits_and_sends_only_what_follows_it() {
+    // api-concepts: for RV N newer than what the server has, "the API server may wait
+    // indefinitely"; events after N are then delivered as they come.
+    let p = Pair::start().await;
+    let h = p.h();
+    let rv = put_pod(h, "ns1", "a", json!({}), "node-1", "Running");
+    p.caught_up(rv).await;
+    let n = rv + 2;
+    let (mut s, mut g) = p.open(&format!("{NS1}?watch=1&resourceVersion={n}")).await;
+    put_pod(h, "ns1", "b", json!({}), "node-1", "Running"); // n - 1
+    put_pod(h, "ns1", "c", json!({}), "node-1", "Running"); // n
+    let d = put_pod(h, "ns1", "d", json!({}), "node-1", "Running"); // n + 1
+    assert_eq!(d, n + 1);
+    let evs = same_next(&mut s, &mut g, 1, "the first change after N").await;
+    assert_eq!(types(&evs), typed(&[("ADDED", "d")]));
+    sentinel(&p, &mut s, &mut g, "ns1", json!({}), "node-1").await;
+    g.assert_from_cache();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn send_initial_events_with_a_future_rv_waits_then_504_error_event() {
+    let p = Pair::start().await;
+    let h = p.h();
+    let rv = put_pod(h, "ns1", "a", json!({}), "node-1", "Running");
+    p.caught_up(rv).await;
+    let q =
+        "watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true";
+
+    // An RV that never comes: 200, then after the 3 s wait one ERROR event with the Too
+    // large resource version Status (504), then the end.
+    // (kube-apiserver answers only after the wait: cacher.Watch returns newErrWatcher, then
+    // serveWatch writes the 200; so both are opened at once.)
+    let far = rv + 1000;
+    let path = format!("{NS1}?{q}&resourceVersion={far}");
+    let started = Instant::now();
+    let (mut s, mut g) = tokio::join!(open_ok(p.sim.url(), &path), open_ok(p.gw.url(), &path));
+    let evs = same_next(&mut s, &mut g, 1, "the Too large resource version ERROR").await;
+    assert_eq!(evs[0].ty(), "ERROR");
+    assert_eq!(evs[0].object()["code"], 504);
+    assert_eq!(
+        evs[0].object()["message"],
+        format!("Timeout: Too large resource version: {far}, current: {rv}")
+    );
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_millis(2900),
+        "the ERROR comes after the 3 s wait, not after {waited:?}"
+    );
+    s.expect_end(Duration::from_secs(5)).await;
+    g.expect_end(Duration::from_secs(5)).await;
+    g.assert_from_cache();
+}
