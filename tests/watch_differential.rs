@@ -627,3 +627,61 @@ async fn send_initial_events_with_a_future_rv_waits_then_504_error_event() {
     g.expect_end(Duration::from_secs(5)).await;
     g.assert_from_cache();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watches_multiplexed_on_one_h2c_connection_match_the_simulator() {
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+
+    let p = Pair::start().await;
+    let h = p.h();
+    let rv = put_pod(h, "ns1", "a", json!({"app": "web"}), "node-1", "Running");
+    p.caught_up(rv).await;
+
+    // One TCP connection, HTTP/2 with prior knowledge, three concurrent watch streams.
+    let addr = p.gw.url().trim_start_matches("http://").to_string();
+    let tcp = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let (sender, conn) = hyper::client::conn::http2::handshake::<
+        _,
+        _,
+        http_body_util::Empty<bytes::Bytes>,
+    >(TokioExecutor::new(), TokioIo::new(tcp))
+    .await
+    .expect("h2c handshake with the gateway");
+    tokio::spawn(conn);
+    let paths = [
+        format!("{NS1}?watch=1&resourceVersion={rv}"),
+        format!("{NS1}?watch=1&resourceVersion={rv}&labelSelector=app%3Dweb"),
+        format!("/api/v1/pods?watch=1&resourceVersion=0&fieldSelector=spec.nodeName%3Dnode-1"),
+    ];
+    let mut pairs = Vec::new();
+    for path in &paths {
+        let mut sender = sender.clone();
+        let req = http::Request::get(format!("{}{path}", p.gw.url()))
+            .header("accept", "application/json")
+            .body(http_body_util::Empty::new())
+            .unwrap();
+        let resp = sender.send_request(req).await.expect("an h2 watch stream");
+        assert_eq!(resp.version(), http::Version::HTTP_2);
+        assert_eq!(resp.status(), 200, "{path}");
+        let g = Watch::from_response(format!("h2c {path}"), resp);
+        let s = open_ok(p.sim.url(), path).await;
+        pairs.push((s, g));
+    }
+    let (s2, g2) = &mut pairs[2];
+    let initial = same_next(s2, g2, 1, "h2c RV=0 initial").await;
+    assert_eq!(types(&initial), typed(&[("ADDED", "a")]));
+    put_pod(h, "ns1", "b", json!({"app": "web"}), "node-1", "Running");
+    put_pod(h, "ns1", "a", json!({"app": "db"}), "node-1", "Running");
+    let want = [
+        typed(&[("ADDED", "b"), ("MODIFIED", "a")]),
+        typed(&[("ADDED", "b"), ("DELETED", "a")]),
+        typed(&[("ADDED", "b"), ("MODIFIED", "a")]),
+    ];
+    for ((s, g), want) in pairs.iter_mut().zip(want) {
+        let evs = same_next(s, g, 2, "h2c stream").await;
+        assert_eq!(types(&evs), want, "{}", g.what);
+    }
+    for (_, g) in &pairs {
+        g.assert_from_cache();
+    }
+}

@@ -132,6 +132,20 @@ pub async fn open_ok(base: &str, path: &str) -> Watch {
 }
 
 impl Watch {
+    /// A watch from a response obtained some other way (e.g. an HTTP/2 stream).
+    pub fn from_response(what: String, resp: http::Response<Incoming>) -> Self {
+        let (parts, body) = resp.into_parts();
+        Watch {
+            what,
+            status: parts.status,
+            headers: parts.headers,
+            body,
+            buf: BytesMut::new(),
+            ended: false,
+            seen: Vec::new(),
+        }
+    }
+
     /// The `x-watchgate-source` header (`cache` or `upstream`), if any.
     pub fn source(&self) -> Option<&str> {
         self.headers
