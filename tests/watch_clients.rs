@@ -1,8 +1,10 @@
 //! Real clients watching through the gateway (issue 5, "What must be shown" 5): the Python
 //! client's `watch.Watch().stream(..., resource_version=RV)` resumes from RV and receives
 //! exactly the changes after it; `kubectl get pods -w` shows changes made after it started.
-//! Both watches carry a resourceVersion, so the gateway must serve them from its cache: the
-//! simulator's watch count must not move (the gateway's own upstream watch is the only one).
+//! The Python watch and kubectl's JSON watch (`-o name`) carry a resourceVersion, so the
+//! gateway must serve them from its cache: the simulator's watch count must not move (the
+//! gateway's own upstream watch is the only one). kubectl's default output watches Table
+//! rows, which the gateway may forward; that test checks only what the user sees.
 
 mod support;
 
@@ -95,8 +97,8 @@ async fn kubectl_get_pods_watch_shows_changes() {
     let h = env.sim.handle();
     let rv = put_pod(h, "default", "first", json!({}), "node-1", "Pending");
     gateway_caught_up(env.url(), rv).await;
-    let watches = h.stats().watches("pods");
 
+    // The default output asks for Table rows (`Accept: application/json;as=Table;..`).
     let mut watch = env.kubectl.spawn(&[
         "get",
         "pods",
@@ -104,7 +106,6 @@ async fn kubectl_get_pods_watch_shows_changes() {
         "default",
         "-w",
         "--output-watch-events",
-        "-v=6",
     ]);
     let header = watch
         .expect_line("the header", COMMAND_TIMEOUT, |_| true)
@@ -137,12 +138,42 @@ async fn kubectl_get_pods_watch_shows_changes() {
         "kubectl get -w keeps watching: {:?}",
         watch.seen()
     );
+    watch.kill().await;
+}
+
+/// `kubectl get -w -o name` asks for plain JSON (`Accept: application/json`, not a Table),
+/// so its watch (from the list's RV) must be served from the gateway's cache.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_get_pods_watch_json_is_served_from_the_cache() {
+    let env = env().await;
+    let h = env.sim.handle();
+    let rv = put_pod(h, "default", "first", json!({}), "node-1", "Pending");
+    gateway_caught_up(env.url(), rv).await;
+    let watches = h.stats().watches("pods");
+
+    let mut watch = env
+        .kubectl
+        .spawn(&["get", "pods", "-n", "default", "-w", "-o", "name", "-v=6"]);
+    let line = watch
+        .expect_line("pod/first", COMMAND_TIMEOUT, |_| true)
+        .await;
+    assert_eq!(line, "pod/first");
+    put_pod(h, "default", "second", json!({}), "node-1", "Pending");
+    let line = watch
+        .expect_line("pod/second", EVENT_TIMEOUT, |_| true)
+        .await;
+    assert_eq!(line, "pod/second");
+    assert!(
+        watch.is_running(),
+        "kubectl get -w keeps watching: {:?}",
+        watch.seen()
+    );
     let stderr = watch.stderr();
     watch.kill().await;
     assert_eq!(
         h.stats().watches("pods"),
         watches,
-        "kubectl's watch must be served from the gateway's cache, not forwarded; its requests:\n{}",
+        "kubectl's JSON watch must be served from the gateway's cache, not forwarded; its requests:\n{}",
         stderr
             .lines()
             .filter(|l| l.contains("GET"))
