@@ -651,7 +651,7 @@ async fn watches_multiplexed_on_one_h2c_connection_match_the_simulator() {
     let paths = [
         format!("{NS1}?watch=1&resourceVersion={rv}"),
         format!("{NS1}?watch=1&resourceVersion={rv}&labelSelector=app%3Dweb"),
-        format!("/api/v1/pods?watch=1&resourceVersion=0&fieldSelector=spec.nodeName%3Dnode-1"),
+        "/api/v1/pods?watch=1&resourceVersion=0&fieldSelector=spec.nodeName%3Dnode-1".to_string(),
     ];
     let mut pairs = Vec::new();
     for path in &paths {
