@@ -21,8 +21,9 @@ use support::servers::{
     cluster_config, start_gateway_with, start_sim_with, GatewayServer, SimServer,
 };
 use support::watch::{
-    assert_same_bytes, assert_same_events, delete_pod, gateway_caught_up, open_ok, put_pod,
-    stored_pod, typed, Event, Watch,
+    assert_same_bytes, assert_same_events, delete_object, delete_pod, gateway_caught_up,
+    gateway_list_caught_up, open_ok, put_object, put_pod, resource, stored_pod, typed, Event,
+    Watch,
 };
 use watchgate::config::GatewayConfig;
 use watchgate::sim::SimHandle;
@@ -684,4 +685,285 @@ async fn watches_multiplexed_on_one_h2c_connection_match_the_simulator() {
     for (_, g) in &pairs {
         g.assert_from_cache();
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_scoped_watches_of_namespaces_and_nodes() {
+    let p = Pair::start().await;
+    let h = p.h();
+    let namespaces = resource("", "v1", "namespaces");
+    let nodes = resource("", "v1", "nodes");
+    let ns = |name: &str, labels: Value| {
+        json!({"kind": "Namespace", "apiVersion": "v1",
+               "metadata": {"name": name, "labels": labels},
+               "spec": {"finalizers": ["kubernetes"]}, "status": {"phase": "Active"}})
+    };
+    let node = |name: &str, labels: Value| {
+        json!({"kind": "Node", "apiVersion": "v1",
+               "metadata": {"name": name, "labels": labels}, "spec": {}})
+    };
+    put_object(h, namespaces, "", ns("team-a", json!({"team": "a"})));
+    let rv = put_object(h, nodes, "", node("node-a", json!({"role": "worker"})));
+    gateway_list_caught_up(p.gw.url(), "/api/v1/namespaces", rv).await;
+    gateway_list_caught_up(p.gw.url(), "/api/v1/nodes", rv).await;
+
+    let (mut sl, mut gl) = p
+        .open("/api/v1/namespaces?watch=1&resourceVersion=0&labelSelector=team")
+        .await;
+    let evs = same_next(&mut sl, &mut gl, 1, "namespaces with a team label, initial").await;
+    assert_eq!(types(&evs), typed(&[("ADDED", "team-a")]));
+    // The legacy path to one namespace object.
+    let (mut s1, mut g1) = p
+        .open("/api/v1/watch/namespaces/team-a?resourceVersion=0")
+        .await;
+    let evs = same_next(&mut s1, &mut g1, 1, "the namespace team-a, initial").await;
+    assert_eq!(types(&evs), typed(&[("ADDED", "team-a")]));
+    let (mut sn, mut gn) = p
+        .open(&format!(
+            "/api/v1/nodes?watch=1&resourceVersion={rv}&labelSelector=role%3Dworker"
+        ))
+        .await;
+
+    put_object(h, namespaces, "", ns("team-b", json!({"team": "b"})));
+    put_object(
+        h,
+        namespaces,
+        "",
+        ns("team-a", json!({"team": "a", "x": "1"})),
+    );
+    put_object(h, nodes, "", node("node-b", json!({"role": "worker"})));
+    put_object(
+        h,
+        nodes,
+        "",
+        node("node-a", json!({"role": "control-plane"})),
+    );
+    delete_object(h, nodes, "", "node-b");
+    let evs = same_next(&mut sl, &mut gl, 2, "namespaces with a team label").await;
+    assert_eq!(
+        types(&evs),
+        typed(&[("ADDED", "team-b"), ("MODIFIED", "team-a")])
+    );
+    let evs = same_next(&mut s1, &mut g1, 1, "the namespace team-a").await;
+    assert_eq!(types(&evs), typed(&[("MODIFIED", "team-a")]));
+    let evs = same_next(&mut sn, &mut gn, 3, "worker nodes").await;
+    assert_eq!(
+        types(&evs),
+        typed(&[
+            ("ADDED", "node-b"),
+            ("DELETED", "node-a"),
+            ("DELETED", "node-b")
+        ])
+    );
+    for g in [&gl, &g1, &gn] {
+        g.assert_from_cache();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_api_group_deployments() {
+    let p = Pair::start().await;
+    let h = p.h();
+    let deployments = resource("apps", "v1", "deployments");
+    let deploy = |name: &str, replicas: u32| {
+        json!({"kind": "Deployment", "apiVersion": "apps/v1",
+               "metadata": {"name": name, "namespace": "ns1", "labels": {"app": name}},
+               "spec": {"replicas": replicas,
+                        "selector": {"matchLabels": {"app": name}},
+                        "template": {"metadata": {"labels": {"app": name}},
+                                     "spec": {"containers": [{"name": "c", "image": "nginx"}]}}}})
+    };
+    // The gateway's deployments cache starts (a list) before the writes, so that RV N is
+    // in its history (older than its start would be a 410, as in the cacher).
+    gateway_list_caught_up(
+        p.gw.url(),
+        "/apis/apps/v1/deployments",
+        h.store().current_rv(),
+    )
+    .await;
+    let n = put_object(h, deployments, "ns1", deploy("web", 1));
+    let rv = put_object(h, deployments, "ns1", deploy("db", 1));
+    gateway_list_caught_up(p.gw.url(), "/apis/apps/v1/deployments", rv).await;
+    let base = "/apis/apps/v1/namespaces/ns1/deployments?watch=1";
+    let (mut s0, mut g0) = p.open(&format!("{base}&resourceVersion=0")).await;
+    let (mut sn, mut gn) = p.open(&format!("{base}&resourceVersion={n}")).await;
+    let evs = same_next(&mut s0, &mut g0, 2, "deployments, initial").await;
+    assert_eq!(types(&evs), typed(&[("ADDED", "db"), ("ADDED", "web")]));
+    let evs = same_next(&mut sn, &mut gn, 1, "deployments after N").await;
+    assert_eq!(types(&evs), typed(&[("ADDED", "db")]));
+    put_object(h, deployments, "ns1", deploy("web", 3));
+    delete_object(h, deployments, "ns1", "db");
+    for (s, g) in [(&mut s0, &mut g0), (&mut sn, &mut gn)] {
+        let evs = same_next(s, g, 2, "deployment changes").await;
+        assert_eq!(
+            types(&evs),
+            typed(&[("MODIFIED", "web"), ("DELETED", "db")])
+        );
+        assert_eq!(evs[0].object()["apiVersion"], "apps/v1");
+        assert_eq!(evs[0].object()["spec"]["replicas"], 3);
+    }
+    g0.assert_from_cache();
+    gn.assert_from_cache();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn send_initial_events_false_sends_only_changes() {
+    let p = Pair::start().await;
+    let h = p.h();
+    let n = put_pod(h, "ns1", "a", json!({}), "node-1", "Running");
+    let rv = put_pod(h, "ns1", "b", json!({}), "node-1", "Running");
+    p.caught_up(rv).await;
+    let q = "watch=1&sendInitialEvents=false&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true";
+    let (mut s0, mut g0) = p.open(&format!("{NS1}?{q}&resourceVersion=0")).await;
+    let (mut sn, mut gn) = p.open(&format!("{NS1}?{q}&resourceVersion={n}")).await;
+    let evs = same_next(&mut sn, &mut gn, 1, "RV=N: the changes after N").await;
+    assert_eq!(types(&evs), typed(&[("ADDED", "b")]));
+    put_pod(h, "ns1", "c", json!({}), "node-1", "Running");
+    // RV=0: no initial state, and no initial-events-end bookmark; just the change.
+    let evs = same_next(&mut s0, &mut g0, 1, "RV=0: only the change").await;
+    assert_eq!(types(&evs), typed(&[("ADDED", "c")]));
+    let evs = same_next(&mut sn, &mut gn, 1, "RV=N: the live change").await;
+    assert_eq!(types(&evs), typed(&[("ADDED", "c")]));
+    sentinel(&p, &mut s0, &mut g0, "ns1", json!({}), "node-1").await;
+    g0.assert_from_cache();
+    gn.assert_from_cache();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn set_based_and_combined_selectors() {
+    let p = Pair::start().await;
+    let h = p.h();
+    put_pod(
+        h,
+        "ns1",
+        "a",
+        json!({"app": "web", "tier": "fe"}),
+        "node-1",
+        "Running",
+    );
+    put_pod(
+        h,
+        "ns1",
+        "b",
+        json!({"app": "db", "tier": "be"}),
+        "node-1",
+        "Pending",
+    );
+    put_pod(
+        h,
+        "ns1",
+        "c",
+        json!({"app": "web", "canary": "1"}),
+        "node-2",
+        "Pending",
+    );
+    let rv = put_pod(h, "ns1", "d", json!({"app": "cache"}), "node-1", "Pending");
+    p.caught_up(rv).await;
+    let selectors = [
+        // (query, initial names)
+        (
+            "labelSelector=app%20in%20(web%2Cdb)%2Ctier!%3Dfe",
+            vec!["b", "c"],
+        ),
+        ("labelSelector=!canary%2Capp", vec!["a", "b", "d"]),
+        ("labelSelector=app%20notin%20(cache)", vec!["a", "b", "c"]),
+        (
+            "labelSelector=app%3Dweb&fieldSelector=status.phase!%3DRunning",
+            vec!["c"],
+        ),
+        (
+            "fieldSelector=spec.nodeName%3Dnode-1%2Cstatus.phase%3DPending",
+            vec!["b", "d"],
+        ),
+    ];
+    let mut pairs = Vec::new();
+    for (q, initial) in &selectors {
+        let (mut s, mut g) = p
+            .open(&format!("{NS1}?watch=1&resourceVersion=0&{q}"))
+            .await;
+        let evs = same_next(&mut s, &mut g, initial.len(), q).await;
+        let names: Vec<&str> = evs.iter().map(Event::name).collect();
+        assert_eq!(&names, initial, "{q}");
+        pairs.push((q, s, g));
+    }
+    // Every pod moves: a → db on node-2 Pending; b → web canary; c loses canary, Running;
+    // d → tier fe on node-2.
+    put_pod(
+        h,
+        "ns1",
+        "a",
+        json!({"app": "db", "tier": "fe"}),
+        "node-2",
+        "Pending",
+    );
+    put_pod(
+        h,
+        "ns1",
+        "b",
+        json!({"app": "web", "canary": "1"}),
+        "node-1",
+        "Pending",
+    );
+    put_pod(h, "ns1", "c", json!({"app": "web"}), "node-2", "Running");
+    put_pod(
+        h,
+        "ns1",
+        "d",
+        json!({"app": "cache", "tier": "fe"}),
+        "node-2",
+        "Pending",
+    );
+    // The sentinel matches every selector: it ends each sequence.
+    put_pod(
+        h,
+        "ns1",
+        "z",
+        json!({"app": "web", "tier": "be"}),
+        "node-1",
+        "Pending",
+    );
+    for (q, s, g) in &mut pairs {
+        let mut se = Vec::new();
+        let mut ge = Vec::new();
+        loop {
+            let e = s.next(q).await;
+            let last = e.name() == "z";
+            se.push(e);
+            if last {
+                break;
+            }
+        }
+        for _ in 0..se.len() {
+            ge.push(g.next(q).await);
+        }
+        assert_same_events(q, &se, &ge);
+        g.assert_from_cache();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_from_the_rv_the_gateway_cache_started_at() {
+    // The gateway's cache starts from a list at RV L: a watch from exactly L is served
+    // from the history, without a 410 (watch_cache.go: too old only below oldest-1 = L).
+    let sim = start_sim_with(cluster_config()).await;
+    let h = sim.handle();
+    put_pod(h, "ns1", "a", json!({}), "node-1", "Running");
+    let gw = start_gateway_with(GatewayConfig::for_upstream_url(sim.url()).unwrap()).await;
+    let start = h.store().current_rv();
+    gateway_caught_up(gw.url(), start).await;
+    let list = support::Http::new(gw.url())
+        .get_json("/api/v1/pods?resourceVersion=0")
+        .await;
+    let l: u64 = list["metadata"]["resourceVersion"]
+        .as_str()
+        .and_then(|s| s.parse().ok())
+        .unwrap();
+    assert_eq!(l, start, "nothing was written since the cache started");
+    let path = format!("{NS1}?watch=1&resourceVersion={l}");
+    let mut s = open_ok(sim.url(), &path).await;
+    let mut g = open_ok(gw.url(), &path).await;
+    put_pod(h, "ns1", "b", json!({}), "node-1", "Running");
+    let evs = same_next(&mut s, &mut g, 1, "the first change after L").await;
+    assert_eq!(types(&evs), typed(&[("ADDED", "b")]));
+    g.assert_from_cache();
 }

@@ -393,10 +393,16 @@ pub fn stored_pod(sim: &SimHandle, ns: &str, name: &str) -> Value {
 /// with a list at `rv` or later: the pods cache is synced and has seen every write up to
 /// `rv`. Panics after 20 s with the last answer.
 pub async fn gateway_caught_up(gateway: &str, rv: u64) {
+    gateway_list_caught_up(gateway, "/api/v1/pods", rv).await;
+}
+
+/// [`gateway_caught_up`] for any resource: `list_path` is its collection, e.g.
+/// `/apis/apps/v1/deployments`.
+pub async fn gateway_list_caught_up(gateway: &str, list_path: &str, rv: u64) {
     let http = super::Http::new(gateway);
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
-        let resp = http.get("/api/v1/pods?resourceVersion=0").await;
+        let resp = http.get(&format!("{list_path}?resourceVersion=0")).await;
         let source = resp
             .headers
             .get("x-watchgate-source")
@@ -416,9 +422,40 @@ pub async fn gateway_caught_up(gateway: &str, rv: u64) {
         }
         assert!(
             Instant::now() < deadline,
-            "the gateway's pods cache did not reach RV {rv} within 20 s (last answer: {} from {source:?}, list RV {list_rv})",
+            "the gateway's cache of {list_path} did not reach RV {rv} within 20 s (last answer: {} from {source:?}, list RV {list_rv})",
             resp.status
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// Creates or replaces any object in the simulator's store (`ns` empty for cluster-scoped
+/// types); returns the write's RV.
+pub fn put_object(sim: &SimHandle, rt: &ResourceType, ns: &str, obj: Value) -> u64 {
+    let name = obj["metadata"]["name"]
+        .as_str()
+        .expect("metadata.name")
+        .to_string();
+    let out = sim
+        .store()
+        .mutate(rt, ns, &name, |_| Ok(Mutation::Put(obj)))
+        .expect("store write")
+        .expect("stored object");
+    rv_of(&out)
+}
+
+/// Deletes any object in the simulator's store; returns the deletion's RV.
+pub fn delete_object(sim: &SimHandle, rt: &ResourceType, ns: &str, name: &str) -> u64 {
+    let out = sim
+        .store()
+        .mutate(rt, ns, name, |_| Ok(Mutation::Delete))
+        .expect("store delete")
+        .unwrap_or_else(|| panic!("{ns}/{name} to delete does not exist"));
+    rv_of(&out)
+}
+
+/// A served resource type; panics if the simulator does not serve it.
+pub fn resource(group: &str, version: &str, resource: &str) -> &'static ResourceType {
+    find(group, version, resource)
+        .unwrap_or_else(|| panic!("{group}/{version}/{resource} is not served"))
 }
