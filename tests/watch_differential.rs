@@ -967,3 +967,92 @@ async fn watch_from_the_rv_the_gateway_cache_started_at() {
     assert_eq!(types(&evs), typed(&[("ADDED", "b")]));
     g.assert_from_cache();
 }
+
+/// A write to another resource: it moves the global RV (etcd's revision) but not the pods.
+fn put_configmap(h: &SimHandle, name: &str) -> u64 {
+    put_object(
+        h,
+        resource("", "v1", "configmaps"),
+        "ns1",
+        json!({"kind": "ConfigMap", "apiVersion": "v1",
+               "metadata": {"name": name, "namespace": "ns1"}, "data": {"k": "v"}}),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rv_n_from_a_write_to_another_resource() {
+    // RVs are global (etcd revisions): a client may well hold the RV of another resource's
+    // write (a list's RV is the revision at list time). Watching pods from it must behave
+    // as from any other N: the changes after N; for a watch-list, the state at (at least)
+    // N right away, since the store is at N: not a 3 s wait and a 504.
+    let p = Pair::start().await;
+    let h = p.h();
+    put_pod(h, "ns1", "a", json!({}), "node-1", "Running");
+    let pod_rv = put_pod(h, "ns1", "b", json!({}), "node-1", "Running");
+    p.caught_up(pod_rv).await;
+    let n = put_configmap(h, "other");
+
+    let (mut s, mut g) = p.open(&format!("{NS1}?watch=1&resourceVersion={n}")).await;
+    let path = format!(
+        "{NS1}?watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true&resourceVersion={n}"
+    );
+    let started = Instant::now();
+    let (mut sl, mut gl) = tokio::join!(open_ok(p.sim.url(), &path), open_ok(p.gw.url(), &path));
+    let evs = same_next(&mut sl, &mut gl, 3, "watch-list from another resource's RV").await;
+    assert_eq!(
+        types(&evs)[..2],
+        typed(&[("ADDED", "a"), ("ADDED", "b")])[..]
+    );
+    assert_eq!(evs[2].ty(), "BOOKMARK");
+    let waited = started.elapsed();
+    assert!(
+        waited < Duration::from_secs(2),
+        "the store is at RV {n} already: the initial events must not wait ({waited:?})"
+    );
+    put_pod(h, "ns1", "c", json!({}), "node-1", "Running");
+    let evs = same_next(&mut s, &mut g, 1, "the first pod change after N").await;
+    assert_eq!(types(&evs), typed(&[("ADDED", "c")]));
+    let evs = same_next(&mut sl, &mut gl, 1, "the watch-list's first live change").await;
+    assert_eq!(types(&evs), typed(&[("ADDED", "c")]));
+    g.assert_from_cache();
+    gl.assert_from_cache();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bookmarks_advance_past_writes_to_other_resources() {
+    // A bookmark says "you have seen everything up to RV X". kube-apiserver's cacher moves
+    // X with etcd progress notifications, so an idle watcher of pods resumes after writes
+    // to other resources without replaying them. The gateway's bookmarks must get there
+    // too (its upstream watch asks for bookmarks), within a few intervals.
+    let p = Pair::start_with(Some(Duration::from_millis(300))).await;
+    let h = p.h();
+    let rv = put_pod(h, "ns1", "a", json!({}), "node-1", "Running");
+    p.caught_up(rv).await;
+    let (mut s, mut g) = p
+        .open(&format!(
+            "{NS1}?watch=1&resourceVersion={rv}&allowWatchBookmarks=true"
+        ))
+        .await;
+    let cm = put_configmap(h, "other");
+    let want = json!({"type": "BOOKMARK", "object": {"kind": "Pod", "apiVersion": "v1",
+                      "metadata": {"resourceVersion": cm.to_string()}}});
+    for (w, who) in [(&mut s, "simulator"), (&mut g, "gateway")] {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let e = w
+                .next_within(deadline.saturating_duration_since(Instant::now()))
+                .await
+                .unwrap_or_else(|| panic!("{who}: the stream ended"));
+            assert_eq!(
+                e.ty(),
+                "BOOKMARK",
+                "{who}: only bookmarks expected, got {e:?}"
+            );
+            if e.json == want {
+                break;
+            }
+            assert!(e.rv() < cm, "{who}: bookmark {e:?}");
+        }
+    }
+    g.assert_from_cache();
+}
