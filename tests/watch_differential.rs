@@ -26,7 +26,7 @@ use support::watch::{
     Watch,
 };
 use watchgate::config::GatewayConfig;
-use watchgate::sim::SimHandle;
+use watchgate::sim::{Mutation, SimHandle};
 
 const NS1: &str = "/api/v1/namespaces/ns1/pods";
 
@@ -1055,4 +1055,169 @@ async fn bookmarks_advance_past_writes_to_other_resources() {
         }
     }
     g.assert_from_cache();
+}
+
+/// Folds a watch-list stream (initial ADDED events, the initial-events-end bookmark, then
+/// changes, up to the ADDED of `end`) into name → RV, checking as it goes that nothing is
+/// lost, duplicated or reordered: names are unique in the initial state; afterwards RVs
+/// strictly increase and stay above the bookmark's; ADDED only for an absent object,
+/// MODIFIED and DELETED only for a present one.
+async fn fold_watch_list(w: &mut Watch, end: &str) -> std::collections::BTreeMap<String, u64> {
+    let mut state = std::collections::BTreeMap::new();
+    let what = w.what.clone();
+    let mut last: Option<u64> = None;
+    loop {
+        let e = w.next("the next event of the fold").await;
+        match (e.ty(), last) {
+            ("ADDED", None) => {
+                assert!(
+                    state.insert(e.name().to_string(), e.rv()).is_none(),
+                    "{what}: duplicate initial object {e:?}"
+                );
+            }
+            ("BOOKMARK", None) => {
+                assert_eq!(
+                    e.object()["metadata"]["annotations"]["k8s.io/initial-events-end"],
+                    "true",
+                    "{what}: {e:?}"
+                );
+                last = Some(e.rv());
+            }
+            ("BOOKMARK", Some(l)) => {
+                assert!(e.rv() >= l, "{what}: bookmark going back: {e:?} after {l}");
+                last = Some(e.rv());
+            }
+            (t, Some(l)) => {
+                assert!(
+                    e.rv() > l,
+                    "{what}: {e:?} is not after RV {l} (reordered or duplicated)"
+                );
+                last = Some(e.rv());
+                let had = state.contains_key(e.name());
+                match t {
+                    "ADDED" => assert!(!had, "{what}: ADDED for a present object: {e:?}"),
+                    "MODIFIED" | "DELETED" => {
+                        assert!(had, "{what}: {t} for an absent object: {e:?}")
+                    }
+                    _ => panic!("{what}: unexpected {e:?}"),
+                }
+                if t == "DELETED" {
+                    state.remove(e.name());
+                } else {
+                    state.insert(e.name().to_string(), e.rv());
+                }
+                if t == "ADDED" && e.name() == end {
+                    return state;
+                }
+            }
+            (_, None) => panic!("{what}: {e:?} before the initial-events-end bookmark"),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_lists_started_during_churn_are_consistent() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
+
+    let p = Pair::start().await;
+    let h = p.h();
+    let mut rv = 0;
+    for i in 0..20 {
+        rv = put_pod(
+            &h,
+            "ns1",
+            &format!("p{i:02}"),
+            json!({}),
+            "node-1",
+            "Running",
+        );
+    }
+    p.caught_up(rv).await;
+
+    // 400 writes over 30 names: creates, updates and deletes, interleaved with the watches'
+    // starts (each starts once the writer has made some progress).
+    let done = Arc::new(AtomicU64::new(0));
+    let writer = {
+        let (store, done) = (h.store().clone(), done.clone());
+        let pods = support::watch::pods();
+        tokio::spawn(async move {
+            for i in 0..400u64 {
+                let name = format!("p{:02}", (i * 7) % 30);
+                let obj = support::watch::pod(
+                    "ns1",
+                    &name,
+                    json!({"i": i.to_string()}),
+                    "node-1",
+                    "Running",
+                );
+                let delete = i % 5 == 4;
+                store
+                    .mutate(pods, "ns1", &name, |cur| {
+                        Ok(match (delete, cur) {
+                            (true, Some(_)) => Mutation::Delete,
+                            _ => Mutation::Put(obj),
+                        })
+                    })
+                    .expect("store write");
+                done.store(i + 1, Ordering::SeqCst);
+                // Pacing (about 0.5 s in all), so that the watches start mid-churn.
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        })
+    };
+    let q = "watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true&resourceVersion=0";
+    let mut watches = Vec::new();
+    for at in [20, 150, 300] {
+        support::wait::wait_until(
+            &format!("the writer made {at} writes"),
+            Duration::from_secs(20),
+            || {
+                let done = done.clone();
+                async move { done.load(Ordering::SeqCst) >= at }
+            },
+        )
+        .await;
+        let (s, g) = p.open(&format!("{NS1}?{q}")).await;
+        if at == 20 {
+            let now = done.load(Ordering::SeqCst);
+            assert!(
+                now < 400,
+                "the first watches must start mid-churn (writes done: {now})"
+            );
+        }
+        watches.push(s);
+        watches.push(g);
+    }
+    support::wait::within("the writer finishes", Duration::from_secs(30), writer)
+        .await
+        .unwrap();
+    put_pod(h, "ns1", "zz-end", json!({}), "node-1", "Running");
+    let want: std::collections::BTreeMap<String, u64> = h
+        .store()
+        .list(support::watch::pods(), Some("ns1"))
+        .1
+        .iter()
+        .map(|o| {
+            (
+                o["metadata"]["name"].as_str().unwrap().to_string(),
+                o["metadata"]["resourceVersion"]
+                    .as_str()
+                    .unwrap()
+                    .parse()
+                    .unwrap(),
+            )
+        })
+        .collect();
+    for w in &mut watches {
+        let got = fold_watch_list(w, "zz-end").await;
+        assert_eq!(
+            got, want,
+            "{}: the folded stream must equal the store",
+            w.what
+        );
+    }
+    for g in watches.iter().skip(1).step_by(2) {
+        g.assert_from_cache();
+    }
 }
