@@ -1254,3 +1254,105 @@ async fn a_bookmark_comes_two_seconds_before_the_timeout() {
     g.expect_end(Duration::from_secs(6)).await;
     g.assert_from_cache();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn odd_but_valid_watch_queries_match() {
+    let p = Pair::start().await;
+    let h = p.h();
+    put_pod(h, "ns1", "a", json!({"app": "web"}), "node-1", "Running");
+    put_pod(h, "ns2", "a", json!({"app": "web"}), "node-1", "Running");
+    let n = put_pod(h, "ns1", "b", json!({"app": "db"}), "node-2", "Pending");
+    p.caught_up(n).await;
+    let queries = [
+        format!("/api/v1/pods?watch=1&resourceVersion={n}&fieldSelector=metadata.namespace%3Dns1"),
+        format!("/api/v1/pods?watch=true&resourceVersion={n}&limit=1"),
+        format!("{NS1}?watch=1&resourceVersion={n}&labelSelector=&fieldSelector="),
+        format!("{NS1}?watch=1&resourceVersion={n}&fieldSelector=metadata.name!%3Da"),
+        format!("{NS1}?watch=1&resourceVersion={n}&allowWatchBookmarks=false&timeoutSeconds=30"),
+        format!("{NS1}?watch=1&resourceVersion={n}&resourceVersion=0"),
+        format!("{NS1}?watch=1&resourceVersion=0&resourceVersion={n}"),
+        format!("/api/v1/watch/pods?resourceVersion={n}"),
+        format!("/api/v1/watch/namespaces/ns1/pods?resourceVersion=0&labelSelector=app%3Dweb"),
+        format!("/api/v1/pods?watch=1&resourceVersion={n}&fieldSelector=metadata.name%3Da%2Cmetadata.namespace%3Dns2"),
+        format!("{NS1}?watch=1&resourceVersion=0&labelSelector=app%3Dweb&sendInitialEvents=true&resourceVersionMatch=NotOlderThan"),
+        format!("{NS1}?watch=1&resourceVersion={n}&fieldSelector=spec.nodeName%3D"),
+        format!("{NS1}?watch=1&resourceVersion={n}&pretty=true"),
+        format!("{NS1}?watch=1&resourceVersion={n}&labelSelector=app%20notin%20()"),
+    ];
+    let mut pairs = Vec::new();
+    for q in &queries {
+        let (s, g) = p.open(q).await;
+        pairs.push((q, s, g));
+    }
+    put_pod(h, "ns1", "c", json!({"app": "web"}), "", "Pending");
+    put_pod(h, "ns2", "a", json!({"app": "db"}), "node-1", "Running");
+    put_pod(h, "ns1", "a", json!({"app": "db"}), "node-2", "Running");
+    delete_pod(h, "ns1", "b");
+    // End markers (label end=1) that every query sees at least one of.
+    put_pod(
+        h,
+        "ns1",
+        "a",
+        json!({"app": "web", "end": "1"}),
+        "",
+        "Running",
+    );
+    put_pod(
+        h,
+        "ns1",
+        "zz",
+        json!({"app": "web", "end": "1"}),
+        "",
+        "Running",
+    );
+    put_pod(
+        h,
+        "ns2",
+        "a",
+        json!({"app": "web", "end": "1"}),
+        "",
+        "Running",
+    );
+    let mut failures = Vec::new();
+    for (q, s, g) in &mut pairs {
+        let mut se = Vec::new();
+        loop {
+            let e = s.next(q).await;
+            let end = e.object()["metadata"]["labels"]["end"] == "1";
+            se.push(e);
+            if end {
+                break;
+            }
+        }
+        let mut ge = Vec::new();
+        for _ in 0..se.len() {
+            ge.push(g.next(q).await);
+        }
+        if se.iter().map(|e| &e.json).ne(ge.iter().map(|e| &e.json)) {
+            failures.push(format!(
+                "{q}\n--- simulator (expected) ---\n{}\n--- gateway (got) ---\n{}",
+                se.iter()
+                    .map(|e| format!("  {e:?}"))
+                    .collect::<Vec<_>>()
+                    .join("\n"),
+                ge.iter()
+                    .map(|e| format!("  {e:?}"))
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            ));
+        }
+    }
+    // All but `pretty` (which the gateway leaves to the upstream) come from the cache.
+    for (q, _, g) in &pairs {
+        if !q.contains("pretty") && g.source() != Some("cache") {
+            failures.push(format!("{q}: x-watchgate-source {:?}", g.source()));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {} watches differ:\n{}",
+        failures.len(),
+        queries.len(),
+        failures.join("\n")
+    );
+}
