@@ -1359,3 +1359,35 @@ async fn odd_but_valid_watch_queries_match() {
         failures.join("\n")
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn initial_events_come_in_etcd_key_order_across_namespaces() {
+    // etcd keys are `<namespace>/<name>`: "a-b/x" < "a/x" < "ab/x" (byte order, '-' < '/'
+    // < 'b'), which is not the (namespace, name) tuple order.
+    let p = Pair::start().await;
+    let h = p.h();
+    let mut rv = 0;
+    for (ns, name) in [
+        ("ab", "x"),
+        ("a", "x1"),
+        ("a-b", "x"),
+        ("a", "x"),
+        ("a", "x-1"),
+    ] {
+        rv = put_pod(h, ns, name, json!({}), "node-1", "Running");
+    }
+    p.caught_up(rv).await;
+    for q in [
+        "/api/v1/pods?watch=1&resourceVersion=0",
+        "/api/v1/pods?watch=1&resourceVersion=0&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true",
+    ] {
+        let (mut s, mut g) = p.open(q).await;
+        let evs = same_next(&mut s, &mut g, 5, q).await;
+        let keys: Vec<String> = evs
+            .iter()
+            .map(|e| format!("{}/{}", e.object()["metadata"]["namespace"].as_str().unwrap(), e.name()))
+            .collect();
+        assert_eq!(keys, ["a-b/x", "a/x", "a/x-1", "a/x1", "ab/x"], "{q}");
+        g.assert_from_cache();
+    }
+}
