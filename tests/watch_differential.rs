@@ -171,6 +171,15 @@ async fn rv_n_sends_exactly_the_changes_after_n_in_order() {
     sentinel(&p, &mut s, &mut g, "ns1", json!({}), "node-1").await;
     // The wire bytes too: a client cannot tell the gateway from the apiserver.
     assert_same_bytes("RV=N events", &s.seen, &g.seen);
+    for h in ["content-type", "transfer-encoding"] {
+        assert_eq!(
+            g.headers.get(h),
+            s.headers.get(h),
+            "header {h}: gateway {:?}, simulator {:?}",
+            g.headers,
+            s.headers
+        );
+    }
     g.assert_from_cache();
 }
 
