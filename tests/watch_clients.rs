@@ -186,3 +186,40 @@ async fn kubectl_get_pods_watch_json_is_served_from_the_cache() {
 fn cols(line: &str) -> Vec<&str> {
     line.split_whitespace().take(2).collect()
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_watch_stream_from_a_too_old_rv_raises_410_expired() {
+    // The simulator's history is compacted past `old` before the gateway starts, so `old`
+    // is too old for both; the client (timeout_seconds set: no retry) raises ApiException
+    // with the ERROR event's code and "reason: message".
+    let sim = support::servers::start_sim_with(support::servers::cluster_config()).await;
+    let h = sim.handle();
+    let old = put_pod(h, "ns1", "a", json!({}), "node-1", "Pending");
+    let compacted = put_pod(h, "ns1", "a", json!({}), "node-1", "Running");
+    h.store().compact(compacted);
+    let gw = support::servers::start_gateway(sim.url()).await;
+    gateway_caught_up(gw.url(), compacted).await;
+    let watches = h.stats().watches("pods");
+    let want = json!({"error": 410,
+                      "reason": format!("Expired: too old resource version: {old} ({compacted})")});
+    for (url, who) in [(sim.url(), "simulator"), (gw.url(), "gateway")] {
+        let kubectl = support::Kubectl::new(url);
+        let kubeconfig = kubectl.kubeconfig().to_str().unwrap().to_string();
+        let out = python::run(
+            "watch_resume.py",
+            &[&kubeconfig, "ns1", &old.to_string(), "1"],
+            COMMAND_TIMEOUT,
+        )
+        .await;
+        let line = out.stdout.lines().last().unwrap_or("").to_string();
+        let got: Value =
+            serde_json::from_str(&line).unwrap_or_else(|e| panic!("{who}: {e}: {out}"));
+        assert_eq!(got, want, "{who}: {out}");
+        assert_eq!(out.status.code(), Some(2), "{who}: {out}");
+    }
+    assert_eq!(
+        h.stats().watches("pods"),
+        watches + 1,
+        "only the direct watch reached the simulator; the gateway answered from its cache"
+    );
+}
