@@ -1137,7 +1137,7 @@ async fn watch_lists_started_during_churn_are_consistent() {
     let mut rv = 0;
     for i in 0..20 {
         rv = put_pod(
-            &h,
+            h,
             "ns1",
             &format!("p{i:02}"),
             json!({}),
@@ -1284,7 +1284,7 @@ async fn odd_but_valid_watch_queries_match() {
         format!("{NS1}?watch=1&resourceVersion={n}&resourceVersion=0"),
         format!("{NS1}?watch=1&resourceVersion=0&resourceVersion={n}"),
         format!("/api/v1/watch/pods?resourceVersion={n}"),
-        format!("/api/v1/watch/namespaces/ns1/pods?resourceVersion=0&labelSelector=app%3Dweb"),
+        "/api/v1/watch/namespaces/ns1/pods?resourceVersion=0&labelSelector=app%3Dweb".to_string(),
         format!("/api/v1/pods?watch=1&resourceVersion={n}&fieldSelector=metadata.name%3Da%2Cmetadata.namespace%3Dns2"),
         format!("{NS1}?watch=1&resourceVersion=0&labelSelector=app%3Dweb&sendInitialEvents=true&resourceVersionMatch=NotOlderThan"),
         format!("{NS1}?watch=1&resourceVersion={n}&fieldSelector=spec.nodeName%3D"),
