@@ -1449,3 +1449,35 @@ async fn event_bytes_match_for_every_kind_of_event() {
     assert_same_bytes("every kind of event", &s.seen, &g.seen);
     g.assert_from_cache();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn send_initial_events_with_an_rv_reached_during_the_wait() {
+    // RV N one ahead of the store: the watch-list waits (up to 3 s) until N exists, then
+    // sends the state at N. Whether the write lands before or during the wait, the answer
+    // is the same: a, b, then the end bookmark at N.
+    let p = Pair::start().await;
+    let h = p.h();
+    let rv = put_pod(h, "ns1", "a", json!({}), "node-1", "Running");
+    p.caught_up(rv).await;
+    let path = format!(
+        "{NS1}?watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true&resourceVersion={}",
+        rv + 1
+    );
+    let (sim_url, gw_url) = (p.sim.url().to_string(), p.gw.url().to_string());
+    let opens = {
+        let path = path.clone();
+        tokio::spawn(async move { tokio::join!(open_ok(&sim_url, &path), open_ok(&gw_url, &path)) })
+    };
+    tokio::task::yield_now().await;
+    let b = put_pod(h, "ns1", "b", json!({}), "node-1", "Running");
+    assert_eq!(b, rv + 1);
+    let (mut s, mut g) = opens.await.unwrap();
+    let evs = same_next(&mut s, &mut g, 3, "the state at N").await;
+    assert_eq!(
+        types(&evs)[..2],
+        typed(&[("ADDED", "a"), ("ADDED", "b")])[..]
+    );
+    assert_eq!(evs[2].ty(), "BOOKMARK");
+    assert_eq!(evs[2].rv(), b);
+    g.assert_from_cache();
+}
