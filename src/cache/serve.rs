@@ -3,8 +3,8 @@
 //! Only requests whose semantics the cache can honour exactly are served here (see
 //! docs/cache.md for the table); everything else returns `None` and is forwarded:
 //! consistent reads (resourceVersion unset), `resourceVersionMatch=Exact` and legacy exact
-//! reads (limit with RV=N), continue tokens, NotOlderThan with `limit`, watches (fan-out
-//! comes with the next issue), non-JSON Accept types (Table, protobuf, metadata-only),
+//! reads (limit with RV=N), continue tokens, NotOlderThan with `limit`, watches (served by
+//! `watch::serve`), non-JSON Accept types (Table, protobuf, metadata-only),
 //! field selectors on fields the cache does not index, invalid options (the upstream gives
 //! its own Status), and any resource whose cache has not synced yet.
 
@@ -27,7 +27,7 @@ use crate::status::{GroupResource, Status};
 pub const FRESHNESS_WAIT: Duration = Duration::from_secs(3);
 /// `retryAfterSeconds` of the "Too large resource version" answer
 /// (cacher's `resourceVersionTooHighRetrySeconds`).
-const TOO_LARGE_RETRY_SECONDS: u32 = 1;
+pub const TOO_LARGE_RETRY_SECONDS: u32 = 1;
 
 /// What a cacheable read needs, decided before touching the cache.
 struct Plan<'a> {
@@ -137,7 +137,7 @@ fn cacheable_rv(opts: &ListOptions, verb: Verb) -> Option<Option<u64>> {
 
 /// Field selectors are answered from the fields parsed into each object; any other field
 /// label goes upstream, which knows whether the type supports it.
-fn fields_indexed(cache: &ResourceCache, opts: &ListOptions) -> bool {
+pub fn fields_indexed(cache: &ResourceCache, opts: &ListOptions) -> bool {
     opts.field_selector.terms.iter().all(|t| {
         t.field == "metadata.name"
             || t.field == "metadata.namespace"

@@ -44,7 +44,8 @@ impl Gateway {
 
         let drain = Drain::new();
         let cache = cfg.cache.clone().map(|policy| {
-            let registry = crate::cache::registry::Registry::new(upstream.clone(), policy);
+            let registry =
+                crate::cache::registry::Registry::new(upstream.clone(), policy, cfg.watch.clone());
             registry.prewarm();
             registry
         });
@@ -77,12 +78,14 @@ impl Gateway {
             api_handler,
             drain.watcher(),
             "api",
+            cfg.http2_max_streams,
         ));
         tokio::spawn(listener::accept_loop(
             admin,
             admin_handler,
             drain.watcher(),
             "admin",
+            cfg.http2_max_streams,
         ));
         tracing::info!(%addr, %admin_addr, upstream = %cfg.upstream.cluster_url, "serving");
         Ok(GatewayHandle {
