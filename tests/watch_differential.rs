@@ -1245,23 +1245,17 @@ async fn watch_lists_started_during_churn_are_consistent() {
 async fn a_bookmark_comes_two_seconds_before_the_timeout() {
     // cache_watcher.go nextBookmarkTime: besides the ~1 min heartbeat, a bookmark "right
     // before the watcher timeout - for now we simply set it 2s before the deadline", so
-    // clients resume from an up-to-date RV. Gateway only: the simulator does not send
-    // this one (see docs/simulator.md), so there is nothing to compare against.
+    // clients resume from an up-to-date RV. Both the simulator and the gateway send it.
     let p = Pair::start().await; // bookmark interval: the default minute
     let rv = put_pod(p.h(), "ns1", "a", json!({}), "node-1", "Running");
     p.caught_up(rv).await;
     let started = Instant::now();
-    let mut g = open_ok(
-        p.gw.url(),
-        &format!("{NS1}?watch=1&resourceVersion={rv}&allowWatchBookmarks=true&timeoutSeconds=4"),
-    )
-    .await;
-    let e = g
-        .next_within(Duration::from_secs(8))
-        .await
-        .unwrap_or_else(|| panic!("the stream ended without the pre-timeout bookmark"));
+    let path =
+        format!("{NS1}?watch=1&resourceVersion={rv}&allowWatchBookmarks=true&timeoutSeconds=4");
+    let (mut s, mut g) = tokio::join!(open_ok(p.sim.url(), &path), open_ok(p.gw.url(), &path));
+    let evs = same_next(&mut s, &mut g, 1, "the pre-timeout bookmark").await;
     assert_eq!(
-        e.json,
+        evs[0].json,
         json!({"type": "BOOKMARK", "object": {"kind": "Pod", "apiVersion": "v1",
                "metadata": {"resourceVersion": rv.to_string()}}})
     );
@@ -1270,6 +1264,7 @@ async fn a_bookmark_comes_two_seconds_before_the_timeout() {
         at >= Duration::from_millis(1500),
         "the bookmark is due about 2 s before the 4 s deadline, came after {at:?}"
     );
+    s.expect_end(Duration::from_secs(6)).await;
     g.expect_end(Duration::from_secs(6)).await;
     g.assert_from_cache();
 }

@@ -120,9 +120,9 @@ pub async fn try_watch(
     let reg = match cache.store.watch(filter, start) {
         Ok(r) => r,
         Err(TooOld(requested, oldest)) => {
-            return Some(error_stream(&Status::expired(format!(
-                "too old resource version: {requested} ({oldest})"
-            ))));
+            return Some(error_stream(&Status::too_old_resource_version(
+                requested, oldest,
+            )));
         }
     };
     let params = WatchParams {
