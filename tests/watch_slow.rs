@@ -1,0 +1,417 @@
+//! Slow watchers (issue 5, "What must be shown" 3): watchers that stop reading never delay
+//! anyone else, the gateway's memory stays bounded while they sit, a watcher stalled for a
+//! while catches up from the history, and one stalled beyond the history has its stream
+//! ended cleanly; resuming from its last RV then gets the 410 ERROR event (the contract:
+//! a stream ends only once the history no longer holds its next event, so that event is
+//! gone when it resumes).
+//!
+//! Stalled watchers are raw TCP clients with a small receive buffer that send their
+//! request, read the response head and then read nothing; large objects fill their socket
+//! buffers quickly. Every reading watcher is checked against the simulator's event log.
+
+mod support;
+#[path = "support/watch_checker.rs"]
+mod watch_checker;
+#[path = "support/watch_clients.rs"]
+mod watch_clients;
+#[path = "support/watch_env.rs"]
+mod watch_env;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use support::servers::{
+    cluster_config, start_gateway_with, start_sim_with, GatewayServer, SimServer,
+};
+use watch_checker::{Sig, StreamChecker};
+use watch_clients::{h1_watch, rss_bytes, H2Conn, LineReader, RawWatch};
+use watch_env::{percentile, pod, put, update, warm};
+use watchgate::config::GatewayConfig;
+use watchgate::sim::Store;
+
+/// Size of the big objects that fill stalled watchers' buffers.
+const BIG: usize = 128 * 1024;
+/// A stalled watcher's receive buffer (the kernel doubles it).
+const STALLED_RCVBUF: u32 = 4096;
+/// The bound for the next event on a reading stream.
+const EVENT_TIMEOUT: Duration = Duration::from_secs(30);
+
+async fn env(history_bytes: usize) -> (SimServer, GatewayServer) {
+    let sim = start_sim_with(cluster_config()).await;
+    let mut cfg = GatewayConfig::for_upstream_url(sim.url()).expect("gateway config");
+    cfg.watch.history_bytes = history_bytes;
+    let gw = start_gateway_with(cfg).await;
+    (sim, gw)
+}
+
+/// `n` big pods in namespace `bulk`, rewritten round-robin by [`big_update`].
+fn seed_big(store: &Store, n: usize) {
+    for i in 0..n {
+        put(
+            store,
+            pod("bulk", &format!("big-{i}"), "bulk", "node-9", BIG),
+        );
+    }
+}
+
+/// Rewrites big pod `i % n` (a new padding, so every write is a full-size event).
+fn big_update(store: &Store, i: usize, n: usize) -> u64 {
+    update(store, "bulk", &format!("big-{}", i % n), |p| {
+        let c = char::from(b'a' + (i % 26) as u8);
+        p["metadata"]["annotations"]["pad"] = c.to_string().repeat(BIG).into();
+    })
+    .expect("big pods exist")
+}
+
+fn watch_path(ns: Option<&str>, from: u64) -> String {
+    let base = match ns {
+        Some(ns) => format!("/api/v1/namespaces/{ns}/pods"),
+        None => "/api/v1/pods".to_string(),
+    };
+    format!("{base}?watch=true&resourceVersion={from}&timeoutSeconds=300")
+}
+
+/// Opens `n` stalled watchers and reads their response heads (so the gateway has
+/// accepted them), then leaves them alone.
+async fn stalled(addr: std::net::SocketAddr, path: &str, n: usize) -> Vec<RawWatch> {
+    let mut out = Vec::with_capacity(n);
+    for i in 0..n {
+        let mut w = RawWatch::open(addr, path, STALLED_RCVBUF)
+            .await
+            .unwrap_or_else(|e| panic!("stalled watcher {i}: {e}"));
+        let (code, _) = tokio::time::timeout(Duration::from_secs(30), w.head())
+            .await
+            .unwrap_or_else(|_| panic!("stalled watcher {i}: no response head within 30 s"))
+            .unwrap_or_else(|e| panic!("stalled watcher {i}: {e}"));
+        assert_eq!(code, 200, "stalled watcher {i}");
+        out.push(w);
+    }
+    out
+}
+
+/// Reads until the event for `until` (a key) arrives; every event with its arrival time.
+async fn read_until(lines: &mut LineReader, until: &str) -> Result<Vec<(Sig, Instant)>, String> {
+    let mut out = Vec::new();
+    loop {
+        let line = match lines.next_line_within(EVENT_TIMEOUT).await {
+            Ok(Some(l)) => l,
+            Ok(None) => return Err(format!("stream ended after {} events", out.len())),
+            Err(e) => return Err(format!("{e} (after {} events)", out.len())),
+        };
+        let at = Instant::now();
+        let sig = Sig::from_line(&line)?;
+        let done = sig.key == until;
+        out.push((sig, at));
+        if done {
+            return Ok(out);
+        }
+    }
+}
+
+/// Reads a raw (previously stalled) watcher to its end; `Ok(events, ended)`, where
+/// `ended` says the response ended cleanly, or stops at `until`.
+async fn drain_raw(w: &mut RawWatch, until: Option<&str>) -> Result<(Vec<Sig>, bool), String> {
+    let mut out = Vec::new();
+    loop {
+        match w.next_line_within(EVENT_TIMEOUT).await {
+            Ok(Some(line)) => {
+                let sig = Sig::from_line(&line)?;
+                let done = until.is_some_and(|u| sig.key == u);
+                out.push(sig);
+                if done {
+                    return Ok((out, false));
+                }
+            }
+            Ok(None) => return Ok((out, true)),
+            Err(e) => return Err(format!("{e} (after {} events)", out.len())),
+        }
+    }
+}
+
+fn check_all(name: &str, events: &[Sig], expected: &Arc<Vec<Sig>>, complete: bool) {
+    let mut c = StreamChecker::new(expected.clone());
+    for e in events {
+        c.observe(e);
+    }
+    let v = c.finish(complete);
+    assert!(
+        v.is_empty(),
+        "{name}: {} violation(s) over {} events: {}",
+        v.len(),
+        events.len(),
+        v.iter()
+            .take(5)
+            .map(|v| v.to_string())
+            .collect::<Vec<_>>()
+            .join("; ")
+    );
+}
+
+const HEALTHY: usize = 1000;
+const STALLED: usize = 100;
+const ROUNDS: usize = 100;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stalled_watchers_do_not_delay_healthy_ones_and_memory_stays_bounded() {
+    let history_bytes = 64 << 20;
+    let (sim, gw) = env(history_bytes).await;
+    let store = sim.handle().store().clone();
+    let bigs = 8;
+    seed_big(&store, bigs);
+    put(&store, pod("live", "ready", "web", "node-1", 0));
+    let addr = gw.handle().addr();
+    warm(gw.url(), sim.handle()).await;
+    let from = store.current_rv();
+
+    // 100 stalled watchers of every pod (they get the big objects).
+    let mut stalled = stalled(addr, &watch_path(None, from), STALLED).await;
+
+    // 1,000 healthy watchers of the `live` namespace: 800 over HTTP/2, 200 over HTTP/1.1.
+    let mut conns = Vec::new();
+    for _ in 0..8 {
+        conns.push(H2Conn::connect(addr).await.expect("h2c connection"));
+    }
+    let (ready_tx, mut ready_rx) = tokio::sync::mpsc::channel::<()>(HEALTHY);
+    let path = watch_path(Some("live"), from);
+    let mut tasks = Vec::new();
+    for id in 0..HEALTHY {
+        let h2 = (id < 800).then(|| conns[id / 100].clone());
+        let (path, ready) = (path.clone(), ready_tx.clone());
+        tasks.push(tokio::spawn(async move {
+            let opened = match &h2 {
+                Some(c) => c.watch(&path).await,
+                None => h1_watch(addr, &path).await,
+            };
+            let mut w = opened.map_err(|e| format!("healthy watcher {id}: {e}"))?;
+            if w.status != 200 {
+                return Err(format!("healthy watcher {id}: status {}", w.status));
+            }
+            let _ = ready.send(()).await;
+            read_until(&mut w.lines, "live/zz-sentinel")
+                .await
+                .map_err(|e| format!("healthy watcher {id}: {e}"))
+        }));
+    }
+    drop(ready_tx);
+    for i in 0..HEALTHY {
+        match tokio::time::timeout(Duration::from_secs(60), ready_rx.recv()).await {
+            Ok(Some(())) => {}
+            Ok(None) => panic!("only {i} healthy watchers opened (a task failed; see below)"),
+            Err(_) => {
+                panic!("only {i} of {HEALTHY} healthy watchers got a response head within 60 s")
+            }
+        }
+    }
+    let rss_before = rss_bytes();
+
+    // Fill the stalled watchers: 20 MB of big objects, far more than a socket holds.
+    let fill = 160;
+    for i in 0..fill {
+        big_update(&store, i, bigs);
+        if i % 8 == 0 {
+            tokio::task::yield_now().await;
+        }
+    }
+
+    // Measure: small writes the healthy watchers see, each next to a big one the stalled
+    // watchers should get, paced at 100 per second.
+    let mut written: HashMap<u64, Instant> = HashMap::new();
+    for r in 0..ROUNDS {
+        let rv = update(&store, "live", "ready", |p| {
+            p["status"]["phase"] = format!("Round{r}").into();
+        })
+        .expect("live pod exists");
+        written.insert(rv, Instant::now());
+        big_update(&store, fill + r, bigs);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    put(&store, pod("live", "zz-sentinel", "web", "node-1", 0));
+    let expected = Arc::new(watch_env::log_since(&store, from, Some("live")));
+
+    let mut delays = Vec::with_capacity(HEALTHY * ROUNDS);
+    for t in tasks {
+        let events = tokio::time::timeout(Duration::from_secs(90), t)
+            .await
+            .expect("healthy watchers finish within 90 s")
+            .expect("task")
+            .unwrap_or_else(|e| panic!("{e}"));
+        let sigs: Vec<Sig> = events.iter().map(|(s, _)| s.clone()).collect();
+        check_all("healthy watcher", &sigs, &expected, true);
+        for (sig, at) in &events {
+            if let Some(w) = written.get(&sig.rv) {
+                delays.push(at.saturating_duration_since(*w));
+            }
+        }
+    }
+    let rss_after = rss_bytes();
+    assert_eq!(delays.len(), HEALTHY * ROUNDS);
+    delays.sort_unstable();
+    let (p50, p99, max) = (
+        percentile(&delays, 50.0),
+        percentile(&delays, 99.0),
+        *delays.last().unwrap(),
+    );
+    let big_bytes = (fill + ROUNDS) * BIG;
+    let growth = rss_after.saturating_sub(rss_before);
+    println!(
+        "{HEALTHY} healthy watchers beside {STALLED} stalled ones: write→receipt delay p50 {p50:.1?}, \
+         p99 {p99:.1?}, max {max:.1?} over {} deliveries",
+        delays.len()
+    );
+    println!(
+        "RSS (whole test process: simulator, gateway, clients) {:.1} MB before the writes, \
+         {:.1} MB after; growth {:.1} MB for {:.1} MB of big objects written (history budget \
+         {} MB; one copy per stalled watcher would be {:.0} MB)",
+        rss_before as f64 / 1e6,
+        rss_after as f64 / 1e6,
+        growth as f64 / 1e6,
+        big_bytes as f64 / 1e6,
+        history_bytes >> 20,
+        (big_bytes * STALLED) as f64 / 1e6
+    );
+    // Generous: debug build, two shared cores, 1,100 watchers in the test's own process.
+    assert!(
+        p99 < Duration::from_secs(1),
+        "stalled watchers delayed healthy ones: p99 {p99:?} (p50 {p50:?}, max {max:?})"
+    );
+    // The simulator keeps its own copies (object + encoding) and the gateway its history
+    // (≤ the byte budget) and store; what must not appear is memory per stalled watcher.
+    let bound = 3 * big_bytes as u64 + history_bytes as u64 + (64 << 20);
+    assert!(
+        growth < bound,
+        "RSS grew by {:.1} MB while {STALLED} watchers were stalled (bound {:.1} MB)",
+        growth as f64 / 1e6,
+        bound as f64 / 1e6
+    );
+    // The stalled watchers are still connected (their streams are not ended while the
+    // history still holds their next event): reading one now yields the events in order.
+    let (events, ended) = drain_raw(&mut stalled[0], Some("live/zz-sentinel"))
+        .await
+        .unwrap_or_else(|e| panic!("stalled watcher 0, reading again: {e}"));
+    assert!(!ended);
+    let all = Arc::new(watch_env::log_since(&store, from, None));
+    check_all("stalled watcher 0 after catching up", &events, &all, true);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watcher_stalled_within_the_history_catches_up_without_being_ended() {
+    let (sim, gw) = env(256 << 20).await;
+    let store = sim.handle().store().clone();
+    let bigs = 8;
+    seed_big(&store, bigs);
+    warm(gw.url(), sim.handle()).await;
+    let from = store.current_rv();
+    let mut w = stalled(gw.handle().addr(), &watch_path(None, from), 2).await;
+    // 40 MB: far beyond what a socket and a small per-watcher queue hold, well within the
+    // history (256 MB).
+    for i in 0..320 {
+        big_update(&store, i, bigs);
+        if i % 8 == 0 {
+            tokio::task::yield_now().await;
+        }
+    }
+    put(&store, pod("live", "zz-sentinel", "web", "node-1", 0));
+    let expected = Arc::new(watch_env::log_since(&store, from, None));
+    for (i, w) in w.iter_mut().enumerate() {
+        let (events, ended) = drain_raw(w, Some("live/zz-sentinel"))
+            .await
+            .unwrap_or_else(|e| panic!("stalled watcher {i}, reading again: {e}"));
+        assert!(!ended, "stalled watcher {i} was ended");
+        check_all(&format!("stalled watcher {i}"), &events, &expected, true);
+    }
+    // Still live: the next write reaches it.
+    let rv = put(&store, pod("live", "after", "web", "node-1", 0));
+    let (events, _) = drain_raw(&mut w[0], Some("live/after"))
+        .await
+        .expect("the caught-up watcher gets the next event");
+    assert_eq!(events.last().map(|s| s.rv), Some(rv));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watcher_stalled_beyond_the_history_is_ended_cleanly_and_its_resume_gets_410() {
+    // A 4 MB history: 32 big events.
+    let (sim, gw) = env(4 << 20).await;
+    let store = sim.handle().store().clone();
+    let bigs = 8;
+    seed_big(&store, bigs);
+    warm(gw.url(), sim.handle()).await;
+    let from = store.current_rv();
+    let addr = gw.handle().addr();
+    let mut w = stalled(addr, &watch_path(None, from), 3).await;
+    // A healthy watcher alongside: it must get everything and stay connected.
+    let healthy = h1_watch(addr, &watch_path(None, from))
+        .await
+        .expect("healthy watch");
+    assert_eq!(healthy.status, 200);
+    let healthy = tokio::spawn(async move {
+        let mut lines = healthy.lines;
+        read_until(&mut lines, "live/zz-sentinel").await
+    });
+    // 40 MB: ten times the history, far beyond a socket and a small queue.
+    for i in 0..320 {
+        big_update(&store, i, bigs);
+        if i % 8 == 0 {
+            tokio::task::yield_now().await;
+        }
+    }
+    put(&store, pod("live", "zz-sentinel", "web", "node-1", 0));
+    let expected = Arc::new(watch_env::log_since(&store, from, None));
+    let healthy = tokio::time::timeout(Duration::from_secs(60), healthy)
+        .await
+        .expect("the healthy watcher finishes within 60 s")
+        .unwrap()
+        .expect("the healthy watcher reads every event");
+    let sigs: Vec<Sig> = healthy.into_iter().map(|(s, _)| s).collect();
+    check_all("healthy watcher", &sigs, &expected, true);
+
+    for (i, w) in w.iter_mut().enumerate() {
+        // What it had been sent, in order and without gaps, then a clean end (the
+        // terminating chunk, no ERROR event).
+        let (events, ended) = drain_raw(w, Some("live/zz-sentinel"))
+            .await
+            .unwrap_or_else(|e| panic!("stalled watcher {i}, reading again: {e}"));
+        assert!(
+            ended,
+            "stalled watcher {i} was not ended though its history is gone ({} events read, \
+             the last at RV {:?}; the history holds 4 MB, 40 MB were written)",
+            events.len(),
+            events.last().map(|s| s.rv)
+        );
+        check_all(&format!("stalled watcher {i}"), &events, &expected, false);
+        assert!(
+            events.len() < expected.len(),
+            "stalled watcher {i} got everything ({}) and was still ended",
+            events.len()
+        );
+        // Resume from its last RV: that RV's successor left the history, so 410.
+        let last = events.last().map_or(from, |s| s.rv);
+        let mut resumed = h1_watch(addr, &watch_path(None, last))
+            .await
+            .expect("resume");
+        assert_eq!(resumed.status, 200, "a too-old watch answers 200 + ERROR");
+        let line = resumed
+            .lines
+            .next_line_within(EVENT_TIMEOUT)
+            .await
+            .expect("an event")
+            .expect("an ERROR event, not an empty stream");
+        let ev: serde_json::Value = serde_json::from_slice(&line).unwrap();
+        assert_eq!(ev["type"], "ERROR", "resume from {last}: {ev}");
+        assert_eq!(ev["object"]["kind"], "Status");
+        assert_eq!(ev["object"]["code"], 410, "{ev}");
+        assert_eq!(ev["object"]["reason"], "Expired", "{ev}");
+        let msg = ev["object"]["message"].as_str().unwrap_or("");
+        let prefix = format!("too old resource version: {last} (");
+        assert!(msg.starts_with(&prefix) && msg.ends_with(')'), "{msg}");
+        let oldest: u64 = msg[prefix.len()..msg.len() - 1]
+            .parse()
+            .expect("(M) is an RV");
+        assert!(oldest > last, "{msg}");
+        assert_eq!(
+            resumed.lines.next_line_within(EVENT_TIMEOUT).await,
+            Ok(None),
+            "the stream ends after the ERROR event"
+        );
+    }
+}
