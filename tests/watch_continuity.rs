@@ -1,0 +1,359 @@
+//! Continuity (issue 5, "What must be shown" 4): when the gateway's upstream watch breaks,
+//! downstream watchers stay connected and see no gap, duplicate or reordering.
+//!
+//! - A dropped upstream watch (once, with the upstream slow to answer so that writes pile
+//!   up meanwhile, then every 400 ms while writes flow) is resumed from the last RV: the
+//!   upstream's history is complete, so every watcher's stream must be exactly the
+//!   simulator's event log.
+//! - An upstream 410 makes the reflector relist; the gateway delivers the difference as
+//!   ordinary events (contract: ADDED/MODIFIED with the objects' RVs, DELETED with the list
+//!   RV). The stream cannot equal the log then, so the state checker applies: RVs never go
+//!   backwards, every event is a valid transition, and the state rebuilt from the events
+//!   equals the simulator's. Writes during the outage include deletes, a pod created and
+//!   deleted, and a pod updated twice.
+
+mod support;
+#[path = "support/watch_checker.rs"]
+mod watch_checker;
+#[path = "support/watch_clients.rs"]
+mod watch_clients;
+#[path = "support/watch_env.rs"]
+mod watch_env;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use support::servers::{cluster_config, start_gateway, start_sim_with, GatewayServer, SimServer};
+use support::wait_until;
+use watch_checker::{Sig, StateChecker, StreamChecker};
+use watch_clients::{h1_watch, H2Conn};
+use watch_env::{delete, pod, put, sim_state, update, warm};
+use watchgate::sim::Store;
+
+const NAMESPACES: [&str; 3] = ["ns-0", "ns-1", "ns-2"];
+const SENTINEL: &str = "ns-1/zz-sentinel";
+const EVENT_TIMEOUT: Duration = Duration::from_secs(30);
+
+async fn env() -> (SimServer, GatewayServer) {
+    let sim = start_sim_with(cluster_config()).await;
+    let store = sim.handle().store().clone();
+    for i in 0..30 {
+        put(
+            &store,
+            pod(
+                NAMESPACES[i % 3],
+                &format!("seed-{i}"),
+                "web",
+                &format!("node-{}", i % 3),
+                300,
+            ),
+        );
+    }
+    let gw = start_gateway(sim.url()).await;
+    warm(gw.url(), sim.handle()).await;
+    (sim, gw)
+}
+
+/// A watcher: its scope (None = all namespaces) and its task.
+struct Watcher {
+    id: usize,
+    ns: Option<&'static str>,
+    task: tokio::task::JoinHandle<Result<Vec<Sig>, String>>,
+}
+
+/// 30 watchers from `from`: all pods over HTTP/1.1 and over HTTP/2, and namespace `ns-1`
+/// over HTTP/2; all ask for bookmarks.
+async fn watchers(addr: SocketAddr, from: u64) -> Vec<Watcher> {
+    let conn = H2Conn::connect(addr).await.expect("h2c connection");
+    let mut out = Vec::new();
+    for id in 0..30 {
+        let ns = (id % 3 == 2).then_some("ns-1");
+        let base = match ns {
+            Some(ns) => format!("/api/v1/namespaces/{ns}/pods"),
+            None => "/api/v1/pods".into(),
+        };
+        let path = format!(
+            "{base}?watch=true&resourceVersion={from}&allowWatchBookmarks=true&timeoutSeconds=300"
+        );
+        let w = if id % 3 == 0 {
+            h1_watch(addr, &path).await
+        } else {
+            conn.watch(&path).await
+        };
+        let w = w.unwrap_or_else(|e| panic!("watcher {id}: {e}"));
+        assert_eq!(w.status, 200, "watcher {id}");
+        let mut lines = w.lines;
+        let task = tokio::spawn(async move {
+            let mut out = Vec::new();
+            loop {
+                let line = match lines.next_line_within(EVENT_TIMEOUT).await {
+                    Ok(Some(l)) => l,
+                    Ok(None) => {
+                        return Err(format!(
+                            "the stream ended (after {} events): watchers must stay connected",
+                            out.len()
+                        ))
+                    }
+                    Err(e) => return Err(format!("{e} (after {} events)", out.len())),
+                };
+                let sig = Sig::from_line(&line)?;
+                let done = sig.key == SENTINEL;
+                out.push(sig);
+                if done {
+                    return Ok(out);
+                }
+            }
+        });
+        out.push(Watcher { id, ns, task });
+    }
+    out
+}
+
+/// Deterministic writes over the namespaces: creates, updates and deletes.
+struct Writer {
+    store: Arc<Store>,
+    n: usize,
+    live: Vec<(String, String)>,
+}
+
+impl Writer {
+    fn new(store: Arc<Store>) -> Self {
+        let live = (0..30)
+            .map(|i| (NAMESPACES[i % 3].to_string(), format!("seed-{i}")))
+            .collect();
+        Self { store, n: 0, live }
+    }
+
+    fn write(&mut self) {
+        let i = self.n;
+        self.n += 1;
+        match i % 5 {
+            0 | 3 => {
+                let ns = NAMESPACES[(i / 5) % 3];
+                let name = format!("w-{i}");
+                put(&self.store, pod(ns, &name, "web", "node-1", 300));
+                self.live.push((ns.to_string(), name));
+            }
+            1 | 2 => {
+                let (ns, name) = &self.live[(i * 7) % self.live.len()];
+                update(&self.store, ns, name, |p| {
+                    p["status"]["phase"] = format!("Step{i}").into();
+                });
+            }
+            _ => {
+                let (ns, name) = self.live.remove((i * 13) % self.live.len());
+                delete(&self.store, &ns, &name);
+            }
+        }
+    }
+
+    fn writes(&mut self, n: usize) {
+        for _ in 0..n {
+            self.write();
+        }
+    }
+}
+
+async fn wait_for_watches(sim: &SimServer, at_least: u64, what: &str) {
+    let stats = sim.handle().stats().clone();
+    wait_until(what, Duration::from_secs(20), || {
+        let stats = stats.clone();
+        async move { stats.watches("pods") >= at_least }
+    })
+    .await;
+}
+
+/// Collects every watcher's events; panics with every failure at once.
+async fn collect(ws: Vec<Watcher>) -> Vec<(usize, Option<&'static str>, Vec<Sig>)> {
+    let mut out = Vec::new();
+    let mut failures = Vec::new();
+    for w in ws {
+        match tokio::time::timeout(Duration::from_secs(60), w.task)
+            .await
+            .expect("watchers finish within 60 s")
+            .expect("watcher task")
+        {
+            Ok(ev) => out.push((w.id, w.ns, ev)),
+            Err(e) => failures.push(format!("watcher {} ({:?}): {e}", w.id, w.ns)),
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstream_watch_drops_and_resumes_leave_every_watcher_continuous() {
+    let (sim, gw) = env().await;
+    let store = sim.handle().store().clone();
+    let stats = sim.handle().stats().clone();
+    let faults = sim.handle().faults().clone();
+    let from = store.current_rv();
+    let initial: [BTreeMap<String, u64>; 2] =
+        [sim_state(&store, None), sim_state(&store, Some("ns-1"))];
+    let lists_before = stats.lists("pods");
+    let watches_before = stats.watches("pods");
+    let ws = watchers(gw.handle().addr(), from).await;
+    let mut writer = Writer::new(store.clone());
+    writer.writes(20);
+
+    // One drop with a slow upstream: writes pile up until the reflector's resume lands.
+    faults.set_latency(Duration::from_millis(500));
+    faults.drop_watches_now();
+    writer.writes(30);
+    wait_for_watches(&sim, watches_before + 1, "the reflector resumes its watch").await;
+    faults.set_latency(Duration::ZERO);
+    writer.writes(10);
+
+    // Then a drop every 400 ms while writes flow for about two seconds.
+    let watches_mid = stats.watches("pods");
+    faults.set_drop_watch_after(Some(Duration::from_millis(400)));
+    faults.drop_watches_now();
+    for _ in 0..100 {
+        writer.write();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    wait_for_watches(
+        &sim,
+        watches_mid + 3,
+        "the reflector resumed after repeated drops",
+    )
+    .await;
+    faults.set_drop_watch_after(None);
+    writer.writes(10);
+    put(&store, pod("ns-1", "zz-sentinel", "web", "node-1", 0));
+
+    let resumes = stats.watches("pods") - watches_before;
+    assert_eq!(
+        stats.lists("pods"),
+        lists_before,
+        "the reflector relisted: this test is about resuming"
+    );
+    let logs = [
+        Arc::new(watch_env::log_since(&store, from, None)),
+        Arc::new(watch_env::log_since(&store, from, Some("ns-1"))),
+    ];
+    let finals = [sim_state(&store, None), sim_state(&store, Some("ns-1"))];
+    let results = collect(ws).await;
+    let mut failures = Vec::new();
+    for (id, ns, events) in &results {
+        let scope = usize::from(ns.is_some());
+        let mut strict = StreamChecker::new(logs[scope].clone());
+        let mut state = StateChecker::with_state(initial[scope].clone(), from);
+        for e in events {
+            strict.observe(e);
+            state.observe(e);
+        }
+        for v in strict.finish(true).iter().chain(state.violations()) {
+            failures.push(format!("watcher {id} ({ns:?}): {v}"));
+        }
+        if let Some(d) = state.diff(&finals[scope]) {
+            failures.push(format!("watcher {id} ({ns:?}): final state: {d}"));
+        }
+    }
+    println!(
+        "{} watchers checked over {} events ({resumes} upstream watches: one per resume)",
+        results.len(),
+        logs[0].len()
+    );
+    assert!(
+        failures.is_empty(),
+        "{} failure(s):\n{}",
+        failures.len(),
+        failures[..failures.len().min(10)].join("\n")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_410_and_relist_leave_every_watcher_continuous() {
+    let (sim, gw) = env().await;
+    let store = sim.handle().store().clone();
+    let stats = sim.handle().stats().clone();
+    let faults = sim.handle().faults().clone();
+    let from = store.current_rv();
+    let initial: [BTreeMap<String, u64>; 2] =
+        [sim_state(&store, None), sim_state(&store, Some("ns-1"))];
+    let lists_before = stats.lists("pods");
+    let ws = watchers(gw.handle().addr(), from).await;
+    let mut writer = Writer::new(store.clone());
+    writer.writes(20);
+    let before_outage = store.current_rv();
+
+    // The reflector's next watch gets 410 (after a slow answer, so writes happen during
+    // the outage); it relists.
+    faults.force_410_next_watch(1);
+    faults.set_latency(Duration::from_millis(500));
+    faults.drop_watches_now();
+    writer.writes(25);
+    // Twice the same pod, a pod created and deleted, a seeded pod deleted.
+    for phase in ["Outage1", "Outage2"] {
+        update(&store, "ns-1", "seed-1", |p| {
+            p["status"]["phase"] = phase.into()
+        });
+    }
+    put(&store, pod("ns-1", "blip", "web", "node-1", 0));
+    delete(&store, "ns-1", "blip");
+    delete(&store, "ns-1", "seed-4");
+    let stats2 = stats.clone();
+    wait_until(
+        "the reflector relists after the 410",
+        Duration::from_secs(20),
+        || {
+            let stats = stats2.clone();
+            async move { stats.lists("pods") > lists_before }
+        },
+    )
+    .await;
+    faults.set_latency(Duration::ZERO);
+    assert_eq!(
+        faults.to_json()["pendingWatch410"],
+        0,
+        "the forced 410 was consumed by the reflector's watch"
+    );
+    writer.writes(20);
+    put(&store, pod("ns-1", "zz-sentinel", "web", "node-1", 0));
+
+    let logs = [
+        Arc::new(watch_env::log_since(&store, from, None)),
+        Arc::new(watch_env::log_since(&store, from, Some("ns-1"))),
+    ];
+    let finals = [sim_state(&store, None), sim_state(&store, Some("ns-1"))];
+    let results = collect(ws).await;
+    let mut failures = Vec::new();
+    for (id, ns, events) in &results {
+        let scope = usize::from(ns.is_some());
+        // Before the outage the upstream's history was complete: exactly the log.
+        let before: Vec<Sig> = logs[scope]
+            .iter()
+            .filter(|s| s.rv <= before_outage)
+            .cloned()
+            .collect();
+        let mut strict = StreamChecker::new(Arc::new(before));
+        let mut state = StateChecker::with_state(initial[scope].clone(), from);
+        for e in events {
+            if e.rv <= before_outage {
+                strict.observe(e);
+            }
+            state.observe(e);
+        }
+        for v in strict.finish(true).iter().chain(state.violations()) {
+            failures.push(format!("watcher {id} ({ns:?}): {v}"));
+        }
+        if let Some(d) = state.diff(&finals[scope]) {
+            failures.push(format!("watcher {id} ({ns:?}): final state: {d}"));
+        }
+    }
+    println!(
+        "{} watchers checked; {} writes, {} lists",
+        results.len(),
+        logs[0].len(),
+        stats.lists("pods") - lists_before
+    );
+    assert!(
+        failures.is_empty(),
+        "{} failure(s):\n{}",
+        failures.len(),
+        failures[..failures.len().min(10)].join("\n")
+    );
+}
