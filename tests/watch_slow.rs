@@ -154,7 +154,7 @@ const ROUNDS: usize = 100;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stalled_watchers_do_not_delay_healthy_ones_and_memory_stays_bounded() {
-    let history_bytes = 64 << 20;
+    let history_bytes = 128 << 20;
     let (sim, gw) = env(history_bytes).await;
     let store = sim.handle().store().clone();
     let bigs = 8;
@@ -276,8 +276,9 @@ async fn stalled_watchers_do_not_delay_healthy_ones_and_memory_stays_bounded() {
         "stalled watchers delayed healthy ones: p99 {p99:?} (p50 {p50:?}, max {max:?})"
     );
     // The simulator keeps its own copies (object + encoding) and the gateway its history
-    // (≤ the byte budget) and store; what must not appear is memory per stalled watcher.
-    let bound = 3 * big_bytes as u64 + history_bytes as u64 + (64 << 20);
+    // and store: a few copies of what was written. What must not appear is memory per
+    // stalled watcher (100 copies).
+    let bound = 4 * big_bytes as u64 + (64 << 20);
     assert!(
         growth < bound,
         "RSS grew by {:.1} MB while {STALLED} watchers were stalled (bound {:.1} MB)",
@@ -289,7 +290,14 @@ async fn stalled_watchers_do_not_delay_healthy_ones_and_memory_stays_bounded() {
     let (events, ended) = drain_raw(&mut stalled[0], Some("live/zz-sentinel"))
         .await
         .unwrap_or_else(|e| panic!("stalled watcher 0, reading again: {e}"));
-    assert!(!ended);
+    assert!(
+        !ended,
+        "stalled watcher 0 was ended after {} events though the history ({} MB) holds \
+         everything written ({:.1} MB)",
+        events.len(),
+        history_bytes >> 20,
+        big_bytes as f64 / 1e6
+    );
     let all = Arc::new(watch_env::log_since(&store, from, None));
     check_all("stalled watcher 0 after catching up", &events, &all, true);
 }

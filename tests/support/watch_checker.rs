@@ -333,8 +333,10 @@ pub struct StateChecker {
     /// key → (RV, digest) of the object as the stream describes it.
     state: BTreeMap<String, (u64, u64)>,
     last_rv: u64,
-    /// Keys that got a DELETED at `last_rv` (several deletes may share a relist's RV).
-    deleted_at_last: HashSet<String>,
+    /// Keys that had an event at `last_rv`: a relist's deletions all carry the list's RV,
+    /// and a change made at exactly that RV comes with them, so several events may share
+    /// one RV, but never two for the same object.
+    keys_at_last: HashSet<String>,
     violations: Vec<Violation>,
     events: usize,
 }
@@ -380,13 +382,13 @@ impl StateChecker {
             });
         }
         if got.rv == self.last_rv {
-            // Only a relist's deletions share one RV (the list's), each for another object.
-            if got.kind != "DELETED" || self.deleted_at_last.contains(&got.key) {
+            if self.keys_at_last.contains(&got.key) {
                 return Some(Violation::Duplicate { rv: got.rv });
             }
         } else {
-            self.deleted_at_last.clear();
+            self.keys_at_last.clear();
         }
+        self.keys_at_last.insert(got.key.clone());
         self.last_rv = got.rv;
         let cur = self.state.get(&got.key).copied();
         match (got.kind.as_str(), cur) {
@@ -405,7 +407,6 @@ impl StateChecker {
             ("MODIFIED", None) => return Some(invalid("MODIFIED for an absent object".into())),
             ("DELETED", Some(_)) => {
                 self.state.remove(&got.key);
-                self.deleted_at_last.insert(got.key.clone());
             }
             ("DELETED", None) => return Some(invalid("DELETED for an absent object".into())),
             (other, _) => return Some(invalid(format!("unknown event type {other:?}"))),
@@ -587,7 +588,14 @@ mod tests {
         c.state.insert("ns/d".into(), (9, 0));
         assert_eq!(c.observe(&s("DELETED", 20, "ns/b")), None);
         assert_eq!(c.observe(&s("DELETED", 20, "ns/d")), None);
-        let want: BTreeMap<String, u64> = [("ns/a".into(), 14), ("ns/c".into(), 11)].into();
+        // A change made at exactly the list's RV comes after the deletions.
+        assert_eq!(c.observe(&s("ADDED", 20, "ns/e")), None);
+        let want: BTreeMap<String, u64> = [
+            ("ns/a".into(), 14),
+            ("ns/c".into(), 11),
+            ("ns/e".into(), 20),
+        ]
+        .into();
         assert_eq!(c.diff(&want), None);
         assert!(c.violations().is_empty());
     }
