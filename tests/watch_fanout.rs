@@ -1,9 +1,9 @@
 //! Watch fan-out at scale (issue 5, "What must be shown" 2): a thousand concurrent watches
 //! through the gateway, over a few HTTP/2 connections and many HTTP/1.1 ones, cost exactly
 //! one upstream watch, and every watcher receives every matching event exactly once, in
-//! resourceVersion order — checked event by event against a direct watch on the simulator
-//! with the same path and starting RV (whose own stream is checked against the
-//! simulator's event log).
+//! resourceVersion order — checked event by event against the simulator's event log (with
+//! kube-apiserver's selector transitions), which direct watches on the simulator with the
+//! same paths and starting RV must agree with.
 
 mod support;
 #[path = "support/watch_checker.rs"]
@@ -47,6 +47,17 @@ const SHAPES: [(&str, &str); 4] = [
 fn shape_path(shape: usize, from: u64) -> String {
     let (path, extra) = SHAPES[shape];
     format!("{path}?watch=true&resourceVersion={from}&allowWatchBookmarks=true&timeoutSeconds=300{extra}")
+}
+
+/// What a watcher of `shape` from `from` must receive (the simulator's event log with
+/// kube-apiserver's selector transitions).
+fn expected_for(store: &watchgate::sim::Store, from: u64, shape: usize) -> Vec<Sig> {
+    let ns = (shape == 1).then_some("ns-1");
+    watch_env::log_filtered(store, from, ns, |p| match shape {
+        2 => p["metadata"]["labels"]["app"] == "web",
+        3 => p["spec"]["nodeName"] == "node-1",
+        _ => true,
+    })
 }
 
 /// Reads a stream until the sentinel's ADDED, returning every event's signature.
@@ -260,27 +271,46 @@ async fn a_thousand_watchers_share_one_upstream_watch_and_see_every_event_once_i
     put(&store, pod("ns-1", "zz-sentinel", "web", "node-1", 0));
     let last_rv = store.current_rv();
 
-    // The references, checked against the simulator's log where that is simple.
-    let mut expected: Vec<Arc<Vec<Sig>>> = Vec::new();
+    // The expected streams, from the simulator's event log; its own watches (same paths,
+    // same RV) must agree.
+    let expected: Vec<Arc<Vec<Sig>>> = (0..SHAPES.len())
+        .map(|shape| Arc::new(expected_for(&store, from, shape)))
+        .collect();
+    let log_all = watch_env::log_since(&store, from, None);
+    assert_eq!(*expected[0], log_all);
+    let mut sim_deviations = 0;
     for (shape, r) in references.into_iter().enumerate() {
-        let events = r
+        let direct: Vec<Sig> = r
             .await
             .unwrap()
-            .unwrap_or_else(|e| panic!("reference watch {shape}: {e}"));
-        expected.push(Arc::new(
-            events.into_iter().filter(Sig::is_change).collect(),
-        ));
+            .unwrap_or_else(|e| panic!("direct watch on the simulator, shape {shape}: {e}"))
+            .into_iter()
+            .filter(Sig::is_change)
+            .collect();
+        let same = |a: &Sig, b: &Sig| (&a.kind, a.rv, &a.key) == (&b.kind, b.rv, &b.key);
+        assert!(
+            direct.len() == expected[shape].len()
+                && direct
+                    .iter()
+                    .zip(expected[shape].iter())
+                    .all(|(a, b)| same(a, b)),
+            "shape {shape}: the simulator's own watch disagrees with its event log"
+        );
+        // The simulator's watch sends the NEW object when one stops matching a selector
+        // (docs/simulator.md); kube-apiserver sends the previous one, as expected here.
+        sim_deviations += direct
+            .iter()
+            .zip(expected[shape].iter())
+            .filter(|(a, b)| a.digest != b.digest)
+            .count();
     }
-    let log_all = watch_env::log_since(&store, from, None);
-    assert_eq!(
-        *expected[0], log_all,
-        "the simulator's own watch differs from its event log"
-    );
-    assert_eq!(
-        *expected[1],
-        watch_env::log_since(&store, from, Some("ns-1")),
-        "the simulator's namespaced watch differs from its event log"
-    );
+    if sim_deviations > 0 {
+        println!(
+            "note: the simulator's own watches sent {sim_deviations} stopped-matching DELETED \
+             events with the new object instead of the previous one (kube-apiserver's \
+             cache_watcher.go sends the previous one; the gateway is checked against that)"
+        );
+    }
     assert!(
         expected.iter().all(|e| e.len() > 20),
         "every shape must see a real share of the writes: {:?}",

@@ -164,3 +164,42 @@ pub fn percentile(sorted: &[Duration], p: f64) -> Duration {
     let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
     sorted[rank.clamp(1, sorted.len()) - 1]
 }
+
+/// The events a watch of pods after `from` must deliver, from the simulator's event log,
+/// for a watcher scoped to `ns` (if given) whose selectors are `matches`: kube-apiserver's
+/// cache_watcher.go `convertToWatchEvent`. An object that starts matching is ADDED, one
+/// that matched before and after is MODIFIED, one deleted while matching is DELETED, and
+/// one that stops matching is DELETED carrying its PREVIOUS content with the event's
+/// resourceVersion.
+pub fn log_filtered(
+    store: &Store,
+    from: u64,
+    ns: Option<&str>,
+    matches: impl Fn(&Value) -> bool,
+) -> Vec<Sig> {
+    use watchgate::sim::store::EventType;
+    let (events, _) = store
+        .events_since(pods(), from, usize::MAX)
+        .expect("the simulator's history still holds the test's events");
+    let mut out = Vec::new();
+    for e in events
+        .iter()
+        .filter(|e| ns.is_none_or(|n| e.namespace == n))
+    {
+        let now = e.kind != EventType::Deleted && matches(&e.object);
+        let before = e.prev.as_deref().is_some_and(&matches);
+        match (e.kind, before, now) {
+            (EventType::Deleted, true, _) => out.push(Sig::from_parts("DELETED", e.object_json())),
+            (_, false, true) => out.push(Sig::from_parts("ADDED", e.object_json())),
+            (_, true, true) => out.push(Sig::from_parts("MODIFIED", e.object_json())),
+            (_, true, false) => {
+                let mut prev = e.prev.as_deref().expect("matched before").clone();
+                prev["metadata"]["resourceVersion"] = e.rv.to_string().into();
+                let bytes = serde_json::to_vec(&prev).expect("encode");
+                out.push(Sig::from_parts("DELETED", &bytes));
+            }
+            _ => {}
+        }
+    }
+    out
+}
