@@ -268,6 +268,10 @@ impl RawWatch {
     /// Decodes whatever chunked data is buffered into `self.body`.
     fn decode(&mut self) -> Result<(), String> {
         loop {
+            if self.ended {
+                // Nothing follows the terminating chunk but its CRLF.
+                return Ok(());
+            }
             match self.chunk_left {
                 None => {
                     let Some(pos) = self.buf.windows(2).position(|w| w == b"\r\n") else {
@@ -278,7 +282,13 @@ impl RawWatch {
                         .ok()
                         .map(|s| s.split(';').next().unwrap_or("").trim().to_string())
                         .and_then(|s| usize::from_str_radix(&s, 16).ok())
-                        .ok_or_else(|| format!("bad chunk size line {:?}", &line[..pos]))?;
+                        .ok_or_else(|| {
+                            format!(
+                                "bad chunk size line {:?} (then {:?})",
+                                String::from_utf8_lossy(&line[..pos]),
+                                String::from_utf8_lossy(&self.buf[..self.buf.len().min(80)])
+                            )
+                        })?;
                     if size == 0 {
                         // The last chunk: a clean end of the response.
                         self.ended = true;
