@@ -174,12 +174,11 @@ fn check_all(name: &str, events: &[Sig], expected: &Arc<Vec<Sig>>, complete: boo
 
 const HEALTHY: usize = 1000;
 const STALLED: usize = 100;
-/// Measured writes, one every [`PACE`]: 20 per second to 1,000 watchers is 20,000
-/// deliveries a second, about half of what a debug build of the whole test (simulator,
-/// gateway and a thousand clients on two cores) sustains, so the delay measured is the
-/// stalled watchers' doing, not saturation.
-const ROUNDS: usize = 60;
-const PACE: Duration = Duration::from_millis(50);
+/// Measured writes, one every [`PACE`]: 5 a second to 1,000 watchers, so each event's
+/// fan-out is over well before the next even in a debug build on two cores shared with
+/// other builds, and the delay measured is the stalled watchers' doing, not saturation.
+const ROUNDS: usize = 30;
+const PACE: Duration = Duration::from_millis(200);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stalled_watchers_do_not_delay_healthy_ones_and_memory_stays_bounded() {
@@ -247,8 +246,8 @@ async fn stalled_watchers_do_not_delay_healthy_ones_and_memory_stays_bounded() {
     // the stalled watchers and not a backlog of a debug build's parsing.
     cache_reaches(gw.url(), store.current_rv()).await;
 
-    // Measure: small writes the healthy watchers see, with a big one for the stalled
-    // watchers every fourth round.
+    // Measure: small writes the healthy watchers see, each with a big one for the stalled
+    // watchers.
     let mut written: HashMap<u64, Instant> = HashMap::new();
     let mut big_writes = fill;
     for r in 0..ROUNDS {
@@ -257,10 +256,8 @@ async fn stalled_watchers_do_not_delay_healthy_ones_and_memory_stays_bounded() {
         })
         .expect("live pod exists");
         written.insert(rv, Instant::now());
-        if r % 4 == 0 {
-            big_update(&store, big_writes, bigs);
-            big_writes += 1;
-        }
+        big_update(&store, big_writes, bigs);
+        big_writes += 1;
         tokio::time::sleep(PACE).await;
     }
     put(&store, pod("live", "zz-sentinel", "web", "node-1", 0));
