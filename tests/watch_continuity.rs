@@ -280,21 +280,34 @@ async fn an_upstream_410_and_relist_leave_every_watcher_continuous() {
     writer.writes(20);
     let before_outage = store.current_rv();
 
-    // The reflector's next watch gets 410 (after a slow answer, so writes happen during
-    // the outage); it relists.
+    // The reflector's next watch gets 410 and it relists; the upstream answers slowly,
+    // so writes happen during the outage.
+    let watches_before = stats.watches("pods");
     faults.force_410_next_watch(1);
-    faults.set_latency(Duration::from_millis(500));
+    faults.set_latency(Duration::from_secs(1));
     faults.drop_watches_now();
+    // These may still reach the dying watch or only the relist: either is fine.
     writer.writes(25);
-    // Twice the same pod, a pod created and deleted, a seeded pod deleted.
-    for phase in ["Outage1", "Outage2"] {
-        update(&store, "ns-1", "seed-1", |p| {
-            p["status"]["phase"] = phase.into()
-        });
-    }
+    // Once the 410 has been answered the old stream is long gone and the relist's list is
+    // in its one-second wait: these reach the gateway only through the relist's diff.
+    wait_for_watches(
+        &sim,
+        watches_before + 1,
+        "the reflector's watch gets its 410",
+    )
+    .await;
+    let seed4_deleted = delete(&store, "ns-1", "seed-4").expect("seed-4 exists");
+    let updates: Vec<u64> = ["Outage1", "Outage2"]
+        .iter()
+        .map(|phase| {
+            update(&store, "ns-1", "seed-1", |p| {
+                p["status"]["phase"] = (*phase).into()
+            })
+            .expect("seed-1 exists")
+        })
+        .collect();
     put(&store, pod("ns-1", "blip", "web", "node-1", 0));
     delete(&store, "ns-1", "blip");
-    delete(&store, "ns-1", "seed-4");
     let stats2 = stats.clone();
     wait_until(
         "the reflector relists after the 410",
@@ -342,6 +355,33 @@ async fn an_upstream_410_and_relist_leave_every_watcher_continuous() {
         }
         if let Some(d) = state.diff(&finals[scope]) {
             failures.push(format!("watcher {id} ({ns:?}): final state: {d}"));
+        }
+        // What only the relist could tell: seed-1's two updates as one MODIFIED, seed-4's
+        // deletion with the list's RV, the short-lived pod not at all.
+        let seed1: Vec<&Sig> = events
+            .iter()
+            .filter(|e| e.key == "ns-1/seed-1" && e.rv > before_outage)
+            .collect();
+        if seed1.len() != 1 || seed1[0].kind != "MODIFIED" || seed1[0].rv != updates[1] {
+            failures.push(format!(
+                "watcher {id} ({ns:?}): seed-1 (updated at RVs {updates:?} during the outage) \
+                 arrived as {:?}, want one MODIFIED at RV {}",
+                seed1.iter().map(|s| s.to_string()).collect::<Vec<_>>(),
+                updates[1]
+            ));
+        }
+        let seed4: Vec<&Sig> = events.iter().filter(|e| e.key == "ns-1/seed-4").collect();
+        if seed4.len() != 1 || seed4[0].kind != "DELETED" || seed4[0].rv <= seed4_deleted {
+            failures.push(format!(
+                "watcher {id} ({ns:?}): seed-4 (deleted at RV {seed4_deleted} during the \
+                 outage) arrived as {:?}, want one DELETED at the relist's RV",
+                seed4.iter().map(|s| s.to_string()).collect::<Vec<_>>()
+            ));
+        }
+        if events.iter().any(|e| e.key == "ns-1/blip") {
+            failures.push(format!(
+                "watcher {id} ({ns:?}): saw a pod that lived only during the outage"
+            ));
         }
     }
     println!(
