@@ -489,3 +489,70 @@ async fn a_watcher_stalled_beyond_the_history_is_ended_cleanly_and_its_resume_ge
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stalled_http2_streams_do_not_block_the_other_streams_of_their_connection() {
+    let _serial = SERIAL.lock().await;
+    let (sim, gw) = env(256 << 20).await;
+    let store = sim.handle().store().clone();
+    let bigs = 8;
+    seed_big(&store, bigs);
+    warm(gw.url(), sim.handle()).await;
+    let from = store.current_rv();
+    let conn = H2Conn::connect(gw.handle().addr())
+        .await
+        .expect("h2c connection");
+    let path = watch_path(None, from);
+    // Ten streams whose bodies are never read: their flow-control windows (1 MB each)
+    // fill, and the gateway can send them nothing more.
+    let mut stalled = Vec::new();
+    for i in 0..10 {
+        let w = conn
+            .watch(&path)
+            .await
+            .unwrap_or_else(|e| panic!("stalled stream {i}: {e}"));
+        assert_eq!(w.status, 200);
+        stalled.push(w);
+    }
+    // Twenty streams on the same connection that read everything.
+    let mut healthy = Vec::new();
+    for i in 0..20 {
+        let w = conn
+            .watch(&path)
+            .await
+            .unwrap_or_else(|e| panic!("healthy stream {i}: {e}"));
+        assert_eq!(w.status, 200);
+        healthy.push(tokio::spawn(async move {
+            let mut lines = w.lines;
+            read_until(&mut lines, "live/zz-sentinel")
+                .await
+                .map_err(|e| format!("healthy stream {i}: {e}"))
+        }));
+    }
+    // 16 MB: more than a stalled stream's window (1 MB), the server's send buffer and its
+    // queue (64 events) hold together.
+    for i in 0..128 {
+        big_update(&store, i, bigs);
+        if i % 8 == 0 {
+            tokio::task::yield_now().await;
+        }
+    }
+    put(&store, pod("live", "zz-sentinel", "web", "node-1", 0));
+    let expected = Arc::new(watch_env::log_since(&store, from, None));
+    for t in healthy {
+        let events = tokio::time::timeout(Duration::from_secs(60), t)
+            .await
+            .expect("healthy streams finish within 60 s")
+            .unwrap()
+            .unwrap_or_else(|e| panic!("{e}"));
+        let sigs: Vec<Sig> = events.into_iter().map(|(s, _)| s).collect();
+        check_all("healthy stream", &sigs, &expected, true);
+    }
+    // The stalled streams were only waiting: read now, they catch up from the history.
+    let mut lines = stalled.remove(0).lines;
+    let events = read_until(&mut lines, "live/zz-sentinel")
+        .await
+        .expect("a stalled stream catches up");
+    let sigs: Vec<Sig> = events.into_iter().map(|(s, _)| s).collect();
+    check_all("stalled stream after reading again", &sigs, &expected, true);
+}
