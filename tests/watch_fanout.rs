@@ -1,6 +1,7 @@
 //! Watch fan-out at scale (issue 5, "What must be shown" 2): a thousand concurrent watches
-//! through the gateway, over a few HTTP/2 connections and many HTTP/1.1 ones, cost exactly
-//! one upstream watch, and every watcher receives every matching event exactly once, in
+//! through the gateway, over a few HTTP/2 connections and many HTTP/1.1 ones, from RV N and
+//! (one in ten) from RV "0", with four shapes (all pods, a namespace, a label selector, the
+//! kubelet's field selector), cost exactly one upstream watch, and every watcher receives every matching event exactly once, in
 //! resourceVersion order — checked event by event against the simulator's event log (with
 //! kube-apiserver's selector transitions), which direct watches on the simulator with the
 //! same paths and starting RV must agree with.
@@ -53,11 +54,27 @@ fn shape_path(shape: usize, from: u64) -> String {
 /// kube-apiserver's selector transitions).
 fn expected_for(store: &watchgate::sim::Store, from: u64, shape: usize) -> Vec<Sig> {
     let ns = (shape == 1).then_some("ns-1");
-    watch_env::log_filtered(store, from, ns, |p| match shape {
+    watch_env::log_filtered(store, from, ns, |p| shape_matches(shape, p))
+}
+
+/// What a watcher of `shape` from RV "0" gets first: the current state's matching pods
+/// as ADDED events, in key order.
+fn initial_for(store: &watchgate::sim::Store, shape: usize) -> Vec<Sig> {
+    let ns = (shape == 1).then_some("ns-1");
+    let (_, items) = store.list(watch_env::pods(), ns);
+    items
+        .iter()
+        .filter(|p| shape_matches(shape, p))
+        .map(|p| Sig::from_parts("ADDED", &serde_json::to_vec(p.as_ref()).unwrap()))
+        .collect()
+}
+
+fn shape_matches(shape: usize, p: &serde_json::Value) -> bool {
+    match shape {
         2 => p["metadata"]["labels"]["app"] == "web",
         3 => p["spec"]["nodeName"] == "node-1",
         _ => true,
-    })
+    }
 }
 
 /// Reads a stream until the sentinel's ADDED, returning every event's signature.
@@ -87,6 +104,7 @@ async fn read_until_sentinel(lines: &mut LineReader) -> Result<Vec<Sig>, String>
 struct Outcome {
     id: usize,
     shape: usize,
+    rv0: bool,
     proto: &'static str,
     source: Option<String>,
     events: Result<Vec<Sig>, String>,
@@ -176,6 +194,9 @@ async fn a_thousand_watchers_share_one_upstream_watch_and_see_every_event_once_i
     warm(gw.url(), sim.handle()).await;
     let reflector_watches = sim.handle().stats().watches("pods");
     let from = store.current_rv();
+    let initial: Vec<Vec<Sig>> = (0..SHAPES.len())
+        .map(|shape| initial_for(&store, shape))
+        .collect();
 
     // The references: one direct watch on the simulator per shape.
     let mut references = Vec::new();
@@ -200,7 +221,9 @@ async fn a_thousand_watchers_share_one_upstream_watch_and_see_every_event_once_i
     let mut tasks = Vec::with_capacity(WATCHERS);
     for id in 0..WATCHERS {
         let shape = id % SHAPES.len();
-        let path = shape_path(shape, from);
+        // One in ten starts at RV "0": the current state as ADDED events, then the changes.
+        let rv0 = (id / SHAPES.len()) % 10 == 9;
+        let path = shape_path(shape, if rv0 { 0 } else { from });
         let h2 = (id < H2_CONNECTIONS * STREAMS_PER_H2).then(|| conns[id / STREAMS_PER_H2].clone());
         let ready = ready_tx.clone();
         tasks.push(tokio::spawn(async move {
@@ -217,6 +240,7 @@ async fn a_thousand_watchers_share_one_upstream_watch_and_see_every_event_once_i
                     return Outcome {
                         id,
                         shape,
+                        rv0,
                         proto,
                         source: None,
                         events: Err(msg),
@@ -227,6 +251,7 @@ async fn a_thousand_watchers_share_one_upstream_watch_and_see_every_event_once_i
                     return Outcome {
                         id,
                         shape,
+                        rv0,
                         proto,
                         source: None,
                         events: Err(e),
@@ -239,6 +264,7 @@ async fn a_thousand_watchers_share_one_upstream_watch_and_see_every_event_once_i
             Outcome {
                 id,
                 shape,
+                rv0,
                 proto,
                 source,
                 events,
@@ -322,6 +348,7 @@ async fn a_thousand_watchers_share_one_upstream_watch_and_see_every_event_once_i
     let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
     let mut not_from_cache = 0;
     let mut delivered = 0usize;
+    let mut initial_checked = 0usize;
     for t in tasks {
         let o = tokio::time::timeout(Duration::from_secs(90), t)
             .await
@@ -341,8 +368,31 @@ async fn a_thousand_watchers_share_one_upstream_watch_and_see_every_event_once_i
                 continue;
             }
         };
+        let mut events = &events[..];
+        if o.rv0 {
+            // The state at the start, as ADDED events in key order (etcd's), exactly.
+            let want = &initial[o.shape];
+            let n = want.len().min(events.len());
+            if let Some(i) = (0..n)
+                .find(|&i| events[i] != want[i])
+                .or((n < want.len()).then_some(n))
+            {
+                *counts.entry("initial state").or_default() += 1;
+                failures.push(format!(
+                    "watcher {} ({}, shape {}, RV 0): initial event {i} is {}, want {}",
+                    o.id,
+                    o.proto,
+                    o.shape,
+                    events.get(i).map_or("missing".into(), |s| s.to_string()),
+                    want[i]
+                ));
+                continue;
+            }
+            initial_checked += n;
+            events = &events[n..];
+        }
         let mut checker = StreamChecker::new(expected[o.shape].clone());
-        for sig in &events {
+        for sig in events {
             checker.observe(sig);
         }
         delivered += checker.observed();
@@ -364,7 +414,8 @@ async fn a_thousand_watchers_share_one_upstream_watch_and_see_every_event_once_i
         }
     }
     println!(
-        "{WATCHERS} watchers: {delivered} events checked ({} writes after RV {from}, up to RV {last_rv}) in {:.1?}",
+        "{WATCHERS} watchers: {delivered} events and {initial_checked} initial ADDED events checked \
+         ({} writes after RV {from}, up to RV {last_rv}) in {:.1?}",
         log_all.len(),
         write_started.elapsed()
     );
