@@ -29,7 +29,7 @@ use support::servers::{cluster_config, start_gateway, start_sim_with, GatewaySer
 use support::wait_until;
 use watch_checker::{Sig, StateChecker, StreamChecker};
 use watch_clients::{h1_watch, H2Conn};
-use watch_env::{delete, pod, put, sim_state, update, warm};
+use watch_env::{delete, pod, put, sim_state_where, update, warm};
 use watchgate::sim::Store;
 
 const NAMESPACES: [&str; 3] = ["ns-0", "ns-1", "ns-2"];
@@ -56,28 +56,69 @@ async fn env() -> (SimServer, GatewayServer) {
     (sim, gw)
 }
 
-/// A watcher: its scope (None = all namespaces) and its task.
+/// What a watcher watches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Scope {
+    /// Every pod.
+    All,
+    /// The pods of namespace `ns-1`.
+    Ns1,
+    /// Pods labelled `app=web` (the writes flip labels, so pods move in and out).
+    Web,
+}
+
+const SCOPES: [Scope; 3] = [Scope::All, Scope::Ns1, Scope::Web];
+
+impl Scope {
+    fn ns(self) -> Option<&'static str> {
+        (self == Scope::Ns1).then_some("ns-1")
+    }
+
+    fn matches(self, p: &serde_json::Value) -> bool {
+        self != Scope::Web || p["metadata"]["labels"]["app"] == "web"
+    }
+
+    fn path(self, from: u64) -> String {
+        let q = format!(
+            "watch=true&resourceVersion={from}&allowWatchBookmarks=true&timeoutSeconds=300"
+        );
+        match self {
+            Scope::All => format!("/api/v1/pods?{q}"),
+            Scope::Ns1 => format!("/api/v1/namespaces/ns-1/pods?{q}"),
+            Scope::Web => format!("/api/v1/pods?{q}&labelSelector=app%3Dweb"),
+        }
+    }
+
+    /// What a watcher of this scope from `from` must get (exactly, when the upstream's
+    /// history is complete).
+    fn log(self, store: &Store, from: u64) -> Arc<Vec<Sig>> {
+        Arc::new(watch_env::log_filtered(store, from, self.ns(), |p| {
+            self.matches(p)
+        }))
+    }
+
+    /// The simulator's current state as this scope sees it.
+    fn state(self, store: &Store) -> BTreeMap<String, u64> {
+        sim_state_where(store, self.ns(), |p| self.matches(p))
+    }
+}
+
+/// A watcher and its task.
 struct Watcher {
     id: usize,
-    ns: Option<&'static str>,
+    scope: Scope,
     task: tokio::task::JoinHandle<Result<Vec<Sig>, String>>,
 }
 
-/// 30 watchers from `from`: all pods over HTTP/1.1 and over HTTP/2, and namespace `ns-1`
-/// over HTTP/2; all ask for bookmarks.
+/// 30 watchers from `from`, ten per scope, half over HTTP/1.1 and half as streams of one
+/// HTTP/2 connection; all ask for bookmarks.
 async fn watchers(addr: SocketAddr, from: u64) -> Vec<Watcher> {
     let conn = H2Conn::connect(addr).await.expect("h2c connection");
     let mut out = Vec::new();
     for id in 0..30 {
-        let ns = (id % 3 == 2).then_some("ns-1");
-        let base = match ns {
-            Some(ns) => format!("/api/v1/namespaces/{ns}/pods"),
-            None => "/api/v1/pods".into(),
-        };
-        let path = format!(
-            "{base}?watch=true&resourceVersion={from}&allowWatchBookmarks=true&timeoutSeconds=300"
-        );
-        let w = if id % 3 == 0 {
+        let scope = SCOPES[id % 3];
+        let path = scope.path(from);
+        let w = if id % 2 == 0 {
             h1_watch(addr, &path).await
         } else {
             conn.watch(&path).await
@@ -106,7 +147,7 @@ async fn watchers(addr: SocketAddr, from: u64) -> Vec<Watcher> {
                 }
             }
         });
-        out.push(Watcher { id, ns, task });
+        out.push(Watcher { id, scope, task });
     }
     out
 }
@@ -136,10 +177,22 @@ impl Writer {
                 put(&self.store, pod(ns, &name, "web", "node-1", 300));
                 self.live.push((ns.to_string(), name));
             }
-            1 | 2 => {
+            1 => {
                 let (ns, name) = &self.live[(i * 7) % self.live.len()];
                 update(&self.store, ns, name, |p| {
                     p["status"]["phase"] = format!("Step{i}").into();
+                });
+            }
+            2 => {
+                // In or out of `app=web`.
+                let (ns, name) = &self.live[(i * 11) % self.live.len()];
+                update(&self.store, ns, name, |p| {
+                    let app = if p["metadata"]["labels"]["app"] == "web" {
+                        "db"
+                    } else {
+                        "web"
+                    };
+                    p["metadata"]["labels"]["app"] = app.into();
                 });
             }
             _ => {
@@ -166,7 +219,7 @@ async fn wait_for_watches(sim: &SimServer, at_least: u64, what: &str) {
 }
 
 /// Collects every watcher's events; panics with every failure at once.
-async fn collect(ws: Vec<Watcher>) -> Vec<(usize, Option<&'static str>, Vec<Sig>)> {
+async fn collect(ws: Vec<Watcher>) -> Vec<(usize, Scope, Vec<Sig>)> {
     let mut out = Vec::new();
     let mut failures = Vec::new();
     for w in ws {
@@ -175,8 +228,8 @@ async fn collect(ws: Vec<Watcher>) -> Vec<(usize, Option<&'static str>, Vec<Sig>
             .expect("watchers finish within 60 s")
             .expect("watcher task")
         {
-            Ok(ev) => out.push((w.id, w.ns, ev)),
-            Err(e) => failures.push(format!("watcher {} ({:?}): {e}", w.id, w.ns)),
+            Ok(ev) => out.push((w.id, w.scope, ev)),
+            Err(e) => failures.push(format!("watcher {} ({:?}): {e}", w.id, w.scope)),
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
@@ -190,8 +243,7 @@ async fn upstream_watch_drops_and_resumes_leave_every_watcher_continuous() {
     let stats = sim.handle().stats().clone();
     let faults = sim.handle().faults().clone();
     let from = store.current_rv();
-    let initial: [BTreeMap<String, u64>; 2] =
-        [sim_state(&store, None), sim_state(&store, Some("ns-1"))];
+    let initial = SCOPES.map(|s| s.state(&store));
     let lists_before = stats.lists("pods");
     let watches_before = stats.watches("pods");
     let ws = watchers(gw.handle().addr(), from).await;
@@ -230,15 +282,13 @@ async fn upstream_watch_drops_and_resumes_leave_every_watcher_continuous() {
         lists_before,
         "the reflector relisted: this test is about resuming"
     );
-    let logs = [
-        Arc::new(watch_env::log_since(&store, from, None)),
-        Arc::new(watch_env::log_since(&store, from, Some("ns-1"))),
-    ];
-    let finals = [sim_state(&store, None), sim_state(&store, Some("ns-1"))];
+    let logs = SCOPES.map(|s| s.log(&store, from));
+    let finals = SCOPES.map(|s| s.state(&store));
     let results = collect(ws).await;
     let mut failures = Vec::new();
-    for (id, ns, events) in &results {
-        let scope = usize::from(ns.is_some());
+    for (id, scope, events) in &results {
+        let (ns, scope_kind) = (scope, *scope);
+        let scope = SCOPES.iter().position(|s| *s == scope_kind).unwrap();
         let mut strict = StreamChecker::new(logs[scope].clone());
         let mut state = StateChecker::with_state(initial[scope].clone(), from);
         for e in events {
@@ -272,8 +322,7 @@ async fn an_upstream_410_and_relist_leave_every_watcher_continuous() {
     let stats = sim.handle().stats().clone();
     let faults = sim.handle().faults().clone();
     let from = store.current_rv();
-    let initial: [BTreeMap<String, u64>; 2] =
-        [sim_state(&store, None), sim_state(&store, Some("ns-1"))];
+    let initial = SCOPES.map(|s| s.state(&store));
     let lists_before = stats.lists("pods");
     let ws = watchers(gw.handle().addr(), from).await;
     let mut writer = Writer::new(store.clone());
@@ -327,15 +376,13 @@ async fn an_upstream_410_and_relist_leave_every_watcher_continuous() {
     writer.writes(20);
     put(&store, pod("ns-1", "zz-sentinel", "web", "node-1", 0));
 
-    let logs = [
-        Arc::new(watch_env::log_since(&store, from, None)),
-        Arc::new(watch_env::log_since(&store, from, Some("ns-1"))),
-    ];
-    let finals = [sim_state(&store, None), sim_state(&store, Some("ns-1"))];
+    let logs = SCOPES.map(|s| s.log(&store, from));
+    let finals = SCOPES.map(|s| s.state(&store));
     let results = collect(ws).await;
     let mut failures = Vec::new();
-    for (id, ns, events) in &results {
-        let scope = usize::from(ns.is_some());
+    for (id, scope, events) in &results {
+        let (ns, scope_kind) = (scope, *scope);
+        let scope = SCOPES.iter().position(|s| *s == scope_kind).unwrap();
         // Before the outage the upstream's history was complete: exactly the log.
         let before: Vec<Sig> = logs[scope]
             .iter()
@@ -357,12 +404,16 @@ async fn an_upstream_410_and_relist_leave_every_watcher_continuous() {
             failures.push(format!("watcher {id} ({ns:?}): final state: {d}"));
         }
         // What only the relist could tell: seed-1's two updates as one MODIFIED, seed-4's
-        // deletion with the list's RV, the short-lived pod not at all.
+        // deletion with the list's RV (for the scopes that see both whatever their
+        // labels), the short-lived pod not at all.
         let seed1: Vec<&Sig> = events
             .iter()
             .filter(|e| e.key == "ns-1/seed-1" && e.rv > before_outage)
             .collect();
-        if seed1.len() != 1 || seed1[0].kind != "MODIFIED" || seed1[0].rv != updates[1] {
+        let sees_ns1 = scope_kind != Scope::Web;
+        if sees_ns1
+            && (seed1.len() != 1 || seed1[0].kind != "MODIFIED" || seed1[0].rv != updates[1])
+        {
             failures.push(format!(
                 "watcher {id} ({ns:?}): seed-1 (updated at RVs {updates:?} during the outage) \
                  arrived as {:?}, want one MODIFIED at RV {}",
@@ -371,7 +422,9 @@ async fn an_upstream_410_and_relist_leave_every_watcher_continuous() {
             ));
         }
         let seed4: Vec<&Sig> = events.iter().filter(|e| e.key == "ns-1/seed-4").collect();
-        if seed4.len() != 1 || seed4[0].kind != "DELETED" || seed4[0].rv <= seed4_deleted {
+        if sees_ns1
+            && (seed4.len() != 1 || seed4[0].kind != "DELETED" || seed4[0].rv <= seed4_deleted)
+        {
             failures.push(format!(
                 "watcher {id} ({ns:?}): seed-4 (deleted at RV {seed4_deleted} during the \
                  outage) arrived as {:?}, want one DELETED at the relist's RV",

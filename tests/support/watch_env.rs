@@ -102,9 +102,19 @@ pub fn log_since(store: &Store, from: u64, ns: Option<&str>) -> Vec<Sig> {
 
 /// The simulator's current pods (in `ns` if given) as key → RV.
 pub fn sim_state(store: &Store, ns: Option<&str>) -> BTreeMap<String, u64> {
+    sim_state_where(store, ns, |_| true)
+}
+
+/// The simulator's current pods (in `ns` if given) that `matches` accepts, as key → RV.
+pub fn sim_state_where(
+    store: &Store,
+    ns: Option<&str>,
+    matches: impl Fn(&Value) -> bool,
+) -> BTreeMap<String, u64> {
     let (_, items) = store.list(pods(), ns);
     items
         .iter()
+        .filter(|o| matches(o))
         .map(|o| {
             (
                 key_of(
