@@ -448,3 +448,74 @@ async fn a_thousand_watchers_share_one_upstream_watch_and_see_every_event_once_i
     }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
+
+/// kube-apiserver allows 250 concurrent streams per HTTP/2 connection (k8s.io/apiserver
+/// `SecureServingInfo.Serve`: `HTTP2MaxStreamsPerConnection`, else "make the default of
+/// 250 explicit"), and client-go multiplexes all of a client's watches over one
+/// connection: 250 watches on one connection must all be served at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_http2_connection_carries_as_many_watches_as_kube_apiserver_allows() {
+    const STREAMS: usize = 250;
+    let sim = start_sim_with(cluster_config()).await;
+    let store = sim.handle().store().clone();
+    let gw = start_gateway(sim.url()).await;
+    warm(gw.url(), sim.handle()).await;
+    let from = store.current_rv();
+    let conn = H2Conn::connect(gw.handle().addr())
+        .await
+        .expect("h2c connection");
+    let (ready_tx, mut ready_rx) = tokio::sync::mpsc::channel::<()>(STREAMS);
+    let mut tasks = Vec::new();
+    for i in 0..STREAMS {
+        let (conn, ready) = (conn.clone(), ready_tx.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut w = conn
+                .watch(&shape_path(0, from))
+                .await
+                .map_err(|e| format!("stream {i}: {e}"))?;
+            if w.status != 200 {
+                return Err(format!("stream {i}: status {}", w.status));
+            }
+            let _ = ready.send(()).await;
+            read_until_sentinel(&mut w.lines)
+                .await
+                .map_err(|e| format!("stream {i}: {e}"))
+        }));
+    }
+    // Every stream must be open (its response head came) at once: a stream over the
+    // server's limit waits for another to close.
+    drop(ready_tx);
+    let stats = sim.handle().stats().clone();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let mut opened = 0;
+    while opened < STREAMS {
+        match tokio::time::timeout_at(deadline, ready_rx.recv()).await {
+            Ok(Some(())) => opened += 1,
+            _ => break,
+        }
+    }
+    assert_eq!(
+        opened, STREAMS,
+        "only {opened} of {STREAMS} concurrent watches on one HTTP/2 connection were \
+         answered within 10 s: the gateway's concurrent-stream limit is below \
+         kube-apiserver's 250"
+    );
+    put(&store, pod("ns-1", "zz-sentinel", "web", "node-1", 0));
+    let mut failures = Vec::new();
+    for t in tasks {
+        match tokio::time::timeout(Duration::from_secs(15), t).await {
+            Ok(Ok(Ok(events))) => assert_eq!(events.len(), 1),
+            Ok(Ok(Err(e))) => failures.push(e),
+            Ok(Err(e)) => failures.push(e.to_string()),
+            Err(_) => failures.push("no response head or event within 15 s".into()),
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {STREAMS} watches on one HTTP/2 connection were not served (the server's \
+         concurrent-stream limit is below kube-apiserver's 250?): {:?}",
+        failures.len(),
+        &failures[..failures.len().min(3)]
+    );
+    assert_eq!(stats.watches("pods"), 1, "one upstream watch");
+}
