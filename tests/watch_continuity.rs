@@ -25,11 +25,14 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use support::servers::{cluster_config, start_gateway, start_sim_with, GatewayServer, SimServer};
+use support::servers::{
+    cluster_config, start_gateway_with, start_sim_with, GatewayServer, SimServer,
+};
 use support::wait_until;
 use watch_checker::{Sig, StateChecker, StreamChecker};
 use watch_clients::{h1_watch, H2Conn};
 use watch_env::{delete, pod, put, sim_state_where, update, warm};
+use watchgate::config::GatewayConfig;
 use watchgate::sim::Store;
 
 const NAMESPACES: [&str; 3] = ["ns-0", "ns-1", "ns-2"];
@@ -51,7 +54,11 @@ async fn env() -> (SimServer, GatewayServer) {
             ),
         );
     }
-    let gw = start_gateway(sim.url()).await;
+    // Bookmarks every 100 ms, so that streams carry some through the outages and the
+    // checkers verify them.
+    let mut cfg = GatewayConfig::for_upstream_url(sim.url()).expect("gateway config");
+    cfg.watch.bookmark_interval = Duration::from_millis(100);
+    let gw = start_gateway_with(cfg).await;
     warm(gw.url(), sim.handle()).await;
     (sim, gw)
 }

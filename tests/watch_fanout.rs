@@ -18,10 +18,11 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use support::servers::{cluster_config, start_gateway, start_sim_with};
+use support::servers::{cluster_config, start_gateway, start_gateway_with, start_sim_with};
 use watch_checker::{Sig, StreamChecker, Violation};
 use watch_clients::{h1_watch, H2Conn, LineReader};
 use watch_env::{delete, pod, put, update, warm};
+use watchgate::config::GatewayConfig;
 
 const WATCHERS: usize = 1000;
 const H2_CONNECTIONS: usize = 8;
@@ -189,6 +190,7 @@ async fn a_thousand_watchers_share_one_upstream_watch_and_see_every_event_once_i
             ),
         );
     }
+    // Default bookmark interval (a minute): bookmarks have their own test below.
     let gw = start_gateway(sim.url()).await;
     let addr = gw.handle().addr();
     warm(gw.url(), sim.handle()).await;
@@ -349,6 +351,7 @@ async fn a_thousand_watchers_share_one_upstream_watch_and_see_every_event_once_i
     let mut not_from_cache = 0;
     let mut delivered = 0usize;
     let mut initial_checked = 0usize;
+    let mut bookmarks = 0usize;
     for t in tasks {
         let o = tokio::time::timeout(Duration::from_secs(90), t)
             .await
@@ -396,6 +399,7 @@ async fn a_thousand_watchers_share_one_upstream_watch_and_see_every_event_once_i
             checker.observe(sig);
         }
         delivered += checker.observed();
+        bookmarks += checker.bookmarks();
         for v in checker.finish(true) {
             let kind = match v {
                 Violation::Gap { .. } => "gap",
@@ -405,6 +409,10 @@ async fn a_thousand_watchers_share_one_upstream_watch_and_see_every_event_once_i
                 Violation::Unexpected { .. } => "unexpected",
                 Violation::Error { .. } => "error event",
                 Violation::Invalid { .. } => "invalid",
+                Violation::Bookmark { ref why, .. } if why.starts_with("behind") => {
+                    "bookmark behind a sent event"
+                }
+                Violation::Bookmark { .. } => "bookmark ahead of an unsent event",
             };
             *counts.entry(kind).or_default() += 1;
             failures.push(format!(
@@ -414,8 +422,8 @@ async fn a_thousand_watchers_share_one_upstream_watch_and_see_every_event_once_i
         }
     }
     println!(
-        "{WATCHERS} watchers: {delivered} events and {initial_checked} initial ADDED events checked \
-         ({} writes after RV {from}, up to RV {last_rv}) in {:.1?}",
+        "{WATCHERS} watchers: {delivered} events, {initial_checked} initial ADDED events and \
+         {bookmarks} bookmarks checked ({} writes after RV {from}, up to RV {last_rv}) in {:.1?}",
         log_all.len(),
         write_started.elapsed()
     );
@@ -518,4 +526,139 @@ async fn one_http2_connection_carries_as_many_watches_as_kube_apiserver_allows()
         &failures[..failures.len().min(3)]
     );
     assert_eq!(stats.watches("pods"), 1, "one upstream watch");
+}
+
+/// BOOKMARKs promise that every event up to their RV has been sent: a client (client-go's
+/// reflector) resumes from the last one it saw. So a bookmark must never carry an RV
+/// behind an event the stream already sent (the client would get that event twice) nor
+/// ahead of one it has not sent yet (the client would miss it). 200 watchers with a
+/// bookmark every 50 ms while writes flow.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bookmarks_never_run_behind_or_ahead_of_the_events_sent() {
+    const N: usize = 200;
+    let sim = start_sim_with(cluster_config()).await;
+    let store = sim.handle().store().clone();
+    let mut cfg = GatewayConfig::for_upstream_url(sim.url()).expect("gateway config");
+    cfg.watch.bookmark_interval = Duration::from_millis(50);
+    let gw = start_gateway_with(cfg).await;
+    let addr = gw.handle().addr();
+    warm(gw.url(), sim.handle()).await;
+    for i in 0..20 {
+        put(
+            &store,
+            pod(
+                NAMESPACES[i % 4],
+                &format!("seed-{i}"),
+                "web",
+                "node-1",
+                200,
+            ),
+        );
+    }
+    let from = store.current_rv();
+    let conns = [
+        H2Conn::connect(addr).await.expect("h2c"),
+        H2Conn::connect(addr).await.expect("h2c"),
+    ];
+    let mut tasks = Vec::new();
+    for id in 0..N {
+        let shape = [0, 2][id % 2];
+        let path = shape_path(shape, from);
+        let conn = conns[id % 2].clone();
+        tasks.push(tokio::spawn(async move {
+            let mut w = if id % 4 < 2 {
+                conn.watch(&path).await?
+            } else {
+                h1_watch(addr, &path).await?
+            };
+            if w.status != 200 {
+                return Err(format!("status {}", w.status));
+            }
+            read_until_sentinel(&mut w.lines)
+                .await
+                .map(|ev| (shape, ev))
+        }));
+    }
+    // 300 writes over about three seconds.
+    for round in 0..30 {
+        churn_step(&store, round);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    put(&store, pod("ns-1", "zz-sentinel", "web", "node-1", 0));
+    let expected: Vec<Arc<Vec<Sig>>> = (0..SHAPES.len())
+        .map(|shape| Arc::new(expected_for(&store, from, shape)))
+        .collect();
+    let (mut failures, mut bookmarks) = (Vec::new(), 0);
+    for (id, t) in tasks.into_iter().enumerate() {
+        let (shape, events) = match tokio::time::timeout(Duration::from_secs(60), t)
+            .await
+            .expect("watchers finish within 60 s")
+            .unwrap()
+        {
+            Ok(x) => x,
+            Err(e) => {
+                failures.push(format!("watcher {id}: {e}"));
+                continue;
+            }
+        };
+        let mut c = StreamChecker::new(expected[shape].clone());
+        for e in &events {
+            c.observe(e);
+        }
+        bookmarks += c.bookmarks();
+        failures.extend(
+            c.finish(true)
+                .iter()
+                .map(|v| format!("watcher {id} (shape {shape}): {v}")),
+        );
+    }
+    println!("{N} watchers: {bookmarks} consistent bookmarks");
+    assert!(
+        failures.is_empty(),
+        "{} violation(s):\n  {}",
+        failures.len(),
+        failures[..failures.len().min(8)].join("\n  ")
+    );
+    assert!(bookmarks > N, "the streams carried bookmarks ({bookmarks})");
+}
+
+/// Ten writes of the deterministic mix (see [`churn`]), continuing where `round` left off.
+fn churn_step(store: &watchgate::sim::Store, round: usize) {
+    for k in 0..10 {
+        let i = round * 10 + k;
+        let ns = NAMESPACES[i % 4];
+        match i % 4 {
+            0 => {
+                put(store, pod(ns, &format!("b-{i}"), "web", "node-1", 200));
+            }
+            1 => {
+                update(
+                    store,
+                    NAMESPACES[(i / 4) % 4],
+                    &format!("seed-{}", (i / 4) % 20),
+                    |p| {
+                        p["status"]["phase"] = format!("P{i}").into();
+                    },
+                );
+            }
+            2 => {
+                update(
+                    store,
+                    NAMESPACES[(i / 4) % 4],
+                    &format!("seed-{}", (i / 4) % 20),
+                    |p| {
+                        let app = if p["metadata"]["labels"]["app"] == "web" {
+                            "db"
+                        } else {
+                            "web"
+                        };
+                        p["metadata"]["labels"]["app"] = app.into();
+                    },
+                );
+            }
+            _ => {
+                delete(store, NAMESPACES[(i - 3) % 4], &format!("b-{}", i - 3));
+            }
+        }
+    }
 }

@@ -14,6 +14,9 @@
 //!   (ADDED for an absent object, MODIFIED/DELETED for a present one, never the same
 //!   version twice), and the rebuilt state ends equal to the simulator's.
 //!
+//! Both also check BOOKMARKs: never behind an event already sent, and (strict checker)
+//! never ahead of an event not sent yet, since a client resumes from a bookmark's RV.
+//!
 //! Events are reduced to a small [`Sig`] (type, RV, key, digest of the object's bytes) so
 //! that a thousand watchers can be checked without keeping their objects.
 //!
@@ -159,6 +162,9 @@ pub enum Violation {
     Error { line: String },
     /// An invalid transition for the state rebuilt so far (state checker).
     Invalid { got: Sig, why: String },
+    /// A BOOKMARK whose RV is behind an event already sent, or ahead of an event not
+    /// sent yet (a client resuming from it would miss that event).
+    Bookmark { rv: u64, why: String },
 }
 
 impl fmt::Display for Violation {
@@ -198,6 +204,7 @@ impl fmt::Display for Violation {
             }
             Violation::Error { line } => write!(f, "ERROR event: {line}"),
             Violation::Invalid { got, why } => write!(f, "invalid transition {got}: {why}"),
+            Violation::Bookmark { rv, why } => write!(f, "BOOKMARK at RV {rv}: {why}"),
         }
     }
 }
@@ -216,6 +223,7 @@ pub struct StreamChecker {
     skipped: BTreeSet<u64>,
     violations: Vec<Violation>,
     observed: usize,
+    bookmarks: usize,
 }
 
 impl StreamChecker {
@@ -230,6 +238,7 @@ impl StreamChecker {
             skipped: BTreeSet::new(),
             violations: Vec::new(),
             observed: 0,
+            bookmarks: 0,
         }
     }
 
@@ -248,7 +257,7 @@ impl StreamChecker {
 
     fn judge(&mut self, got: &Sig) -> Option<Violation> {
         match got.kind.as_str() {
-            "BOOKMARK" => return None,
+            "BOOKMARK" => return self.judge_bookmark(got.rv),
             "ERROR" => {
                 return Some(Violation::Error {
                     line: got.to_string(),
@@ -293,6 +302,29 @@ impl StreamChecker {
             });
         }
         None
+    }
+
+    /// A bookmark promises that every event up to its RV has been sent.
+    fn judge_bookmark(&mut self, rv: u64) -> Option<Violation> {
+        if rv < self.last_rv {
+            return Some(Violation::Bookmark {
+                rv,
+                why: format!("behind RV {} already sent", self.last_rv),
+            });
+        }
+        if let Some(next) = self.expected.get(self.pos).filter(|n| n.rv <= rv) {
+            return Some(Violation::Bookmark {
+                rv,
+                why: format!("ahead of {next}, not sent yet"),
+            });
+        }
+        self.bookmarks += 1;
+        None
+    }
+
+    /// Bookmarks seen (and found consistent).
+    pub fn bookmarks(&self) -> usize {
+        self.bookmarks
     }
 
     /// Whether every expected event has been passed (delivered or skipped).
@@ -362,6 +394,12 @@ impl StateChecker {
 
     fn judge(&mut self, got: &Sig) -> Option<Violation> {
         match got.kind.as_str() {
+            "BOOKMARK" if got.rv < self.last_rv => {
+                return Some(Violation::Bookmark {
+                    rv: got.rv,
+                    why: format!("behind RV {} already sent", self.last_rv),
+                })
+            }
             "BOOKMARK" => return None,
             "ERROR" => {
                 return Some(Violation::Error {
@@ -486,7 +524,7 @@ mod tests {
     }
 
     #[test]
-    fn the_exact_stream_passes_and_bookmarks_are_ignored() {
+    fn the_exact_stream_passes_with_bookmarks_between_events() {
         let mut events: Vec<Sig> = log().to_vec();
         events.insert(2, Sig::new("BOOKMARK", 12, "", 0));
         assert_eq!(run(&events), vec![]);
@@ -524,6 +562,48 @@ mod tests {
                 l[3].clone()
             ]),
             vec![Violation::Duplicate { rv: 12 }]
+        );
+    }
+
+    #[test]
+    fn detects_a_bookmark_ahead_of_unsent_events_or_behind_sent_ones() {
+        let l = log();
+        let bm = |rv| Sig::new("BOOKMARK", rv, "", 0);
+        // Between events, at or beyond the last one sent: fine.
+        assert_eq!(
+            run(&[
+                l[0].clone(),
+                bm(11),
+                l[1].clone(),
+                l[2].clone(),
+                l[3].clone(),
+                bm(20)
+            ]),
+            vec![]
+        );
+        // Ahead of RV 12, which comes after it.
+        let v = run(&[
+            l[0].clone(),
+            bm(12),
+            l[1].clone(),
+            l[2].clone(),
+            l[3].clone(),
+        ]);
+        assert!(
+            matches!(v[..], [Violation::Bookmark { rv: 12, .. }]),
+            "{v:?}"
+        );
+        // Behind RV 13, already sent.
+        let v = run(&[
+            l[0].clone(),
+            l[1].clone(),
+            l[2].clone(),
+            bm(12),
+            l[3].clone(),
+        ]);
+        assert!(
+            matches!(v[..], [Violation::Bookmark { rv: 12, .. }]),
+            "{v:?}"
         );
     }
 
