@@ -213,3 +213,27 @@ pub fn log_filtered(
     }
     out
 }
+
+/// Waits until the gateway's pod cache has reached `rv` (an RV="0" list from the cache
+/// answers with the cache's resourceVersion).
+pub async fn cache_reaches(gateway_url: &str, rv: u64) {
+    let http = crate::support::Http::new(gateway_url);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let list = http
+            .get_json("/api/v1/namespaces/default/pods?resourceVersion=0")
+            .await;
+        let at: u64 = list["metadata"]["resourceVersion"]
+            .as_str()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0);
+        if at >= rv {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the gateway's cache did not reach RV {rv} within 30 s (at {at})"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
