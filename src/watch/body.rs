@@ -27,10 +27,10 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
-use tokio::sync::mpsc;
 use tokio::time::{Instant, Sleep};
 
 use super::hub::{CatchUp, Item, Registration, WatcherShared};
+use super::queue;
 use super::stats::EndReason;
 use crate::cache::store::{Snapshot, Store};
 
@@ -68,7 +68,7 @@ pub struct WatchBody {
     store: Arc<Store>,
     shared: Arc<WatcherShared>,
     phase: Phase,
-    rx: Option<mpsc::Receiver<Item>>,
+    rx: Option<queue::Receiver<Item>>,
     pending: VecDeque<Bytes>,
     params: WatchParams,
     deadline: Instant,
@@ -143,7 +143,9 @@ impl WatchBody {
         if now >= self.deadline {
             return true;
         }
-        if now >= self.next_bookmark || self.pre_timeout.is_some_and(|p| now >= p) {
+        if self.params.allow_bookmarks
+            && (now >= self.next_bookmark || self.pre_timeout.is_some_and(|p| now >= p))
+        {
             self.bookmark_due = true;
             self.next_bookmark = now + self.store.hub().cfg.bookmark_interval;
             if self.pre_timeout.is_some_and(|p| now >= p) {
@@ -313,9 +315,15 @@ impl WatchBody {
         // queueing, so an empty queue now means every event up to `head` was taken.
         let head = self.store.hub().head_rv();
         if let Some(rx) = self.rx.as_mut() {
-            if let Ok(item) = rx.try_recv() {
-                self.take_item(item);
-                return true;
+            match rx.try_recv() {
+                Some(Some(item)) => {
+                    self.take_item(item);
+                    return true;
+                }
+                // Closed (lagging or ended): that is handled first; a bookmark now could
+                // claim events this watcher has not been given.
+                Some(None) => return true,
+                None => {}
             }
         }
         self.bookmark_due = false;
