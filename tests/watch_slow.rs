@@ -42,9 +42,14 @@ const STALLED_RCVBUF: u32 = 4096;
 const EVENT_TIMEOUT: Duration = Duration::from_secs(30);
 
 async fn env(history_bytes: usize) -> (SimServer, GatewayServer) {
+    env_with(history_bytes, Duration::from_secs(300)).await
+}
+
+async fn env_with(history_bytes: usize, history_window: Duration) -> (SimServer, GatewayServer) {
     let sim = start_sim_with(cluster_config()).await;
     let mut cfg = GatewayConfig::for_upstream_url(sim.url()).expect("gateway config");
     cfg.watch.history_bytes = history_bytes;
+    cfg.watch.history_window = history_window;
     // Bookmarks every 100 ms: streams carry some (also while catching up), and the
     // checker verifies that none runs ahead of an event not sent yet.
     cfg.watch.bookmark_interval = Duration::from_millis(100);
@@ -362,8 +367,30 @@ async fn a_watcher_stalled_within_the_history_catches_up_without_being_ended() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_watcher_stalled_beyond_the_history_is_ended_cleanly_and_its_resume_gets_410() {
     let _serial = SERIAL.lock().await;
-    // A 4 MB history: 16 big events (an event costs twice its object's size).
+    // A 4 MB history: 16 big events (an event costs twice its object's size); 40 MB are
+    // written, as fast as the healthy reader takes them.
     let (sim, gw) = env(4 << 20).await;
+    stalled_beyond_the_history(sim, gw, 320, Duration::ZERO).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watcher_stalled_beyond_the_history_window_in_time_is_ended_too() {
+    let _serial = SERIAL.lock().await;
+    // A 2-second history (bytes unbounded); 30 MB written over about six seconds: a
+    // stalled watcher's next event (about 12 MB in, after what its socket and queue hold)
+    // is more than two seconds old by the end.
+    let (sim, gw) = env_with(1 << 30, Duration::from_secs(2)).await;
+    stalled_beyond_the_history(sim, gw, 240, Duration::from_millis(25)).await;
+}
+
+/// Three stalled watchers and a healthy one; `writes` big writes, `pace` apart; then the
+/// stalled ones must have been ended cleanly, and resuming from their last RV gets 410.
+async fn stalled_beyond_the_history(
+    sim: SimServer,
+    gw: GatewayServer,
+    writes: usize,
+    pace: Duration,
+) {
     let store = sim.handle().store().clone();
     let bigs = 8;
     seed_big(&store, bigs);
@@ -398,9 +425,12 @@ async fn a_watcher_stalled_beyond_the_history_is_ended_cleanly_and_its_resume_ge
             }
         }
     });
-    // 40 MB: ten times the history, far beyond a socket and a small queue.
+    // Far more than the history, a socket and a small queue hold.
     let mut rvs = Vec::new();
-    for i in 0..320 {
+    for i in 0..writes {
+        if !pace.is_zero() {
+            tokio::time::sleep(pace).await;
+        }
         rvs.push(big_update(&store, i, bigs));
         if i >= 8 {
             let behind = rvs[i - 8];
@@ -431,7 +461,7 @@ async fn a_watcher_stalled_beyond_the_history_is_ended_cleanly_and_its_resume_ge
         assert!(
             ended,
             "stalled watcher {i} was not ended though its history is gone ({} events read, \
-             the last at RV {:?}; the history holds 4 MB, 40 MB were written)",
+             the last at RV {:?}; {writes} big events were written)",
             events.len(),
             events.last().map(|s| s.rv)
         );
