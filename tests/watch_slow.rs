@@ -164,6 +164,76 @@ fn check_all(name: &str, events: &[Sig], expected: &Arc<Vec<Sig>>, complete: boo
 }
 
 const HEALTHY: usize = 1000;
+
+/// Opens [`HEALTHY`] watchers of `path` (800 as streams of 8 HTTP/2 connections, 200 over
+/// HTTP/1.1) that read until the sentinel; returns once every one has its response head.
+async fn healthy_watchers(
+    addr: std::net::SocketAddr,
+    path: &str,
+) -> Vec<tokio::task::JoinHandle<Result<Vec<(Sig, Instant)>, String>>> {
+    let mut conns = Vec::new();
+    for _ in 0..8 {
+        conns.push(H2Conn::connect(addr).await.expect("h2c connection"));
+    }
+    let (ready_tx, mut ready_rx) = tokio::sync::mpsc::channel::<()>(HEALTHY);
+    let mut tasks = Vec::new();
+    for id in 0..HEALTHY {
+        let h2 = (id < 800).then(|| conns[id / 100].clone());
+        let (path, ready) = (path.to_string(), ready_tx.clone());
+        tasks.push(tokio::spawn(async move {
+            let opened = match &h2 {
+                Some(c) => c.watch(&path).await,
+                None => h1_watch(addr, &path).await,
+            };
+            let mut w = opened.map_err(|e| format!("healthy watcher {id}: {e}"))?;
+            if w.status != 200 {
+                return Err(format!("healthy watcher {id}: status {}", w.status));
+            }
+            let _ = ready.send(()).await;
+            read_until(&mut w.lines, "live/zz-sentinel")
+                .await
+                .map_err(|e| format!("healthy watcher {id}: {e}"))
+        }));
+    }
+    drop(ready_tx);
+    for i in 0..HEALTHY {
+        match tokio::time::timeout(Duration::from_secs(60), ready_rx.recv()).await {
+            Ok(Some(())) => {}
+            Ok(None) => panic!("only {i} healthy watchers opened (a task failed)"),
+            Err(_) => {
+                panic!("only {i} of {HEALTHY} healthy watchers got a response head within 60 s")
+            }
+        }
+    }
+    tasks
+}
+
+/// Checks every healthy watcher's stream and returns the write→receipt delays of the
+/// measured writes, sorted.
+async fn delays_of(
+    tasks: Vec<tokio::task::JoinHandle<Result<Vec<(Sig, Instant)>, String>>>,
+    expected: &Arc<Vec<Sig>>,
+    written: &HashMap<u64, Instant>,
+) -> Vec<Duration> {
+    let mut delays = Vec::with_capacity(HEALTHY * written.len());
+    for t in tasks {
+        let events = tokio::time::timeout(Duration::from_secs(90), t)
+            .await
+            .expect("healthy watchers finish within 90 s")
+            .expect("task")
+            .unwrap_or_else(|e| panic!("{e}"));
+        let sigs: Vec<Sig> = events.iter().map(|(s, _)| s.clone()).collect();
+        check_all("healthy watcher", &sigs, expected, true);
+        for (sig, at) in &events {
+            if let Some(w) = written.get(&sig.rv).filter(|_| sig.is_change()) {
+                delays.push(at.saturating_duration_since(*w));
+            }
+        }
+    }
+    assert_eq!(delays.len(), HEALTHY * written.len());
+    delays.sort_unstable();
+    delays
+}
 const STALLED: usize = 100;
 /// Measured writes, one every [`PACE`]: 5 a second to 1,000 watchers, so each event's
 /// fan-out is over well before the next even in a debug build on two cores shared with
@@ -187,42 +257,20 @@ async fn stalled_watchers_do_not_delay_healthy_ones_and_memory_stays_bounded() {
     // 100 stalled watchers of every pod (they get the big objects).
     let mut stalled = stalled(addr, &watch_path(None, from), STALLED).await;
 
-    // 1,000 healthy watchers of the `live` namespace: 800 over HTTP/2, 200 over HTTP/1.1.
-    let mut conns = Vec::new();
-    for _ in 0..8 {
-        conns.push(H2Conn::connect(addr).await.expect("h2c connection"));
-    }
-    let (ready_tx, mut ready_rx) = tokio::sync::mpsc::channel::<()>(HEALTHY);
+    // 1,000 healthy watchers of the `live` namespace beside them, and 1,000 more on a
+    // control gateway in front of the same simulator, with no stalled watcher: both see
+    // the same writes under the same machine load (two shared cores, other test
+    // processes), so the control's delay is what that load alone costs.
+    let (control_sim_url, history) = (sim.url().to_string(), history_bytes);
+    let control = {
+        let mut cfg = GatewayConfig::for_upstream_url(&control_sim_url).expect("gateway config");
+        cfg.watch.history_bytes = history;
+        start_gateway_with(cfg).await
+    };
+    warm(control.url(), sim.handle()).await;
     let path = watch_path(Some("live"), from);
-    let mut tasks = Vec::new();
-    for id in 0..HEALTHY {
-        let h2 = (id < 800).then(|| conns[id / 100].clone());
-        let (path, ready) = (path.clone(), ready_tx.clone());
-        tasks.push(tokio::spawn(async move {
-            let opened = match &h2 {
-                Some(c) => c.watch(&path).await,
-                None => h1_watch(addr, &path).await,
-            };
-            let mut w = opened.map_err(|e| format!("healthy watcher {id}: {e}"))?;
-            if w.status != 200 {
-                return Err(format!("healthy watcher {id}: status {}", w.status));
-            }
-            let _ = ready.send(()).await;
-            read_until(&mut w.lines, "live/zz-sentinel")
-                .await
-                .map_err(|e| format!("healthy watcher {id}: {e}"))
-        }));
-    }
-    drop(ready_tx);
-    for i in 0..HEALTHY {
-        match tokio::time::timeout(Duration::from_secs(60), ready_rx.recv()).await {
-            Ok(Some(())) => {}
-            Ok(None) => panic!("only {i} healthy watchers opened (a task failed; see below)"),
-            Err(_) => {
-                panic!("only {i} of {HEALTHY} healthy watchers got a response head within 60 s")
-            }
-        }
-    }
+    let tasks = healthy_watchers(addr, &path).await;
+    let control_tasks = healthy_watchers(control.handle().addr(), &path).await;
     let rss_before = rss_bytes();
 
     // Fill the stalled watchers: 20 MB of big objects, far more than a socket holds.
@@ -237,6 +285,7 @@ async fn stalled_watchers_do_not_delay_healthy_ones_and_memory_stays_bounded() {
     // Let the gateway's cache take in the 20 MB first, so the measurement below is about
     // the stalled watchers and not a backlog of a debug build's parsing.
     watch_env::cache_reaches(gw.url(), store.current_rv()).await;
+    watch_env::cache_reaches(control.url(), store.current_rv()).await;
 
     // Measure: small writes the healthy watchers see, each with a big one for the stalled
     // watchers.
@@ -255,34 +304,18 @@ async fn stalled_watchers_do_not_delay_healthy_ones_and_memory_stays_bounded() {
     put(&store, pod("live", "zz-sentinel", "web", "node-1", 0));
     let expected = Arc::new(watch_env::log_since(&store, from, Some("live")));
 
-    let mut delays = Vec::with_capacity(HEALTHY * ROUNDS);
-    for t in tasks {
-        let events = tokio::time::timeout(Duration::from_secs(90), t)
-            .await
-            .expect("healthy watchers finish within 90 s")
-            .expect("task")
-            .unwrap_or_else(|e| panic!("{e}"));
-        let sigs: Vec<Sig> = events.iter().map(|(s, _)| s.clone()).collect();
-        check_all("healthy watcher", &sigs, &expected, true);
-        for (sig, at) in &events {
-            if let Some(w) = written.get(&sig.rv).filter(|_| sig.is_change()) {
-                delays.push(at.saturating_duration_since(*w));
-            }
-        }
-    }
+    let delays = delays_of(tasks, &expected, &written).await;
+    let control_delays = delays_of(control_tasks, &expected, &written).await;
     let rss_after = rss_bytes();
-    assert_eq!(delays.len(), HEALTHY * ROUNDS);
-    delays.sort_unstable();
-    let (p50, p99, max) = (
-        percentile(&delays, 50.0),
-        percentile(&delays, 99.0),
-        *delays.last().unwrap(),
-    );
+    let pct = |d: &[Duration]| (percentile(d, 50.0), percentile(d, 99.0), *d.last().unwrap());
+    let (p50, p99, max) = pct(&delays);
+    let (c50, c99, cmax) = pct(&control_delays);
     let big_bytes = big_writes * BIG;
     let growth = rss_after.saturating_sub(rss_before);
     println!(
         "{HEALTHY} healthy watchers beside {STALLED} stalled ones: write→receipt delay p50 {p50:.1?}, \
-         p99 {p99:.1?}, max {max:.1?} over {} deliveries",
+         p99 {p99:.1?}, max {max:.1?} over {} deliveries; control gateway (no stalled \
+         watcher): p50 {c50:.1?}, p99 {c99:.1?}, max {cmax:.1?}",
         delays.len()
     );
     println!(
@@ -296,16 +329,21 @@ async fn stalled_watchers_do_not_delay_healthy_ones_and_memory_stays_bounded() {
         history_bytes >> 20,
         (big_bytes * STALLED) as f64 / 1e6
     );
-    // Generous: debug build, two shared cores, 1,100 watchers in the test's own process.
+    // Generous: debug build, two shared cores, 2,100 watchers in the test's own process.
+    // Under 1 s, or (on a machine so loaded that the control is slow too) no more than
+    // the control's delay doubled plus 250 ms. A dispatcher that waited for stalled
+    // watchers, even kube-apiserver's 100 ms budget each, would add seconds per event.
+    let bound = Duration::from_secs(1).max(c99 * 2 + Duration::from_millis(250));
     assert!(
-        p99 < Duration::from_secs(1),
-        "stalled watchers delayed healthy ones: p99 {p99:?} (p50 {p50:?}, max {max:?})"
+        p99 < bound,
+        "stalled watchers delayed healthy ones: p99 {p99:?} (p50 {p50:?}, max {max:?}); \
+         the control gateway's p99 {c99:?}"
     );
-    // The simulator keeps its own copies (object + encoding) and the gateway its history
-    // (an event costs twice its object) and store: a few copies of what was written
-    // (measured: 2.8 to 4.2 times). What must not appear is memory per stalled watcher:
-    // even 1 MB each would add 100 MB, a copy of their queues 800 MB.
-    let bound = 5 * big_bytes as u64 + (64 << 20);
+    // The simulator keeps its own copies (object + encoding) and each of the two gateways
+    // its history and store: a few copies of what was written (measured: 3 to 5.5 times).
+    // What must not appear is memory per stalled watcher: even 1 MB each would add
+    // 100 MB, a copy of their queues 800 MB.
+    let bound = 7 * big_bytes as u64 + (64 << 20);
     assert!(
         growth < bound,
         "RSS grew by {:.1} MB while {STALLED} watchers were stalled (bound {:.1} MB)",
