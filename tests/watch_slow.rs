@@ -165,12 +165,12 @@ fn check_all(name: &str, events: &[Sig], expected: &Arc<Vec<Sig>>, complete: boo
 
 const HEALTHY: usize = 1000;
 
+/// A reading watcher's task: every event with its arrival time.
+type Reader = tokio::task::JoinHandle<Result<Vec<(Sig, Instant)>, String>>;
+
 /// Opens [`HEALTHY`] watchers of `path` (800 as streams of 8 HTTP/2 connections, 200 over
 /// HTTP/1.1) that read until the sentinel; returns once every one has its response head.
-async fn healthy_watchers(
-    addr: std::net::SocketAddr,
-    path: &str,
-) -> Vec<tokio::task::JoinHandle<Result<Vec<(Sig, Instant)>, String>>> {
+async fn healthy_watchers(addr: std::net::SocketAddr, path: &str) -> Vec<Reader> {
     let mut conns = Vec::new();
     for _ in 0..8 {
         conns.push(H2Conn::connect(addr).await.expect("h2c connection"));
@@ -211,7 +211,7 @@ async fn healthy_watchers(
 /// Checks every healthy watcher's stream and returns the write→receipt delays of the
 /// measured writes, sorted.
 async fn delays_of(
-    tasks: Vec<tokio::task::JoinHandle<Result<Vec<(Sig, Instant)>, String>>>,
+    tasks: Vec<Reader>,
     expected: &Arc<Vec<Sig>>,
     written: &HashMap<u64, Instant>,
 ) -> Vec<Duration> {
