@@ -173,15 +173,16 @@ impl WatchBody {
         self.store.hub().count_end(reason);
     }
 
-    fn set_lagging(&mut self, lagging: bool) {
-        if self.lagging != lagging {
-            self.lagging = lagging;
-            let d = if lagging { 1 } else { -1 };
+    /// The hub counts a watcher as lagging the moment its queue overflows (even if its
+    /// client is stalled and this body is not polled); the body uncounts it when it is
+    /// live again or gone.
+    fn stop_lagging(&mut self) {
+        if std::mem::take(&mut self.lagging) {
             self.store
                 .hub()
                 .stats
                 .lagging
-                .fetch_add(d, Ordering::Relaxed);
+                .fetch_sub(1, Ordering::Relaxed);
         }
     }
 
@@ -282,7 +283,7 @@ impl WatchBody {
                     Some(rx) => {
                         self.rx = Some(rx);
                         self.phase = Phase::Live;
-                        self.set_lagging(false);
+                        self.stop_lagging();
                     }
                     None => self.phase = Phase::CatchUp(next),
                 }
@@ -302,7 +303,7 @@ impl WatchBody {
         match self.shared.take_lag() {
             Some(seq) => {
                 self.phase = Phase::CatchUp(seq);
-                self.set_lagging(true);
+                self.lagging = true;
             }
             None => {
                 let reason = self.shared.closed_reason();
@@ -410,7 +411,11 @@ impl Drop for WatchBody {
         if !matches!(self.phase, Phase::Done) {
             self.end(EndReason::ClientGone);
         }
-        self.set_lagging(false);
+        // Overflowed but never noticed (its client stalled until it went away).
+        if self.shared.take_lag().is_some() {
+            self.lagging = true;
+        }
+        self.stop_lagging();
         self.flush_counters();
         self.store
             .hub()

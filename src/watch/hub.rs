@@ -238,6 +238,7 @@ impl Hub {
                     // Stored before the queue's sender is dropped (end of scope): the
                     // watcher reads it once it has drained the queue and seen it closed.
                     e.shared.lag_seq.store(ev.seq, Ordering::Release);
+                    self.stats.lagging.fetch_add(1, Ordering::Relaxed);
                 }
             }
         }

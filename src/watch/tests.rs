@@ -173,6 +173,13 @@ async fn a_reader_that_falls_behind_catches_up_from_the_history() {
         0,
         "the overflowing watcher left live dispatch"
     );
+    let lagging = || {
+        s.hub()
+            .stats
+            .lagging
+            .load(std::sync::atomic::Ordering::Relaxed)
+    };
+    assert_eq!(lagging(), 1, "counted as lagging before it reads again");
     let got = read(&mut slow, n).await;
     let want: Vec<_> = (0..n as u64)
         .map(|i| ev("ADDED", &format!("p{i}"), 11 + i))
@@ -182,6 +189,7 @@ async fn a_reader_that_falls_behind_catches_up_from_the_history() {
     s.apply(Change::Upsert(pod("last", 1000, "n")));
     assert_eq!(read(&mut slow, 1).await, vec![ev("ADDED", "last", 1000)]);
     assert_eq!(s.hub().live_watchers(), 1);
+    assert_eq!(lagging(), 0);
 }
 
 #[tokio::test]
