@@ -81,6 +81,9 @@ pub struct GatewayConfig {
     pub cache: Option<crate::cache::registry::CachePolicy>,
     /// How downstream watches are served from the cache (history window, bookmarks).
     pub watch: crate::watch::WatchConfig,
+    /// Record Prometheus metrics (on by default). Off, the request path skips its
+    /// instrumentation and `/metrics` answers 404: what the benchmarks compare against.
+    pub metrics: bool,
 }
 
 impl std::fmt::Debug for GatewayConfig {
@@ -118,6 +121,7 @@ impl GatewayConfig {
             upstream_response_timeout: Duration::from_secs(70),
             cache: Some(Default::default()),
             watch: Default::default(),
+            metrics: true,
         }
     }
 
@@ -136,6 +140,7 @@ impl GatewayConfig {
                 exclude: args.no_cache.clone(),
             }),
             watch: Default::default(),
+            metrics: true,
         })
     }
 }

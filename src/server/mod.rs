@@ -49,18 +49,25 @@ impl Gateway {
             registry
         });
         // Installed before the first request so that no early series is lost.
-        crate::metrics::install();
+        if cfg.metrics {
+            crate::metrics::install();
+        }
         let admin_state = admin::AdminState {
             upstream: upstream.clone(),
             cache: cache.clone(),
             drain: drain.watcher(),
+            metrics: cfg.metrics,
         };
         let proxy = Proxy::new(upstream, drain.watcher())
             .with_response_timeout(cfg.upstream_response_timeout)
             .with_cache(cache);
+        let metrics = cfg.metrics;
         let api_handler: Handler = Arc::new(move |req| {
             let proxy = proxy.clone();
             Box::pin(async move {
+                if !metrics {
+                    return proxy.forward(req).await;
+                }
                 let started = std::time::Instant::now();
                 let labels = instrument::RequestLabels::classify(req.method(), req.uri());
                 let in_flight = (!labels.long_running()).then(instrument::InFlight::start);
