@@ -62,6 +62,7 @@ pub mod labels {
     pub const LONG_RUNNING: &[&str] = &["group", "resource"];
     pub const UPSTREAM: &[&str] = &["code"];
     pub const CACHE: &[&str] = &["group", "resource"];
+    pub const UPSTREAM_WATCHES: &[&str] = &["group", "resource"];
     pub const REFLECTOR_LISTS: &[&str] = &["group", "resource"];
     pub const REFLECTOR_RELISTS: &[&str] = &["group", "resource", "reason"];
     pub const REFLECTOR_RESTARTS: &[&str] = &["group", "resource", "reason"];
@@ -144,7 +145,7 @@ fn describe() {
     );
     describe_gauge!(
         UPSTREAM_WATCHES,
-        "Reflectors running: each holds one upstream list+watch for its resource."
+        "Upstream watches open, per resource: 1 once its reflector has listed and holds its one watch, however many downstream watchers it serves."
     );
     describe_gauge!(
         UPSTREAM_UP,
@@ -211,11 +212,12 @@ pub fn render(registry: Option<&Registry>) -> String {
 /// The counters are set to the reflectors' own totals (`absolute`), so a scrape never
 /// double-counts; with two gateways in one process (tests) the last scraped wins.
 fn refresh_cache_metrics(registry: &Registry) {
-    let caches = registry.caches();
-    gauge!(UPSTREAM_WATCHES).set(caches.len() as f64);
-    for c in caches {
+    for c in registry.caches() {
         let g = c.info.group.clone();
         let r = c.info.resource.clone();
+        // A synced reflector holds its one upstream watch (or is re-establishing it).
+        gauge!(UPSTREAM_WATCHES, "group" => g.clone(), "resource" => r.clone())
+            .set(if c.is_synced() { 1.0 } else { 0.0 });
         let snapshot = c.store.snapshot();
         gauge!(CACHE_OBJECTS, "group" => g.clone(), "resource" => r.clone())
             .set(snapshot.len() as f64);
