@@ -40,7 +40,11 @@ impl Gateway {
         let addr = api.local_addr()?;
         let admin_addr = admin.local_addr()?;
         warn_if_exposed(&addr, "API");
-        warn_if_exposed(&admin_addr, "admin");
+        // The admin listener serves health and metrics, no cluster data: pods bind it on
+        // their IP for the kubelet's probes and Prometheus, so a note is enough.
+        if config::is_exposed(&admin_addr) {
+            tracing::info!(%admin_addr, "admin listener (health, readiness, metrics; no cluster data) is reachable from other machines");
+        }
 
         let drain = Drain::new();
         let cache = cfg.cache.clone().map(|policy| {
