@@ -479,3 +479,125 @@ async fn metrics_can_be_turned_off() {
     assert_eq!(status, 200);
     assert!(scrape(&on).await.contains("resource=\"endpoints\""));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn n_cached_watchers_show_as_n_watchers_and_one_upstream_watch() {
+    let sim = start_sim().await;
+    let gw = gateway_caching(sim.url(), &["services"]).await;
+    wait_ready(&gw).await;
+    let svcs = &[("group", ""), ("resource", "services")];
+    let http = Http::new(gw.url());
+    const N: usize = 4;
+    let mut watches = Vec::new();
+    for _ in 0..N {
+        let w = http
+            .watch("/api/v1/namespaces/default/services?watch=true&resourceVersion=0")
+            .await;
+        watches.push(w);
+    }
+    let gw_ref = &gw;
+    wait_until(
+        "the watchers gauge counts the N cached watchers",
+        EVENT_TIMEOUT,
+        || async move {
+            let text = scrape(gw_ref).await;
+            sample(&text, "watchgate_watchers", svcs) == N as f64
+        },
+    )
+    .await;
+    let text = scrape(&gw).await;
+    assert_eq!(
+        sample(&text, "watchgate_long_running_requests", svcs),
+        N as f64,
+        "{text}"
+    );
+    assert_eq!(
+        sample(&text, "watchgate_upstream_watches", svcs),
+        1.0,
+        "{text}"
+    );
+    assert_eq!(
+        sim.handle().stats().watches("services"),
+        1,
+        "{}",
+        sim.handle().stats().to_json()
+    );
+    drop(watches);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watcher_that_falls_past_the_history_is_counted_as_slow() {
+    use tokio::io::AsyncWriteExt;
+
+    let sim = start_sim().await;
+    let mut cfg = GatewayConfig::for_upstream_url(sim.url()).expect("gateway config");
+    cfg.cache = Some(CachePolicy {
+        prewarm: vec!["secrets".into()],
+        exclude: vec![],
+    });
+    // A history of a few events: a watcher that stops reading falls past it quickly.
+    cfg.watch.history_bytes = 256 * 1024;
+    let gw = start_gateway_with(cfg).await;
+    wait_ready(&gw).await;
+    let secrets = &[("group", ""), ("resource", "secrets"), ("reason", "slow")];
+    let before = sample(
+        &scrape(&gw).await,
+        "watchgate_terminated_watchers_total",
+        secrets,
+    );
+    let rv = Http::new(gw.url())
+        .get("/api/v1/namespaces/default/secrets?resourceVersion=0")
+        .await
+        .json()["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .to_string();
+
+    // A client that asks for a watch and never reads, with a tiny receive buffer.
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let mut stalled = socket.connect(gw.handle().addr()).await.unwrap();
+    stalled
+        .write_all(
+            format!(
+                "GET /api/v1/namespaces/default/secrets?watch=true&resourceVersion={rv} HTTP/1.1\r\nHost: x\r\nAccept: application/json\r\n\r\n"
+            )
+            .as_bytes(),
+        )
+        .await
+        .unwrap();
+
+    // 64 KiB secrets until the stalled watcher is ended as slow (bounded).
+    let direct = Http::new(sim.url());
+    let blob = "A".repeat(64 * 1024);
+    let gw_ref = &gw;
+    let mut i = 0;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        for _ in 0..20 {
+            let resp = direct
+                .post_json(
+                    "/api/v1/namespaces/default/secrets",
+                    &json!({"apiVersion": "v1", "kind": "Secret",
+                            "metadata": {"name": format!("s{i}")},
+                            "data": {"blob": blob}}),
+                )
+                .await;
+            assert_eq!(resp.status, 201, "{}", resp.text());
+            i += 1;
+        }
+        let now = sample(
+            &scrape(gw_ref).await,
+            "watchgate_terminated_watchers_total",
+            secrets,
+        );
+        if now - before >= 1.0 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "after {i} secrets of 64 KiB the stalled watcher was not ended as slow"
+        );
+    }
+    drop(stalled);
+}
