@@ -288,6 +288,31 @@ async fn watchgate_containers_use_real_flags_probes_and_a_long_enough_grace_peri
                     .unwrap_or_else(|e| panic!("{dir}/{name}: {e:#}"));
             }
         }
+        // Every kubeconfig the kustomization mounts resolves, with kube's own parser, to a
+        // loopback http:// server and no credentials.
+        let configmap = docs
+            .iter()
+            .find(|d| d["kind"] == "ConfigMap")
+            .expect("a ConfigMap of kubeconfigs");
+        let scratch = tempfile::tempdir().unwrap();
+        for (key, text) in configmap["data"].as_object().unwrap() {
+            let path = scratch.path().join(key);
+            std::fs::write(&path, text.as_str().unwrap()).unwrap();
+            let mut args = Flags::try_parse_from(["watchgate"]).unwrap().serve;
+            args.kubeconfig = Some(path);
+            let cfg = GatewayConfig::from_args(&args)
+                .await
+                .unwrap_or_else(|e| panic!("{dir}: kubeconfig {key}: {e:#}"));
+            let url = cfg.upstream.cluster_url.to_string();
+            assert!(
+                url.starts_with("http://127.0.0.1:"),
+                "{dir}: kubeconfig {key} points at {url}"
+            );
+            assert!(
+                cfg.upstream.auth_info.token.is_none(),
+                "{dir}: {key} has a token"
+            );
+        }
         assert!(watchgates >= 1, "{dir}: no watchgate container");
         if dir.ends_with("tiered") {
             assert_eq!(watchgates, 2, "tiered: an edge and an origin");
