@@ -11,7 +11,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use super::discovery::Discovery;
-use super::reflector::{Backoff, Reflector, ReflectorStats};
+use super::reflector::{Backoff, Reflector, ReflectorConfig, ReflectorStats};
 use super::resource::ResourceInfo;
 use super::store::Store;
 use crate::upstream::Upstream;
@@ -81,16 +81,34 @@ pub struct Registry {
     upstream: Upstream,
     discovery: Discovery,
     policy: CachePolicy,
+    watch: crate::watch::WatchConfig,
     slots: DashMap<Key, Slot>,
+    reflector: ReflectorConfig,
 }
 
 impl Registry {
-    pub fn new(upstream: Upstream, policy: CachePolicy) -> Arc<Self> {
+    pub fn new(
+        upstream: Upstream,
+        policy: CachePolicy,
+        watch: crate::watch::WatchConfig,
+    ) -> Arc<Self> {
+        Self::with_reflector_config(upstream, policy, watch, ReflectorConfig::default())
+    }
+
+    /// A registry whose reflectors use `reflector` (watch-list or paged list).
+    pub fn with_reflector_config(
+        upstream: Upstream,
+        policy: CachePolicy,
+        watch: crate::watch::WatchConfig,
+        reflector: ReflectorConfig,
+    ) -> Arc<Self> {
         Arc::new(Self {
             discovery: Discovery::new(upstream.clone()),
             upstream,
             policy,
+            watch,
             slots: DashMap::new(),
+            reflector,
         })
     }
 
@@ -151,7 +169,7 @@ impl Registry {
     }
 
     fn start_reflector(&self, info: Arc<ResourceInfo>) -> Arc<ResourceCache> {
-        let store = Arc::new(Store::new());
+        let store = Arc::new(Store::for_resource(&info, self.watch.clone()));
         let stats = Arc::new(ReflectorStats::default());
         let (synced_tx, synced) = watch::channel(false);
         let reflector = Reflector::new(
@@ -160,7 +178,8 @@ impl Registry {
             store.clone(),
             synced_tx,
             stats.clone(),
-        );
+        )
+        .with_config(self.reflector.clone());
         let task = tokio::spawn(reflector.run());
         Arc::new(ResourceCache {
             info,

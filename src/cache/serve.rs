@@ -3,8 +3,8 @@
 //! Only requests whose semantics the cache can honour exactly are served here (see
 //! docs/cache.md for the table); everything else returns `None` and is forwarded:
 //! consistent reads (resourceVersion unset), `resourceVersionMatch=Exact` and legacy exact
-//! reads (limit with RV=N), continue tokens, NotOlderThan with `limit`, watches (fan-out
-//! comes with the next issue), non-JSON Accept types (Table, protobuf, metadata-only),
+//! reads (limit with RV=N), continue tokens, NotOlderThan with `limit`, watches (served by
+//! `watch::serve`), non-JSON Accept types (Table, protobuf, metadata-only),
 //! field selectors on fields the cache does not index, invalid options (the upstream gives
 //! its own Status), and any resource whose cache has not synced yet.
 
@@ -17,6 +17,7 @@ use super::object::CachedObject;
 use super::registry::{Registry, ResourceCache};
 use super::store::Snapshot;
 use crate::body::{self, Body};
+use crate::codec::gzip;
 use crate::codec::list::{Filter, ListBody, ListHead};
 use crate::proxy::headers::SOURCE_HEADER;
 use crate::request::{self, ApiPath, ListOptions, RvMatch, Verb};
@@ -27,7 +28,7 @@ use crate::status::{GroupResource, Status};
 pub const FRESHNESS_WAIT: Duration = Duration::from_secs(3);
 /// `retryAfterSeconds` of the "Too large resource version" answer
 /// (cacher's `resourceVersionTooHighRetrySeconds`).
-const TOO_LARGE_RETRY_SECONDS: u32 = 1;
+pub const TOO_LARGE_RETRY_SECONDS: u32 = 1;
 
 /// What a cacheable read needs, decided before touching the cache.
 struct Plan<'a> {
@@ -101,9 +102,11 @@ pub async fn try_serve(
             }
         },
     };
+    // Large answers are gzipped when the client accepts it, as kube-apiserver does.
+    let gzip_ok = gzip::accepts_gzip(headers);
     Some(cached(match plan.name {
-        Some(name) => get(&cache, &snapshot, &plan, name),
-        None => list(&cache, snapshot, &plan),
+        Some(name) => get(&cache, &snapshot, &plan, name, gzip_ok),
+        None => list(&cache, snapshot, &plan, gzip_ok),
     }))
 }
 
@@ -137,7 +140,7 @@ fn cacheable_rv(opts: &ListOptions, verb: Verb) -> Option<Option<u64>> {
 
 /// Field selectors are answered from the fields parsed into each object; any other field
 /// label goes upstream, which knows whether the type supports it.
-fn fields_indexed(cache: &ResourceCache, opts: &ListOptions) -> bool {
+pub fn fields_indexed(cache: &ResourceCache, opts: &ListOptions) -> bool {
     opts.field_selector.terms.iter().all(|t| {
         t.field == "metadata.name"
             || t.field == "metadata.namespace"
@@ -176,7 +179,13 @@ fn matcher(opts: &ListOptions) -> Option<Filter> {
     }))
 }
 
-fn get(cache: &ResourceCache, snapshot: &Snapshot, plan: &Plan<'_>, name: &str) -> Response<Body> {
+fn get(
+    cache: &ResourceCache,
+    snapshot: &Snapshot,
+    plan: &Plan<'_>,
+    name: &str,
+    gzip_ok: bool,
+) -> Response<Body> {
     let ns = if cache.info.namespaced {
         plan.namespace.unwrap_or_default()
     } else {
@@ -188,7 +197,10 @@ fn get(cache: &ResourceCache, snapshot: &Snapshot, plan: &Plan<'_>, name: &str) 
             let mut out = Vec::with_capacity(obj.raw.len() + 48);
             obj.write_with_type_meta(&cache.info.type_prefix(), &mut out);
             out.push(b'\n');
-            json_response(body::full(out))
+            let (out, gzipped) = gzip::encode_full(gzip_ok, out);
+            let mut resp = json_response(body::full(out));
+            gzip::apply(&mut resp, gzipped);
+            resp
         }
         None => Status::not_found(
             &GroupResource::new(cache.info.group.clone(), cache.info.resource.clone()),
@@ -198,7 +210,12 @@ fn get(cache: &ResourceCache, snapshot: &Snapshot, plan: &Plan<'_>, name: &str) 
     }
 }
 
-fn list(cache: &ResourceCache, snapshot: Arc<Snapshot>, plan: &Plan<'_>) -> Response<Body> {
+fn list(
+    cache: &ResourceCache,
+    snapshot: Arc<Snapshot>,
+    plan: &Plan<'_>,
+    gzip_ok: bool,
+) -> Response<Body> {
     let info = &cache.info;
     let head = ListHead {
         api_version: info.api_version(),
@@ -207,12 +224,12 @@ fn list(cache: &ResourceCache, snapshot: Arc<Snapshot>, plan: &Plan<'_>) -> Resp
         item_type_prefix: (!info.is_builtin()).then(|| info.type_prefix()),
     };
     let namespace = plan.namespace.filter(|_| info.namespaced);
-    json_response(body::boxed(ListBody::new(
-        head,
-        snapshot,
-        namespace,
-        matcher(&plan.opts),
-    )))
+    let body = ListBody::new(head, snapshot, namespace, matcher(&plan.opts));
+    // Streamed either way: with gzip accepted, at most 128 KiB are read ahead to decide.
+    gzip::respond(
+        json_response(body::empty()),
+        gzip::negotiate_stream(gzip_ok, body),
+    )
 }
 
 fn json_response(body: Body) -> Response<Body> {

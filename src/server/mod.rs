@@ -46,16 +46,22 @@ impl Gateway {
             tracing::info!(%admin_addr, "admin listener (health, readiness, metrics; no cluster data) is reachable from other machines");
         }
 
-        let drain = Drain::new();
-        let cache = cfg.cache.clone().map(|policy| {
-            let registry = crate::cache::registry::Registry::new(upstream.clone(), policy);
-            registry.prewarm();
-            registry
-        });
-        // Installed before the first request so that no early series is lost.
+        // Installed before the caches (their stores bind the dispatch histogram when they
+        // are created) and the first request, so that no early series is lost.
         if cfg.metrics {
             crate::metrics::install();
         }
+        let drain = Drain::new();
+        let cache = cfg.cache.clone().map(|policy| {
+            let registry = crate::cache::registry::Registry::with_reflector_config(
+                upstream.clone(),
+                policy,
+                cfg.watch.clone(),
+                cfg.reflector.clone(),
+            );
+            registry.prewarm();
+            registry
+        });
         let admin_state = admin::AdminState {
             upstream: upstream.clone(),
             cache: cache.clone(),
@@ -88,12 +94,14 @@ impl Gateway {
             api_handler,
             drain.watcher(),
             "api",
+            cfg.http2_max_streams,
         ));
         tokio::spawn(listener::accept_loop(
             admin,
             admin_handler,
             drain.watcher(),
             "admin",
+            cfg.http2_max_streams,
         ));
         tracing::info!(%addr, %admin_addr, upstream = %cfg.upstream.cluster_url, "serving");
         Ok(GatewayHandle {
