@@ -567,37 +567,62 @@ async fn a_watcher_that_falls_past_the_history_is_counted_as_slow() {
         .await
         .unwrap();
 
-    // 64 KiB secrets until the stalled watcher is ended as slow (bounded).
+    // 200 secrets of 64 KiB (12.8 MB): far more than the socket buffers, the watcher's
+    // queue and the 256 KiB history hold together.
     let direct = Http::new(sim.url());
     let blob = "A".repeat(64 * 1024);
-    let gw_ref = &gw;
-    let mut i = 0;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        for _ in 0..20 {
-            let resp = direct
-                .post_json(
-                    "/api/v1/namespaces/default/secrets",
-                    &json!({"apiVersion": "v1", "kind": "Secret",
-                            "metadata": {"name": format!("s{i}")},
-                            "data": {"blob": blob}}),
-                )
-                .await;
-            assert_eq!(resp.status, 201, "{}", resp.text());
-            i += 1;
-        }
-        let now = sample(
-            &scrape(gw_ref).await,
-            "watchgate_terminated_watchers_total",
-            secrets,
-        );
-        if now - before >= 1.0 {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "after {i} secrets of 64 KiB the stalled watcher was not ended as slow"
-        );
+    for i in 0..200 {
+        let resp = direct
+            .post_json(
+                "/api/v1/namespaces/default/secrets",
+                &json!({"apiVersion": "v1", "kind": "Secret",
+                        "metadata": {"name": format!("s{i}")},
+                        "data": {"blob": blob}}),
+            )
+            .await;
+        assert_eq!(resp.status, 201, "{}", resp.text());
     }
-    drop(stalled);
+    let gw_ref = &gw;
+    // It finds out that the history moved past it when it reads again: its stream ends
+    // (cleanly) and the terminated counter says why.
+    let reader = tokio::spawn(async move {
+        use tokio::io::AsyncReadExt;
+        let mut buf = vec![0u8; 1 << 16];
+        let mut tail = Vec::new();
+        loop {
+            match stalled.read(&mut buf).await {
+                Ok(0) | Err(_) => return tail,
+                Ok(n) => {
+                    tail.extend_from_slice(&buf[..n]);
+                    let keep = tail.len().saturating_sub(16);
+                    tail.drain(..keep);
+                    if tail.ends_with(b"0\r\n\r\n") {
+                        return tail;
+                    }
+                }
+            }
+        }
+    });
+    wait_until(
+        "the stalled watcher is ended as slow",
+        Duration::from_secs(60),
+        || async move {
+            sample(
+                &scrape(gw_ref).await,
+                "watchgate_terminated_watchers_total",
+                secrets,
+            ) - before
+                >= 1.0
+        },
+    )
+    .await;
+    let tail = tokio::time::timeout(EVENT_TIMEOUT, reader)
+        .await
+        .expect("the slow watcher's stream ends")
+        .unwrap();
+    assert!(
+        tail.ends_with(b"0\r\n\r\n"),
+        "the stream ends with the last chunk: {:?}",
+        String::from_utf8_lossy(&tail)
+    );
 }
