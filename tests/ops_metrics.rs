@@ -262,6 +262,14 @@ async fn metrics_text_parses_with_prometheus_client() {
         ("watchgate_cache_objects", "gauge"),
         ("watchgate_cache_synced", "gauge"),
         ("watchgate_reflector_lists", "counter"),
+        ("watchgate_cache_bytes", "gauge"),
+        ("watchgate_cache_sync_duration_seconds", "gauge"),
+        ("watchgate_watchers", "gauge"),
+        ("watchgate_terminated_watchers", "counter"),
+        ("watchgate_watch_cache_history_events", "gauge"),
+        ("process_resident_memory_bytes", "gauge"),
+        ("process_cpu_seconds", "counter"),
+        ("process_open_fds", "gauge"),
     ] {
         assert_eq!(
             families.get(name).map(String::as_str),
