@@ -87,6 +87,18 @@ pub fn bookmark(rt: &ResourceType, rv: u64, initial_end: bool) -> Value {
     json!({"kind": rt.kind, "apiVersion": rt.api_version(), "metadata": meta})
 }
 
+/// The object of the DELETED event sent when an object stops matching a watcher's
+/// selector: the previous state with `metadata.resourceVersion` set to the event's RV
+/// (cache_watcher.go `convertToWatchEvent`: `updateResourceVersion(oldObj, .., event RV)`),
+/// so the watcher can resume from that RV.
+pub fn left_selector(prev: &Value, rv: u64) -> Value {
+    let mut obj = prev.clone();
+    if let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
+        meta.insert("resourceVersion".into(), json!(rv.to_string()));
+    }
+    obj
+}
+
 /// Where a watch starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Start {
@@ -206,16 +218,23 @@ impl Watcher {
                             .prev
                             .as_ref()
                             .is_some_and(|p| matches(self.rt, &self.opts, p));
-                        let kind = match (ev.kind, was_match, now_match) {
-                            (EventType::Deleted, true, _) => "DELETED",
+                        let sent = match (ev.kind, was_match, now_match) {
+                            (EventType::Deleted, true, _) => self.send_event("DELETED", ev).await,
                             (EventType::Deleted, false, _) => continue,
-                            (_, true, true) => "MODIFIED",
-                            (_, false, true) => "ADDED",
-                            // Stopped matching: DELETED carrying the new state.
-                            (_, true, false) => "DELETED",
+                            (_, true, true) => self.send_event("MODIFIED", ev).await,
+                            (_, false, true) => self.send_event("ADDED", ev).await,
+                            // Stopped matching: DELETED carrying the PREVIOUS object (the
+                            // one the watcher knew) stamped with this event's RV, as
+                            // cache_watcher.go convertToWatchEvent does.
+                            (_, true, false) => match &ev.prev {
+                                Some(prev) => {
+                                    self.send("DELETED", &left_selector(prev, ev.rv)).await
+                                }
+                                None => continue,
+                            },
                             (_, false, false) => continue,
                         };
-                        if !self.send_event(kind, ev).await {
+                        if !sent {
                             return;
                         }
                     }
@@ -380,4 +399,21 @@ pub async fn handle(
     };
     tokio::spawn(w.run(start, timeout));
     stream_response(rx)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn left_selector_is_the_previous_object_at_the_event_rv() {
+        let prev = json!({"kind": "Pod", "apiVersion": "v1",
+            "metadata": {"name": "a", "namespace": "ns", "resourceVersion": "4",
+                         "labels": {"app": "web"}},
+            "status": {"phase": "Running"}});
+        let got = left_selector(&prev, 9);
+        let mut want = prev.clone();
+        want["metadata"]["resourceVersion"] = json!("9");
+        assert_eq!(got, want);
+    }
 }
