@@ -60,6 +60,7 @@ pub mod labels {
     pub const REQUEST: &[&str] = &["verb", "group", "resource", "scope", "code", "source"];
     pub const REQUEST_DURATION: &[&str] = &["verb", "group", "resource", "scope", "source"];
     pub const LONG_RUNNING: &[&str] = &["group", "resource"];
+    /// `UPSTREAM_REQUESTS_TOTAL` and `UPSTREAM_REQUEST_DURATION`.
     pub const UPSTREAM: &[&str] = &["code"];
     pub const CACHE: &[&str] = &["group", "resource"];
     pub const UPSTREAM_WATCHES: &[&str] = &["group", "resource"];

@@ -338,6 +338,15 @@ async fn cache_bytes_sync_time_upstream_watches_and_process_metrics_are_exported
     );
     assert!(sample(&text, "watchgate_cache_sync_duration_seconds", pods) > 0.0);
     assert_eq!(sample(&text, "watchgate_upstream_watches", pods), 1.0);
+    // Upstream durations carry the code, like the upstream request counter.
+    assert!(
+        sample(
+            &text,
+            "watchgate_upstream_request_duration_seconds_count",
+            &[("code", "200")]
+        ) >= 1.0,
+        "{text}"
+    );
     assert_eq!(sim.handle().stats().watches("pods"), 1);
 
     put_pod(sim.handle(), "sized-1");
