@@ -12,7 +12,7 @@ use watchgate::config::GatewayConfig;
 
 use support::servers::{start_gateway_with, start_sim, GatewayServer};
 use support::wait::wait_until;
-use support::{Http, EVENT_TIMEOUT};
+use support::{Http, Kubectl, EVENT_TIMEOUT};
 
 async fn gateway_caching_pods(upstream: &str) -> GatewayServer {
     let mut cfg = GatewayConfig::for_upstream_url(upstream).expect("gateway config");
@@ -132,6 +132,29 @@ async fn an_edge_in_front_of_an_origin_answers_like_the_apiserver() {
         let expected = if path == PODS { "upstream" } else { "cache" };
         assert_eq!(source, expected, "{path}");
     }
+    // A real client through both tiers: kubectl's list (a consistent read, forwarded) and
+    // its view of the objects equal the direct answer.
+    let via_edge = Kubectl::new(edge.url());
+    let via_sim = Kubectl::new(sim.url());
+    for args in [
+        &["get", "pods", "-n", "default", "-o", "json"][..],
+        &[
+            "get", "pods", "-n", "default", "-l", "tier=web", "-o", "name",
+        ][..],
+    ] {
+        let got = via_edge.ok(args).await;
+        let want = via_sim.ok(args).await;
+        if args.contains(&"json") {
+            let (g, w): (Value, Value) = (
+                serde_json::from_str(&got).unwrap(),
+                serde_json::from_str(&want).unwrap(),
+            );
+            assert_eq!(g["items"], w["items"], "kubectl {args:?}");
+        } else {
+            assert_eq!(got, want, "kubectl {args:?}");
+        }
+    }
+
     // A get of one object, from the edge's cache.
     let got = through.get(&format!("{PODS}/p3?resourceVersion=0")).await;
     assert_eq!(
