@@ -23,12 +23,17 @@ use crate::proxy::headers::SOURCE_HEADER;
 use crate::request::{self, ApiPath, ListOptions, RvMatch, Verb};
 use crate::status::{GroupResource, Status};
 
-/// How long a read asking for a resourceVersion newer than the cache waits for it,
-/// as kube-apiserver's watch cache does (`blockTimeout`), before answering 504.
-pub const FRESHNESS_WAIT: Duration = Duration::from_secs(3);
-/// `retryAfterSeconds` of the "Too large resource version" answer
-/// (cacher's `resourceVersionTooHighRetrySeconds`).
-pub const TOO_LARGE_RETRY_SECONDS: u32 = 1;
+/// How long a read asking for a resourceVersion newer than the cache waits for the cache's
+/// own watch to bring it, before it is forwarded instead.
+///
+/// kube-apiserver's watch cache waits up to 3 s (`blockTimeout`) but, while it waits, asks
+/// etcd for a progress notification, so an RV that belongs to another resource's write (RVs
+/// are global) is confirmed at once. An apiserver offers its clients no such request: after
+/// this short wait the cache cannot tell "my resource has not changed since" from "my watch
+/// is behind", so it lets the upstream answer. A client that wrote through watchgate and
+/// reads its own write finds it here within milliseconds; an RV that never comes gets the
+/// upstream's own 504 Too large resource version after its 3 s.
+pub const CATCH_UP_WAIT: Duration = Duration::from_millis(250);
 
 /// What a cacheable read needs, decided before touching the cache.
 struct Plan<'a> {
@@ -91,16 +96,7 @@ pub async fn try_serve(
     }
     let snapshot = match plan.min_rv {
         None => cache.store.snapshot(),
-        Some(rv) => match cache.store.wait_for(rv, FRESHNESS_WAIT).await {
-            Some(s) => s,
-            None => {
-                let current = cache.store.resource_version();
-                return Some(cached(
-                    Status::too_large_resource_version(rv, current, TOO_LARGE_RETRY_SECONDS)
-                        .into_response(),
-                ));
-            }
-        },
+        Some(rv) => cache.store.wait_for(rv, CATCH_UP_WAIT).await?,
     };
     // Large answers are gzipped when the client accepts it, as kube-apiserver does.
     let gzip_ok = gzip::accepts_gzip(headers);

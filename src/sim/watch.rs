@@ -35,11 +35,13 @@ use crate::sim::store::{EventType, HistoryError, ReadAt};
 use crate::sim::{table, wait_shutdown, Sim};
 use crate::status::Status;
 
-/// The annotation on the bookmark that ends the initial events of a watch-list.
-pub const INITIAL_EVENTS_END: &str = "k8s.io/initial-events-end";
+pub use crate::watch::event::{value_line as event_line, INITIAL_EVENTS_END};
 
 /// Without timeoutSeconds the apiserver picks minRequestTimeout (1800 s) × [1, 2).
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(1800);
+
+/// How long before a watch's deadline its last bookmark is sent.
+const PRE_TIMEOUT_BOOKMARK: Duration = Duration::from_secs(2);
 
 /// Events read from history per lock acquisition.
 const BATCH: usize = 256;
@@ -47,22 +49,8 @@ const BATCH: usize = 256;
 /// Frames buffered towards the connection: small, so a slow client stalls only itself.
 const FRAME_BUFFER: usize = 16;
 
-/// `errors.NewResourceExpired` as the watch cache words it.
-pub fn too_old(requested: u64, compacted: u64) -> Status {
-    Status::expired(format!(
-        "too old resource version: {requested} ({compacted})"
-    ))
-}
-
-/// One encoded watch event line.
-pub fn event_line(kind: &str, object: &Value) -> Bytes {
-    let mut v = Vec::with_capacity(256);
-    v.extend_from_slice(b"{\"type\":");
-    let _ = serde_json::to_writer(&mut v, kind);
-    v.extend_from_slice(b",\"object\":");
-    let _ = serde_json::to_writer(&mut v, object);
-    v.extend_from_slice(b"}\n");
-    Bytes::from(v)
+fn too_old(requested: u64, compacted: u64) -> Status {
+    Status::too_old_resource_version(requested, compacted)
 }
 
 /// One watch event line around an already-encoded object.
@@ -164,6 +152,11 @@ impl Watcher {
         rv_rx.borrow_and_update();
         let bookmark_every = self.sim.cfg.bookmark_interval;
         let mut next_bookmark = started + bookmark_every;
+        // The last bookmark comes 2 s before the deadline, so the client can resume from
+        // it (cache_watcher.go nextBookmarkTime).
+        let mut pre_timeout = deadline
+            .checked_sub(PRE_TIMEOUT_BOOKMARK)
+            .filter(|t| *t > started && self.opts.allow_watch_bookmarks);
 
         let mut cursor = match start {
             Start::After(rv) => rv,
@@ -243,8 +236,12 @@ impl Watcher {
                     cursor = new_cursor;
                     // Under constant churn the wait below is always cut short by a
                     // write, so a due bookmark is sent here too.
-                    if self.opts.allow_watch_bookmarks && Instant::now() >= next_bookmark {
-                        next_bookmark = Instant::now() + bookmark_every;
+                    let now = Instant::now();
+                    if self.opts.allow_watch_bookmarks
+                        && (now >= next_bookmark || pre_timeout.is_some_and(|p| now >= p))
+                    {
+                        next_bookmark = now + bookmark_every;
+                        pre_timeout = pre_timeout.filter(|p| now < *p);
                         if !self
                             .send("BOOKMARK", &bookmark(self.rt, cursor, false))
                             .await
@@ -259,14 +256,16 @@ impl Watcher {
             }
             // Caught up: wait for a write, the next bookmark, the end, or a fault.
             let mut wake = deadline.min(next_bookmark);
-            if let Some(d) = drop_at {
-                wake = wake.min(d);
+            for t in [drop_at, pre_timeout].into_iter().flatten() {
+                wake = wake.min(t);
             }
             tokio::select! {
                 r = rv_rx.changed() => { if r.is_err() { return; } }
                 _ = tokio::time::sleep_until(wake) => {
-                    if Instant::now() >= next_bookmark {
-                        next_bookmark = Instant::now() + bookmark_every;
+                    let now = Instant::now();
+                    if now >= next_bookmark || pre_timeout.is_some_and(|p| now >= p) {
+                        next_bookmark = now + bookmark_every;
+                        pre_timeout = pre_timeout.filter(|p| now < *p);
                         if self.opts.allow_watch_bookmarks
                             && !self.send("BOOKMARK", &bookmark(self.rt, cursor, false)).await
                         {
