@@ -6,6 +6,9 @@
 //!     cargo bench --bench cache_list                      # full: 50,000 pods, 300,000 configmaps
 //!     WATCHGATE_BENCH_QUICK=1 cargo bench --bench cache_list   # smoke: seconds
 //!
+//! It also compares a gateway with metrics on and one with `GatewayConfig::metrics = false`
+//! on the same cache-served list and single-object gets (issue 6).
+//!
 //! Figures go to docs/benchmarks.md. Medians of several rounds; both paths are measured
 //! alternately in the same process so that the ratio survives a noisy machine.
 
@@ -163,6 +166,63 @@ async fn main() {
         cache_bytes as f64 / size as f64,
         cache_bytes / pods
     );
+
+    // --- metrics on vs off (issue 6) -------------------------------------------------------
+    // A second gateway with `GatewayConfig::metrics = false` (no request instrumentation at
+    // all) on the same simulator, measured alternately with the metrics-on gateway above:
+    // the whole list, and single-object gets where a per-request cost would show most.
+    let mut off_cfg = GatewayConfig::for_upstream_url(&sim.url()).unwrap();
+    off_cfg.metrics = false;
+    let gw_off = Gateway::start(off_cfg).await.unwrap();
+    warm(&client, &format!("{}{path}", gw_off.url())).await;
+    let (mut on_ms, mut off_ms) = (vec![], vec![]);
+    for _ in 0..rounds {
+        let (_, t, _) = fetch(&client, &format!("{}{path}", gw.url())).await;
+        on_ms.push(t.as_secs_f64() * 1e3);
+        let (_, t, src) = fetch(&client, &format!("{}{path}", gw_off.url())).await;
+        assert_eq!(src, "cache");
+        off_ms.push(t.as_secs_f64() * 1e3);
+    }
+    // One pod's name (RV unset: RV=0 would ignore the limit and list everything).
+    let get = "/api/v1/namespaces/ns-0/pods?limit=1";
+    let one: serde_json::Value = {
+        let resp = client
+            .get(format!("{}{get}", sim.url()).parse().unwrap())
+            .await
+            .unwrap();
+        let body = resp.into_body().collect().await.unwrap().to_bytes();
+        serde_json::from_slice(&body).unwrap()
+    };
+    let name = one["items"][0]["metadata"]["name"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let get = format!("/api/v1/namespaces/ns-0/pods/{name}?resourceVersion=0");
+    let batch = if quick { 100 } else { 500 };
+    let (mut on_us, mut off_us) = (vec![], vec![]);
+    let (on_url, off_url) = (gw.url(), gw_off.url());
+    for _ in 0..rounds {
+        for (target, out) in [(&on_url, &mut on_us), (&off_url, &mut off_us)] {
+            let started = Instant::now();
+            for _ in 0..batch {
+                let (_, _, src) = fetch(&client, &format!("{target}{get}")).await;
+                assert_eq!(src, "cache");
+            }
+            out.push(started.elapsed().as_secs_f64() * 1e6 / batch as f64);
+        }
+    }
+    println!("metrics on vs off, alternately, median of {rounds} rounds:");
+    println!(
+        "  RV=0 list of {pods} pods : on {:>8.1} ms   off {:>8.1} ms",
+        median(on_ms),
+        median(off_ms)
+    );
+    println!(
+        "  RV=0 get of one pod      : on {:>8.1} us   off {:>8.1} us  (mean of {batch} sequential gets)",
+        median(on_us),
+        median(off_us)
+    );
+    drop(gw_off);
     drop(gw);
     sim.shutdown().await;
 

@@ -105,6 +105,9 @@ pub struct GatewayConfig {
     pub http2_max_streams: u32,
     /// How the caches' reflectors read the upstream (watch-list or paged list).
     pub reflector: crate::cache::reflector::ReflectorConfig,
+    /// Record Prometheus metrics (on by default). Off, the request path skips its
+    /// instrumentation and `/metrics` answers 404: what the benchmarks compare against.
+    pub metrics: bool,
 }
 
 impl std::fmt::Debug for GatewayConfig {
@@ -144,6 +147,7 @@ impl GatewayConfig {
             watch: Default::default(),
             http2_max_streams: 1000,
             reflector: Default::default(),
+            metrics: true,
         }
     }
 
@@ -171,6 +175,7 @@ impl GatewayConfig {
                 watch_list: args.upstream_watch_list,
                 ..Default::default()
             },
+            metrics: true,
         })
     }
 }

@@ -86,9 +86,56 @@ pub fn init(args: &LogArgs) {
     }
 }
 
+/// `50000` → `50,000`: counts in progress lines, readable at a glance.
+pub fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// Sizes in progress lines: `210 MB`, `4.2 MB`, `0.3 MB` (decimal megabytes, as `du -h
+/// --si` and the benchmarks' figures).
+pub fn megabytes(bytes: u64) -> String {
+    let mb = bytes as f64 / 1e6;
+    if mb >= 10.0 {
+        format!("{} MB", thousands(mb.round() as u64))
+    } else {
+        format!("{mb:.1} MB")
+    }
+}
+
+/// Durations in progress lines: `1.8 s`, or `35 ms` below a second.
+pub fn seconds(d: std::time::Duration) -> String {
+    if d < std::time::Duration::from_secs(1) {
+        format!("{} ms", d.as_millis())
+    } else {
+        format!("{:.1} s", d.as_secs_f64())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn progress_figures_are_human_readable() {
+        assert_eq!(thousands(0), "0");
+        assert_eq!(thousands(999), "999");
+        assert_eq!(thousands(1000), "1,000");
+        assert_eq!(thousands(50_000), "50,000");
+        assert_eq!(thousands(1_234_567), "1,234,567");
+        assert_eq!(megabytes(210_400_000), "210 MB");
+        assert_eq!(megabytes(4_210_000), "4.2 MB");
+        assert_eq!(megabytes(1_500_000_000), "1,500 MB");
+        assert_eq!(seconds(std::time::Duration::from_millis(1800)), "1.8 s");
+        assert_eq!(seconds(std::time::Duration::from_millis(35)), "35 ms");
+    }
 
     #[test]
     fn verbosity_maps_to_tracing_levels() {

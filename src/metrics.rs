@@ -33,6 +33,8 @@ pub const UPSTREAM_UP: &str = "watchgate_upstream_up";
 
 // Cache, per resource (refreshed at scrape time from the registry).
 pub const CACHE_OBJECTS: &str = "watchgate_cache_objects";
+pub const CACHE_BYTES: &str = "watchgate_cache_bytes";
+pub const CACHE_SYNC_DURATION: &str = "watchgate_cache_sync_duration_seconds";
 pub const CACHE_RESOURCE_VERSION: &str = "watchgate_cache_resource_version";
 pub const CACHE_SYNCED: &str = "watchgate_cache_synced";
 pub const CACHE_EVENTS_TOTAL: &str = "watchgate_cache_events_total";
@@ -58,8 +60,10 @@ pub mod labels {
     pub const REQUEST: &[&str] = &["verb", "group", "resource", "scope", "code", "source"];
     pub const REQUEST_DURATION: &[&str] = &["verb", "group", "resource", "scope", "source"];
     pub const LONG_RUNNING: &[&str] = &["group", "resource"];
+    /// `UPSTREAM_REQUESTS_TOTAL` and `UPSTREAM_REQUEST_DURATION`.
     pub const UPSTREAM: &[&str] = &["code"];
     pub const CACHE: &[&str] = &["group", "resource"];
+    pub const UPSTREAM_WATCHES: &[&str] = &["group", "resource"];
     pub const REFLECTOR_LISTS: &[&str] = &["group", "resource"];
     pub const REFLECTOR_RELISTS: &[&str] = &["group", "resource", "reason"];
     pub const REFLECTOR_RESTARTS: &[&str] = &["group", "resource", "reason"];
@@ -80,6 +84,11 @@ const DURATION_BUCKETS: &[f64] = &[
 
 static HANDLE: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
 
+/// The process collector (`process_resident_memory_bytes`, `process_cpu_seconds_total`,
+/// `process_open_fds`, …, the names every Prometheus client library exports), read from
+/// /proc at scrape time.
+static PROCESS: OnceLock<metrics_process::Collector> = OnceLock::new();
+
 /// Installs the process-global recorder once; later calls return the same handle. `None`
 /// when another recorder was installed first (an embedding program's): watchgate then
 /// records into that one and has nothing to render itself.
@@ -94,6 +103,9 @@ pub fn install() -> Option<&'static PrometheusHandle> {
             match ::metrics::set_global_recorder(recorder) {
                 Ok(()) => {
                     describe();
+                    PROCESS
+                        .get_or_init(metrics_process::Collector::default)
+                        .describe();
                     Some(handle)
                 }
                 Err(_) => {
@@ -135,13 +147,23 @@ fn describe() {
     );
     describe_gauge!(
         UPSTREAM_WATCHES,
-        "Reflectors running: each holds one upstream list+watch for its resource."
+        "Upstream watches open, per resource: 1 once its reflector has listed and holds its one watch, however many downstream watchers it serves."
     );
     describe_gauge!(
         UPSTREAM_UP,
         "1 when the upstream's last response (any HTTP code) arrived, 0 when the last request got none."
     );
     describe_gauge!(CACHE_OBJECTS, "Objects in a resource's cache.");
+    describe_gauge!(
+        CACHE_BYTES,
+        Unit::Bytes,
+        "Bytes of the objects' JSON in a resource's cache (the memory they take is about 1.2x this)."
+    );
+    describe_gauge!(
+        CACHE_SYNC_DURATION,
+        Unit::Seconds,
+        "How long a resource's last full list took, from its first request to the cache being replaced (absent until the first list completes)."
+    );
     describe_gauge!(
         CACHE_RESOURCE_VERSION,
         "The resourceVersion a resource's cache is at."
@@ -182,6 +204,9 @@ pub fn render(registry: Option<&Registry>) -> String {
         refresh_cache_metrics(registry);
         refresh_fanout_metrics(registry);
     }
+    if let Some(process) = PROCESS.get() {
+        process.collect();
+    }
     handle.render()
 }
 
@@ -190,14 +215,17 @@ pub fn render(registry: Option<&Registry>) -> String {
 /// The counters are set to the reflectors' own totals (`absolute`), so a scrape never
 /// double-counts; with two gateways in one process (tests) the last scraped wins.
 fn refresh_cache_metrics(registry: &Registry) {
-    let caches = registry.caches();
-    gauge!(UPSTREAM_WATCHES).set(caches.len() as f64);
-    for c in caches {
+    for c in registry.caches() {
         let g = c.info.group.clone();
         let r = c.info.resource.clone();
+        // A synced reflector holds its one upstream watch (or is re-establishing it).
+        gauge!(UPSTREAM_WATCHES, "group" => g.clone(), "resource" => r.clone())
+            .set(if c.is_synced() { 1.0 } else { 0.0 });
         let snapshot = c.store.snapshot();
         gauge!(CACHE_OBJECTS, "group" => g.clone(), "resource" => r.clone())
             .set(snapshot.len() as f64);
+        gauge!(CACHE_BYTES, "group" => g.clone(), "resource" => r.clone())
+            .set(snapshot.bytes as f64);
         gauge!(CACHE_RESOURCE_VERSION, "group" => g.clone(), "resource" => r.clone())
             .set(c.store.resource_version() as f64);
         gauge!(CACHE_SYNCED, "group" => g.clone(), "resource" => r.clone()).set(if c.is_synced() {
@@ -207,6 +235,11 @@ fn refresh_cache_metrics(registry: &Registry) {
         });
         let s = &c.stats;
         let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+        let sync_millis = load(&s.sync_millis);
+        if sync_millis > 0 {
+            gauge!(CACHE_SYNC_DURATION, "group" => g.clone(), "resource" => r.clone())
+                .set(sync_millis as f64 / 1e3);
+        }
         counter!(CACHE_EVENTS_TOTAL, "group" => g.clone(), "resource" => r.clone())
             .absolute(load(&s.events));
         counter!(REFLECTOR_LISTS_TOTAL, "group" => g.clone(), "resource" => r.clone())

@@ -3,6 +3,9 @@
 //! at the most verbose level and in both formats' JSON variant, is captured; the token
 //! never appears.
 //!
+//! The same capture checks the start-up progress lines: "listing pods…", then
+//! "synced 1,200 pods (N MB) in T".
+//!
 //! One test in this binary: it installs the process-global tracing subscriber.
 
 mod support;
@@ -61,6 +64,10 @@ async fn bearer_tokens_never_reach_the_logs() {
         .expect("the only subscriber of this test binary");
 
     let sim = start_sim().await;
+    let mut spec = watchgate::sim::seed::SeedSpec::per_type(0, 1024);
+    spec.namespaces = 3;
+    spec.pods = 1200;
+    watchgate::sim::seed::seed_store(sim.handle().store(), &spec);
     let mut cfg = GatewayConfig::for_upstream_url(sim.url()).unwrap();
     cfg.cache = Some(CachePolicy {
         prewarm: vec!["pods".into()],
@@ -118,6 +125,24 @@ async fn bearer_tokens_never_reach_the_logs() {
     assert!(resp.status.as_u16() >= 500, "{}", resp.text());
 
     let logs = capture.text();
+    // Start-up progress, one line per step, counts with thousands separators.
+    assert!(
+        logs.contains("\"message\":\"listing pods…\""),
+        "no 'listing pods…' line"
+    );
+    let synced = logs
+        .lines()
+        .find(|l| l.contains("\"message\":\"synced 1,200 pods ("))
+        .unwrap_or_else(|| panic!("no 'synced 1,200 pods' line in:\n{logs}"));
+    let message = synced
+        .split("\"message\":\"")
+        .nth(1)
+        .and_then(|m| m.split('"').next())
+        .unwrap();
+    let rest = message.strip_prefix("synced 1,200 pods (").unwrap();
+    let (size, time) = rest.split_once(") in ").expect("(size) in time");
+    assert!(size.ends_with(" MB"), "{message}");
+    assert!(time.ends_with(" ms") || time.ends_with(" s"), "{message}");
     // The capture saw the requests at trace level, so the check below is not vacuous.
     assert!(
         logs.contains("\"level\":\"TRACE\""),

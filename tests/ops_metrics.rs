@@ -262,6 +262,14 @@ async fn metrics_text_parses_with_prometheus_client() {
         ("watchgate_cache_objects", "gauge"),
         ("watchgate_cache_synced", "gauge"),
         ("watchgate_reflector_lists", "counter"),
+        ("watchgate_cache_bytes", "gauge"),
+        ("watchgate_cache_sync_duration_seconds", "gauge"),
+        ("watchgate_watchers", "gauge"),
+        ("watchgate_terminated_watchers", "counter"),
+        ("watchgate_watch_cache_history_events", "gauge"),
+        ("process_resident_memory_bytes", "gauge"),
+        ("process_cpu_seconds", "counter"),
+        ("process_open_fds", "gauge"),
     ] {
         assert_eq!(
             families.get(name).map(String::as_str),
@@ -306,4 +314,332 @@ async fn readyz_waits_for_the_cached_resources_to_sync() {
         assert!(text.contains(line), "{line:?} missing from:\n{text}");
     }
     assert_eq!(admin.get("/readyz").await.text(), "ok");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cache_bytes_sync_time_upstream_watches_and_process_metrics_are_exported() {
+    let sim = start_sim().await;
+    put_pod(sim.handle(), "sized-0");
+    let gw = gateway_caching(sim.url(), &["pods"]).await;
+    wait_ready(&gw).await;
+    let pods = &[("group", ""), ("resource", "pods")];
+    let text = scrape(&gw).await;
+    // The cached JSON of the one pod: a get adds `kind` and `apiVersion`, which list items
+    // (and so the cache's copies) do not carry.
+    let one = Http::new(gw.url())
+        .get("/api/v1/namespaces/default/pods/sized-0?resourceVersion=0")
+        .await;
+    assert_eq!(one.status, 200);
+    let bytes = sample(&text, "watchgate_cache_bytes", pods);
+    assert!(
+        bytes > 0.0 && bytes <= one.body.len() as f64 && bytes >= one.body.len() as f64 - 40.0,
+        "cache bytes {bytes} for one pod of {} bytes:\n{text}",
+        one.body.len()
+    );
+    assert!(sample(&text, "watchgate_cache_sync_duration_seconds", pods) > 0.0);
+    assert_eq!(sample(&text, "watchgate_upstream_watches", pods), 1.0);
+    // Upstream durations carry the code, like the upstream request counter.
+    assert!(
+        sample(
+            &text,
+            "watchgate_upstream_request_duration_seconds_count",
+            &[("code", "200")]
+        ) >= 1.0,
+        "{text}"
+    );
+    assert_eq!(sim.handle().stats().watches("pods"), 1);
+
+    put_pod(sim.handle(), "sized-1");
+    let gw_ref = &gw;
+    wait_until(
+        "a second pod adds to the cache bytes",
+        EVENT_TIMEOUT,
+        || async move {
+            let text = scrape(gw_ref).await;
+            sample(&text, "watchgate_cache_objects", pods) == 2.0
+                && sample(&text, "watchgate_cache_bytes", pods) > bytes * 1.5
+        },
+    )
+    .await;
+
+    // Process metrics, as every Prometheus client library names them.
+    let text = scrape(&gw).await;
+    // metrics-process exports CPU time as an integer counter: a young test process may
+    // still be at 0 seconds.
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("process_cpu_seconds_total ")),
+        "process_cpu_seconds_total missing:\n{text}"
+    );
+    for name in [
+        "process_resident_memory_bytes",
+        "process_open_fds",
+        "process_max_fds",
+        "process_start_time_seconds",
+    ] {
+        assert!(
+            sample(&text, name, &[]) > 0.0,
+            "{name} missing or 0:\n{text}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readyz_follows_an_upstream_that_comes_up_after_the_gateway() {
+    // A free port with nothing listening yet: discovery fails at start-up.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let gw = gateway_caching(&format!("http://127.0.0.1:{port}"), &["pods"]).await;
+    let admin = admin(&gw);
+    wait_until("discovery has been tried", EVENT_TIMEOUT, || {
+        let admin = admin.clone();
+        async move {
+            let text = admin.get("/readyz?verbose").await.text();
+            text.contains("[-]upstream failed") && text.contains("[-]cache-pods failed: not ")
+        }
+    })
+    .await;
+
+    // The upstream appears; no client request is made: the background retry must notice.
+    let mut cfg = support::servers::cluster_config();
+    cfg.addr = ([127, 0, 0, 1], port).into();
+    let sim = support::servers::start_sim_with(cfg).await;
+    put_pod(sim.handle(), "late");
+    let admin_ref = &admin;
+    wait_until(
+        "/readyz turns 200 after the upstream comes up",
+        Duration::from_secs(60),
+        || async move { admin_ref.get("/readyz").await.status == 200 },
+    )
+    .await;
+    let text = admin.get("/readyz?verbose").await.text();
+    assert!(text.contains("[+]cache-pods ok"), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readyz_does_not_depend_on_downstream_clients() {
+    let sim = start_sim().await;
+    let gw = gateway_caching(sim.url(), &["pods"]).await;
+    wait_ready(&gw).await;
+    let admin = admin(&gw);
+    // Misbehaving clients: garbage requests, bad paths, a watch abandoned mid-stream,
+    // half-sent requests left open.
+    let http = Http::new(gw.url());
+    for path in [
+        "/api/v1/namespaces/default/pods?labelSelector=%%%",
+        "/api/v1/namespaces/default/pods?resourceVersion=abc",
+        "/apis/nope.example/v1/things",
+        "/api/v1/namespaces/default/pods?watch=true&timeoutSeconds=-1",
+    ] {
+        let status = http.get(path).await.status;
+        assert!(
+            status.is_client_error() || status.is_success(),
+            "{path}: {status}"
+        );
+        assert_eq!(admin.get("/readyz").await.status, 200, "after {path}");
+    }
+    let mut half_open = Vec::new();
+    for _ in 0..20 {
+        let mut s = tokio::net::TcpStream::connect(gw.handle().addr())
+            .await
+            .unwrap();
+        use tokio::io::AsyncWriteExt;
+        s.write_all(b"GET /api/v1/pods HTTP/1.1\r\nHost: x\r\n")
+            .await
+            .unwrap();
+        half_open.push(s);
+    }
+    let w = http
+        .watch("/api/v1/namespaces/default/pods?watch=true")
+        .await;
+    drop(w);
+    assert_eq!(admin.get("/readyz").await.status, 200);
+    assert_eq!(admin.get("/readyz?verbose").await.status, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_can_be_turned_off() {
+    let sim = start_sim().await;
+    let mut cfg = GatewayConfig::for_upstream_url(sim.url()).expect("gateway config");
+    cfg.metrics = false;
+    let off = start_gateway_with(cfg).await;
+    // A gateway with metrics on, in the same process, to read the global registry.
+    let on = gateway_caching(sim.url(), &[]).await;
+
+    let resp = admin(&off).get("/metrics").await;
+    assert_eq!(resp.status, 404, "{}", resp.text());
+    assert_eq!(resp.json()["reason"], "NotFound");
+    // Still served; not counted. Only this test touches `endpoints`.
+    let http = Http::new(off.url());
+    for _ in 0..5 {
+        let status = http
+            .get("/api/v1/namespaces/default/endpoints")
+            .await
+            .status;
+        assert_eq!(status, 200);
+    }
+    let text = scrape(&on).await;
+    assert!(
+        !text.contains("resource=\"endpoints\""),
+        "a metrics-off gateway recorded requests:\n{text}"
+    );
+    // The same requests through the metrics-on gateway are counted (the check above
+    // would pass vacuously otherwise).
+    let http_on = Http::new(on.url());
+    let status = http_on
+        .get("/api/v1/namespaces/default/endpoints")
+        .await
+        .status;
+    assert_eq!(status, 200);
+    assert!(scrape(&on).await.contains("resource=\"endpoints\""));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn n_cached_watchers_show_as_n_watchers_and_one_upstream_watch() {
+    let sim = start_sim().await;
+    let gw = gateway_caching(sim.url(), &["services"]).await;
+    wait_ready(&gw).await;
+    let svcs = &[("group", ""), ("resource", "services")];
+    let http = Http::new(gw.url());
+    const N: usize = 4;
+    let mut watches = Vec::new();
+    for _ in 0..N {
+        let w = http
+            .watch("/api/v1/namespaces/default/services?watch=true&resourceVersion=0")
+            .await;
+        watches.push(w);
+    }
+    let gw_ref = &gw;
+    wait_until(
+        "the watchers gauge counts the N cached watchers",
+        EVENT_TIMEOUT,
+        || async move {
+            let text = scrape(gw_ref).await;
+            sample(&text, "watchgate_watchers", svcs) == N as f64
+        },
+    )
+    .await;
+    let text = scrape(&gw).await;
+    assert_eq!(
+        sample(&text, "watchgate_long_running_requests", svcs),
+        N as f64,
+        "{text}"
+    );
+    assert_eq!(
+        sample(&text, "watchgate_upstream_watches", svcs),
+        1.0,
+        "{text}"
+    );
+    assert_eq!(
+        sim.handle().stats().watches("services"),
+        1,
+        "{}",
+        sim.handle().stats().to_json()
+    );
+    drop(watches);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watcher_that_falls_past_the_history_is_counted_as_slow() {
+    use tokio::io::AsyncWriteExt;
+
+    let sim = start_sim().await;
+    let mut cfg = GatewayConfig::for_upstream_url(sim.url()).expect("gateway config");
+    cfg.cache = Some(CachePolicy {
+        prewarm: vec!["secrets".into()],
+        exclude: vec![],
+    });
+    // A history of a few events: a watcher that stops reading falls past it quickly.
+    cfg.watch.history_bytes = 256 * 1024;
+    let gw = start_gateway_with(cfg).await;
+    wait_ready(&gw).await;
+    let secrets = &[("group", ""), ("resource", "secrets"), ("reason", "slow")];
+    let before = sample(
+        &scrape(&gw).await,
+        "watchgate_terminated_watchers_total",
+        secrets,
+    );
+    let rv = Http::new(gw.url())
+        .get("/api/v1/namespaces/default/secrets?resourceVersion=0")
+        .await
+        .json()["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .to_string();
+
+    // A client that asks for a watch and never reads, with a tiny receive buffer.
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let mut stalled = socket.connect(gw.handle().addr()).await.unwrap();
+    stalled
+        .write_all(
+            format!(
+                "GET /api/v1/namespaces/default/secrets?watch=true&resourceVersion={rv} HTTP/1.1\r\nHost: x\r\nAccept: application/json\r\n\r\n"
+            )
+            .as_bytes(),
+        )
+        .await
+        .unwrap();
+
+    // 200 secrets of 64 KiB (12.8 MB): far more than the socket buffers, the watcher's
+    // queue and the 256 KiB history hold together.
+    let direct = Http::new(sim.url());
+    let blob = "A".repeat(64 * 1024);
+    for i in 0..200 {
+        let resp = direct
+            .post_json(
+                "/api/v1/namespaces/default/secrets",
+                &json!({"apiVersion": "v1", "kind": "Secret",
+                        "metadata": {"name": format!("s{i}")},
+                        "data": {"blob": blob}}),
+            )
+            .await;
+        assert_eq!(resp.status, 201, "{}", resp.text());
+    }
+    let gw_ref = &gw;
+    // It finds out that the history moved past it when it reads again: its stream ends
+    // (cleanly) and the terminated counter says why.
+    let reader = tokio::spawn(async move {
+        use tokio::io::AsyncReadExt;
+        let mut buf = vec![0u8; 1 << 16];
+        let mut tail = Vec::new();
+        loop {
+            match stalled.read(&mut buf).await {
+                Ok(0) | Err(_) => return tail,
+                Ok(n) => {
+                    tail.extend_from_slice(&buf[..n]);
+                    let keep = tail.len().saturating_sub(16);
+                    tail.drain(..keep);
+                    if tail.ends_with(b"0\r\n\r\n") {
+                        return tail;
+                    }
+                }
+            }
+        }
+    });
+    wait_until(
+        "the stalled watcher is ended as slow",
+        Duration::from_secs(60),
+        || async move {
+            sample(
+                &scrape(gw_ref).await,
+                "watchgate_terminated_watchers_total",
+                secrets,
+            ) - before
+                >= 1.0
+        },
+    )
+    .await;
+    let tail = tokio::time::timeout(EVENT_TIMEOUT, reader)
+        .await
+        .expect("the slow watcher's stream ends")
+        .unwrap();
+    assert!(
+        tail.ends_with(b"0\r\n\r\n"),
+        "the stream ends with the last chunk: {:?}",
+        String::from_utf8_lossy(&tail)
+    );
 }

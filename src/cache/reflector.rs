@@ -87,6 +87,8 @@ pub struct ReflectorStats {
     pub errors: AtomicU64,
     pub malformed_objects: AtomicU64,
     pub events: AtomicU64,
+    /// How long the last completed list took, in milliseconds (at least 1; 0 = none yet).
+    pub sync_millis: AtomicU64,
     /// States built from a watch-list's initial events.
     pub watch_lists: AtomicU64,
     /// Watch-list attempts that ended in a paged list.
@@ -343,15 +345,20 @@ impl Reflector {
         let bytes = snapshot.bytes;
         self.store.replace(snapshot);
         self.synced.send_replace(true);
+        let took = started.elapsed();
+        let millis = (took.as_millis() as u64).max(1);
+        self.stats.sync_millis.store(millis, Ordering::Relaxed);
         tracing::info!(
             resource = %self.info.resource,
             objects = n,
+            bytes,
             resource_version = rv,
             via,
-            "synced {n} {} ({:.1} MB) in {:.1?}",
+            "synced {} {} ({}) in {}",
+            crate::logging::thousands(n as u64),
             self.info.resource,
-            bytes as f64 / 1e6,
-            started.elapsed()
+            crate::logging::megabytes(bytes as u64),
+            crate::logging::seconds(took)
         );
     }
 

@@ -11,7 +11,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use super::discovery::Discovery;
-use super::reflector::{Reflector, ReflectorConfig, ReflectorStats};
+use super::reflector::{Backoff, Reflector, ReflectorConfig, ReflectorStats};
 use super::resource::ResourceInfo;
 use super::store::Store;
 use crate::upstream::Upstream;
@@ -137,20 +137,33 @@ impl Registry {
         let this = self.clone();
         tokio::spawn(async move {
             let (g, v, r) = &key;
-            match this.discovery.resource(g, v, r).await {
-                Ok(Some(info)) => {
-                    let cache = this.start_reflector(info);
-                    this.slots.insert(key, Slot::Ready(cache));
+            // A `--cache` resource keeps retrying in the background, so that readiness
+            // follows the upstream's recovery without waiting for a client's request.
+            let prewarmed = this.policy.prewarm.iter().any(|p| names(p, g, r));
+            let mut backoff = Backoff::default();
+            loop {
+                match this.discovery.resource(g, v, r).await {
+                    Ok(Some(info)) => {
+                        let cache = this.start_reflector(info);
+                        this.slots.insert(key, Slot::Ready(cache));
+                    }
+                    Ok(None) => {
+                        tracing::debug!(group = %g, version = %v, resource = %r, "not cacheable; forwarding");
+                        this.slots.insert(key, Slot::NotCacheable);
+                    }
+                    Err(err) if prewarmed => {
+                        let delay = backoff.next_delay();
+                        tracing::warn!(group = %g, version = %v, resource = %r, error = %err, "discovery failed; retrying in {delay:.1?}");
+                        tokio::time::sleep(delay).await;
+                        continue;
+                    }
+                    Err(err) => {
+                        // Forget the attempt so that a later request tries again.
+                        tracing::warn!(group = %g, version = %v, resource = %r, error = %err, "discovery failed");
+                        this.slots.remove(&key);
+                    }
                 }
-                Ok(None) => {
-                    tracing::debug!(group = %g, version = %v, resource = %r, "not cacheable; forwarding");
-                    this.slots.insert(key, Slot::NotCacheable);
-                }
-                Err(err) => {
-                    // Forget the attempt so that a later request tries again.
-                    tracing::warn!(group = %g, version = %v, resource = %r, error = %err, "discovery failed");
-                    this.slots.remove(&key);
-                }
+                break;
             }
         });
     }
@@ -187,10 +200,17 @@ impl Registry {
                     let this = self.clone();
                     let (resource, group) = (resource.to_string(), group.to_string());
                     tokio::spawn(async move {
-                        if let Some(version) = this.preferred_version(&group).await {
-                            this.ensure_started(&group, &version, &resource);
-                        } else {
-                            tracing::warn!(group = %group, "--cache: group not served upstream");
+                        // Retried until the upstream names a version: readiness waits for
+                        // this resource, so giving up would leave the gateway unready.
+                        let mut backoff = Backoff::default();
+                        loop {
+                            if let Some(version) = this.preferred_version(&group).await {
+                                this.ensure_started(&group, &version, &resource);
+                                break;
+                            }
+                            let delay = backoff.next_delay();
+                            tracing::warn!(group = %group, "--cache: group discovery failed or the group is not served upstream; retrying in {delay:.1?}");
+                            tokio::time::sleep(delay).await;
                         }
                     });
                 }

@@ -23,6 +23,8 @@ pub struct AdminState {
     pub upstream: Upstream,
     pub cache: Option<Arc<Registry>>,
     pub drain: DrainWatch,
+    /// Whether metrics are recorded (`GatewayConfig::metrics`).
+    pub metrics: bool,
 }
 
 pub async fn handle(state: AdminState, req: Request<Incoming>) -> Response<Body> {
@@ -41,6 +43,9 @@ pub async fn handle(state: AdminState, req: Request<Incoming>) -> Response<Body>
                 .query()
                 .is_some_and(|q| form_urlencoded::parse(q.as_bytes()).any(|(k, _)| k == "verbose"));
             readyz(&state, verbose)
+        }
+        "/metrics" if !state.metrics => {
+            Status::new(404, "NotFound", "metrics are disabled in this gateway").into_response()
         }
         "/metrics" => {
             let text = crate::metrics::render(state.cache.as_deref());

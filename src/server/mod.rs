@@ -40,8 +40,17 @@ impl Gateway {
         let addr = api.local_addr()?;
         let admin_addr = admin.local_addr()?;
         warn_if_exposed(&addr, "API");
-        warn_if_exposed(&admin_addr, "admin");
+        // The admin listener serves health and metrics, no cluster data: pods bind it on
+        // their IP for the kubelet's probes and Prometheus, so a note is enough.
+        if config::is_exposed(&admin_addr) {
+            tracing::info!(%admin_addr, "admin listener (health, readiness, metrics; no cluster data) is reachable from other machines");
+        }
 
+        // Installed before the caches (their stores bind the dispatch histogram when they
+        // are created) and the first request, so that no early series is lost.
+        if cfg.metrics {
+            crate::metrics::install();
+        }
         let drain = Drain::new();
         let cache = cfg.cache.clone().map(|policy| {
             let registry = crate::cache::registry::Registry::with_reflector_config(
@@ -53,19 +62,22 @@ impl Gateway {
             registry.prewarm();
             registry
         });
-        // Installed before the first request so that no early series is lost.
-        crate::metrics::install();
         let admin_state = admin::AdminState {
             upstream: upstream.clone(),
             cache: cache.clone(),
             drain: drain.watcher(),
+            metrics: cfg.metrics,
         };
         let proxy = Proxy::new(upstream, drain.watcher())
             .with_response_timeout(cfg.upstream_response_timeout)
             .with_cache(cache);
+        let metrics = cfg.metrics;
         let api_handler: Handler = Arc::new(move |req| {
             let proxy = proxy.clone();
             Box::pin(async move {
+                if !metrics {
+                    return proxy.forward(req).await;
+                }
                 let started = std::time::Instant::now();
                 let labels = instrument::RequestLabels::classify(req.method(), req.uri());
                 let in_flight = (!labels.long_running()).then(instrument::InFlight::start);

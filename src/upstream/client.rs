@@ -111,7 +111,7 @@ impl Upstream {
                     "error".to_owned()
                 }
             };
-            metrics::histogram!(m::UPSTREAM_REQUEST_DURATION)
+            metrics::histogram!(m::UPSTREAM_REQUEST_DURATION, "code" => code.clone())
                 .record(started.elapsed().as_secs_f64());
             metrics::counter!(m::UPSTREAM_REQUESTS_TOTAL, "code" => code).increment(1);
             result

@@ -1,0 +1,353 @@
+//! The deployment material in deploy/ is valid (issue 6): every kustomization renders with
+//! kubectl's kustomize; every rendered object passes a strict schema check (unknown field
+//! names fail); the kinds the simulator serves pass `kubectl apply --dry-run=server`
+//! against it; the watchgate containers' flags parse with the binary's own flag
+//! definitions; and the pods give the drain deadline enough time.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use clap::Parser;
+use serde_json::{json, Value};
+use watchgate::config::{GatewayConfig, ServeArgs};
+use watchgate::logging::LogArgs;
+
+use support::servers::start_sim;
+use support::{process, tools, Http, Kubectl, COMMAND_TIMEOUT};
+
+/// The kustomizations under deploy/, and the kinds each must render.
+const KUSTOMIZATIONS: &[(&str, &[&str])] = &[
+    (
+        "base",
+        &[
+            "ServiceAccount/watchgate",
+            "ClusterRole/watchgate-cache-reader",
+            "ClusterRoleBinding/watchgate-cache-reader",
+            "PodMonitor/watchgate",
+        ],
+    ),
+    (
+        "examples/sidecar",
+        &[
+            "ServiceAccount/watchgate",
+            "Role/example-app-writes",
+            "RoleBinding/example-app-writes",
+            "Deployment/example-app",
+            "PodDisruptionBudget/example-app",
+            "PodMonitor/watchgate",
+        ],
+    ),
+    (
+        "examples/tiered",
+        &[
+            "ServiceAccount/watchgate",
+            "Deployment/tiered-app",
+            "PodDisruptionBudget/tiered-app",
+            "PodMonitor/watchgate",
+        ],
+    ),
+    ("prometheus", &["PrometheusRule/watchgate"]),
+];
+
+fn deploy_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy")
+}
+
+async fn kustomize(dir: &str) -> String {
+    let mut cmd = tokio::process::Command::new(tools::kubectl());
+    cmd.arg("kustomize").arg(deploy_dir().join(dir));
+    let out = process::run(cmd, None, COMMAND_TIMEOUT).await;
+    out.assert_success().to_string()
+}
+
+/// Runs tests/python/check_manifests.py over `yaml`.
+async fn schema_check(yaml: &str) -> process::Output {
+    let mut cmd = tokio::process::Command::new(tools::python());
+    cmd.arg(tools::python_scripts().join("check_manifests.py"))
+        .arg(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/monitoring-coreos-v1.json"),
+        );
+    process::run(cmd, Some(yaml.as_bytes()), COMMAND_TIMEOUT).await
+}
+
+fn documents(yaml: &str) -> Vec<Value> {
+    serde_saphyr::from_multiple::<Value>(yaml)
+        .expect("kustomize output is YAML")
+        .into_iter()
+        .filter(|v| !v.is_null())
+        .collect()
+}
+
+/// The multi-document YAML of the documents whose kind is in `kinds`.
+fn only_kinds(yaml: &str, kinds: &[&str]) -> String {
+    yaml.split("\n---\n")
+        .filter(|doc| {
+            doc.lines()
+                .any(|l| kinds.iter().any(|k| l == format!("kind: {k}")))
+        })
+        .collect::<Vec<_>>()
+        .join("\n---\n")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_kustomization_renders_and_passes_the_strict_schema_check() {
+    for (dir, expected) in KUSTOMIZATIONS {
+        let yaml = kustomize(dir).await;
+        let out = schema_check(&yaml).await;
+        assert!(out.success(), "deploy/{dir} fails the schema check: {out}");
+        for object in *expected {
+            assert!(
+                out.stdout.lines().any(|l| l == format!("ok {object}")),
+                "deploy/{dir} does not render {object}: {out}"
+            );
+        }
+        // No shared Service exposing the cache (docs/operations.md, "No shared Service").
+        for doc in documents(&yaml) {
+            assert_ne!(
+                doc["kind"], "Service",
+                "deploy/{dir} ships a Service: {doc}"
+            );
+            assert_ne!(
+                doc["kind"], "Ingress",
+                "deploy/{dir} ships an Ingress: {doc}"
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_schema_check_catches_misspelt_field_names() {
+    let tiered = kustomize("examples/tiered").await;
+    let rules = kustomize("prometheus").await;
+    for (yaml, from, to) in [
+        (&tiered, "readinessProbe:", "readinesProbe:"),
+        (
+            &tiered,
+            "terminationGracePeriodSeconds:",
+            "terminationGracePeriod:",
+        ),
+        (&tiered, "podMetricsEndpoints:", "podMetricEndpoints:"),
+        (&tiered, "maxUnavailable:", "maxUnavaliable:"),
+        (&rules, "expr:", "exp:"),
+    ] {
+        assert!(yaml.contains(from), "{from} not in the manifests");
+        let broken = yaml.replacen(from, to, 1);
+        let out = schema_check(&broken).await;
+        let field = to.trim_end_matches(':');
+        assert!(
+            !out.success() && out.stdout.contains(&format!("unknown field \"{field}\"")),
+            "the misspelt {field:?} was not caught: {out}"
+        );
+    }
+    // A scalar of the wrong type is caught too.
+    let broken = tiered.replacen("containerPort: 9090", "containerPort: nine", 1);
+    let out = schema_check(&broken).await;
+    assert!(
+        !out.success() && out.stdout.contains("expected int"),
+        "{out}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_simulator_accepts_the_kinds_it_serves_in_a_server_side_dry_run() {
+    let sim = start_sim().await;
+    let http = Http::new(sim.url());
+    for ns in ["watchgate-example", "watchgate-tiered"] {
+        let resp = http
+            .post_json(
+                "/api/v1/namespaces",
+                &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
+            )
+            .await;
+        assert_eq!(resp.status, 201, "{}", resp.text());
+    }
+    let kubectl = Kubectl::new(sim.url());
+    for dir in ["examples/sidecar", "examples/tiered"] {
+        let yaml = kustomize(dir).await;
+        // The simulator serves Deployments and ConfigMaps; the other kinds (RBAC, PDB,
+        // ServiceAccount, the Prometheus Operator's) get the schema check above.
+        let served = only_kinds(&yaml, &["Deployment", "ConfigMap"]);
+        assert_eq!(
+            documents(&served).len(),
+            2,
+            "deploy/{dir}: a Deployment and a ConfigMap"
+        );
+        let out = kubectl
+            .run_stdin(
+                &["apply", "--dry-run=server", "--validate=strict", "-f", "-"],
+                served.as_bytes(),
+            )
+            .await;
+        let stdout = out.assert_success();
+        assert!(
+            stdout.contains("created (server dry run)"),
+            "deploy/{dir}: {out}"
+        );
+    }
+    // Dry run: nothing was stored.
+    let deployments = http
+        .get_json("/apis/apps/v1/namespaces/watchgate-example/deployments")
+        .await;
+    assert_eq!(deployments["items"], json!([]), "{deployments}");
+}
+
+/// The flags of a watchgate container, parsed by the binary's own definitions.
+#[derive(Parser)]
+struct Flags {
+    #[command(flatten)]
+    serve: ServeArgs,
+    #[command(flatten)]
+    log: LogArgs,
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watchgate_containers_use_real_flags_probes_and_a_long_enough_grace_period() {
+    for dir in ["examples/sidecar", "examples/tiered"] {
+        let yaml = kustomize(dir).await;
+        let docs = documents(&yaml);
+        let deployment = docs
+            .iter()
+            .find(|d| d["kind"] == "Deployment")
+            .expect("a Deployment");
+        let pod = &deployment["spec"]["template"];
+        let spec = &pod["spec"];
+        let grace = spec["terminationGracePeriodSeconds"]
+            .as_u64()
+            .expect("terminationGracePeriodSeconds is set");
+        assert_eq!(
+            pod["metadata"]["annotations"]["prometheus.io/scrape"], "true",
+            "{dir}: prometheus.io annotations"
+        );
+        let containers = spec["initContainers"]
+            .as_array()
+            .into_iter()
+            .chain(spec["containers"].as_array())
+            .flatten();
+        let mut watchgates = 0;
+        for c in containers {
+            if !c["image"].as_str().unwrap_or("").starts_with("watchgate") {
+                continue;
+            }
+            watchgates += 1;
+            let name = c["name"].as_str().unwrap();
+            let args: Vec<String> = c["args"]
+                .as_array()
+                .expect("args")
+                .iter()
+                .map(|a| a.as_str().unwrap().to_string())
+                .collect();
+            let flags = Flags::try_parse_from(std::iter::once("watchgate".to_string()).chain(args))
+                .unwrap_or_else(|e| panic!("{dir}/{name}: flags do not parse: {e}"));
+            let serve = flags.serve;
+            assert!(
+                serve.address.is_loopback(),
+                "{dir}/{name}: the API listener must stay on loopback"
+            );
+            assert!(
+                Duration::from_secs(grace) > serve.shutdown_timeout,
+                "{dir}/{name}: terminationGracePeriodSeconds {grace} does not exceed the drain deadline {:?}",
+                serve.shutdown_timeout
+            );
+            // Probes on the admin port: the port name maps to --admin-port.
+            let ports = c["ports"].as_array().expect("ports");
+            let admin = ports
+                .iter()
+                .find(|p| p["containerPort"] == serve.admin_port)
+                .unwrap_or_else(|| panic!("{dir}/{name}: no port for --admin-port"));
+            for (probe, path) in [("livenessProbe", "/livez"), ("readinessProbe", "/readyz")] {
+                assert_eq!(c[probe]["httpGet"]["path"], path, "{dir}/{name} {probe}");
+                assert_eq!(
+                    c[probe]["httpGet"]["port"], admin["name"],
+                    "{dir}/{name} {probe}"
+                );
+            }
+            assert!(
+                c["resources"]["requests"]["memory"].is_string()
+                    && c["resources"]["limits"]["memory"].is_string(),
+                "{dir}/{name}: memory request and limit"
+            );
+            assert_eq!(c["securityContext"]["allowPrivilegeEscalation"], false);
+            // --kubeconfig files must be mounted from the kustomization's ConfigMap.
+            if let Some(path) = &serve.kubeconfig {
+                let mounted = c["volumeMounts"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|m| path.starts_with(m["mountPath"].as_str().unwrap()));
+                assert!(mounted, "{dir}/{name}: {} is not mounted", path.display());
+            }
+            // And the whole flag set resolves like `watchgate serve` would (with a
+            // kubeconfig the test cannot mount, the in-cluster default is skipped).
+            if serve.kubeconfig.is_none() {
+                let mut args = serve.clone();
+                args.server = Some("http://127.0.0.1:1".into());
+                GatewayConfig::from_args(&args)
+                    .await
+                    .unwrap_or_else(|e| panic!("{dir}/{name}: {e:#}"));
+            }
+        }
+        // Every kubeconfig the kustomization mounts resolves, with kube's own parser, to a
+        // loopback http:// server and no credentials.
+        let configmap = docs
+            .iter()
+            .find(|d| d["kind"] == "ConfigMap")
+            .expect("a ConfigMap of kubeconfigs");
+        let scratch = tempfile::tempdir().unwrap();
+        for (key, text) in configmap["data"].as_object().unwrap() {
+            let path = scratch.path().join(key);
+            std::fs::write(&path, text.as_str().unwrap()).unwrap();
+            let mut args = Flags::try_parse_from(["watchgate"]).unwrap().serve;
+            args.kubeconfig = Some(path);
+            let cfg = GatewayConfig::from_args(&args)
+                .await
+                .unwrap_or_else(|e| panic!("{dir}: kubeconfig {key}: {e:#}"));
+            let url = cfg.upstream.cluster_url.to_string();
+            assert!(
+                url.starts_with("http://127.0.0.1:"),
+                "{dir}: kubeconfig {key} points at {url}"
+            );
+            assert!(
+                cfg.upstream.auth_info.token.is_none(),
+                "{dir}: {key} has a token"
+            );
+        }
+        assert!(watchgates >= 1, "{dir}: no watchgate container");
+        if dir.ends_with("tiered") {
+            assert_eq!(watchgates, 2, "tiered: an edge and an origin");
+        }
+    }
+}
+
+#[test]
+fn the_dockerfile_is_multi_stage_and_runs_as_non_root() {
+    let text = std::fs::read_to_string(deploy_dir().join("Dockerfile")).unwrap();
+    let froms: Vec<&str> = text.lines().filter(|l| l.starts_with("FROM ")).collect();
+    assert_eq!(
+        froms.len(),
+        2,
+        "a build stage and a runtime stage: {froms:?}"
+    );
+    assert!(froms[0].ends_with(" AS build"), "{froms:?}");
+    assert!(
+        text.contains("COPY --from=build "),
+        "the binary comes from the build stage"
+    );
+    let user = text
+        .lines()
+        .find_map(|l| l.strip_prefix("USER "))
+        .expect("a USER line");
+    assert!(
+        !user.starts_with('0') && !user.starts_with("root"),
+        "USER {user}"
+    );
+    // The default command's flags are real flags.
+    let cmd = text
+        .lines()
+        .find_map(|l| l.strip_prefix("CMD "))
+        .expect("a CMD line");
+    let args: Vec<String> = serde_json::from_str(cmd).expect("CMD in exec form");
+    Flags::try_parse_from(std::iter::once("watchgate".to_string()).chain(args))
+        .unwrap_or_else(|e| panic!("CMD flags do not parse: {e}"));
+}
