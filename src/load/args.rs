@@ -198,3 +198,24 @@ pub struct MixedArgs {
     #[arg(long, default_value = "/api/v1/pods")]
     pub list_path: String,
 }
+
+/// `watchgate load` as a parser of its own, for tests and embedding.
+#[derive(clap::Parser, Debug)]
+#[command(name = "watchgate load")]
+struct LoadCli {
+    #[command(flatten)]
+    args: LoadArgs,
+}
+
+/// Parses `watchgate load` arguments (without the program and `load` words), e.g.
+/// `["watch-fanout", "--watchers", "10", "--server", "http://127.0.0.1:8001"]`.
+pub fn parse<I, S>(argv: I) -> Result<LoadArgs, clap::Error>
+where
+    I: IntoIterator<Item = S>,
+    S: Into<std::ffi::OsString> + Clone,
+{
+    use clap::Parser as _;
+    let all = std::iter::once(std::ffi::OsString::from("watchgate-load"))
+        .chain(argv.into_iter().map(Into::into));
+    LoadCli::try_parse_from(all).map(|c| c.args)
+}

@@ -26,6 +26,7 @@ pub mod target;
 pub mod watcher;
 pub mod writer;
 
-pub use args::{LoadArgs, Scenario};
+pub use args::{parse, LoadArgs, Scenario};
+pub use plan::Plan;
 pub use report::Summary;
 pub use run::{execute, run};
