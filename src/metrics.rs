@@ -106,6 +106,7 @@ pub fn install() -> Option<&'static PrometheusHandle> {
 }
 
 fn describe() {
+    describe_fanout();
     describe_counter!(
         REQUESTS_TOTAL,
         "Requests served, by verb, group, resource, scope, HTTP code and source (cache or upstream)."
@@ -179,6 +180,7 @@ pub fn render(registry: Option<&Registry>) -> String {
     };
     if let Some(registry) = registry {
         refresh_cache_metrics(registry);
+        refresh_fanout_metrics(registry);
     }
     handle.render()
 }
@@ -217,5 +219,84 @@ fn refresh_cache_metrics(registry: &Registry) {
             .absolute(load(&s.errors));
         counter!(REFLECTOR_MALFORMED_TOTAL, "group" => g, "resource" => r)
             .absolute(load(&s.malformed_objects));
+    }
+}
+
+fn describe_fanout() {
+    describe_gauge!(
+        WATCHERS,
+        "Downstream watches served from the cache, open now."
+    );
+    describe_gauge!(
+        WATCHERS_LAGGING,
+        "Of those, the ones reading the event history at their own pace after their queue filled."
+    );
+    describe_counter!(
+        WATCH_EVENTS_DELIVERED_TOTAL,
+        "Events handed to downstream watchers (one per watcher per event)."
+    );
+    describe_counter!(
+        WATCH_BYTES_WRITTEN_TOTAL,
+        Unit::Bytes,
+        "Bytes of watch streams handed to the connections."
+    );
+    describe_counter!(
+        WATCH_BOOKMARKS_TOTAL,
+        "BOOKMARK events sent to downstream watchers."
+    );
+    describe_counter!(
+        TERMINATED_WATCHERS_TOTAL,
+        "Downstream watches ended by watchgate or their client, by reason: slow, timeout, client_gone, relist, shutdown."
+    );
+    describe_histogram!(
+        WATCH_DISPATCH_DURATION,
+        Unit::Seconds,
+        "Time to append one upstream event to the history and queue it for every live watcher it concerns."
+    );
+    describe_gauge!(
+        WATCH_HISTORY_EVENTS,
+        "Events in a resource's watch history."
+    );
+    describe_gauge!(
+        WATCH_HISTORY_BYTES,
+        Unit::Bytes,
+        "Estimated bytes held by a resource's watch history."
+    );
+    describe_gauge!(
+        WATCH_HISTORY_OLDEST_AGE,
+        Unit::Seconds,
+        "Age of the oldest event in a resource's watch history."
+    );
+}
+
+/// Copies the hubs' atomics and history sizes into the recorder, at scrape time.
+fn refresh_fanout_metrics(registry: &Registry) {
+    use crate::watch::stats::EndReason;
+    for c in registry.caches() {
+        let g = c.info.group.clone();
+        let r = c.info.resource.clone();
+        let hub = c.store.hub();
+        let s = &hub.stats;
+        gauge!(WATCHERS, "group" => g.clone(), "resource" => r.clone())
+            .set(s.watchers.load(Ordering::Relaxed) as f64);
+        gauge!(WATCHERS_LAGGING, "group" => g.clone(), "resource" => r.clone())
+            .set(s.lagging.load(Ordering::Relaxed) as f64);
+        counter!(WATCH_EVENTS_DELIVERED_TOTAL, "group" => g.clone(), "resource" => r.clone())
+            .absolute(s.delivered.load(Ordering::Relaxed));
+        counter!(WATCH_BYTES_WRITTEN_TOTAL, "group" => g.clone(), "resource" => r.clone())
+            .absolute(s.bytes.load(Ordering::Relaxed));
+        counter!(WATCH_BOOKMARKS_TOTAL, "group" => g.clone(), "resource" => r.clone())
+            .absolute(s.bookmarks.load(Ordering::Relaxed));
+        for reason in EndReason::ALL {
+            counter!(TERMINATED_WATCHERS_TOTAL, "group" => g.clone(), "resource" => r.clone(), "reason" => reason.as_str())
+                .absolute(s.terminated(reason));
+        }
+        let h = hub.history_stats();
+        gauge!(WATCH_HISTORY_EVENTS, "group" => g.clone(), "resource" => r.clone())
+            .set(h.events as f64);
+        gauge!(WATCH_HISTORY_BYTES, "group" => g.clone(), "resource" => r.clone())
+            .set(h.bytes as f64);
+        gauge!(WATCH_HISTORY_OLDEST_AGE, "group" => g, "resource" => r)
+            .set(h.oldest_age.as_secs_f64());
     }
 }

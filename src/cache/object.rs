@@ -101,6 +101,38 @@ impl CachedObject {
         }
     }
 
+    /// The same object with `metadata.resourceVersion` set to `rv`: what kube-apiserver
+    /// sends in a DELETED event for an object that stopped matching a watcher's selector
+    /// (the previous state, at the event's resourceVersion), and for deletions a relist
+    /// discovered. The first `"resourceVersion":"<old>"` in the bytes is metadata's: the
+    /// apiserver writes metadata before spec and status, and in metadata resourceVersion
+    /// comes before managedFields and ownerReferences. The header is unchanged but for
+    /// the resourceVersion.
+    pub fn with_resource_version(&self, rv: u64) -> Self {
+        let old = format!("\"resourceVersion\":\"{}\"", self.resource_version);
+        let raw = match memchr::memmem::find(&self.raw[self.body_start..], old.as_bytes()) {
+            Some(at) => {
+                let at = at + self.body_start;
+                let mut out = Vec::with_capacity(self.raw.len() + 8);
+                out.extend_from_slice(&self.raw[..at]);
+                out.extend_from_slice(format!("\"resourceVersion\":\"{rv}\"").as_bytes());
+                out.extend_from_slice(&self.raw[at + old.len()..]);
+                Bytes::from(out)
+            }
+            // Not written the apiserver's way: keep the bytes, the header still says `rv`.
+            None => self.raw.clone(),
+        };
+        Self {
+            raw,
+            body_start: self.body_start,
+            key: self.key.clone(),
+            ns_len: self.ns_len,
+            resource_version: rv,
+            labels: self.labels.clone(),
+            fields: self.fields.clone(),
+        }
+    }
+
     /// Parses the header out of `raw`. `field_labels` maps each supported field-selector
     /// label to its dotted JSON path (see `sim::resources::FieldLabel` for the table).
     pub fn parse(

@@ -81,15 +81,21 @@ pub struct Registry {
     upstream: Upstream,
     discovery: Discovery,
     policy: CachePolicy,
+    watch: crate::watch::WatchConfig,
     slots: DashMap<Key, Slot>,
 }
 
 impl Registry {
-    pub fn new(upstream: Upstream, policy: CachePolicy) -> Arc<Self> {
+    pub fn new(
+        upstream: Upstream,
+        policy: CachePolicy,
+        watch: crate::watch::WatchConfig,
+    ) -> Arc<Self> {
         Arc::new(Self {
             discovery: Discovery::new(upstream.clone()),
             upstream,
             policy,
+            watch,
             slots: DashMap::new(),
         })
     }
@@ -138,7 +144,7 @@ impl Registry {
     }
 
     fn start_reflector(&self, info: Arc<ResourceInfo>) -> Arc<ResourceCache> {
-        let store = Arc::new(Store::new());
+        let store = Arc::new(Store::for_resource(&info, self.watch.clone()));
         let stats = Arc::new(ReflectorStats::default());
         let (synced_tx, synced) = watch::channel(false);
         let reflector = Reflector::new(

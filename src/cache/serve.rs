@@ -27,7 +27,7 @@ use crate::status::{GroupResource, Status};
 pub const FRESHNESS_WAIT: Duration = Duration::from_secs(3);
 /// `retryAfterSeconds` of the "Too large resource version" answer
 /// (cacher's `resourceVersionTooHighRetrySeconds`).
-const TOO_LARGE_RETRY_SECONDS: u32 = 1;
+pub const TOO_LARGE_RETRY_SECONDS: u32 = 1;
 
 /// What a cacheable read needs, decided before touching the cache.
 struct Plan<'a> {
@@ -137,7 +137,7 @@ fn cacheable_rv(opts: &ListOptions, verb: Verb) -> Option<Option<u64>> {
 
 /// Field selectors are answered from the fields parsed into each object; any other field
 /// label goes upstream, which knows whether the type supports it.
-fn fields_indexed(cache: &ResourceCache, opts: &ListOptions) -> bool {
+pub fn fields_indexed(cache: &ResourceCache, opts: &ListOptions) -> bool {
     opts.field_selector.terms.iter().all(|t| {
         t.field == "metadata.name"
             || t.field == "metadata.namespace"

@@ -14,6 +14,11 @@ use imbl::OrdMap;
 use tokio::sync::watch;
 
 use super::object::CachedObject;
+use super::resource::ResourceInfo;
+use crate::watch::event::{Change as EventChange, Encoder};
+use crate::watch::filter::WatchFilter;
+use crate::watch::hub::{Hub, Registration, Start, TooOld};
+use crate::watch::{relist, WatchConfig};
 
 /// A consistent view of the cache at one resourceVersion.
 #[derive(Clone, Debug, Default)]
@@ -86,13 +91,15 @@ pub enum Change {
     Progress(u64),
 }
 
-/// The shared store of one resource type.
+/// The shared store of one resource type, and the hub that fans its changes out to
+/// downstream watchers.
 #[derive(Debug)]
 pub struct Store {
     // The lock is held only to swap or clone an `Arc`, never across an await or while
     // building a list, so contention is a few nanoseconds per access.
     current: RwLock<Arc<Snapshot>>,
     rv_tx: watch::Sender<u64>,
+    hub: Hub,
 }
 
 impl Default for Store {
@@ -102,10 +109,37 @@ impl Default for Store {
 }
 
 impl Store {
+    /// A store with no type information (unit tests).
     pub fn new() -> Self {
+        Self::with_hub(Hub::new(
+            Encoder::new("", ""),
+            WatchConfig::default(),
+            &[],
+            metrics::Histogram::noop(),
+        ))
+    }
+
+    /// The store of one resource type, with its watch fan-out.
+    pub fn for_resource(info: &ResourceInfo, cfg: WatchConfig) -> Self {
+        let labels: Vec<&'static str> = info.field_labels.iter().map(|(l, _)| *l).collect();
+        let dispatch = metrics::histogram!(
+            crate::metrics::WATCH_DISPATCH_DURATION,
+            "group" => info.group.clone(),
+            "resource" => info.resource.clone()
+        );
+        Self::with_hub(Hub::new(
+            Encoder::new(&info.kind, &info.api_version()),
+            cfg,
+            &labels,
+            dispatch,
+        ))
+    }
+
+    fn with_hub(hub: Hub) -> Self {
         Self {
             current: RwLock::new(Arc::new(Snapshot::default())),
             rv_tx: watch::channel(0).0,
+            hub,
         }
     }
 
@@ -118,50 +152,84 @@ impl Store {
         *self.rv_tx.borrow()
     }
 
-    /// Applies one change and publishes the new snapshot. Changes older than the store's
-    /// resourceVersion are ignored: the upstream never sends them on a healthy stream, and
-    /// applying one would move the cache backwards.
+    pub fn hub(&self) -> &Hub {
+        &self.hub
+    }
+
+    /// Registers a downstream watcher; its starting snapshot (if any) is exactly the state
+    /// the history continues from.
+    pub fn watch(&self, filter: WatchFilter, start: Start) -> Result<Registration, TooOld> {
+        self.hub.register(|| self.snapshot(), filter, start)
+    }
+
+    /// Applies one change, publishes the new snapshot and hands the change to the
+    /// watchers. Changes older than the store's resourceVersion are ignored: the upstream
+    /// never sends them on a healthy stream, and applying one would move the cache
+    /// backwards.
     pub fn apply(&self, change: Change) {
-        let mut guard = self.current.write().expect("store lock");
-        let cur = guard.as_ref();
-        let (rv, next) = match change {
+        // The hub's lock orders writers and watcher registrations: a watcher registered
+        // under it sees either the state before this change (and then gets the event) or
+        // the state after it (and does not).
+        let mut hub = self.hub.lock();
+        let cur = self.snapshot();
+        let rv = match &change {
+            Change::Upsert(o) | Change::Delete(o) => o.resource_version,
+            Change::Progress(rv) => *rv,
+        };
+        if rv <= cur.resource_version {
+            return;
+        }
+        let mut next = (*cur).clone();
+        next.resource_version = rv;
+        let event = match change {
             Change::Upsert(obj) => {
-                if obj.resource_version <= cur.resource_version {
-                    return;
-                }
-                let rv = obj.resource_version;
-                let mut next = (*cur).clone();
-                next.insert(obj);
-                (rv, next)
+                let prev = next.insert(obj.clone());
+                Some((EventChange::Upsert, obj, prev))
             }
             Change::Delete(obj) => {
-                if obj.resource_version <= cur.resource_version {
-                    return;
-                }
-                let rv = obj.resource_version;
-                let mut next = (*cur).clone();
-                next.remove(&obj.key);
-                (rv, next)
+                let prev = next.remove(&obj.key);
+                Some((EventChange::Deleted, obj, prev))
             }
-            Change::Progress(rv) => {
-                if rv <= cur.resource_version {
-                    return;
-                }
-                (rv, (*cur).clone())
-            }
+            Change::Progress(_) => None,
         };
-        let mut next = next;
-        next.resource_version = rv;
-        *guard = Arc::new(next);
-        drop(guard);
+        *self.current.write().expect("store lock") = Arc::new(next);
+        match event {
+            Some((kind, obj, prev)) => self.hub.publish(&mut hub, kind, obj, prev),
+            None => self.hub.progress(&mut hub, rv),
+        }
+        drop(hub);
         self.rv_tx.send_replace(rv);
     }
 
     /// Replaces the whole state at once (after an initial list or a relist), so readers
-    /// see either the old state or the new one, never a mix.
+    /// see either the old state or the new one, never a mix. Watchers receive the
+    /// difference as ordinary events (watch::relist); when there is none to tell, their
+    /// streams end.
     pub fn replace(&self, snapshot: Snapshot) {
+        let mut hub = self.hub.lock();
+        let old = self.snapshot();
         let rv = snapshot.resource_version;
-        *self.current.write().expect("store lock") = Arc::new(snapshot);
+        let new = Arc::new(snapshot);
+        *self.current.write().expect("store lock") = new.clone();
+        let first_list = old.resource_version == 0 && old.is_empty();
+        match (first_list, relist::diff(&old, &new)) {
+            (false, Some(events)) => {
+                for (kind, obj, prev) in events {
+                    self.hub.publish(&mut hub, kind, obj, prev);
+                }
+                self.hub.progress(&mut hub, rv);
+            }
+            (true, _) => self.hub.restart(&mut hub, rv),
+            (false, None) => {
+                tracing::warn!(
+                    from = old.resource_version,
+                    to = rv,
+                    "relist contradicts the cache; ending every watch of this resource"
+                );
+                self.hub.restart(&mut hub, rv);
+            }
+        }
+        drop(hub);
         self.rv_tx.send_replace(rv);
     }
 

@@ -65,6 +65,17 @@ impl Proxy {
             {
                 return resp;
             }
+            if let Some(resp) = crate::watch::serve::try_watch(
+                cache,
+                req.method(),
+                req.uri(),
+                req.headers(),
+                self.drain.draining(),
+            )
+            .await
+            {
+                return resp;
+            }
         }
         if req.version() == Version::HTTP_11 && headers::is_upgrade(req.headers()) {
             return upgrade::forward(&self.upstream, &self.drain, req).await;

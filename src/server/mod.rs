@@ -44,7 +44,8 @@ impl Gateway {
 
         let drain = Drain::new();
         let cache = cfg.cache.clone().map(|policy| {
-            let registry = crate::cache::registry::Registry::new(upstream.clone(), policy);
+            let registry =
+                crate::cache::registry::Registry::new(upstream.clone(), policy, cfg.watch.clone());
             registry.prewarm();
             registry
         });

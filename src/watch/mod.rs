@@ -3,6 +3,17 @@
 
 use std::time::Duration;
 
+pub mod body;
+pub mod event;
+pub mod filter;
+pub mod hub;
+pub mod index;
+pub mod relist;
+pub mod serve;
+pub mod stats;
+#[cfg(test)]
+mod tests;
+
 /// Tuning of the fan-out, per resource type.
 #[derive(Debug, Clone)]
 pub struct WatchConfig {

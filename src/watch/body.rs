@@ -1,0 +1,405 @@
+//! One downstream watch's response body.
+//!
+//! A poll-driven state machine, no task of its own (an idle watcher costs a queue, a
+//! timer and this struct):
+//!
+//! ```text
+//!   Initial ──(snapshot sent)──▶ CatchUp(seq) ──(reached the head)──▶ Live
+//!                                   ▲                                  │
+//!                                   └────(queue overflowed: lag_seq)───┘
+//! ```
+//!
+//! `Initial` streams the starting snapshot as ADDED events in key order (frames share the
+//! cached bytes). `CatchUp` reads the shared history in batches. `Live` takes the events
+//! the hub pushed into its queue. hyper polls a body until it returns `Pending` and hands
+//! everything it got to the socket in one vectored write, so events that are ready
+//! together leave together while a lone event goes out at once.
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::future::Future;
+use std::ops::Bound;
+use std::pin::Pin;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body::{Body, Frame, SizeHint};
+use tokio::sync::mpsc;
+use tokio::time::{Instant, Sleep};
+
+use super::hub::{CatchUp, Item, Registration, WatcherShared};
+use super::stats::EndReason;
+use crate::cache::store::{Snapshot, Store};
+
+/// Objects or history events handled per step, so one watcher never holds the hub's lock
+/// (or the executor) for long.
+const BATCH: usize = 256;
+
+/// kube-apiserver sends the last bookmark this long before a watch's deadline, so that
+/// the client can resume from it instead of from an older resourceVersion.
+const PRE_TIMEOUT_BOOKMARK: Duration = Duration::from_secs(2);
+
+enum Phase {
+    Initial {
+        snap: Arc<Snapshot>,
+        after: Option<Box<str>>,
+        cursor: u64,
+    },
+    CatchUp(u64),
+    Live,
+    Done,
+}
+
+/// What a watch was asked for, beyond its filter.
+#[derive(Debug, Clone, Copy)]
+pub struct WatchParams {
+    /// Events at or below this resourceVersion are not sent.
+    pub min_rv: u64,
+    pub allow_bookmarks: bool,
+    /// Close the initial events with the `k8s.io/initial-events-end` bookmark.
+    pub initial_events_end: bool,
+    pub timeout: Duration,
+}
+
+pub struct WatchBody {
+    store: Arc<Store>,
+    shared: Arc<WatcherShared>,
+    phase: Phase,
+    rx: Option<mpsc::Receiver<Item>>,
+    pending: VecDeque<Bytes>,
+    params: WatchParams,
+    deadline: Instant,
+    next_bookmark: Instant,
+    pre_timeout: Option<Instant>,
+    bookmark_due: bool,
+    timer: Pin<Box<Sleep>>,
+    lagging: bool,
+    unflushed_events: u64,
+    unflushed_bytes: u64,
+}
+
+impl WatchBody {
+    pub fn new(store: Arc<Store>, reg: Registration, params: WatchParams) -> Self {
+        let now = Instant::now();
+        let deadline = now + params.timeout;
+        let interval = store.hub().cfg.bookmark_interval;
+        let pre_timeout = deadline
+            .checked_sub(PRE_TIMEOUT_BOOKMARK)
+            .filter(|t| *t > now && params.allow_bookmarks);
+        let phase = match (reg.snapshot, reg.live.is_some()) {
+            (Some(snap), _) => Phase::Initial {
+                snap,
+                after: None,
+                cursor: reg.cursor,
+            },
+            (None, true) => Phase::Live,
+            (None, false) => Phase::CatchUp(reg.cursor),
+        };
+        let mut body = Self {
+            store,
+            shared: reg.shared,
+            phase,
+            rx: reg.live,
+            pending: VecDeque::new(),
+            params,
+            deadline,
+            next_bookmark: now + interval,
+            pre_timeout,
+            bookmark_due: false,
+            timer: Box::pin(tokio::time::sleep_until(deadline)),
+            lagging: false,
+            unflushed_events: 0,
+            unflushed_bytes: 0,
+        };
+        body.arm_timer();
+        body
+    }
+
+    fn next_wake(&self) -> Instant {
+        let mut t = self.deadline;
+        if self.params.allow_bookmarks {
+            t = t.min(self.next_bookmark);
+            if let Some(p) = self.pre_timeout {
+                t = t.min(p);
+            }
+        }
+        t
+    }
+
+    fn arm_timer(&mut self) {
+        let t = self.next_wake();
+        self.timer.as_mut().reset(t);
+    }
+
+    /// Handles the timer; returns true when the deadline has passed.
+    fn poll_timer(&mut self, cx: &mut Context<'_>) -> bool {
+        if self.timer.as_mut().poll(cx).is_pending() {
+            return false;
+        }
+        let now = Instant::now();
+        if now >= self.deadline {
+            return true;
+        }
+        if now >= self.next_bookmark || self.pre_timeout.is_some_and(|p| now >= p) {
+            self.bookmark_due = true;
+            self.next_bookmark = now + self.store.hub().cfg.bookmark_interval;
+            if self.pre_timeout.is_some_and(|p| now >= p) {
+                self.pre_timeout = None;
+            }
+        }
+        self.arm_timer();
+        // Register the re-armed timer's waker.
+        if self.timer.as_mut().poll(cx).is_ready() {
+            cx.waker().wake_by_ref();
+        }
+        false
+    }
+
+    fn end(&mut self, reason: EndReason) {
+        if matches!(self.phase, Phase::Done) {
+            return;
+        }
+        self.phase = Phase::Done;
+        self.rx = None;
+        self.store.hub().unregister(self.shared.id);
+        self.store.hub().count_end(reason);
+    }
+
+    fn set_lagging(&mut self, lagging: bool) {
+        if self.lagging != lagging {
+            self.lagging = lagging;
+            let d = if lagging { 1 } else { -1 };
+            self.store
+                .hub()
+                .stats
+                .lagging
+                .fetch_add(d, Ordering::Relaxed);
+        }
+    }
+
+    fn flush_counters(&mut self) {
+        let stats = &self.store.hub().stats;
+        if self.unflushed_events > 0 {
+            stats
+                .delivered
+                .fetch_add(self.unflushed_events, Ordering::Relaxed);
+            self.unflushed_events = 0;
+        }
+        if self.unflushed_bytes > 0 {
+            stats
+                .bytes
+                .fetch_add(self.unflushed_bytes, Ordering::Relaxed);
+            self.unflushed_bytes = 0;
+        }
+    }
+
+    fn push_event(&mut self, line: Bytes) {
+        self.pending.push_back(line);
+        self.unflushed_events += 1;
+    }
+
+    /// Sends the next batch of the starting snapshot; moves on when it is exhausted.
+    fn step_initial(&mut self) {
+        let Phase::Initial {
+            snap,
+            after,
+            cursor,
+        } = &mut self.phase
+        else {
+            return;
+        };
+        let ns = self.shared.filter.namespace.as_deref();
+        let ns_start = ns.map(|n| format!("{n}/"));
+        let ns_end = ns.map(|n| format!("{n}0"));
+        let lower = match (after.as_deref(), ns_start.as_deref()) {
+            (Some(k), _) => Bound::Excluded(k),
+            (None, Some(s)) => Bound::Included(s),
+            (None, None) => Bound::Unbounded,
+        };
+        let upper = match ns_end.as_deref() {
+            Some(e) => Bound::Excluded(e),
+            None => Bound::Unbounded,
+        };
+        let enc = &self.store.hub().enc;
+        let mut seen = 0;
+        let mut last = None;
+        let mut events = 0;
+        for (k, o) in snap.objects.range::<_, str>((lower, upper)) {
+            seen += 1;
+            last = Some(k.clone());
+            if self.shared.filter.matches(o) {
+                self.pending.extend(enc.added_frames(o));
+                events += 1;
+            }
+            if seen == BATCH {
+                break;
+            }
+        }
+        self.unflushed_events += events;
+        if seen == BATCH {
+            *after = last;
+            return;
+        }
+        let (rv, cursor) = (snap.resource_version, *cursor);
+        if self.params.initial_events_end && self.params.allow_bookmarks {
+            self.pending.push_back(enc.bookmark_line(rv, true));
+            self.store
+                .hub()
+                .stats
+                .bookmarks
+                .fetch_add(1, Ordering::Relaxed);
+            self.next_bookmark = Instant::now() + self.store.hub().cfg.bookmark_interval;
+            self.arm_timer();
+        }
+        self.phase = Phase::CatchUp(cursor);
+    }
+
+    fn step_catch_up(&mut self, cursor: u64) {
+        let store = self.store.clone();
+        let hub = store.hub();
+        match hub.catch_up(&self.shared, cursor, BATCH) {
+            CatchUp::Expired => self.end(EndReason::Slow),
+            CatchUp::Events { events, next, live } => {
+                for ev in &events {
+                    if ev.rv <= self.params.min_rv {
+                        continue;
+                    }
+                    if let Some(d) = ev.transition(|o| self.shared.filter.matches(o)) {
+                        self.push_event(ev.line(d, &hub.enc));
+                    }
+                }
+                match live {
+                    Some(rx) => {
+                        self.rx = Some(rx);
+                        self.phase = Phase::Live;
+                        self.set_lagging(false);
+                    }
+                    None => self.phase = Phase::CatchUp(next),
+                }
+            }
+        }
+    }
+
+    fn take_item(&mut self, (rv, line): Item) {
+        if rv > self.params.min_rv {
+            self.push_event(line);
+        }
+    }
+
+    /// The queue was closed by the hub: either to lag, or because the stream must end.
+    fn queue_closed(&mut self) {
+        self.rx = None;
+        match self.shared.take_lag() {
+            Some(seq) => {
+                self.phase = Phase::CatchUp(seq);
+                self.set_lagging(true);
+            }
+            None => {
+                let reason = self.shared.closed_reason();
+                self.end(reason);
+            }
+        }
+    }
+
+    /// Live and idle: send a due bookmark if every event up to the head has been taken.
+    fn maybe_bookmark(&mut self) -> bool {
+        if !self.bookmark_due {
+            return false;
+        }
+        // Read the head before looking at the queue: the hub publishes the head after
+        // queueing, so an empty queue now means every event up to `head` was taken.
+        let head = self.store.hub().head_rv();
+        if let Some(rx) = self.rx.as_mut() {
+            if let Ok(item) = rx.try_recv() {
+                self.take_item(item);
+                return true;
+            }
+        }
+        self.bookmark_due = false;
+        if head >= self.params.min_rv && head > 0 {
+            self.pending
+                .push_back(self.store.hub().enc.bookmark_line(head, false));
+            self.store
+                .hub()
+                .stats
+                .bookmarks
+                .fetch_add(1, Ordering::Relaxed);
+            return true;
+        }
+        false
+    }
+}
+
+impl Body for WatchBody {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        let this = &mut *self;
+        loop {
+            if let Some(b) = this.pending.pop_front() {
+                this.unflushed_bytes += b.len() as u64;
+                return Poll::Ready(Some(Ok(Frame::data(b))));
+            }
+            if matches!(this.phase, Phase::Done) {
+                this.flush_counters();
+                return Poll::Ready(None);
+            }
+            if this.poll_timer(cx) {
+                this.end(EndReason::Timeout);
+                continue;
+            }
+            match this.phase {
+                Phase::Initial { .. } => this.step_initial(),
+                Phase::CatchUp(cursor) => this.step_catch_up(cursor),
+                Phase::Done => {}
+                Phase::Live => {
+                    let Some(rx) = this.rx.as_mut() else {
+                        this.queue_closed();
+                        continue;
+                    };
+                    match rx.poll_recv(cx) {
+                        Poll::Ready(Some(item)) => this.take_item(item),
+                        Poll::Ready(None) => this.queue_closed(),
+                        Poll::Pending => {
+                            if this.maybe_bookmark() {
+                                continue;
+                            }
+                            this.flush_counters();
+                            return Poll::Pending;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        matches!(self.phase, Phase::Done) && self.pending.is_empty()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        SizeHint::default()
+    }
+}
+
+impl Drop for WatchBody {
+    fn drop(&mut self) {
+        if !matches!(self.phase, Phase::Done) {
+            self.end(EndReason::ClientGone);
+        }
+        self.set_lagging(false);
+        self.flush_counters();
+        self.store
+            .hub()
+            .stats
+            .watchers
+            .fetch_sub(1, Ordering::Relaxed);
+    }
+}

@@ -1,0 +1,308 @@
+//! One change in a resource's history and its wire encodings.
+//!
+//! An event's JSON lines (`{"type":…,"object":…}\n`) are built at most once per event
+//! and kind, on first use, and then shared (`Bytes` clones) by every watcher that receives
+//! it: no per-watcher serialisation. Which kind a watcher gets depends on its selector
+//! (see [`Event::transition`]), so up to four encodings exist per event, and usually one.
+
+use std::sync::{Arc, OnceLock};
+
+use bytes::Bytes;
+use serde_json::Value;
+use tokio::time::Instant;
+
+use crate::cache::object::CachedObject;
+
+/// What happened to the object, as the upstream (or a relist diff) reported it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Change {
+    /// Created or updated.
+    Upsert,
+    Deleted,
+}
+
+/// The event type one watcher sees, after its selector's transitions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Delivery {
+    Added,
+    Modified,
+    /// The object was deleted (the upstream's DELETED object).
+    Deleted,
+    /// The object stopped matching: DELETED carrying the previous state at this event's
+    /// resourceVersion (cache_watcher.go `convertToWatchEvent`).
+    DeletedPrevious,
+}
+
+/// One change in the history.
+#[derive(Debug)]
+pub struct Event {
+    /// Position in the history (consecutive).
+    pub seq: u64,
+    pub rv: u64,
+    pub change: Change,
+    /// The new state; for a deletion, the deleted object at the deletion's RV.
+    pub object: Arc<CachedObject>,
+    /// The state before, when the cache had it.
+    pub prev: Option<Arc<CachedObject>>,
+    /// When it entered the history (for the time window and the oldest-age metric).
+    pub at: Instant,
+    lines: [OnceLock<Bytes>; 4],
+}
+
+impl Event {
+    pub fn new(
+        seq: u64,
+        rv: u64,
+        change: Change,
+        object: Arc<CachedObject>,
+        prev: Option<Arc<CachedObject>>,
+    ) -> Self {
+        Self {
+            seq,
+            rv,
+            change,
+            object,
+            prev,
+            at: Instant::now(),
+            lines: Default::default(),
+        }
+    }
+
+    /// What the cacher's `convertToWatchEvent` sends a watcher whose selector is
+    /// `matches`: the object matching now and before decides ADDED, MODIFIED or DELETED.
+    /// A deletion, or a change of an object the cache never saw, is judged by the state
+    /// before (as the cacher does: a DELETED for an unknown object reaches no one).
+    pub fn transition(&self, matches: impl Fn(&CachedObject) -> bool) -> Option<Delivery> {
+        let was = self.prev.as_deref().is_some_and(&matches);
+        match self.change {
+            Change::Deleted => was.then_some(Delivery::Deleted),
+            Change::Upsert => match (was, matches(&self.object)) {
+                (false, true) => Some(Delivery::Added),
+                (true, true) => Some(Delivery::Modified),
+                (true, false) => Some(Delivery::DeletedPrevious),
+                (false, false) => None,
+            },
+        }
+    }
+
+    /// The shared wire line for `delivery`, built on first use.
+    pub fn line(&self, delivery: Delivery, enc: &Encoder) -> Bytes {
+        let slot = &self.lines[delivery as usize];
+        slot.get_or_init(|| match delivery {
+            Delivery::Added => enc.object_line("ADDED", &self.object),
+            Delivery::Modified => enc.object_line("MODIFIED", &self.object),
+            Delivery::Deleted => enc.object_line("DELETED", &self.object),
+            Delivery::DeletedPrevious => {
+                let prev = self.prev.as_ref().unwrap_or(&self.object);
+                enc.object_line("DELETED", &prev.with_resource_version(self.rv))
+            }
+        })
+        .clone()
+    }
+
+    /// Bytes this event keeps alive, for the history's budget: the object (the previous
+    /// state is usually an older event's object or still in the store) and, as an
+    /// estimate, one encoding of it.
+    pub fn cost(&self) -> usize {
+        2 * self.object.raw.len() + 128
+    }
+}
+
+/// Encodes events and bookmarks of one resource type.
+#[derive(Debug, Clone)]
+pub struct Encoder {
+    pub kind: String,
+    pub api_version: String,
+    /// `{"kind":"Pod","apiVersion":"v1",` for objects stored without TypeMeta (list items).
+    type_prefix: Vec<u8>,
+    /// `{"type":"ADDED","object":{"kind":"Pod","apiVersion":"v1",`: the head of a synthetic
+    /// ADDED event for such an object, shared by every initial event.
+    added_typed_head: Bytes,
+}
+
+impl Encoder {
+    pub fn new(kind: &str, api_version: &str) -> Self {
+        let mut type_prefix = b"{\"kind\":".to_vec();
+        serde_json::to_writer(&mut type_prefix, kind).expect("string serialises");
+        type_prefix.extend_from_slice(b",\"apiVersion\":");
+        serde_json::to_writer(&mut type_prefix, api_version).expect("string serialises");
+        type_prefix.push(b',');
+        let mut head = ADDED_HEAD.to_vec();
+        head.extend_from_slice(&type_prefix);
+        Self {
+            kind: kind.to_string(),
+            api_version: api_version.to_string(),
+            type_prefix,
+            added_typed_head: Bytes::from(head),
+        }
+    }
+
+    /// A synthetic ADDED event for `obj` as frames that share the object's bytes (no copy
+    /// per watcher): head, object (or its bytes after `{` when the head adds TypeMeta),
+    /// tail. Their concatenation equals `object_line("ADDED", obj)`.
+    pub fn added_frames(&self, obj: &CachedObject) -> [Bytes; 3] {
+        if obj.has_type_meta() {
+            [
+                Bytes::from_static(ADDED_HEAD),
+                obj.raw.clone(),
+                Bytes::from_static(LINE_TAIL),
+            ]
+        } else {
+            [
+                self.added_typed_head.clone(),
+                obj.raw.slice(1..),
+                Bytes::from_static(LINE_TAIL),
+            ]
+        }
+    }
+
+    /// `{"type":"<kind>","object":<object with TypeMeta>}\n`.
+    pub fn object_line(&self, kind: &str, obj: &CachedObject) -> Bytes {
+        let mut out = Vec::with_capacity(obj.raw.len() + self.type_prefix.len() + 32);
+        out.extend_from_slice(b"{\"type\":\"");
+        out.extend_from_slice(kind.as_bytes());
+        out.extend_from_slice(b"\",\"object\":");
+        obj.write_with_type_meta(&self.type_prefix, &mut out);
+        out.extend_from_slice(b"}\n");
+        Bytes::from(out)
+    }
+
+    /// The BOOKMARK line: the resource's kind and apiVersion and only
+    /// `metadata.resourceVersion`, plus the `k8s.io/initial-events-end` annotation when it
+    /// closes the initial events of a watch-list.
+    pub fn bookmark_line(&self, rv: u64, initial_events_end: bool) -> Bytes {
+        let mut meta = serde_json::Map::new();
+        meta.insert("resourceVersion".into(), Value::String(rv.to_string()));
+        if initial_events_end {
+            meta.insert(
+                "annotations".into(),
+                serde_json::json!({ INITIAL_EVENTS_END: "true" }),
+            );
+        }
+        let obj = serde_json::json!({
+            "kind": self.kind,
+            "apiVersion": self.api_version,
+            "metadata": meta,
+        });
+        value_line("BOOKMARK", &obj)
+    }
+}
+
+const ADDED_HEAD: &[u8] = b"{\"type\":\"ADDED\",\"object\":";
+const LINE_TAIL: &[u8] = b"}\n";
+
+/// The annotation on the bookmark that ends the initial events of a watch-list.
+pub const INITIAL_EVENTS_END: &str = "k8s.io/initial-events-end";
+
+/// `{"type":"<kind>","object":<value>}\n` (ERROR events, bookmarks).
+pub fn value_line(kind: &str, object: &Value) -> Bytes {
+    let mut v = Vec::with_capacity(256);
+    v.extend_from_slice(b"{\"type\":");
+    serde_json::to_writer(&mut v, kind).expect("string serialises");
+    v.extend_from_slice(b",\"object\":");
+    serde_json::to_writer(&mut v, object).expect("value serialises");
+    v.extend_from_slice(b"}\n");
+    Bytes::from(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn obj(name: &str, rv: u64, label: &str) -> Arc<CachedObject> {
+        let raw = format!(
+            r#"{{"kind":"Pod","apiVersion":"v1","metadata":{{"name":"{name}","namespace":"ns","resourceVersion":"{rv}","labels":{{"app":"{label}"}}}},"spec":{{"x":"{{\"resourceVersion\":\"{rv}\"}}"}}}}"#
+        );
+        Arc::new(CachedObject::parse(Bytes::from(raw), &[]).unwrap())
+    }
+
+    fn app_is(v: &'static str) -> impl Fn(&CachedObject) -> bool {
+        move |o| o.label("app") == Some(v)
+    }
+
+    #[test]
+    fn transitions_follow_the_cacher() {
+        let a = obj("p", 5, "a");
+        let b = obj("p", 6, "b");
+        let moved = Event::new(0, 6, Change::Upsert, b.clone(), Some(a.clone()));
+        assert_eq!(
+            moved.transition(app_is("a")),
+            Some(Delivery::DeletedPrevious)
+        );
+        assert_eq!(moved.transition(app_is("b")), Some(Delivery::Added));
+        assert_eq!(moved.transition(app_is("c")), None);
+        let same = Event::new(0, 6, Change::Upsert, obj("p", 6, "a"), Some(a.clone()));
+        assert_eq!(same.transition(app_is("a")), Some(Delivery::Modified));
+        let created = Event::new(0, 5, Change::Upsert, a.clone(), None);
+        assert_eq!(created.transition(app_is("a")), Some(Delivery::Added));
+        let gone = Event::new(0, 7, Change::Deleted, obj("p", 7, "a"), Some(a.clone()));
+        assert_eq!(gone.transition(app_is("a")), Some(Delivery::Deleted));
+        assert_eq!(gone.transition(app_is("b")), None);
+        let unknown = Event::new(0, 7, Change::Deleted, obj("p", 7, "a"), None);
+        assert_eq!(unknown.transition(|_| true), None);
+    }
+
+    #[test]
+    fn stopped_matching_sends_the_previous_state_at_the_event_rv() {
+        let enc = Encoder::new("Pod", "v1");
+        let moved = Event::new(
+            0,
+            6,
+            Change::Upsert,
+            obj("p", 6, "b"),
+            Some(obj("p", 5, "a")),
+        );
+        let line = moved.line(Delivery::DeletedPrevious, &enc);
+        let v: Value = serde_json::from_slice(&line).unwrap();
+        assert_eq!(v["type"], "DELETED");
+        assert_eq!(v["object"]["metadata"]["resourceVersion"], "6");
+        assert_eq!(v["object"]["metadata"]["labels"]["app"], "a");
+        // Only metadata's resourceVersion is rewritten.
+        assert_eq!(v["object"]["spec"]["x"], r#"{"resourceVersion":"5"}"#);
+        assert!(line.ends_with(b"}\n"));
+        // Encoded once, shared afterwards.
+        let again = moved.line(Delivery::DeletedPrevious, &enc);
+        assert_eq!(line.as_ptr(), again.as_ptr());
+    }
+
+    #[test]
+    fn objects_without_type_meta_get_it() {
+        let enc = Encoder::new("Pod", "v1");
+        let raw = r#"{"metadata":{"name":"p","resourceVersion":"3"}}"#;
+        let o = Arc::new(CachedObject::parse(Bytes::from(raw), &[]).unwrap());
+        let line = Event::new(0, 3, Change::Upsert, o, None).line(Delivery::Added, &enc);
+        assert_eq!(
+            &line[..],
+            br#"{"type":"ADDED","object":{"kind":"Pod","apiVersion":"v1","metadata":{"name":"p","resourceVersion":"3"}}}
+"#
+        );
+    }
+
+    #[test]
+    fn added_frames_concatenate_to_the_added_line() {
+        let enc = Encoder::new("Pod", "v1");
+        let bare = r#"{"metadata":{"name":"p","resourceVersion":"3"}}"#;
+        let typed =
+            r#"{"kind":"Pod","apiVersion":"v1","metadata":{"name":"p","resourceVersion":"3"}}"#;
+        for raw in [bare, typed] {
+            let o = CachedObject::parse(Bytes::from(raw), &[]).unwrap();
+            let frames: Vec<u8> = enc.added_frames(&o).concat();
+            assert_eq!(frames, enc.object_line("ADDED", &o).to_vec());
+        }
+    }
+
+    #[test]
+    fn bookmarks_carry_only_type_and_resource_version() {
+        let enc = Encoder::new("Pod", "v1");
+        assert_eq!(
+            &enc.bookmark_line(42, false)[..],
+            br#"{"type":"BOOKMARK","object":{"kind":"Pod","apiVersion":"v1","metadata":{"resourceVersion":"42"}}}
+"#
+        );
+        assert_eq!(
+            &enc.bookmark_line(42, true)[..],
+            br#"{"type":"BOOKMARK","object":{"kind":"Pod","apiVersion":"v1","metadata":{"resourceVersion":"42","annotations":{"k8s.io/initial-events-end":"true"}}}}
+"#
+        );
+    }
+}

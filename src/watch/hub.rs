@@ -1,0 +1,391 @@
+//! The hub of one resource type: its event history and its watchers.
+//!
+//! Every change the reflector applies becomes one [`Event`] appended to the history and
+//! dispatched, under one lock, to the live watchers the index names. Each live watcher
+//! has a small bounded queue. A watcher whose queue is full is not waited for: it leaves
+//! live dispatch, remembers where (`lag_seq`), and reads the shared history at its own
+//! pace until it has caught up, when it rejoins under the same lock (so nothing is missed
+//! or repeated). Only when the history no longer holds its next event does its stream
+//! end. A slow client therefore costs nobody else anything, and memory stays bounded by
+//! the history's window and byte budget plus `QUEUE_LEN` events per watcher.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::sync::mpsc::{self, error::TrySendError};
+use tokio::time::Instant;
+
+use super::event::{Change, Encoder, Event};
+use super::filter::{WatchFilter, NAME};
+use super::index::{Index, WatcherId};
+use super::stats::{EndReason, FanoutStats};
+use super::WatchConfig;
+use crate::cache::object::CachedObject;
+use crate::cache::store::Snapshot;
+
+/// Events a live watcher may have queued before it is switched to reading the history.
+/// Small on purpose: the history already holds every event, so a longer queue would only
+/// duplicate it per watcher.
+pub const QUEUE_LEN: usize = 64;
+
+/// One queued event: its resourceVersion and its shared wire line.
+pub type Item = (u64, bytes::Bytes);
+
+const NO_LAG: u64 = u64::MAX;
+
+/// The part of a watcher the hub shares with its response body.
+#[derive(Debug)]
+pub struct WatcherShared {
+    pub id: WatcherId,
+    pub filter: WatchFilter,
+    /// The history position of the first event it missed when its queue overflowed.
+    lag_seq: AtomicU64,
+    /// Why the hub closed its queue, when it was not for lagging.
+    closed_by: AtomicU8,
+}
+
+impl WatcherShared {
+    /// Where to resume in the history after the queue was closed for lagging.
+    pub fn take_lag(&self) -> Option<u64> {
+        let s = self.lag_seq.swap(NO_LAG, Ordering::AcqRel);
+        (s != NO_LAG).then_some(s)
+    }
+
+    /// Why the hub closed this watcher's queue (when not for lagging).
+    pub fn closed_reason(&self) -> EndReason {
+        match self.closed_by.load(Ordering::Acquire) {
+            1 => EndReason::Relist,
+            _ => EndReason::Shutdown,
+        }
+    }
+}
+
+struct Entry {
+    key: super::filter::IndexKey,
+    shared: Arc<WatcherShared>,
+    tx: mpsc::Sender<Item>,
+}
+
+/// Where a new watcher starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Start {
+    /// Synthetic ADDED events for the current state, then the changes after it.
+    Initial,
+    /// The changes after this resourceVersion.
+    After(u64),
+}
+
+/// A registered watcher.
+pub struct Registration {
+    pub shared: Arc<WatcherShared>,
+    /// The state to send as ADDED events first (`Start::Initial`).
+    pub snapshot: Option<Arc<Snapshot>>,
+    /// The history position to continue from.
+    pub cursor: u64,
+    /// Set when the watcher joined live dispatch at once.
+    pub live: Option<mpsc::Receiver<Item>>,
+}
+
+/// The requested resourceVersion is older than the history: (requested, oldest-1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TooOld(pub u64, pub u64);
+
+/// One step of reading the history.
+pub enum CatchUp {
+    /// The history no longer holds the next event.
+    Expired,
+    Events {
+        events: Vec<Arc<Event>>,
+        next: u64,
+        /// Set when these were the last events: the watcher is live again.
+        live: Option<mpsc::Receiver<Item>>,
+    },
+}
+
+pub struct HubState {
+    events: VecDeque<Arc<Event>>,
+    /// History position of `events[0]` (or of the next event when empty).
+    first_seq: u64,
+    bytes: usize,
+    /// The list resourceVersion the history starts after, or the last trimmed event's.
+    floor_rv: u64,
+    trimmed: bool,
+    watchers: HashMap<WatcherId, Entry>,
+    index: Index,
+    next_id: WatcherId,
+    scratch: Vec<WatcherId>,
+}
+
+/// History sizes, for metrics.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct HistoryStats {
+    pub events: usize,
+    pub bytes: usize,
+    pub oldest_age: Duration,
+}
+
+pub struct Hub {
+    pub enc: Encoder,
+    pub cfg: WatchConfig,
+    /// Field labels the index may bucket by: `metadata.name`, then the type's own.
+    indexed: Vec<&'static str>,
+    state: Mutex<HubState>,
+    /// The resourceVersion every live watcher has been handed all events up to (set
+    /// after each dispatch): what an idle watcher's bookmark may carry.
+    head_rv: AtomicU64,
+    pub stats: FanoutStats,
+    dispatch_seconds: metrics::Histogram,
+}
+
+impl std::fmt::Debug for Hub {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Hub").field("kind", &self.enc.kind).finish()
+    }
+}
+
+impl Hub {
+    pub fn new(
+        enc: Encoder,
+        cfg: WatchConfig,
+        field_labels: &[&'static str],
+        dispatch_seconds: metrics::Histogram,
+    ) -> Self {
+        let mut indexed = vec![NAME];
+        indexed.extend(field_labels.iter().copied().filter(|l| *l != NAME));
+        Self {
+            enc,
+            cfg,
+            indexed,
+            state: Mutex::new(HubState {
+                events: VecDeque::new(),
+                first_seq: 0,
+                bytes: 0,
+                floor_rv: 0,
+                trimmed: false,
+                watchers: HashMap::new(),
+                index: Index::default(),
+                next_id: 0,
+                scratch: Vec::new(),
+            }),
+            head_rv: AtomicU64::new(0),
+            stats: FanoutStats::default(),
+            dispatch_seconds,
+        }
+    }
+
+    /// The writer's lock. The store takes it around every change so that a snapshot read
+    /// under it agrees with the history's head.
+    pub fn lock(&self) -> MutexGuard<'_, HubState> {
+        self.state.lock().expect("hub lock")
+    }
+
+    pub fn head_rv(&self) -> u64 {
+        self.head_rv.load(Ordering::Acquire)
+    }
+
+    /// Appends one change and hands it to every live watcher it concerns.
+    pub fn publish(
+        &self,
+        st: &mut HubState,
+        change: Change,
+        object: Arc<CachedObject>,
+        prev: Option<Arc<CachedObject>>,
+    ) {
+        let started = std::time::Instant::now();
+        let rv = object.resource_version;
+        let seq = st.first_seq + st.events.len() as u64;
+        let ev = Arc::new(Event::new(seq, rv, change, object, prev));
+        st.bytes += ev.cost();
+        st.events.push_back(ev.clone());
+        self.dispatch(st, &ev);
+        self.trim(st);
+        self.head_rv.store(rv, Ordering::Release);
+        self.dispatch_seconds
+            .record(started.elapsed().as_secs_f64());
+    }
+
+    /// The upstream reached `rv` with no change (a bookmark).
+    pub fn progress(&self, st: &mut HubState, rv: u64) {
+        self.trim(st);
+        self.head_rv.fetch_max(rv, Ordering::AcqRel);
+    }
+
+    fn dispatch(&self, st: &mut HubState, ev: &Event) {
+        let mut ids = std::mem::take(&mut st.scratch);
+        ids.clear();
+        st.index
+            .candidates(&ev.object, ev.prev.as_deref(), &mut ids);
+        let mut fallen: Vec<(WatcherId, bool)> = Vec::new();
+        for id in &ids {
+            let Some(e) = st.watchers.get(id) else {
+                continue;
+            };
+            let Some(d) = ev.transition(|o| e.shared.filter.matches(o)) else {
+                continue;
+            };
+            match e.tx.try_send((ev.rv, ev.line(d, &self.enc))) {
+                Ok(()) => {}
+                Err(TrySendError::Full(_)) => fallen.push((*id, true)),
+                Err(TrySendError::Closed(_)) => fallen.push((*id, false)),
+            }
+        }
+        for (id, lagging) in fallen {
+            if let Some(e) = st.watchers.remove(&id) {
+                st.index.remove(&e.key, id);
+                if lagging {
+                    // Stored before the queue's sender is dropped (end of scope): the
+                    // watcher reads it once it has drained the queue and seen it closed.
+                    e.shared.lag_seq.store(ev.seq, Ordering::Release);
+                }
+            }
+        }
+        st.scratch = ids;
+    }
+
+    /// Drops the oldest events while the history is over its byte budget or older than
+    /// its window.
+    fn trim(&self, st: &mut HubState) {
+        let now = Instant::now();
+        while let Some(front) = st.events.front() {
+            let over_budget = st.bytes > self.cfg.history_bytes;
+            let too_old = now.saturating_duration_since(front.at) > self.cfg.history_window;
+            if !over_budget && !too_old {
+                break;
+            }
+            st.bytes -= front.cost();
+            st.floor_rv = front.rv;
+            st.trimmed = true;
+            st.first_seq += 1;
+            st.events.pop_front();
+        }
+    }
+
+    /// kube-apiserver's bound (watch_cache.go `getAllEventsSinceLocked`): a watch from N
+    /// is answered 410 when N < oldest-1, where oldest is the list's RV + 1 while no event
+    /// has been dropped, else the oldest event kept.
+    fn oldest_minus_one(st: &HubState) -> u64 {
+        match (st.trimmed, st.events.front()) {
+            (true, Some(f)) => f.rv.saturating_sub(1).max(st.floor_rv),
+            _ => st.floor_rv,
+        }
+    }
+
+    /// Registers a watcher. `snapshot` is read under the lock, so it is exactly the state
+    /// the history continues from.
+    pub fn register(
+        &self,
+        snapshot: impl FnOnce() -> Arc<Snapshot>,
+        filter: WatchFilter,
+        start: Start,
+    ) -> Result<Registration, TooOld> {
+        let mut st = self.lock();
+        self.trim(&mut st);
+        let next_seq = st.first_seq + st.events.len() as u64;
+        let (snapshot, cursor) = match start {
+            Start::Initial => (Some(snapshot()), next_seq),
+            Start::After(n) => {
+                let below = Self::oldest_minus_one(&st);
+                if n < below {
+                    return Err(TooOld(n, below));
+                }
+                let skip = st.events.partition_point(|e| e.rv <= n);
+                (None, st.first_seq + skip as u64)
+            }
+        };
+        let id = st.next_id;
+        st.next_id += 1;
+        let shared = Arc::new(WatcherShared {
+            id,
+            filter,
+            lag_seq: AtomicU64::new(NO_LAG),
+            closed_by: AtomicU8::new(0),
+        });
+        // Nothing to replay: join live dispatch at once.
+        let live = (snapshot.is_none() && cursor == next_seq).then(|| self.join(&mut st, &shared));
+        self.stats.watchers.fetch_add(1, Ordering::Relaxed);
+        Ok(Registration {
+            shared,
+            snapshot,
+            cursor,
+            live,
+        })
+    }
+
+    fn join(&self, st: &mut HubState, shared: &Arc<WatcherShared>) -> mpsc::Receiver<Item> {
+        let (tx, rx) = mpsc::channel(QUEUE_LEN);
+        let key = shared.filter.index_key(&self.indexed);
+        st.index.insert(key.clone(), shared.id);
+        st.watchers.insert(
+            shared.id,
+            Entry {
+                key,
+                shared: shared.clone(),
+                tx,
+            },
+        );
+        rx
+    }
+
+    /// Reads up to `max` events from `cursor`; joins live dispatch when they were the last.
+    pub fn catch_up(&self, shared: &Arc<WatcherShared>, cursor: u64, max: usize) -> CatchUp {
+        let mut st = self.lock();
+        if cursor < st.first_seq {
+            return CatchUp::Expired;
+        }
+        let start = ((cursor - st.first_seq) as usize).min(st.events.len());
+        let end = (start + max).min(st.events.len());
+        let events: Vec<Arc<Event>> = st.events.range(start..end).cloned().collect();
+        let next = st.first_seq + end as u64;
+        let live = (end == st.events.len()).then(|| self.join(&mut st, shared));
+        CatchUp::Events { events, next, live }
+    }
+
+    /// Removes a watcher from live dispatch (its client went away, or it ended).
+    pub fn unregister(&self, id: WatcherId) {
+        let mut st = self.lock();
+        if let Some(e) = st.watchers.remove(&id) {
+            st.index.remove(&e.key, id);
+        }
+    }
+
+    /// The first state of the cache (or a relist that could not be continued): the
+    /// history restarts after `list_rv`, and every watcher's stream ends, as
+    /// kube-apiserver's cacher ends them when it relists.
+    pub fn restart(&self, st: &mut HubState, list_rv: u64) {
+        for (_, e) in st.watchers.drain() {
+            e.shared.closed_by.store(1, Ordering::Release);
+        }
+        st.index = Index::default();
+        st.first_seq += st.events.len() as u64;
+        st.events.clear();
+        st.bytes = 0;
+        st.floor_rv = list_rv;
+        st.trimmed = false;
+        self.head_rv.store(list_rv, Ordering::Release);
+    }
+
+    pub fn history_stats(&self) -> HistoryStats {
+        let mut st = self.lock();
+        self.trim(&mut st);
+        HistoryStats {
+            events: st.events.len(),
+            bytes: st.bytes,
+            oldest_age: st
+                .events
+                .front()
+                .map(|e| Instant::now().saturating_duration_since(e.at))
+                .unwrap_or_default(),
+        }
+    }
+
+    /// Live watchers (for tests and metrics).
+    pub fn live_watchers(&self) -> usize {
+        self.lock().watchers.len()
+    }
+
+    pub fn count_end(&self, reason: EndReason) {
+        self.stats.count_end(reason);
+    }
+}

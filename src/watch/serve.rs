@@ -1,0 +1,222 @@
+//! Deciding whether a watch is served from the cache, and starting it.
+//!
+//! Served here (the documents' watch table, kube-apiserver's cacher where they are
+//! silent): `resourceVersion="0"` (the current state as ADDED events, then changes),
+//! `resourceVersion="N"` (the changes after N, from the history; 410 in an ERROR event
+//! when N is older than it; a wait when N is newer, as api-concepts allows: "the API
+//! server may wait indefinitely"), and `sendInitialEvents=true` with NotOlderThan and RV
+//! set (initial events, then the `k8s.io/initial-events-end` bookmark; an RV newer than
+//! the cache waits up to 3 s, then the Too large resource version ERROR event).
+//!
+//! Forwarded: resourceVersion unset (a consistent start needs the upstream), invalid
+//! options (the upstream's Status is the reference), non-JSON media types, field labels
+//! the cache does not carry, and resources whose cache is not synced yet.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::{header, HeaderMap, HeaderValue, Method, Response, StatusCode};
+use rand::Rng;
+
+use super::body::{WatchBody, WatchParams};
+use super::event::value_line;
+use super::filter::{WatchFilter, NAME};
+use super::hub::{Start, TooOld};
+use crate::body::{self, Body};
+use crate::cache::registry::Registry;
+use crate::cache::serve::{fields_indexed, FRESHNESS_WAIT, TOO_LARGE_RETRY_SECONDS};
+use crate::proxy::headers::SOURCE_HEADER;
+use crate::proxy::DrainingBody;
+use crate::request::{self, ApiPath, Verb};
+use crate::selector::field::Term;
+use crate::status::Status;
+
+/// Without timeoutSeconds, kube-apiserver picks minRequestTimeout (1800 s) × [1, 2), so
+/// that reconnects spread out (handlers/get.go).
+const MIN_REQUEST_TIMEOUT: Duration = Duration::from_secs(1800);
+
+/// Serves the watch from the cache if it can; `None` means "forward it". `drain`
+/// resolves when the gateway starts draining: the stream then ends at an event boundary.
+pub async fn try_watch(
+    registry: &Arc<Registry>,
+    method: &Method,
+    uri: &http::Uri,
+    headers: &HeaderMap,
+    drain: impl Future<Output = ()> + Send + 'static,
+) -> Option<Response<Body>> {
+    if method != Method::GET || !accepts_json_watch(headers) {
+        return None;
+    }
+    let req = request::parse(method, uri);
+    let ApiPath::Resource(rp) = &req.path else {
+        return None;
+    };
+    if req.verb != Verb::Watch
+        || rp.subresource.is_some()
+        || !rp.extra.is_empty()
+        || req.query_get("pretty").is_some()
+    {
+        return None;
+    }
+    let mut opts = req.list_options().ok()?;
+    // A name in the path becomes (or must agree with) a metadata.name field selector
+    // (handlers/get.go); a disagreement is the upstream's 400 to give.
+    if let Some(name) = &rp.name {
+        match opts.field_selector.requires_exact(NAME) {
+            _ if opts.field_selector.is_empty() => opts.field_selector.terms.push(Term {
+                field: NAME.into(),
+                equals: true,
+                value: name.clone(),
+            }),
+            Some(n) if n == name => {}
+            _ => return None,
+        }
+    }
+    let rv = opts
+        .resource_version
+        .as_deref()
+        .filter(|rv| !rv.is_empty())?;
+    let rv = request::parse_resource_version(rv).ok()?;
+
+    registry.ensure_started(&rp.group, &rp.version, &rp.resource);
+    let cache = registry.get(&rp.group, &rp.version, &rp.resource)?;
+    if !cache.is_synced() {
+        return None;
+    }
+    let own_namespace = rp.group.is_empty() && rp.resource == "namespaces";
+    if rp.namespace.is_some() && !cache.info.namespaced && !own_namespace {
+        return None;
+    }
+    if !fields_indexed(&cache, &opts) {
+        return None;
+    }
+
+    let (start, min_rv, initial_events_end) = match opts.send_initial_events {
+        Some(true) => {
+            if rv > 0 && cache.store.wait_for(rv, FRESHNESS_WAIT).await.is_none() {
+                let current = cache.store.resource_version();
+                return Some(error_stream(&Status::too_large_resource_version(
+                    rv,
+                    current,
+                    TOO_LARGE_RETRY_SECONDS,
+                )));
+            }
+            (Start::Initial, 0, true)
+        }
+        Some(false) if rv == 0 => {
+            let head = cache.store.resource_version();
+            (Start::After(head), head, false)
+        }
+        None if rv == 0 => (Start::Initial, 0, false),
+        _ => (Start::After(rv), rv, false),
+    };
+    let filter = WatchFilter {
+        namespace: rp
+            .namespace
+            .as_deref()
+            .filter(|_| cache.info.namespaced)
+            .map(Into::into),
+        labels: opts.label_selector.clone(),
+        fields: opts.field_selector.clone(),
+    };
+    let reg = match cache.store.watch(filter, start) {
+        Ok(r) => r,
+        Err(TooOld(requested, oldest)) => {
+            return Some(error_stream(&Status::expired(format!(
+                "too old resource version: {requested} ({oldest})"
+            ))));
+        }
+    };
+    let params = WatchParams {
+        min_rv,
+        allow_bookmarks: opts.allow_watch_bookmarks,
+        initial_events_end,
+        timeout: watch_timeout(opts.timeout_seconds),
+    };
+    let body = WatchBody::new(cache.store.clone(), reg, params);
+    Some(stream_response(body::boxed(DrainingBody::new(
+        body, drain, true,
+    ))))
+}
+
+/// timeoutSeconds: honoured; negative ends the watch at once (a negative timer fires
+/// immediately in the apiserver); absent or 0 picks the randomised default.
+fn watch_timeout(seconds: Option<i64>) -> Duration {
+    match seconds {
+        Some(n) if n < 0 => Duration::ZERO,
+        Some(n) if n > 0 => Duration::from_secs(n as u64),
+        _ => MIN_REQUEST_TIMEOUT.mul_f64(rand::rng().random_range(1.0..2.0)),
+    }
+}
+
+/// JSON watches only: `application/json` (with `stream=watch` or not), `*/*`, or no
+/// Accept at all. Table and protobuf watches go upstream.
+fn accepts_json_watch(headers: &HeaderMap) -> bool {
+    let Some(accept) = headers.get(header::ACCEPT) else {
+        return true;
+    };
+    let Ok(accept) = accept.to_str() else {
+        return false;
+    };
+    let first = accept.split(',').next().unwrap_or("").trim();
+    let mut parts = first.split(';').map(str::trim);
+    let media = parts.next().unwrap_or("");
+    let params_ok = parts.all(|p| {
+        p.is_empty()
+            || p.starts_with("q=")
+            || p.eq_ignore_ascii_case("charset=utf-8")
+            || p == "stream=watch"
+    });
+    params_ok && matches!(media, "application/json" | "*/*" | "application/*" | "")
+}
+
+fn stream_response(body: Body) -> Response<Body> {
+    let mut resp = Response::new(body);
+    *resp.status_mut() = StatusCode::OK;
+    let h = resp.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    h.insert(SOURCE_HEADER, HeaderValue::from_static("cache"));
+    resp
+}
+
+/// A 200 stream carrying exactly one ERROR event, as the cacher's `newErrWatcher` sends.
+fn error_stream(s: &Status) -> Response<Body> {
+    stream_response(body::full(value_line("ERROR", &s.to_value())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_watches_only() {
+        let h = |v: &str| {
+            let mut m = HeaderMap::new();
+            m.insert(header::ACCEPT, HeaderValue::from_str(v).unwrap());
+            m
+        };
+        assert!(accepts_json_watch(&HeaderMap::new()));
+        assert!(accepts_json_watch(&h("application/json")));
+        assert!(accepts_json_watch(&h("application/json;stream=watch")));
+        assert!(accepts_json_watch(&h("*/*")));
+        assert!(!accepts_json_watch(&h(
+            "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"
+        )));
+        assert!(!accepts_json_watch(&h(
+            "application/vnd.kubernetes.protobuf;stream=watch"
+        )));
+    }
+
+    #[test]
+    fn timeouts_follow_the_apiserver() {
+        assert_eq!(watch_timeout(Some(5)), Duration::from_secs(5));
+        assert_eq!(watch_timeout(Some(-1)), Duration::ZERO);
+        for t in [watch_timeout(None), watch_timeout(Some(0))] {
+            assert!(t >= Duration::from_secs(1800) && t < Duration::from_secs(3600));
+        }
+    }
+}

@@ -1,0 +1,61 @@
+//! The fan-out's counters: atomics on the hot path, exported at scrape time (see
+//! `metrics::refresh_fanout_metrics`), so a delivery never touches the metrics registry.
+
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+
+/// Why a downstream watch ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EndReason {
+    /// It fell behind past what the history still holds.
+    Slow,
+    /// Its timeoutSeconds (or the randomised default) passed.
+    Timeout,
+    /// The client went away.
+    ClientGone,
+    /// An upstream relist could not be turned into ordinary events.
+    Relist,
+    /// The gateway is shutting down.
+    Shutdown,
+}
+
+impl EndReason {
+    pub const ALL: [EndReason; 5] = [
+        EndReason::Slow,
+        EndReason::Timeout,
+        EndReason::ClientGone,
+        EndReason::Relist,
+        EndReason::Shutdown,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EndReason::Slow => "slow",
+            EndReason::Timeout => "timeout",
+            EndReason::ClientGone => "client_gone",
+            EndReason::Relist => "relist",
+            EndReason::Shutdown => "shutdown",
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+pub struct FanoutStats {
+    /// Downstream watches open now.
+    pub watchers: AtomicI64,
+    /// Of those, the ones reading the history at their own pace.
+    pub lagging: AtomicI64,
+    pub delivered: AtomicU64,
+    pub bytes: AtomicU64,
+    pub bookmarks: AtomicU64,
+    terminated: [AtomicU64; 5],
+}
+
+impl FanoutStats {
+    pub fn terminated(&self, reason: EndReason) -> u64 {
+        self.terminated[reason as usize].load(Ordering::Relaxed)
+    }
+
+    pub fn count_end(&self, reason: EndReason) {
+        self.terminated[reason as usize].fetch_add(1, Ordering::Relaxed);
+    }
+}

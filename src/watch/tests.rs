@@ -1,0 +1,312 @@
+//! Store-level tests of the fan-out: history, live dispatch, lagging, expiry, relists,
+//! bookmarks and timeouts, driven through real response bodies.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::BodyExt;
+use serde_json::Value;
+
+use super::body::{WatchBody, WatchParams};
+use super::filter::WatchFilter;
+use super::hub::{Start, TooOld, QUEUE_LEN};
+use super::stats::EndReason;
+use super::WatchConfig;
+use crate::cache::object::CachedObject;
+use crate::cache::resource::ResourceInfo;
+use crate::cache::store::{Change, Snapshot, Store};
+
+fn info() -> ResourceInfo {
+    ResourceInfo {
+        group: String::new(),
+        version: "v1".into(),
+        resource: "pods".into(),
+        kind: "Pod".into(),
+        namespaced: true,
+        field_labels: vec![("spec.nodeName", "spec.nodeName")],
+    }
+}
+
+fn pod(name: &str, rv: u64, node: &str) -> Arc<CachedObject> {
+    let raw = format!(
+        r#"{{"kind":"Pod","apiVersion":"v1","metadata":{{"name":"{name}","namespace":"ns","resourceVersion":"{rv}"}},"spec":{{"nodeName":"{node}"}}}}"#
+    );
+    Arc::new(CachedObject::parse(Bytes::from(raw), &[("spec.nodeName", "spec.nodeName")]).unwrap())
+}
+
+fn store(cfg: WatchConfig, objs: &[Arc<CachedObject>], rv: u64) -> Arc<Store> {
+    let s = Arc::new(Store::for_resource(&info(), cfg));
+    let mut snap = Snapshot::default();
+    for o in objs {
+        snap.insert(o.clone());
+    }
+    snap.resource_version = rv;
+    s.replace(snap);
+    s
+}
+
+fn params(min_rv: u64) -> WatchParams {
+    WatchParams {
+        min_rv,
+        allow_bookmarks: false,
+        initial_events_end: false,
+        timeout: Duration::from_secs(3600),
+    }
+}
+
+fn open(s: &Arc<Store>, filter: WatchFilter, start: Start, p: WatchParams) -> WatchBody {
+    let reg = s.watch(filter, start).expect("registered");
+    WatchBody::new(s.clone(), reg, p)
+}
+
+/// Reads whole event lines until `n` have arrived (bounded), as (type, name, rv).
+async fn read(body: &mut WatchBody, n: usize) -> Vec<(String, String, String)> {
+    read_within(body, n, Duration::from_secs(5)).await
+}
+
+/// `read` with a per-frame bound (under paused time, longer than the timers tested).
+async fn read_within(
+    body: &mut WatchBody,
+    n: usize,
+    bound: Duration,
+) -> Vec<(String, String, String)> {
+    let mut buf = Vec::new();
+    let mut out = Vec::new();
+    while out.len() < n {
+        let frame = tokio::time::timeout(bound, body.frame())
+            .await
+            .unwrap_or_else(|_| panic!("only {} of {n} events arrived: {out:?}", out.len()));
+        let Some(frame) = frame else {
+            panic!("stream ended after {} of {n} events: {out:?}", out.len());
+        };
+        buf.extend_from_slice(frame.unwrap().data_ref().unwrap());
+        while let Some(i) = buf.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = buf.drain(..=i).collect();
+            let v: Value = serde_json::from_slice(&line).unwrap();
+            out.push((
+                v["type"].as_str().unwrap().to_string(),
+                v["object"]["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+                v["object"]["metadata"]["resourceVersion"]
+                    .as_str()
+                    .unwrap()
+                    .to_string(),
+            ));
+        }
+    }
+    out
+}
+
+async fn ends(body: &mut WatchBody) {
+    let end = tokio::time::timeout(Duration::from_secs(5), body.frame())
+        .await
+        .expect("the stream should end");
+    assert!(end.is_none(), "expected the end, got a frame");
+}
+
+fn ev(t: &str, name: &str, rv: u64) -> (String, String, String) {
+    (t.into(), name.into(), rv.to_string())
+}
+
+#[tokio::test]
+async fn rv_zero_sends_the_state_then_the_changes() {
+    let s = store(
+        WatchConfig::default(),
+        &[pod("a", 3, "n1"), pod("b", 4, "n2")],
+        10,
+    );
+    let mut w = open(&s, WatchFilter::default(), Start::Initial, params(0));
+    s.apply(Change::Upsert(pod("a", 11, "n1")));
+    s.apply(Change::Delete(pod("b", 12, "n2")));
+    assert_eq!(
+        read(&mut w, 4).await,
+        vec![
+            ev("ADDED", "a", 3),
+            ev("ADDED", "b", 4),
+            ev("MODIFIED", "a", 11),
+            ev("DELETED", "b", 12)
+        ]
+    );
+}
+
+#[tokio::test]
+async fn rv_n_replays_the_history_after_n_only() {
+    let s = store(WatchConfig::default(), &[], 10);
+    for i in 0..5u64 {
+        s.apply(Change::Upsert(pod(&format!("p{i}"), 11 + i, "n")));
+    }
+    let mut w = open(&s, WatchFilter::default(), Start::After(12), params(12));
+    s.apply(Change::Upsert(pod("q", 20, "n")));
+    assert_eq!(
+        read(&mut w, 3).await,
+        vec![
+            ev("ADDED", "p2", 13),
+            ev("ADDED", "p3", 14),
+            ev("ADDED", "p4", 15)
+        ]
+    );
+    assert_eq!(read(&mut w, 1).await, vec![ev("ADDED", "q", 20)]);
+    // Older than the list the history starts after: 410 with the apiserver's numbers.
+    assert_eq!(
+        s.watch(WatchFilter::default(), Start::After(9)).err(),
+        Some(TooOld(9, 10))
+    );
+}
+
+#[tokio::test]
+async fn a_reader_that_falls_behind_catches_up_from_the_history() {
+    let s = store(WatchConfig::default(), &[], 10);
+    let mut slow = open(&s, WatchFilter::default(), Start::After(10), params(10));
+    let n = QUEUE_LEN * 4;
+    for i in 0..n as u64 {
+        s.apply(Change::Upsert(pod(&format!("p{i}"), 11 + i, "n")));
+    }
+    assert_eq!(
+        s.hub().live_watchers(),
+        0,
+        "the overflowing watcher left live dispatch"
+    );
+    let got = read(&mut slow, n).await;
+    let want: Vec<_> = (0..n as u64)
+        .map(|i| ev("ADDED", &format!("p{i}"), 11 + i))
+        .collect();
+    assert_eq!(got, want);
+    // Caught up: live again, and still in order.
+    s.apply(Change::Upsert(pod("last", 1000, "n")));
+    assert_eq!(read(&mut slow, 1).await, vec![ev("ADDED", "last", 1000)]);
+    assert_eq!(s.hub().live_watchers(), 1);
+}
+
+#[tokio::test]
+async fn a_reader_past_the_history_ends_cleanly_and_cannot_resume_there() {
+    let cfg = WatchConfig {
+        history_bytes: 20_000,
+        ..Default::default()
+    };
+    let s = store(cfg, &[], 10);
+    let mut stalled = open(&s, WatchFilter::default(), Start::After(10), params(10));
+    for i in 0..(QUEUE_LEN as u64 * 10) {
+        s.apply(Change::Upsert(pod(&format!("p{i}"), 11 + i, "n")));
+    }
+    // It gets what its queue held, then the stream ends.
+    let got = read(&mut stalled, QUEUE_LEN).await;
+    assert_eq!(
+        got.last().unwrap(),
+        &ev(
+            "ADDED",
+            &format!("p{}", QUEUE_LEN - 1),
+            10 + QUEUE_LEN as u64
+        )
+    );
+    ends(&mut stalled).await;
+    assert_eq!(s.hub().stats.terminated(EndReason::Slow), 1);
+    let resume_at = 10 + QUEUE_LEN as u64;
+    assert!(matches!(
+        s.watch(WatchFilter::default(), Start::After(resume_at)),
+        Err(TooOld(r, _)) if r == resume_at
+    ));
+}
+
+#[tokio::test]
+async fn selectors_see_objects_move_in_and_out() {
+    let s = store(WatchConfig::default(), &[pod("a", 3, "n1")], 10);
+    let filter = WatchFilter {
+        fields: crate::selector::field::FieldSelector::parse("spec.nodeName=n2").unwrap(),
+        ..Default::default()
+    };
+    let mut w = open(&s, filter, Start::After(10), params(10));
+    s.apply(Change::Upsert(pod("a", 11, "n2"))); // moves in
+    s.apply(Change::Upsert(pod("b", 12, "n1"))); // never matches
+    s.apply(Change::Upsert(pod("a", 13, "n2"))); // stays in
+    s.apply(Change::Upsert(pod("a", 14, "n3"))); // moves out: previous state at RV 14
+    assert_eq!(
+        read(&mut w, 3).await,
+        vec![
+            ev("ADDED", "a", 11),
+            ev("MODIFIED", "a", 13),
+            ev("DELETED", "a", 14)
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_relist_is_delivered_as_ordinary_events() {
+    let s = store(
+        WatchConfig::default(),
+        &[pod("a", 3, "n"), pod("b", 4, "n")],
+        10,
+    );
+    let mut w = open(&s, WatchFilter::default(), Start::After(10), params(10));
+    let mut snap = Snapshot::default();
+    snap.insert(pod("a", 15, "n"));
+    snap.insert(pod("c", 12, "n"));
+    snap.resource_version = 20;
+    s.replace(snap);
+    s.apply(Change::Upsert(pod("d", 21, "n")));
+    assert_eq!(
+        read(&mut w, 4).await,
+        vec![
+            ev("ADDED", "c", 12),
+            ev("MODIFIED", "a", 15),
+            ev("DELETED", "b", 20),
+            ev("ADDED", "d", 21)
+        ]
+    );
+    // A contradictory relist ends the stream, as the apiserver's cacher would.
+    s.replace(Snapshot {
+        resource_version: 5,
+        ..Default::default()
+    });
+    ends(&mut w).await;
+    assert_eq!(s.hub().stats.terminated(EndReason::Relist), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn idle_watchers_get_bookmarks_and_end_at_their_timeout() {
+    let cfg = WatchConfig {
+        bookmark_interval: Duration::from_secs(60),
+        ..Default::default()
+    };
+    let s = store(cfg, &[], 10);
+    let p = WatchParams {
+        allow_bookmarks: true,
+        timeout: Duration::from_secs(150),
+        ..params(10)
+    };
+    let mut w = open(&s, WatchFilter::default(), Start::After(10), p);
+    s.apply(Change::Progress(17));
+    // t=60 s and t=120 s: the cadence; t=148 s: the one before the deadline.
+    let start = tokio::time::Instant::now();
+    let got = read_within(&mut w, 1, Duration::from_secs(1000)).await;
+    assert_eq!(got, vec![ev("BOOKMARK", "", 17)]);
+    assert_eq!(start.elapsed().as_secs(), 60);
+    s.apply(Change::Progress(18));
+    let got = read_within(&mut w, 1, Duration::from_secs(1000)).await;
+    assert_eq!(got, vec![ev("BOOKMARK", "", 18)]);
+    assert_eq!(start.elapsed().as_secs(), 120);
+    let got = read_within(&mut w, 1, Duration::from_secs(1000)).await;
+    assert_eq!(got, vec![ev("BOOKMARK", "", 18)]);
+    assert_eq!(start.elapsed().as_secs(), 148, "2 s before the deadline");
+    ends(&mut w).await;
+    assert_eq!(s.hub().stats.terminated(EndReason::Timeout), 1);
+}
+
+#[tokio::test]
+async fn a_dropped_watcher_leaves_dispatch_at_once() {
+    let s = store(WatchConfig::default(), &[], 10);
+    let w = open(&s, WatchFilter::default(), Start::After(10), params(10));
+    assert_eq!(s.hub().live_watchers(), 1);
+    drop(w);
+    assert_eq!(s.hub().live_watchers(), 0);
+    assert_eq!(s.hub().stats.terminated(EndReason::ClientGone), 1);
+    assert_eq!(
+        s.hub()
+            .stats
+            .watchers
+            .load(std::sync::atomic::Ordering::Relaxed),
+        0
+    );
+}
