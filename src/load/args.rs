@@ -79,7 +79,7 @@ pub struct Common {
     #[arg(long, default_value_t = 256)]
     pub connect_concurrency: usize,
     /// After the writer stops, how long watchers may take to receive its last writes.
-    #[arg(long, default_value = "15s", value_parser = parse_duration)]
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
     pub drain_timeout: Duration,
     /// The target's Prometheus endpoint, for its CPU seconds and RSS over the run.
     #[arg(long)]

@@ -108,6 +108,14 @@ pub enum Violation {
         received: u64,
         first_missing: Option<u64>,
     },
+    /// Everything the watcher received is correct, but the writer's last events had not
+    /// arrived when the drain timeout ended the run: the target (or this machine) could
+    /// not keep up. Still a failure: the run cannot vouch for events it never saw.
+    Undelivered {
+        watcher: usize,
+        missing: u64,
+        last_rv: u64,
+    },
     /// An event whose RV the writer never produced, or with the wrong type.
     Unexpected {
         watcher: usize,
@@ -285,6 +293,22 @@ impl StreamCheck {
                 }
             }
             if count != span.count || fp != span.fingerprint {
+                // Only the tail missing (what arrived is exactly the span up to the last RV
+                // received): the stream was behind, not broken.
+                let upto = span.upto.unwrap_or(self.last_rv).min(self.last_rv);
+                let (mut c2, mut fp2) = (0u64, 0u64);
+                for rec in log.range(span.after, Some(upto)).filter(|r| wants(r)) {
+                    c2 += 1;
+                    fp2 = fp2.wrapping_add(mix(rec.rv, rec.event));
+                }
+                if span.upto.is_none() && c2 == span.count && fp2 == span.fingerprint {
+                    out.push(Violation::Undelivered {
+                        watcher: self.watcher,
+                        missing: count - c2,
+                        last_rv: self.last_rv,
+                    });
+                    continue;
+                }
                 // Same count, different set: something arrived that the writer never wrote
                 // (or with the wrong type), in place of something that did not arrive.
                 if single_span {

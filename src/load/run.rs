@@ -6,7 +6,6 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use http::Method;
 use http_body_util::BodyExt;
-use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::args::LoadArgs;
@@ -128,13 +127,13 @@ pub async fn execute(plan: &Plan) -> anyhow::Result<Summary> {
 
     // Watchers connect before the clock starts.
     let stop = CancellationToken::new();
-    let (drain_tx, drain_rx) = watch::channel::<Option<Arc<WriterLog>>>(None);
     let ctx = Arc::new(Ctx {
         target: target.clone(),
         stats: stats.clone(),
         pool: pool.clone(),
         stop: stop.clone(),
-        drain: drain_rx,
+        drain_log: Default::default(),
+        draining: CancellationToken::new(),
         connect_gate: Arc::new(tokio::sync::Semaphore::new(c.connect_concurrency.max(1))),
     });
     let groups = plan.watcher_groups();
@@ -165,6 +164,7 @@ pub async fn execute(plan: &Plan) -> anyhow::Result<Summary> {
     let log = Arc::new(Mutex::new(WriterLog::default()));
     let writer_stop = CancellationToken::new();
     let started = Instant::now();
+    stats.mark_start();
     let events0 = Stats::get(&stats.c.events);
     let cpu0 = probe.sample().await;
     let probe_stop = CancellationToken::new();
@@ -229,7 +229,8 @@ pub async fn execute(plan: &Plan) -> anyhow::Result<Summary> {
 
     // Drain: every watcher receives the last write it must see, or the timeout ends it.
     let final_log = Arc::new(log.lock().unwrap().clone());
-    let _ = drain_tx.send(Some(final_log.clone()));
+    let _ = ctx.drain_log.set(final_log.clone());
+    ctx.draining.cancel();
     progress.set_message("draining: waiting for the last writes to arrive");
     let mut outcomes = Vec::with_capacity(total_watchers);
     let drain_deadline = tokio::time::Instant::now() + c.drain_timeout;

@@ -51,8 +51,9 @@ pub struct Counters {
 
 pub struct Stats {
     pub started: Instant,
-    /// Unix time (ns) at `started`, to turn stamps into run-relative seconds.
-    pub started_unix_ns: u64,
+    /// Unix time (ns) of the measured window's start (set by [`Stats::mark_start`]), to
+    /// turn stamps into run-relative seconds for the plot.
+    started_unix_ns: AtomicU64,
     pub c: Counters,
     delivery: Vec<Mutex<Shard>>,
     list_latency: Mutex<Histogram<u64>>,
@@ -78,7 +79,7 @@ impl Stats {
     pub fn new() -> Self {
         Self {
             started: Instant::now(),
-            started_unix_ns: unix_ns(),
+            started_unix_ns: AtomicU64::new(unix_ns()),
             c: Counters::default(),
             delivery: (0..SHARDS)
                 .map(|_| {
@@ -100,11 +101,12 @@ impl Stats {
         if batch.is_empty() {
             return;
         }
+        let origin = self.started_unix_ns.load(Ordering::Relaxed);
         let mut shard = self.delivery[watcher % SHARDS].lock().unwrap();
         for &(written_ns, us) in batch {
             let us = us.clamp(1, MAX_US);
             shard.total.saturating_record(us);
-            let second = (written_ns.saturating_sub(self.started_unix_ns) / 1_000_000_000) as usize;
+            let second = (written_ns.saturating_sub(origin) / 1_000_000_000) as usize;
             if second < 24 * 3600 {
                 while shard.per_second.len() <= second {
                     shard.per_second.push(histogram());
@@ -112,6 +114,11 @@ impl Stats {
                 shard.per_second[second].saturating_record(us);
             }
         }
+    }
+
+    /// The measured window starts now.
+    pub fn mark_start(&self) {
+        self.started_unix_ns.store(unix_ns(), Ordering::Relaxed);
     }
 
     pub fn record_list(&self, us: u64) {

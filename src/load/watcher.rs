@@ -8,7 +8,6 @@ use std::time::{Duration, Instant};
 use bytes::BytesMut;
 use http::Method;
 use http_body_util::BodyExt;
-use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::checker::{EventType, StreamCheck, WriterLog};
@@ -68,8 +67,9 @@ pub struct Ctx {
     /// Cancelled when the run is over (after the drain, or on Ctrl-C).
     pub stop: CancellationToken,
     /// Set when the writer has stopped: the final log, so each watcher knows the last RV
-    /// it must see before it may stop.
-    pub drain: watch::Receiver<Option<Arc<WriterLog>>>,
+    /// it must see before it may stop. `draining` is cancelled right after it is set.
+    pub drain_log: std::sync::OnceLock<Arc<WriterLog>>,
+    pub draining: CancellationToken,
     /// Bounds watch requests awaiting their response headers (connect storms).
     pub connect_gate: Arc<tokio::sync::Semaphore>,
 }
@@ -136,13 +136,12 @@ pub async fn run(
             }
         }
     }
-    let mut drain = ctx.drain.clone();
     let mut needed: Option<u64> = None;
     loop {
         if ctx.stop.is_cancelled() {
             break;
         }
-        let end = stream_once(&ctx, id, &spec, &sel, &mut check, &mut drain, &mut needed).await;
+        let end = stream_once(&ctx, id, &spec, &sel, &mut check, &mut needed).await;
         match end {
             StreamEnd::Done => break,
             StreamEnd::Reconnect => {}
@@ -180,7 +179,6 @@ async fn stream_once(
     spec: &WatchSpec,
     sel: &(Option<LabelSelector>, Option<FieldSelector>),
     check: &mut StreamCheck,
-    drain: &mut watch::Receiver<Option<Arc<WriterLog>>>,
     needed: &mut Option<u64>,
 ) -> StreamEnd {
     let stats = &ctx.stats;
@@ -236,24 +234,27 @@ async fn stream_once(
     let mut body = resp.into_body();
     let mut buf = BytesMut::new();
     let mut batch: Vec<(u64, u64)> = Vec::new();
-    let reconnect_at = spec
-        .reconnect_every
-        .map(|d| {
-            // Staggered, so that reconnects spread over the period.
-            let frac = (id as u64 * 7919 % 1000) as f64 / 1000.0;
-            tokio::time::Instant::now() + d.mul_f64(0.5 + frac)
-        })
-        .unwrap_or_else(|| tokio::time::Instant::now() + Duration::from_secs(365 * 86400));
+    let reconnect_at = spec.reconnect_every.map(|d| {
+        // Staggered, so that reconnects spread over the period.
+        let frac = (id as u64 * 7919 % 1000) as f64 / 1000.0;
+        tokio::time::Instant::now() + d.mul_f64(0.5 + frac)
+    });
     let run = ctx.pool.run.as_str();
+    // Futures that outlive the loop: re-creating them for every frame would register a
+    // waiter per frame per watcher (10,000 watchers × 100 frames/s).
+    let stop = ctx.stop.cancelled();
+    let draining = ctx.draining.cancelled();
+    let reconnect = tokio::time::sleep_until(
+        reconnect_at.unwrap_or_else(|| tokio::time::Instant::now() + Duration::from_secs(86400 * 365)),
+    );
+    tokio::pin!(stop, draining, reconnect);
     loop {
         let frame = tokio::select! {
-            _ = ctx.stop.cancelled() => return StreamEnd::Done,
-            _ = tokio::time::sleep_until(reconnect_at) => return StreamEnd::Reconnect,
-            r = drain.changed(), if needed.is_none() => {
-                if r.is_ok() {
-                    if let Some(log) = drain.borrow().clone() {
-                        *needed = Some(needed_rv(&log, &ctx.pool, 0, sel));
-                    }
+            _ = &mut stop => return StreamEnd::Done,
+            _ = &mut reconnect => return StreamEnd::Reconnect,
+            _ = &mut draining, if needed.is_none() => {
+                if let Some(log) = ctx.drain_log.get() {
+                    *needed = Some(needed_rv(log, &ctx.pool, 0, sel));
                 }
                 if reached(*needed, check) {
                     return StreamEnd::Done;
