@@ -65,7 +65,9 @@ fn selectors(c: &mut Criterion) {
         b.iter(|| LabelSelector::parse("app=web,tier in (frontend,backend),!canary").unwrap())
     });
     g.bench_function("parse field (2 terms)", |b| {
-        b.iter(|| FieldSelector::parse("spec.nodeName=node-7,metadata.namespace!=kube-system").unwrap())
+        b.iter(|| {
+            FieldSelector::parse("spec.nodeName=node-7,metadata.namespace!=kube-system").unwrap()
+        })
     });
     let label = WatchFilter {
         labels: LabelSelector::parse("app,tier in (frontend,backend),!canary").unwrap(),
@@ -115,7 +117,9 @@ fn lists(c: &mut Criterion) {
         resource_version: 100 + n as u64,
         item_type_prefix: None,
     };
-    let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
     let mut g = c.benchmark_group("list");
     g.throughput(Throughput::Bytes(bytes));
     g.bench_function(format!("assemble RV=0 list of {n} cached pods"), |b| {
@@ -136,20 +140,26 @@ fn upstream_events(c: &mut Criterion) {
     let frame = Bytes::from(line);
     let mut g = c.benchmark_group("upstream event");
     g.throughput(Throughput::Bytes(frame.len() as u64));
-    g.bench_function("split + parse event + CachedObject::parse (4 KiB pod)", |b| {
-        b.iter(|| {
-            let mut split = LineSplitter::default();
-            let lines = split.push(frame.clone()).unwrap();
-            let ev: RawEvent = serde_json::from_slice(&lines[0]).unwrap();
-            let raw = Bytes::copy_from_slice(ev.object.get().as_bytes());
-            CachedObject::parse(raw, &fields).unwrap()
-        })
-    });
+    g.bench_function(
+        "split + parse event + CachedObject::parse (4 KiB pod)",
+        |b| {
+            b.iter(|| {
+                let mut split = LineSplitter::default();
+                let lines = split.push(frame.clone()).unwrap();
+                let ev: RawEvent = serde_json::from_slice(&lines[0]).unwrap();
+                let raw = Bytes::copy_from_slice(ev.object.get().as_bytes());
+                CachedObject::parse(raw, &fields).unwrap()
+            })
+        },
+    );
     g.finish();
 }
 
 /// A hub of pods with `n` live watchers, each filtered by `filter(i)`.
-fn hub_with(n: usize, filter: impl Fn(usize) -> WatchFilter) -> (Hub, Vec<tokio::sync::mpsc::Receiver<(u64, Bytes)>>) {
+fn hub_with(
+    n: usize,
+    filter: impl Fn(usize) -> WatchFilter,
+) -> (Hub, Vec<tokio::sync::mpsc::Receiver<(u64, Bytes)>>) {
     let hub = Hub::new(
         Encoder::new("Pod", "v1"),
         Default::default(),
@@ -159,7 +169,11 @@ fn hub_with(n: usize, filter: impl Fn(usize) -> WatchFilter) -> (Hub, Vec<tokio:
     let mut rxs = Vec::with_capacity(n);
     for i in 0..n {
         let reg = hub
-            .register(|| -> Arc<Snapshot> { unreachable!("no initial state") }, filter(i), Start::After(0))
+            .register(
+                || -> Arc<Snapshot> { unreachable!("no initial state") },
+                filter(i),
+                Start::After(0),
+            )
             .unwrap_or_else(|_| panic!("a fresh hub has no history to be too old for"));
         rxs.push(reg.live.expect("joins live dispatch at once"));
     }
@@ -178,22 +192,27 @@ fn dispatch(c: &mut Criterion) {
         fields: FieldSelector::parse(&format!("spec.nodeName=node-{i}")).unwrap(),
         ..Default::default()
     });
-    let objs: Vec<Arc<CachedObject>> = (0..64).map(|i| cached(&s, i * 131 % nodes, 1 + i as u64)).collect();
+    let objs: Vec<Arc<CachedObject>> = (0..64)
+        .map(|i| cached(&s, i * 131 % nodes, 1 + i as u64))
+        .collect();
     let mut rv = 1_000u64;
     let mut k = 0usize;
-    g.bench_function("one event to 10,000 kubelet watchers (indexed by spec.nodeName)", |b| {
-        b.iter(|| {
-            rv += 1;
-            k = (k + 1) % objs.len();
-            let o = Arc::new(objs[k].with_resource_version(rv));
-            let node = k * 131 % nodes;
-            let mut st = hub.lock();
-            hub.publish(&mut st, Change::Upsert, o, Some(objs[k].clone()));
-            drop(st);
-            // The one recipient reads it, so its queue never fills.
-            rxs[node].try_recv().expect("delivered to its kubelet")
-        })
-    });
+    g.bench_function(
+        "one event to 10,000 kubelet watchers (indexed by spec.nodeName)",
+        |b| {
+            b.iter(|| {
+                rv += 1;
+                k = (k + 1) % objs.len();
+                let o = Arc::new(objs[k].with_resource_version(rv));
+                let node = k * 131 % nodes;
+                let mut st = hub.lock();
+                hub.publish(&mut st, Change::Upsert, o, Some(objs[k].clone()));
+                drop(st);
+                // The one recipient reads it, so its queue never fills.
+                rxs[node].try_recv().expect("delivered to its kubelet")
+            })
+        },
+    );
     drop((hub, rxs));
 
     // Everyone: 10,000 watchers of the namespace, each event reaches all of them
@@ -204,23 +223,26 @@ fn dispatch(c: &mut Criterion) {
         ..Default::default()
     });
     let base = cached(&s, 0, 1);
-    g.bench_function("one event to 10,000 watchers that all match (+ their reads)", |b| {
-        b.iter_batched(
-            || {
-                rv += 1;
-                Arc::new(base.with_resource_version(rv))
-            },
-            |o| {
-                let mut st = hub.lock();
-                hub.publish(&mut st, Change::Upsert, o, Some(base.clone()));
-                drop(st);
-                for rx in rxs.iter_mut() {
-                    rx.try_recv().expect("delivered to every watcher");
-                }
-            },
-            BatchSize::SmallInput,
-        )
-    });
+    g.bench_function(
+        "one event to 10,000 watchers that all match (+ their reads)",
+        |b| {
+            b.iter_batched(
+                || {
+                    rv += 1;
+                    Arc::new(base.with_resource_version(rv))
+                },
+                |o| {
+                    let mut st = hub.lock();
+                    hub.publish(&mut st, Change::Upsert, o, Some(base.clone()));
+                    drop(st);
+                    for rx in rxs.iter_mut() {
+                        rx.try_recv().expect("delivered to every watcher");
+                    }
+                },
+                BatchSize::SmallInput,
+            )
+        },
+    );
     g.finish();
 }
 

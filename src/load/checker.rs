@@ -148,6 +148,15 @@ impl fmt::Display for Violation {
                 }
                 Ok(())
             }
+            Violation::Undelivered {
+                watcher,
+                missing,
+                last_rv,
+            } => write!(
+                f,
+                "watcher {watcher}: {missing} events after RV {last_rv} not delivered before \
+                 the drain timeout (no gap before them)"
+            ),
             Violation::Unexpected {
                 watcher,
                 rv,

@@ -245,7 +245,8 @@ async fn stream_once(
     let stop = ctx.stop.cancelled();
     let draining = ctx.draining.cancelled();
     let reconnect = tokio::time::sleep_until(
-        reconnect_at.unwrap_or_else(|| tokio::time::Instant::now() + Duration::from_secs(86400 * 365)),
+        reconnect_at
+            .unwrap_or_else(|| tokio::time::Instant::now() + Duration::from_secs(86400 * 365)),
     );
     tokio::pin!(stop, draining, reconnect);
     loop {
