@@ -59,6 +59,26 @@ pub struct ServeArgs {
     /// Forward every request; serve nothing from the cache.
     #[arg(long)]
     pub disable_cache: bool,
+    /// How long watch events stay in each resource's history, so that clients resuming
+    /// from a recent resourceVersion continue instead of relisting (kube-apiserver: ~75 s).
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    pub watch_history_window: Duration,
+    /// The byte budget of each resource's watch history; the oldest events go first when
+    /// it is exceeded. Accepts Ki, Mi and Gi suffixes.
+    #[arg(long, default_value = "256Mi", value_parser = parse_bytes)]
+    pub watch_history_bytes: usize,
+    /// How often an idle watch that asked for bookmarks gets one (kube-apiserver: 1m).
+    #[arg(long, default_value = "1m", value_parser = parse_duration)]
+    pub watch_bookmark_interval: Duration,
+    /// Concurrent streams allowed on one HTTP/2 client connection (kube-apiserver's
+    /// --http2-max-streams-per-connection; its aggregated API servers use 1000).
+    #[arg(long, default_value_t = 1000)]
+    pub http2_max_streams_per_connection: u32,
+    /// How caches get their initial state: `auto` streams it with a watch-list
+    /// (`sendInitialEvents`) when the upstream supports it, else pages a list; `off`
+    /// always pages a list, then watches.
+    #[arg(long, value_enum, default_value = "auto", value_name = "MODE")]
+    pub upstream_watch_list: crate::cache::reflector::WatchListMode,
 }
 
 /// Everything the gateway needs to run, independent of how it was obtained.
@@ -81,6 +101,10 @@ pub struct GatewayConfig {
     pub cache: Option<crate::cache::registry::CachePolicy>,
     /// How downstream watches are served from the cache (history window, bookmarks).
     pub watch: crate::watch::WatchConfig,
+    /// Concurrent streams per HTTP/2 connection on the API listener.
+    pub http2_max_streams: u32,
+    /// How the caches' reflectors read the upstream (watch-list or paged list).
+    pub reflector: crate::cache::reflector::ReflectorConfig,
 }
 
 impl std::fmt::Debug for GatewayConfig {
@@ -118,6 +142,8 @@ impl GatewayConfig {
             upstream_response_timeout: Duration::from_secs(70),
             cache: Some(Default::default()),
             watch: Default::default(),
+            http2_max_streams: 1000,
+            reflector: Default::default(),
         }
     }
 
@@ -135,7 +161,16 @@ impl GatewayConfig {
                 prewarm: args.cache.clone(),
                 exclude: args.no_cache.clone(),
             }),
-            watch: Default::default(),
+            watch: crate::watch::WatchConfig {
+                history_window: args.watch_history_window,
+                history_bytes: args.watch_history_bytes,
+                bookmark_interval: args.watch_bookmark_interval,
+            },
+            http2_max_streams: args.http2_max_streams_per_connection,
+            reflector: crate::cache::reflector::ReflectorConfig {
+                watch_list: args.upstream_watch_list,
+                ..Default::default()
+            },
         })
     }
 }
@@ -218,9 +253,38 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs_f64(secs))
 }
 
+/// A byte size: a plain number, or one with a Ki, Mi or Gi suffix.
+pub fn parse_bytes(s: &str) -> Result<usize, String> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let value: usize = num.parse().map_err(|_| format!("invalid size {s:?}"))?;
+    let scale: usize = match unit {
+        "" => 1,
+        "Ki" => 1 << 10,
+        "Mi" => 1 << 20,
+        "Gi" => 1 << 30,
+        _ => return Err(format!("invalid size unit in {s:?} (use Ki, Mi or Gi)")),
+    };
+    value
+        .checked_mul(scale)
+        .ok_or_else(|| format!("size {s:?} is too large"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sizes_parse_with_binary_suffixes() {
+        assert_eq!(parse_bytes("512"), Ok(512));
+        assert_eq!(parse_bytes("64Ki"), Ok(65536));
+        assert_eq!(parse_bytes("256Mi"), Ok(256 << 20));
+        assert_eq!(parse_bytes("1Gi"), Ok(1 << 30));
+        assert!(parse_bytes("1GB").is_err());
+        assert!(parse_bytes("x").is_err());
+        assert!(parse_bytes("99999999999999999999Gi").is_err());
+    }
 
     #[test]
     fn durations_parse_like_go_flags() {
@@ -256,6 +320,11 @@ mod tests {
             cache: vec![],
             no_cache: vec![],
             disable_cache: false,
+            watch_history_window: Duration::from_secs(300),
+            watch_history_bytes: 1 << 20,
+            watch_bookmark_interval: Duration::from_secs(60),
+            http2_max_streams_per_connection: 1000,
+            upstream_watch_list: Default::default(),
         };
         let cfg = GatewayConfig::from_args(&args).await.unwrap();
         assert_eq!(cfg.upstream.cluster_url, "http://127.0.0.1:1234/");
@@ -289,6 +358,11 @@ mod tests {
             cache: vec![],
             no_cache: vec![],
             disable_cache: false,
+            watch_history_window: Duration::from_secs(300),
+            watch_history_bytes: 1 << 20,
+            watch_bookmark_interval: Duration::from_secs(60),
+            http2_max_streams_per_connection: 1000,
+            upstream_watch_list: Default::default(),
         };
         let cfg = GatewayConfig::from_args(&args).await.unwrap();
         assert_eq!(cfg.upstream.cluster_url, "https://10.0.0.1:6443/");

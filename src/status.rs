@@ -146,6 +146,12 @@ impl Status {
         Self::new(410, "Expired", message)
     }
 
+    /// The watch cache's answer to a watch from before its history
+    /// (watch_cache.go `getAllEventsSinceLocked`).
+    pub fn too_old_resource_version(requested: u64, oldest: u64) -> Self {
+        Self::expired(format!("too old resource version: {requested} ({oldest})"))
+    }
+
     /// `errors.NewGone`: 410 with reason `Gone`.
     pub fn gone(message: impl Into<String>) -> Self {
         Self::new(410, "Gone", message)

@@ -14,6 +14,9 @@ use http::{Response, StatusCode};
 use serde_json::{json, Value};
 use support::Http;
 use watchgate::body;
+use watchgate::cache::reflector::WatchListMode;
+use watchgate::config::GatewayConfig;
+use watchgate::server::Gateway;
 
 fn pod(name: &str, rv: u64) -> Value {
     json!({"metadata": {"name": name, "namespace": "ns", "resourceVersion": rv.to_string()},
@@ -87,7 +90,10 @@ async fn malformed_upstream_objects_are_skipped_or_relisted_never_cached() {
         }
     }))
     .await;
-    let gw = gateway_support::gateway(&stub.url()).await;
+    // This script is for list+watch; tests/cache_watch_list.rs covers watch-list.
+    let mut cfg = GatewayConfig::for_upstream_url(&stub.url()).unwrap();
+    cfg.reflector.watch_list = WatchListMode::Off;
+    let gw = Gateway::start(cfg).await.expect("gateway starts");
     let http = Http::new(&gw.url());
 
     // The first cacheable read starts the reflector; poll until the relisted state shows.

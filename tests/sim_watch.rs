@@ -275,12 +275,16 @@ async fn label_selector_transitions() {
     // b starts matching → ADDED.
     put_pod(&h, "ns1", "b", json!({"app": "web"}), "Running");
     assert_eq!(w.next_typed().await, t("ADDED", "b"));
-    // a stops matching → DELETED carrying the new state.
-    put_pod(&h, "ns1", "a", json!({"app": "db"}), "Running");
+    // a stops matching → DELETED carrying the PREVIOUS state at the event's RV
+    // (cache_watcher.go convertToWatchEvent).
+    let before = h.store().get(pods(), "ns1", "a").unwrap();
+    let rv = put_pod(&h, "ns1", "a", json!({"app": "db"}), "Running");
     let e = w.next().await;
     assert_eq!(e["type"], "DELETED");
-    assert_eq!(e["object"]["metadata"]["name"], "a");
-    assert_eq!(e["object"]["metadata"]["labels"]["app"], "db");
+    let mut want = before.as_ref().clone();
+    want["metadata"]["resourceVersion"] = json!(rv.to_string());
+    assert_eq!(e["object"], want);
+    assert_eq!(e["object"]["metadata"]["labels"]["app"], "web");
     // Changes of non-matching objects are invisible; matching before and after → MODIFIED.
     put_pod(&h, "ns1", "a", json!({"app": "db", "x": "1"}), "Running");
     put_pod(&h, "ns1", "c", json!({"app": "web", "x": "1"}), "Running");
@@ -302,10 +306,14 @@ async fn field_selector_transitions_and_initial_state() {
     // Initial state: nobody is Pending.
     put_pod(&h, "ns1", "b", json!({"app": "db"}), "Pending");
     assert_eq!(w.next_typed().await, t("ADDED", "b"));
-    put_pod(&h, "ns1", "b", json!({"app": "db"}), "Running");
+    let rv = put_pod(&h, "ns1", "b", json!({"app": "db"}), "Running");
     let e = w.next().await;
     assert_eq!(e["type"], "DELETED");
-    assert_eq!(e["object"]["status"]["phase"], "Running");
+    assert_eq!(
+        e["object"]["status"]["phase"], "Pending",
+        "the previous state"
+    );
+    assert_eq!(rv_of(&e["object"]), rv, "at the event's RV");
 }
 
 #[tokio::test]

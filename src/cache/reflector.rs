@@ -1,25 +1,63 @@
 //! The reflector: ONE upstream list+watch per resource type, feeding the store.
 //!
-//! It is an explicit state machine, after kube-runtime's `watcher`:
+//! It is an explicit state machine ([`Step`]), after kube-runtime's `watcher` and
+//! client-go's `Reflector.ListAndWatchWithContext`:
 //!
 //! ```text
-//!   Listing ──(all pages read)──▶ Watching(rv) ──(stream ends)──▶ Watching(last rv)
-//!      ▲                              │
-//!      └────(410 Expired / malformed event / list error, with backoff)──┘
+//!             ┌── watch-list supported (or not yet known) ──▶ WatchList ──┐ initial-events-end
+//!   Sync ─────┤                                       rejected/ignored/   │ bookmark: replace
+//!     ▲       │                                       failed: fall back ◀─┘ the store, keep
+//!     │       └──────────────────────▶ PagedList ◀───────┘                  │ the same stream
+//!     │                                   │ replace the store               ▼
+//!     │                                   └──────────▶ Watch(rv) ◀──── Follow(stream)
+//!     │                                                  │  ▲ stream ended: resume from
+//!     │                                                  │  └─ the last rv
+//!     └── 410 Expired / malformed event / sync error ────┘ (with backoff)
 //! ```
 //!
-//! A list is read page by page (`limit=500`, as client-go's reflector pages) into a new
-//! snapshot that replaces the store's state in one step, so readers see the old state or
-//! the new one, never half a list. Bookmarks only advance the resourceVersion. Errors back
-//! off exponentially with jitter so that a sick apiserver is not hammered.
+//! **Sync** builds a complete new snapshot and replaces the store's state in one step
+//! (`Store::replace`), so readers see the old state or the new one, never half a list.
+//! Two ways, chosen by [`WatchListMode`] (`--upstream-watch-list`):
+//!
+//! - **WatchList** (KEP-3157 streaming list): one request,
+//!   `watch=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true`
+//!   with resourceVersion unset (a consistent snapshot, client-go's "case 1"). The upstream
+//!   sends the state as ADDED events and ends it with a BOOKMARK annotated
+//!   `k8s.io/initial-events-end: "true"`, whose resourceVersion is the snapshot's; the
+//!   SAME stream then continues as the watch (**Follow**). Events other than ADDED before
+//!   that bookmark are applied to the snapshot being built, as client-go applies them to
+//!   its temporary store.
+//! - **PagedList**: `limit=500` pages, like client-go's pager, then **Watch** from the
+//!   list's resourceVersion.
+//!
+//! Falling back (client-go `ListAndWatchWithContext`: "falling back to the standard
+//! LIST/WATCH semantics because making progress is better than deadlocking", on *any*
+//! watch-list error since kubernetes/kubernetes#120984): a watch-list attempt that
+//! fails ends in a paged list. Two failures mean the upstream does not do watch-list at
+//! all, and the reflector stops trying for good: a 4xx answer (apiservers before 1.27
+//! reject `resourceVersionMatch` on a watch as Invalid; 1.27–1.31 without the `WatchList`
+//! gate reject `sendInitialEvents`), or a stream that does not end its initial events
+//! with the bookmark (an upstream that ignores the parameter streams a plain watch:
+//! detected when the stream ends, or when no bookmark follows the last object within
+//! [`ReflectorConfig::initial_events_idle`]). client-go itself only logs a warning and
+//! keeps waiting in that last case (its `initialEventsEndBookmarkTicker`); a cache must
+//! not stay cold, hence the bound. Other failures (connection errors, 5xx, 429, an
+//! ERROR event) fall back for this sync only.
+//!
+//! **Watch/Follow**: bookmarks only advance the resourceVersion. A normal end of stream
+//! resumes from the last resourceVersion; 410 Expired (HTTP or ERROR event) or an event
+//! that cannot be understood goes back to **Sync**; other errors back off exponentially
+//! with jitter so that a sick apiserver is not hammered.
 
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::{Method, Request, StatusCode};
 use http_body_util::{BodyExt, Limited};
+use hyper::body::Incoming;
 use rand::Rng;
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -41,12 +79,54 @@ const MAX_PAGE_BYTES: usize = 1024 * 1024 * 1024;
 /// Counters a later metrics layer exports; kept as atomics so the reflector never waits.
 #[derive(Debug, Default)]
 pub struct ReflectorStats {
+    /// Attempts to read the whole state: paged lists and watch-lists alike (exported as
+    /// `watchgate_reflector_lists_total`); `watch_lists` counts the latter's successes.
     pub lists: AtomicU64,
     pub relists_after_expired: AtomicU64,
     pub watch_restarts: AtomicU64,
     pub errors: AtomicU64,
     pub malformed_objects: AtomicU64,
     pub events: AtomicU64,
+    /// States built from a watch-list's initial events.
+    pub watch_lists: AtomicU64,
+    /// Watch-list attempts that ended in a paged list.
+    pub watch_list_fallbacks: AtomicU64,
+}
+
+/// The annotation of the BOOKMARK that ends a watch-list's initial events.
+pub const INITIAL_EVENTS_END: &str = "k8s.io/initial-events-end";
+
+/// Whether the reflector builds its state from a watch-list (`--upstream-watch-list`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum WatchListMode {
+    // Plain comments, not doc comments: clap then prints `[possible values: auto, off]`
+    // on one line, as the README's flag table expects; the flag's help explains both.
+    // Use watch-list while the upstream supports it, the paged list otherwise.
+    #[default]
+    Auto,
+    // Always use the paged list then a watch.
+    Off,
+}
+
+/// How the reflectors talk to the upstream.
+#[derive(Debug, Clone)]
+pub struct ReflectorConfig {
+    pub watch_list: WatchListMode,
+    /// How long a watch-list may go without an object event before its initial events
+    /// have ended; past it, the upstream is taken to ignore `sendInitialEvents`. Also the
+    /// longest wait for the watch-list's response head (then: a paged list this time).
+    pub initial_events_idle: Duration,
+}
+
+impl Default for ReflectorConfig {
+    fn default() -> Self {
+        Self {
+            watch_list: WatchListMode::Auto,
+            // A watch-list upstream streams its initial events back to back and sends the
+            // closing bookmark right after them (the cacher within about a second).
+            initial_events_idle: Duration::from_secs(10),
+        }
+    }
 }
 
 /// Jittered exponential backoff: 0.8 s doubling to 30 s, like kube-runtime's default.
@@ -92,6 +172,72 @@ enum WatchEnd {
     Malformed(String),
 }
 
+/// The state machine's states (see the module docs).
+enum Step {
+    /// Build a new state: watch-list or paged list.
+    Sync,
+    /// Open a watch from this resourceVersion.
+    Watch(u64),
+    /// Keep reading an open watch (the watch-list's stream after its initial events).
+    Follow(EventStream),
+}
+
+/// What the reflector knows of the upstream's watch-list support.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum WatchListSupport {
+    /// Try it (mode `auto`, nothing against it seen yet).
+    Try,
+    /// Never try it: mode `off`, or the upstream rejected or ignored it.
+    No,
+}
+
+/// Why a watch-list attempt produced no state.
+#[derive(Debug)]
+enum WatchListFailure {
+    /// The upstream does not do watch-list: never try it again.
+    Unsupported(String),
+    /// A transient failure: a paged list this time, watch-list again next time.
+    Failed(String),
+}
+
+/// An open upstream watch, read line by line.
+struct EventStream {
+    body: Incoming,
+    lines: LineSplitter,
+    ready: VecDeque<Bytes>,
+}
+
+impl EventStream {
+    fn new(body: Incoming) -> Self {
+        Self {
+            body,
+            lines: LineSplitter::default(),
+            ready: VecDeque::new(),
+        }
+    }
+
+    /// The next event line; `Ok(None)` when the stream ended normally.
+    async fn next_line(&mut self) -> Result<Option<Bytes>, WatchEnd> {
+        loop {
+            if let Some(line) = self.ready.pop_front() {
+                return Ok(Some(line));
+            }
+            let frame = match self.body.frame().await {
+                None => return Ok(None),
+                Some(Err(e)) => return Err(WatchEnd::Failed(format!("watch stream broke: {e}"))),
+                Some(Ok(f)) => f,
+            };
+            let Ok(data) = frame.into_data() else {
+                continue;
+            };
+            match self.lines.push(data) {
+                Ok(batch) => self.ready.extend(batch),
+                Err(e) => return Err(WatchEnd::Malformed(e.to_string())),
+            }
+        }
+    }
+}
+
 /// The reflector of one resource type.
 pub struct Reflector {
     info: Arc<ResourceInfo>,
@@ -99,6 +245,7 @@ pub struct Reflector {
     store: Arc<Store>,
     synced: watch::Sender<bool>,
     stats: Arc<ReflectorStats>,
+    config: ReflectorConfig,
 }
 
 impl Reflector {
@@ -115,70 +262,127 @@ impl Reflector {
             store,
             synced,
             stats,
+            config: ReflectorConfig::default(),
         }
+    }
+
+    pub fn with_config(mut self, config: ReflectorConfig) -> Self {
+        self.config = config;
+        self
     }
 
     /// Runs until the task is dropped or aborted.
     pub async fn run(self) {
         let mut backoff = Backoff::default();
-        let mut listed = false;
+        let mut watch_list = match self.config.watch_list {
+            WatchListMode::Auto => WatchListSupport::Try,
+            WatchListMode::Off => WatchListSupport::No,
+        };
+        let mut step = Step::Sync;
         loop {
-            if !listed {
-                tracing::info!(resource = %self.info.resource, "listing {}…", self.info.resource);
-                let started = std::time::Instant::now();
-                match self.list().await {
-                    Ok(snapshot) => {
-                        let (n, rv) = (snapshot.len(), snapshot.resource_version);
-                        let bytes = snapshot.bytes;
-                        self.store.replace(snapshot);
-                        self.synced.send_replace(true);
-                        listed = true;
-                        backoff.reset();
-                        tracing::info!(
-                            resource = %self.info.resource,
-                            objects = n,
-                            resource_version = rv,
-                            "synced {n} {} ({:.1} MB) in {:.1?}",
-                            self.info.resource,
-                            bytes as f64 / 1e6,
-                            started.elapsed()
-                        );
-                    }
-                    Err(err) => {
-                        self.stats.errors.fetch_add(1, Ordering::Relaxed);
-                        let delay = backoff.next_delay();
-                        tracing::warn!(resource = %self.info.resource, error = %err, "list failed; retrying in {delay:.1?}");
-                        tokio::time::sleep(delay).await;
-                        continue;
-                    }
+            step = match step {
+                Step::Sync => self.sync(&mut backoff, &mut watch_list).await,
+                Step::Watch(from) => {
+                    let end = self.watch(from).await;
+                    self.after_watch(end, &mut backoff).await
+                }
+                Step::Follow(mut stream) => {
+                    let end = self.follow(&mut stream).await;
+                    self.after_watch(end, &mut backoff).await
+                }
+            };
+        }
+    }
+
+    /// Sync: a new state from a watch-list, else from a paged list.
+    async fn sync(&self, backoff: &mut Backoff, watch_list: &mut WatchListSupport) -> Step {
+        tracing::info!(resource = %self.info.resource, "listing {}…", self.info.resource);
+        let started = Instant::now();
+        if *watch_list == WatchListSupport::Try {
+            match self.watch_list().await {
+                Ok((snapshot, stream)) => {
+                    self.stats.watch_lists.fetch_add(1, Ordering::Relaxed);
+                    self.install(snapshot, started, "watch-list");
+                    backoff.reset();
+                    return Step::Follow(stream);
+                }
+                Err(WatchListFailure::Unsupported(msg)) => {
+                    self.stats
+                        .watch_list_fallbacks
+                        .fetch_add(1, Ordering::Relaxed);
+                    *watch_list = WatchListSupport::No;
+                    tracing::warn!(resource = %self.info.resource, "the upstream does not support watch-list ({msg}); using paged lists");
+                }
+                Err(WatchListFailure::Failed(msg)) => {
+                    self.stats
+                        .watch_list_fallbacks
+                        .fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(resource = %self.info.resource, "watch-list failed ({msg}); falling back to a paged list");
                 }
             }
-            let from = self.store.resource_version();
-            match self.watch(from).await {
-                WatchEnd::Closed => {
-                    self.stats.watch_restarts.fetch_add(1, Ordering::Relaxed);
-                    tracing::debug!(resource = %self.info.resource, "watch ended; resuming from {}", self.store.resource_version());
-                    backoff.reset();
-                }
-                WatchEnd::Expired(msg) => {
-                    self.stats
-                        .relists_after_expired
-                        .fetch_add(1, Ordering::Relaxed);
-                    tracing::info!(resource = %self.info.resource, "watch expired ({msg}); relisting");
-                    listed = false;
-                }
-                WatchEnd::Malformed(msg) => {
-                    self.stats.malformed_objects.fetch_add(1, Ordering::Relaxed);
-                    tracing::warn!(resource = %self.info.resource, "malformed watch event ({msg}); relisting");
-                    listed = false;
-                    tokio::time::sleep(backoff.next_delay()).await;
-                }
-                WatchEnd::Failed(msg) => {
-                    self.stats.errors.fetch_add(1, Ordering::Relaxed);
-                    let delay = backoff.next_delay();
-                    tracing::warn!(resource = %self.info.resource, "watch failed ({msg}); resuming in {delay:.1?}");
-                    tokio::time::sleep(delay).await;
-                }
+        }
+        match self.list().await {
+            Ok(snapshot) => {
+                self.install(snapshot, started, "list");
+                backoff.reset();
+                Step::Watch(self.store.resource_version())
+            }
+            Err(err) => {
+                self.stats.errors.fetch_add(1, Ordering::Relaxed);
+                let delay = backoff.next_delay();
+                tracing::warn!(resource = %self.info.resource, error = %err, "list failed; retrying in {delay:.1?}");
+                tokio::time::sleep(delay).await;
+                Step::Sync
+            }
+        }
+    }
+
+    /// Replaces the store's state with a complete new snapshot, in one step.
+    fn install(&self, snapshot: Snapshot, started: Instant, via: &'static str) {
+        let (n, rv) = (snapshot.len(), snapshot.resource_version);
+        let bytes = snapshot.bytes;
+        self.store.replace(snapshot);
+        self.synced.send_replace(true);
+        tracing::info!(
+            resource = %self.info.resource,
+            objects = n,
+            resource_version = rv,
+            via,
+            "synced {n} {} ({:.1} MB) in {:.1?}",
+            self.info.resource,
+            bytes as f64 / 1e6,
+            started.elapsed()
+        );
+    }
+
+    /// What follows the end of a watch.
+    async fn after_watch(&self, end: WatchEnd, backoff: &mut Backoff) -> Step {
+        match end {
+            WatchEnd::Closed => {
+                self.stats.watch_restarts.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(resource = %self.info.resource, "watch ended; resuming from {}", self.store.resource_version());
+                backoff.reset();
+                Step::Watch(self.store.resource_version())
+            }
+            WatchEnd::Expired(msg) => {
+                self.stats
+                    .relists_after_expired
+                    .fetch_add(1, Ordering::Relaxed);
+                tracing::info!(resource = %self.info.resource, "watch expired ({msg}); relisting");
+                Step::Sync
+            }
+            WatchEnd::Malformed(msg) => {
+                self.stats.malformed_objects.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(resource = %self.info.resource, "malformed watch event ({msg}); relisting");
+                tokio::time::sleep(backoff.next_delay()).await;
+                Step::Sync
+            }
+            WatchEnd::Failed(msg) => {
+                self.stats.errors.fetch_add(1, Ordering::Relaxed);
+                let delay = backoff.next_delay();
+                tracing::warn!(resource = %self.info.resource, "watch failed ({msg}); resuming in {delay:.1?}");
+                tokio::time::sleep(delay).await;
+                Step::Watch(self.store.resource_version())
             }
         }
     }
@@ -255,53 +459,164 @@ impl Reflector {
         }
     }
 
-    /// Watches from `from` until the stream ends, applying every event to the store.
-    async fn watch(&self, from: u64) -> WatchEnd {
-        // A randomised timeout spreads reconnects, like client-go's 5–10 minute choice.
-        let timeout = rand::rng().random_range(300..600);
-        let path = format!(
-            "{}?allowWatchBookmarks=true&resourceVersion={from}&timeoutSeconds={timeout}&watch=true",
-            self.info.collection_path()
-        );
-        let req = match Request::builder()
+    /// Opens a watch with `query`; an HTTP error comes back with its status.
+    async fn open(&self, query: &str) -> Result<EventStream, (Option<StatusCode>, String)> {
+        let req = Request::builder()
             .method(Method::GET)
-            .uri(path)
+            .uri(format!("{}?{query}", self.info.collection_path()))
             .header(http::header::ACCEPT, "application/json")
             .body(body::empty())
-        {
-            Ok(r) => r,
-            Err(e) => return WatchEnd::Failed(e.to_string()),
-        };
-        let resp = match self.upstream.send(req).await {
-            Ok(r) => r,
-            Err(e) => return WatchEnd::Failed(e.to_string()),
-        };
+            .map_err(|e| (None, e.to_string()))?;
+        let resp = self
+            .upstream
+            .send(req)
+            .await
+            .map_err(|e| (None, e.to_string()))?;
         let status = resp.status();
-        if status == StatusCode::GONE {
-            return WatchEnd::Expired(format!("HTTP {status}"));
-        }
         if !status.is_success() {
-            return WatchEnd::Failed(format!("watch returned {status}"));
+            return Err((Some(status), format!("watch returned {status}")));
         }
-        let mut body = resp.into_body();
-        let mut lines = LineSplitter::default();
+        Ok(EventStream::new(resp.into_body()))
+    }
+
+    /// A randomised timeout spreads reconnects, like client-go's 5–10 minute choice.
+    fn watch_timeout() -> u32 {
+        rand::rng().random_range(300..600)
+    }
+
+    /// Watches from `from` until the stream ends, applying every event to the store.
+    async fn watch(&self, from: u64) -> WatchEnd {
+        let query = format!(
+            "allowWatchBookmarks=true&resourceVersion={from}&timeoutSeconds={}&watch=true",
+            Self::watch_timeout()
+        );
+        match self.open(&query).await {
+            Ok(mut stream) => self.follow(&mut stream).await,
+            Err((Some(StatusCode::GONE), _)) => WatchEnd::Expired("HTTP 410 Gone".into()),
+            Err((_, msg)) => WatchEnd::Failed(msg),
+        }
+    }
+
+    /// Reads an open watch until it ends, applying every event to the store.
+    async fn follow(&self, stream: &mut EventStream) -> WatchEnd {
         loop {
-            let frame = match body.frame().await {
-                None => return WatchEnd::Closed,
-                Some(Err(e)) => return WatchEnd::Failed(format!("watch stream broke: {e}")),
-                Some(Ok(f)) => f,
-            };
-            let Ok(data) = frame.into_data() else {
-                continue;
-            };
-            let batch = match lines.push(data) {
-                Ok(b) => b,
-                Err(e) => return WatchEnd::Malformed(e.to_string()),
-            };
-            for line in batch {
-                if let Some(end) = self.apply_event(&line) {
-                    return end;
+            match stream.next_line().await {
+                Ok(None) => return WatchEnd::Closed,
+                Err(end) => return end,
+                Ok(Some(line)) => {
+                    if let Some(end) = self.apply_event(&line) {
+                        return end;
+                    }
                 }
+            }
+        }
+    }
+
+    /// WatchList: the state from a watch's initial events, and the stream to follow.
+    async fn watch_list(&self) -> Result<(Snapshot, EventStream), WatchListFailure> {
+        use WatchListFailure::{Failed, Unsupported};
+        self.stats.lists.fetch_add(1, Ordering::Relaxed);
+        // resourceVersion unset: a consistent snapshot (KEP-3157, client-go's case 1).
+        let query = format!(
+            "allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan&sendInitialEvents=true&timeoutSeconds={}&watch=true",
+            Self::watch_timeout()
+        );
+        let idle = self.config.initial_events_idle;
+        // An upstream that never answers must not keep the cache cold either.
+        let opened = tokio::time::timeout(idle, self.open(&query))
+            .await
+            .unwrap_or_else(|_| Err((None, format!("no answer within {idle:?}"))));
+        let mut stream = match opened {
+            Ok(s) => s,
+            // 429 asks to come back later; any other 4xx is the upstream saying no.
+            Err((Some(code), msg))
+                if code.is_client_error() && code != StatusCode::TOO_MANY_REQUESTS =>
+            {
+                return Err(Unsupported(msg))
+            }
+            Err((_, msg)) => return Err(Failed(msg)),
+        };
+        // A temporary map, like client-go's temporaryStore: only the complete state
+        // reaches the store.
+        let mut objects: BTreeMap<Box<str>, Arc<CachedObject>> = BTreeMap::new();
+        let mut deadline = tokio::time::Instant::now() + idle;
+        loop {
+            let line = match tokio::time::timeout_at(deadline, stream.next_line()).await {
+                Err(_) => {
+                    return Err(Unsupported(format!(
+                        "no {INITIAL_EVENTS_END} bookmark within {idle:?} of the last object"
+                    )))
+                }
+                Ok(Ok(None)) => {
+                    return Err(Unsupported(format!(
+                        "the stream ended before the {INITIAL_EVENTS_END} bookmark"
+                    )))
+                }
+                Ok(Err(end)) => return Err(Failed(format!("{end:?}"))),
+                Ok(Ok(Some(line))) => line,
+            };
+            let ev: RawEvent<'_> = serde_json::from_slice(&line)
+                .map_err(|e| Failed(format!("event is not JSON: {e}")))?;
+            self.stats.events.fetch_add(1, Ordering::Relaxed);
+            let parsed = || {
+                CachedObject::parse(
+                    Bytes::copy_from_slice(ev.object.get().as_bytes()),
+                    &self.info.field_labels,
+                )
+            };
+            match ev.kind {
+                "ADDED" | "MODIFIED" => {
+                    deadline = tokio::time::Instant::now() + idle;
+                    match parsed() {
+                        Ok(o) => {
+                            objects.insert(o.key.clone(), Arc::new(o));
+                        }
+                        // As for a list item: skipped, counted, logged.
+                        Err(err) => {
+                            self.stats.malformed_objects.fetch_add(1, Ordering::Relaxed);
+                            tracing::warn!(resource = %self.info.resource, error = %err, "skipping malformed object in watch-list");
+                        }
+                    }
+                }
+                "DELETED" => {
+                    deadline = tokio::time::Instant::now() + idle;
+                    let o = parsed().map_err(|e| {
+                        self.stats.malformed_objects.fetch_add(1, Ordering::Relaxed);
+                        Failed(format!("malformed DELETED event: {e}"))
+                    })?;
+                    objects.remove(&o.key);
+                }
+                "BOOKMARK" => {
+                    let b: ListBookmark = serde_json::from_str(ev.object.get())
+                        .map_err(|e| Failed(format!("malformed bookmark: {e}")))?;
+                    let end = b
+                        .metadata
+                        .annotations
+                        .get(INITIAL_EVENTS_END)
+                        .is_some_and(|v| v == "true");
+                    if end {
+                        let rv = b.metadata.resource_version.parse::<u64>().map_err(|_| {
+                            Failed(format!(
+                                "bookmark resourceVersion {:?} is not a number",
+                                b.metadata.resource_version
+                            ))
+                        })?;
+                        let mut snapshot = Snapshot::default();
+                        for (_, o) in objects {
+                            snapshot.insert(o);
+                        }
+                        snapshot.resource_version = rv;
+                        return Ok((snapshot, stream));
+                    }
+                }
+                "ERROR" => {
+                    let st: Option<ErrorStatus> = serde_json::from_str(ev.object.get()).ok();
+                    return Err(Failed(match st {
+                        Some(st) => format!("watch error {}: {}", st.code, st.message),
+                        None => format!("watch error {}", ev.object.get()),
+                    }));
+                }
+                other => return Err(Failed(format!("unknown event type {other:?}"))),
             }
         }
     }
@@ -361,6 +676,20 @@ impl Reflector {
         }
         None
     }
+}
+
+/// A BOOKMARK's object, with the annotations that may end a watch-list's initial events.
+#[derive(Deserialize)]
+struct ListBookmark {
+    metadata: ListBookmarkMeta,
+}
+
+#[derive(Deserialize)]
+struct ListBookmarkMeta {
+    #[serde(rename = "resourceVersion", default)]
+    resource_version: String,
+    #[serde(default)]
+    annotations: HashMap<String, String>,
 }
 
 #[derive(Deserialize)]

@@ -11,7 +11,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use super::discovery::Discovery;
-use super::reflector::{Reflector, ReflectorStats};
+use super::reflector::{Reflector, ReflectorConfig, ReflectorStats};
 use super::resource::ResourceInfo;
 use super::store::Store;
 use crate::upstream::Upstream;
@@ -83,6 +83,7 @@ pub struct Registry {
     policy: CachePolicy,
     watch: crate::watch::WatchConfig,
     slots: DashMap<Key, Slot>,
+    reflector: ReflectorConfig,
 }
 
 impl Registry {
@@ -91,12 +92,23 @@ impl Registry {
         policy: CachePolicy,
         watch: crate::watch::WatchConfig,
     ) -> Arc<Self> {
+        Self::with_reflector_config(upstream, policy, watch, ReflectorConfig::default())
+    }
+
+    /// A registry whose reflectors use `reflector` (watch-list or paged list).
+    pub fn with_reflector_config(
+        upstream: Upstream,
+        policy: CachePolicy,
+        watch: crate::watch::WatchConfig,
+        reflector: ReflectorConfig,
+    ) -> Arc<Self> {
         Arc::new(Self {
             discovery: Discovery::new(upstream.clone()),
             upstream,
             policy,
             watch,
             slots: DashMap::new(),
+            reflector,
         })
     }
 
@@ -153,7 +165,8 @@ impl Registry {
             store.clone(),
             synced_tx,
             stats.clone(),
-        );
+        )
+        .with_config(self.reflector.clone());
         let task = tokio::spawn(reflector.run());
         Arc::new(ResourceCache {
             info,

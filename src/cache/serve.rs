@@ -3,8 +3,8 @@
 //! Only requests whose semantics the cache can honour exactly are served here (see
 //! docs/cache.md for the table); everything else returns `None` and is forwarded:
 //! consistent reads (resourceVersion unset), `resourceVersionMatch=Exact` and legacy exact
-//! reads (limit with RV=N), continue tokens, NotOlderThan with `limit`, watches (fan-out
-//! comes with the next issue), non-JSON Accept types (Table, protobuf, metadata-only),
+//! reads (limit with RV=N), continue tokens, NotOlderThan with `limit`, watches (served by
+//! `watch::serve`), non-JSON Accept types (Table, protobuf, metadata-only),
 //! field selectors on fields the cache does not index, invalid options (the upstream gives
 //! its own Status), and any resource whose cache has not synced yet.
 
@@ -17,17 +17,23 @@ use super::object::CachedObject;
 use super::registry::{Registry, ResourceCache};
 use super::store::Snapshot;
 use crate::body::{self, Body};
+use crate::codec::gzip;
 use crate::codec::list::{Filter, ListBody, ListHead};
 use crate::proxy::headers::SOURCE_HEADER;
 use crate::request::{self, ApiPath, ListOptions, RvMatch, Verb};
 use crate::status::{GroupResource, Status};
 
-/// How long a read asking for a resourceVersion newer than the cache waits for it,
-/// as kube-apiserver's watch cache does (`blockTimeout`), before answering 504.
-pub const FRESHNESS_WAIT: Duration = Duration::from_secs(3);
-/// `retryAfterSeconds` of the "Too large resource version" answer
-/// (cacher's `resourceVersionTooHighRetrySeconds`).
-pub const TOO_LARGE_RETRY_SECONDS: u32 = 1;
+/// How long a read asking for a resourceVersion newer than the cache waits for the cache's
+/// own watch to bring it, before it is forwarded instead.
+///
+/// kube-apiserver's watch cache waits up to 3 s (`blockTimeout`) but, while it waits, asks
+/// etcd for a progress notification, so an RV that belongs to another resource's write (RVs
+/// are global) is confirmed at once. An apiserver offers its clients no such request: after
+/// this short wait the cache cannot tell "my resource has not changed since" from "my watch
+/// is behind", so it lets the upstream answer. A client that wrote through watchgate and
+/// reads its own write finds it here within milliseconds; an RV that never comes gets the
+/// upstream's own 504 Too large resource version after its 3 s.
+pub const CATCH_UP_WAIT: Duration = Duration::from_millis(250);
 
 /// What a cacheable read needs, decided before touching the cache.
 struct Plan<'a> {
@@ -90,20 +96,13 @@ pub async fn try_serve(
     }
     let snapshot = match plan.min_rv {
         None => cache.store.snapshot(),
-        Some(rv) => match cache.store.wait_for(rv, FRESHNESS_WAIT).await {
-            Some(s) => s,
-            None => {
-                let current = cache.store.resource_version();
-                return Some(cached(
-                    Status::too_large_resource_version(rv, current, TOO_LARGE_RETRY_SECONDS)
-                        .into_response(),
-                ));
-            }
-        },
+        Some(rv) => cache.store.wait_for(rv, CATCH_UP_WAIT).await?,
     };
+    // Large answers are gzipped when the client accepts it, as kube-apiserver does.
+    let gzip_ok = gzip::accepts_gzip(headers);
     Some(cached(match plan.name {
-        Some(name) => get(&cache, &snapshot, &plan, name),
-        None => list(&cache, snapshot, &plan),
+        Some(name) => get(&cache, &snapshot, &plan, name, gzip_ok),
+        None => list(&cache, snapshot, &plan, gzip_ok),
     }))
 }
 
@@ -176,7 +175,13 @@ fn matcher(opts: &ListOptions) -> Option<Filter> {
     }))
 }
 
-fn get(cache: &ResourceCache, snapshot: &Snapshot, plan: &Plan<'_>, name: &str) -> Response<Body> {
+fn get(
+    cache: &ResourceCache,
+    snapshot: &Snapshot,
+    plan: &Plan<'_>,
+    name: &str,
+    gzip_ok: bool,
+) -> Response<Body> {
     let ns = if cache.info.namespaced {
         plan.namespace.unwrap_or_default()
     } else {
@@ -188,7 +193,10 @@ fn get(cache: &ResourceCache, snapshot: &Snapshot, plan: &Plan<'_>, name: &str) 
             let mut out = Vec::with_capacity(obj.raw.len() + 48);
             obj.write_with_type_meta(&cache.info.type_prefix(), &mut out);
             out.push(b'\n');
-            json_response(body::full(out))
+            let (out, gzipped) = gzip::encode_full(gzip_ok, out);
+            let mut resp = json_response(body::full(out));
+            gzip::apply(&mut resp, gzipped);
+            resp
         }
         None => Status::not_found(
             &GroupResource::new(cache.info.group.clone(), cache.info.resource.clone()),
@@ -198,7 +206,12 @@ fn get(cache: &ResourceCache, snapshot: &Snapshot, plan: &Plan<'_>, name: &str) 
     }
 }
 
-fn list(cache: &ResourceCache, snapshot: Arc<Snapshot>, plan: &Plan<'_>) -> Response<Body> {
+fn list(
+    cache: &ResourceCache,
+    snapshot: Arc<Snapshot>,
+    plan: &Plan<'_>,
+    gzip_ok: bool,
+) -> Response<Body> {
     let info = &cache.info;
     let head = ListHead {
         api_version: info.api_version(),
@@ -207,12 +220,12 @@ fn list(cache: &ResourceCache, snapshot: Arc<Snapshot>, plan: &Plan<'_>) -> Resp
         item_type_prefix: (!info.is_builtin()).then(|| info.type_prefix()),
     };
     let namespace = plan.namespace.filter(|_| info.namespaced);
-    json_response(body::boxed(ListBody::new(
-        head,
-        snapshot,
-        namespace,
-        matcher(&plan.opts),
-    )))
+    let body = ListBody::new(head, snapshot, namespace, matcher(&plan.opts));
+    // Streamed either way: with gzip accepted, at most 128 KiB are read ahead to decide.
+    gzip::respond(
+        json_response(body::empty()),
+        gzip::negotiate_stream(gzip_ok, body),
+    )
 }
 
 fn json_response(body: Body) -> Response<Body> {

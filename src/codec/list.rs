@@ -15,6 +15,7 @@ use http_body::{Frame, SizeHint};
 use crate::body::BoxError;
 use crate::cache::object::CachedObject;
 use crate::cache::store::Snapshot;
+use crate::codec::gzip::ChunkSource;
 
 /// Target size of one body chunk. Large enough that per-chunk costs (a poll, a chunk
 /// header, a syscall) vanish next to the copy; small enough to stay in L2.
@@ -129,6 +130,32 @@ impl ListBody {
     }
 }
 
+impl ListBody {
+    /// The next chunk of the body (≈[`CHUNK`] bytes), or `None` once `]}` is out.
+    pub fn next_chunk(&mut self) -> Option<Bytes> {
+        let mut buf = Vec::with_capacity(CHUNK + 8 * 1024);
+        match self.phase {
+            Phase::Done => return None,
+            Phase::Head => {
+                buf.extend_from_slice(&self.head.prefix());
+                self.phase = Phase::Items;
+            }
+            Phase::Items => {}
+        }
+        if self.next_items(&mut buf) {
+            buf.extend_from_slice(b"]}\n");
+            self.phase = Phase::Done;
+        }
+        Some(Bytes::from(buf))
+    }
+}
+
+impl ChunkSource for ListBody {
+    fn next_chunk(&mut self) -> Option<Bytes> {
+        ListBody::next_chunk(self)
+    }
+}
+
 impl http_body::Body for ListBody {
     type Data = Bytes;
     type Error = BoxError;
@@ -137,21 +164,7 @@ impl http_body::Body for ListBody {
         self: Pin<&mut Self>,
         _cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        let this = self.get_mut();
-        let mut buf = Vec::with_capacity(CHUNK + 8 * 1024);
-        match this.phase {
-            Phase::Done => return Poll::Ready(None),
-            Phase::Head => {
-                buf.extend_from_slice(&this.head.prefix());
-                this.phase = Phase::Items;
-            }
-            Phase::Items => {}
-        }
-        if this.next_items(&mut buf) {
-            buf.extend_from_slice(b"]}\n");
-            this.phase = Phase::Done;
-        }
-        Poll::Ready(Some(Ok(Frame::data(Bytes::from(buf)))))
+        Poll::Ready(self.get_mut().next_chunk().map(|c| Ok(Frame::data(c))))
     }
 
     fn is_end_stream(&self) -> bool {

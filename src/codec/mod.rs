@@ -1,4 +1,5 @@
 //! Wire framing of lists and watch events, assembled from cached bytes without
 //! re-serialising objects.
 
+pub mod gzip;
 pub mod list;

@@ -26,7 +26,7 @@ pub type Handler = Arc<
 /// A client gets this long to send its request head: bounds slow-loris connections.
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 
-fn builder() -> auto::Builder<TokioExecutor> {
+fn builder(max_streams: u32) -> auto::Builder<TokioExecutor> {
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
         .http1()
@@ -38,6 +38,9 @@ fn builder() -> auto::Builder<TokioExecutor> {
     builder
         .http2()
         .timer(TokioTimer::new())
+        // Many watches multiplexed on one connection (kube-apiserver's
+        // --http2-max-streams-per-connection; see docs/watch.md).
+        .max_concurrent_streams(max_streams)
         .keep_alive_interval(Some(Duration::from_secs(30)))
         .keep_alive_timeout(Duration::from_secs(20));
     builder
@@ -50,8 +53,9 @@ pub async fn accept_loop(
     handler: Handler,
     drain: DrainWatch,
     name: &'static str,
+    max_streams: u32,
 ) {
-    let builder = Arc::new(builder());
+    let builder = Arc::new(builder(max_streams));
     let draining = drain.draining();
     tokio::pin!(draining);
     loop {

@@ -44,8 +44,12 @@ impl Gateway {
 
         let drain = Drain::new();
         let cache = cfg.cache.clone().map(|policy| {
-            let registry =
-                crate::cache::registry::Registry::new(upstream.clone(), policy, cfg.watch.clone());
+            let registry = crate::cache::registry::Registry::with_reflector_config(
+                upstream.clone(),
+                policy,
+                cfg.watch.clone(),
+                cfg.reflector.clone(),
+            );
             registry.prewarm();
             registry
         });
@@ -78,12 +82,14 @@ impl Gateway {
             api_handler,
             drain.watcher(),
             "api",
+            cfg.http2_max_streams,
         ));
         tokio::spawn(listener::accept_loop(
             admin,
             admin_handler,
             drain.watcher(),
             "admin",
+            cfg.http2_max_streams,
         ));
         tracing::info!(%addr, %admin_addr, upstream = %cfg.upstream.cluster_url, "serving");
         Ok(GatewayHandle {

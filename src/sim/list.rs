@@ -18,6 +18,7 @@ use http::{header, HeaderMap, HeaderValue, Response, StatusCode};
 use serde_json::{json, Value};
 
 use crate::body::{self, Body};
+use crate::codec::gzip;
 use crate::request::{parse_resource_version, ApiRequest, ListOptions, ResourcePath, RvMatch};
 use crate::selector::field::field_value;
 use crate::selector::FieldSelector;
@@ -314,7 +315,9 @@ pub async fn handle(
 ) -> Response<Body> {
     sim.stats.record("list", &rt.group_resource().to_string());
     match list(sim, api, headers, rt, rp).await {
-        Ok(r) => r,
+        // kube-apiserver gzips answers above 128 KiB for clients that accept it
+        // (responsewriters/writers.go); errors are far below the threshold.
+        Ok(r) => gzip::compress_full_response(headers, r).await,
         Err(s) => s.into_response(),
     }
 }
@@ -454,7 +457,7 @@ pub async fn get(
         Some(o) if topts.is_some() => {
             object_response(&table::render_row(rt, &o, topts.unwrap_or_default()))
         }
-        Some(o) => object_response(&o),
+        Some(o) => gzip::compress_full_response(headers, object_response(&o)).await,
         None => Status::not_found(&rt.group_resource(), name).into_response(),
     }
 }

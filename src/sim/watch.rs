@@ -35,11 +35,13 @@ use crate::sim::store::{EventType, HistoryError, ReadAt};
 use crate::sim::{table, wait_shutdown, Sim};
 use crate::status::Status;
 
-/// The annotation on the bookmark that ends the initial events of a watch-list.
-pub const INITIAL_EVENTS_END: &str = "k8s.io/initial-events-end";
+pub use crate::watch::event::{value_line as event_line, INITIAL_EVENTS_END};
 
 /// Without timeoutSeconds the apiserver picks minRequestTimeout (1800 s) × [1, 2).
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(1800);
+
+/// How long before a watch's deadline its last bookmark is sent.
+const PRE_TIMEOUT_BOOKMARK: Duration = Duration::from_secs(2);
 
 /// Events read from history per lock acquisition.
 const BATCH: usize = 256;
@@ -47,22 +49,8 @@ const BATCH: usize = 256;
 /// Frames buffered towards the connection: small, so a slow client stalls only itself.
 const FRAME_BUFFER: usize = 16;
 
-/// `errors.NewResourceExpired` as the watch cache words it.
-pub fn too_old(requested: u64, compacted: u64) -> Status {
-    Status::expired(format!(
-        "too old resource version: {requested} ({compacted})"
-    ))
-}
-
-/// One encoded watch event line.
-pub fn event_line(kind: &str, object: &Value) -> Bytes {
-    let mut v = Vec::with_capacity(256);
-    v.extend_from_slice(b"{\"type\":");
-    let _ = serde_json::to_writer(&mut v, kind);
-    v.extend_from_slice(b",\"object\":");
-    let _ = serde_json::to_writer(&mut v, object);
-    v.extend_from_slice(b"}\n");
-    Bytes::from(v)
+fn too_old(requested: u64, compacted: u64) -> Status {
+    Status::too_old_resource_version(requested, compacted)
 }
 
 /// One watch event line around an already-encoded object.
@@ -85,6 +73,18 @@ pub fn bookmark(rt: &ResourceType, rv: u64, initial_end: bool) -> Value {
         meta.insert("annotations".into(), json!({ INITIAL_EVENTS_END: "true" }));
     }
     json!({"kind": rt.kind, "apiVersion": rt.api_version(), "metadata": meta})
+}
+
+/// The object of the DELETED event sent when an object stops matching a watcher's
+/// selector: the previous state with `metadata.resourceVersion` set to the event's RV
+/// (cache_watcher.go `convertToWatchEvent`: `updateResourceVersion(oldObj, .., event RV)`),
+/// so the watcher can resume from that RV.
+pub fn left_selector(prev: &Value, rv: u64) -> Value {
+    let mut obj = prev.clone();
+    if let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
+        meta.insert("resourceVersion".into(), json!(rv.to_string()));
+    }
+    obj
 }
 
 /// Where a watch starts.
@@ -152,6 +152,11 @@ impl Watcher {
         rv_rx.borrow_and_update();
         let bookmark_every = self.sim.cfg.bookmark_interval;
         let mut next_bookmark = started + bookmark_every;
+        // The last bookmark comes 2 s before the deadline, so the client can resume from
+        // it (cache_watcher.go nextBookmarkTime).
+        let mut pre_timeout = deadline
+            .checked_sub(PRE_TIMEOUT_BOOKMARK)
+            .filter(|t| *t > started && self.opts.allow_watch_bookmarks);
 
         let mut cursor = match start {
             Start::After(rv) => rv,
@@ -206,16 +211,23 @@ impl Watcher {
                             .prev
                             .as_ref()
                             .is_some_and(|p| matches(self.rt, &self.opts, p));
-                        let kind = match (ev.kind, was_match, now_match) {
-                            (EventType::Deleted, true, _) => "DELETED",
+                        let sent = match (ev.kind, was_match, now_match) {
+                            (EventType::Deleted, true, _) => self.send_event("DELETED", ev).await,
                             (EventType::Deleted, false, _) => continue,
-                            (_, true, true) => "MODIFIED",
-                            (_, false, true) => "ADDED",
-                            // Stopped matching: DELETED carrying the new state.
-                            (_, true, false) => "DELETED",
+                            (_, true, true) => self.send_event("MODIFIED", ev).await,
+                            (_, false, true) => self.send_event("ADDED", ev).await,
+                            // Stopped matching: DELETED carrying the PREVIOUS object (the
+                            // one the watcher knew) stamped with this event's RV, as
+                            // cache_watcher.go convertToWatchEvent does.
+                            (_, true, false) => match &ev.prev {
+                                Some(prev) => {
+                                    self.send("DELETED", &left_selector(prev, ev.rv)).await
+                                }
+                                None => continue,
+                            },
                             (_, false, false) => continue,
                         };
-                        if !self.send_event(kind, ev).await {
+                        if !sent {
                             return;
                         }
                     }
@@ -224,8 +236,12 @@ impl Watcher {
                     cursor = new_cursor;
                     // Under constant churn the wait below is always cut short by a
                     // write, so a due bookmark is sent here too.
-                    if self.opts.allow_watch_bookmarks && Instant::now() >= next_bookmark {
-                        next_bookmark = Instant::now() + bookmark_every;
+                    let now = Instant::now();
+                    if self.opts.allow_watch_bookmarks
+                        && (now >= next_bookmark || pre_timeout.is_some_and(|p| now >= p))
+                    {
+                        next_bookmark = now + bookmark_every;
+                        pre_timeout = pre_timeout.filter(|p| now < *p);
                         if !self
                             .send("BOOKMARK", &bookmark(self.rt, cursor, false))
                             .await
@@ -240,14 +256,16 @@ impl Watcher {
             }
             // Caught up: wait for a write, the next bookmark, the end, or a fault.
             let mut wake = deadline.min(next_bookmark);
-            if let Some(d) = drop_at {
-                wake = wake.min(d);
+            for t in [drop_at, pre_timeout].into_iter().flatten() {
+                wake = wake.min(t);
             }
             tokio::select! {
                 r = rv_rx.changed() => { if r.is_err() { return; } }
                 _ = tokio::time::sleep_until(wake) => {
-                    if Instant::now() >= next_bookmark {
-                        next_bookmark = Instant::now() + bookmark_every;
+                    let now = Instant::now();
+                    if now >= next_bookmark || pre_timeout.is_some_and(|p| now >= p) {
+                        next_bookmark = now + bookmark_every;
+                        pre_timeout = pre_timeout.filter(|p| now < *p);
                         if self.opts.allow_watch_bookmarks
                             && !self.send("BOOKMARK", &bookmark(self.rt, cursor, false)).await
                         {
@@ -380,4 +398,21 @@ pub async fn handle(
     };
     tokio::spawn(w.run(start, timeout));
     stream_response(rx)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn left_selector_is_the_previous_object_at_the_event_rv() {
+        let prev = json!({"kind": "Pod", "apiVersion": "v1",
+            "metadata": {"name": "a", "namespace": "ns", "resourceVersion": "4",
+                         "labels": {"app": "web"}},
+            "status": {"phase": "Running"}});
+        let got = left_selector(&prev, 9);
+        let mut want = prev.clone();
+        want["metadata"]["resourceVersion"] = json!("9");
+        assert_eq!(got, want);
+    }
 }

@@ -27,10 +27,10 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
-use tokio::sync::mpsc;
 use tokio::time::{Instant, Sleep};
 
 use super::hub::{CatchUp, Item, Registration, WatcherShared};
+use super::queue;
 use super::stats::EndReason;
 use crate::cache::store::{Snapshot, Store};
 
@@ -68,7 +68,7 @@ pub struct WatchBody {
     store: Arc<Store>,
     shared: Arc<WatcherShared>,
     phase: Phase,
-    rx: Option<mpsc::Receiver<Item>>,
+    rx: Option<queue::Receiver<Item>>,
     pending: VecDeque<Bytes>,
     params: WatchParams,
     deadline: Instant,
@@ -77,6 +77,8 @@ pub struct WatchBody {
     bookmark_due: bool,
     timer: Pin<Box<Sleep>>,
     lagging: bool,
+    /// The resourceVersion of the last event this stream was given.
+    last_rv: u64,
     unflushed_events: u64,
     unflushed_bytes: u64,
 }
@@ -111,6 +113,7 @@ impl WatchBody {
             bookmark_due: false,
             timer: Box::pin(tokio::time::sleep_until(deadline)),
             lagging: false,
+            last_rv: 0,
             unflushed_events: 0,
             unflushed_bytes: 0,
         };
@@ -143,7 +146,9 @@ impl WatchBody {
         if now >= self.deadline {
             return true;
         }
-        if now >= self.next_bookmark || self.pre_timeout.is_some_and(|p| now >= p) {
+        if self.params.allow_bookmarks
+            && (now >= self.next_bookmark || self.pre_timeout.is_some_and(|p| now >= p))
+        {
             self.bookmark_due = true;
             self.next_bookmark = now + self.store.hub().cfg.bookmark_interval;
             if self.pre_timeout.is_some_and(|p| now >= p) {
@@ -196,9 +201,10 @@ impl WatchBody {
         }
     }
 
-    fn push_event(&mut self, line: Bytes) {
+    fn push_event(&mut self, rv: u64, line: Bytes) {
         self.pending.push_back(line);
         self.unflushed_events += 1;
+        self.last_rv = self.last_rv.max(rv);
     }
 
     /// Sends the next batch of the starting snapshot; moves on when it is exhausted.
@@ -244,6 +250,7 @@ impl WatchBody {
             return;
         }
         let (rv, cursor) = (snap.resource_version, *cursor);
+        self.last_rv = self.last_rv.max(rv);
         if self.params.initial_events_end && self.params.allow_bookmarks {
             self.pending.push_back(enc.bookmark_line(rv, true));
             self.store
@@ -268,7 +275,7 @@ impl WatchBody {
                         continue;
                     }
                     if let Some(d) = ev.transition(|o| self.shared.filter.matches(o)) {
-                        self.push_event(ev.line(d, &hub.enc));
+                        self.push_event(ev.rv, ev.line(d, &hub.enc));
                     }
                 }
                 match live {
@@ -285,7 +292,7 @@ impl WatchBody {
 
     fn take_item(&mut self, (rv, line): Item) {
         if rv > self.params.min_rv {
-            self.push_event(line);
+            self.push_event(rv, line);
         }
     }
 
@@ -312,10 +319,19 @@ impl WatchBody {
         // Read the head before looking at the queue: the hub publishes the head after
         // queueing, so an empty queue now means every event up to `head` was taken.
         let head = self.store.hub().head_rv();
+        // The hub queues an event before it publishes the new head, so this stream may
+        // already hold an event newer than `head`: a bookmark must never go behind it.
+        let head = head.max(self.last_rv);
         if let Some(rx) = self.rx.as_mut() {
-            if let Ok(item) = rx.try_recv() {
-                self.take_item(item);
-                return true;
+            match rx.try_recv() {
+                Some(Some(item)) => {
+                    self.take_item(item);
+                    return true;
+                }
+                // Closed (lagging or ended): that is handled first; a bookmark now could
+                // claim events this watcher has not been given.
+                Some(None) => return true,
+                None => {}
             }
         }
         self.bookmark_due = false;

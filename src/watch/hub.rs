@@ -14,12 +14,12 @@ use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use tokio::sync::mpsc::{self, error::TrySendError};
 use tokio::time::Instant;
 
 use super::event::{Change, Encoder, Event};
 use super::filter::{WatchFilter, NAME};
 use super::index::{Index, WatcherId};
+use super::queue::{self, SendError};
 use super::stats::{EndReason, FanoutStats};
 use super::WatchConfig;
 use crate::cache::object::CachedObject;
@@ -65,7 +65,7 @@ impl WatcherShared {
 struct Entry {
     key: super::filter::IndexKey,
     shared: Arc<WatcherShared>,
-    tx: mpsc::Sender<Item>,
+    tx: queue::Sender<Item>,
 }
 
 /// Where a new watcher starts.
@@ -85,7 +85,7 @@ pub struct Registration {
     /// The history position to continue from.
     pub cursor: u64,
     /// Set when the watcher joined live dispatch at once.
-    pub live: Option<mpsc::Receiver<Item>>,
+    pub live: Option<queue::Receiver<Item>>,
 }
 
 /// The requested resourceVersion is older than the history: (requested, oldest-1).
@@ -100,7 +100,7 @@ pub enum CatchUp {
         events: Vec<Arc<Event>>,
         next: u64,
         /// Set when these were the last events: the watcher is live again.
-        live: Option<mpsc::Receiver<Item>>,
+        live: Option<queue::Receiver<Item>>,
     },
 }
 
@@ -227,8 +227,8 @@ impl Hub {
             };
             match e.tx.try_send((ev.rv, ev.line(d, &self.enc))) {
                 Ok(()) => {}
-                Err(TrySendError::Full(_)) => fallen.push((*id, true)),
-                Err(TrySendError::Closed(_)) => fallen.push((*id, false)),
+                Err(SendError::Full) => fallen.push((*id, true)),
+                Err(SendError::Closed) => fallen.push((*id, false)),
             }
         }
         for (id, lagging) in fallen {
@@ -313,8 +313,8 @@ impl Hub {
         })
     }
 
-    fn join(&self, st: &mut HubState, shared: &Arc<WatcherShared>) -> mpsc::Receiver<Item> {
-        let (tx, rx) = mpsc::channel(QUEUE_LEN);
+    fn join(&self, st: &mut HubState, shared: &Arc<WatcherShared>) -> queue::Receiver<Item> {
+        let (tx, rx) = queue::channel(QUEUE_LEN);
         let key = shared.filter.index_key(&self.indexed);
         st.index.insert(key.clone(), shared.id);
         st.watchers.insert(

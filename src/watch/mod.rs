@@ -8,6 +8,7 @@ pub mod event;
 pub mod filter;
 pub mod hub;
 pub mod index;
+pub mod queue;
 pub mod relist;
 pub mod serve;
 pub mod stats;

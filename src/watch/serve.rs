@@ -5,8 +5,8 @@
 //! `resourceVersion="N"` (the changes after N, from the history; 410 in an ERROR event
 //! when N is older than it; a wait when N is newer, as api-concepts allows: "the API
 //! server may wait indefinitely"), and `sendInitialEvents=true` with NotOlderThan and RV
-//! set (initial events, then the `k8s.io/initial-events-end` bookmark; an RV newer than
-//! the cache waits up to 3 s, then the Too large resource version ERROR event).
+//! set (initial events, then the `k8s.io/initial-events-end` bookmark; an RV the cache
+//! has not reached within `CATCH_UP_WAIT` is forwarded: see `cache::serve`).
 //!
 //! Forwarded: resourceVersion unset (a consistent start needs the upstream), invalid
 //! options (the upstream's Status is the reference), non-JSON media types, field labels
@@ -25,7 +25,7 @@ use super::filter::{WatchFilter, NAME};
 use super::hub::{Start, TooOld};
 use crate::body::{self, Body};
 use crate::cache::registry::Registry;
-use crate::cache::serve::{fields_indexed, FRESHNESS_WAIT, TOO_LARGE_RETRY_SECONDS};
+use crate::cache::serve::{fields_indexed, CATCH_UP_WAIT};
 use crate::proxy::headers::SOURCE_HEADER;
 use crate::proxy::DrainingBody;
 use crate::request::{self, ApiPath, Verb};
@@ -94,13 +94,10 @@ pub async fn try_watch(
 
     let (start, min_rv, initial_events_end) = match opts.send_initial_events {
         Some(true) => {
-            if rv > 0 && cache.store.wait_for(rv, FRESHNESS_WAIT).await.is_none() {
-                let current = cache.store.resource_version();
-                return Some(error_stream(&Status::too_large_resource_version(
-                    rv,
-                    current,
-                    TOO_LARGE_RETRY_SECONDS,
-                )));
+            // The state at N or later: as for lists, a short wait for the cache's own
+            // watch, then the upstream answers (cache::serve::CATCH_UP_WAIT).
+            if rv > 0 {
+                cache.store.wait_for(rv, CATCH_UP_WAIT).await?;
             }
             (Start::Initial, 0, true)
         }
@@ -123,9 +120,9 @@ pub async fn try_watch(
     let reg = match cache.store.watch(filter, start) {
         Ok(r) => r,
         Err(TooOld(requested, oldest)) => {
-            return Some(error_stream(&Status::expired(format!(
-                "too old resource version: {requested} ({oldest})"
-            ))));
+            return Some(error_stream(&Status::too_old_resource_version(
+                requested, oldest,
+            )));
         }
     };
     let params = WatchParams {

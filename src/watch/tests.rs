@@ -101,7 +101,11 @@ async fn read_within(
 }
 
 async fn ends(body: &mut WatchBody) {
-    let end = tokio::time::timeout(Duration::from_secs(5), body.frame())
+    ends_within(body, Duration::from_secs(5)).await
+}
+
+async fn ends_within(body: &mut WatchBody, bound: Duration) {
+    let end = tokio::time::timeout(bound, body.frame())
         .await
         .expect("the stream should end");
     assert!(end.is_none(), "expected the end, got a frame");
@@ -290,8 +294,26 @@ async fn idle_watchers_get_bookmarks_and_end_at_their_timeout() {
     let got = read_within(&mut w, 1, Duration::from_secs(1000)).await;
     assert_eq!(got, vec![ev("BOOKMARK", "", 18)]);
     assert_eq!(start.elapsed().as_secs(), 148, "2 s before the deadline");
-    ends(&mut w).await;
+    ends_within(&mut w, Duration::from_secs(1000)).await;
     assert_eq!(s.hub().stats.terminated(EndReason::Timeout), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn watchers_that_did_not_ask_get_no_bookmarks() {
+    let s = store(WatchConfig::default(), &[], 10);
+    let p = WatchParams {
+        timeout: Duration::from_secs(200),
+        ..params(10)
+    };
+    let mut w = open(&s, WatchFilter::default(), Start::After(10), p);
+    s.apply(Change::Progress(17));
+    let start = tokio::time::Instant::now();
+    ends_within(&mut w, Duration::from_secs(1000)).await;
+    assert_eq!(
+        start.elapsed().as_secs(),
+        200,
+        "nothing before the deadline"
+    );
 }
 
 #[tokio::test]

@@ -8,6 +8,7 @@
 //! - [`http`]: a tiny raw HTTP client for JSON requests and watch streams.
 //! - [`servers`]: the simulator and the gateway, started in-process on `127.0.0.1:0`.
 //! - [`wait`]: bounded polling with a clear failure message (no sleep-and-hope).
+//! - [`watch`]: watch streams read event by event with their exact bytes and headers.
 //! - [`kubectl_scenarios`] and [`python_scenarios`]: end-to-end steps that run unchanged
 //!   against the simulator directly and through the gateway.
 //!
@@ -23,6 +24,7 @@ pub mod python_scenarios;
 pub mod servers;
 pub mod tools;
 pub mod wait;
+pub mod watch;
 
 use std::time::Duration;
 

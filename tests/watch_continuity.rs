@@ -1,0 +1,470 @@
+//! Continuity (issue 5, "What must be shown" 4): when the gateway's upstream watch breaks,
+//! downstream watchers stay connected and see no gap, duplicate or reordering.
+//!
+//! - A dropped upstream watch (once, with the upstream slow to answer so that writes pile
+//!   up meanwhile, then every 400 ms while writes flow) is resumed from the last RV: the
+//!   upstream's history is complete, so every watcher's stream must be exactly the
+//!   simulator's event log.
+//! - An upstream 410 makes the reflector relist; the gateway delivers the difference as
+//!   ordinary events (contract: ADDED/MODIFIED with the objects' RVs, DELETED with the list
+//!   RV). The stream cannot equal the log then, so the state checker applies: RVs never go
+//!   backwards, every event is a valid transition, and the state rebuilt from the events
+//!   equals the simulator's. Writes during the outage include deletes, a pod created and
+//!   deleted, and a pod updated twice.
+
+mod support;
+#[path = "support/watch_checker.rs"]
+mod watch_checker;
+#[path = "support/watch_clients.rs"]
+mod watch_clients;
+#[path = "support/watch_env.rs"]
+mod watch_env;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use support::servers::{
+    cluster_config, start_gateway_with, start_sim_with, GatewayServer, SimServer,
+};
+use support::wait_until;
+use watch_checker::{Sig, StateChecker, StreamChecker};
+use watch_clients::{h1_watch, H2Conn};
+use watch_env::{delete, pod, put, sim_state_where, update, warm};
+use watchgate::config::GatewayConfig;
+use watchgate::sim::Store;
+
+const NAMESPACES: [&str; 3] = ["ns-0", "ns-1", "ns-2"];
+const SENTINEL: &str = "ns-1/zz-sentinel";
+const EVENT_TIMEOUT: Duration = Duration::from_secs(30);
+
+async fn env() -> (SimServer, GatewayServer) {
+    let sim = start_sim_with(cluster_config()).await;
+    let store = sim.handle().store().clone();
+    for i in 0..30 {
+        put(
+            &store,
+            pod(
+                NAMESPACES[i % 3],
+                &format!("seed-{i}"),
+                "web",
+                &format!("node-{}", i % 3),
+                300,
+            ),
+        );
+    }
+    // Bookmarks every 100 ms, so that streams carry some through the outages and the
+    // checkers verify them.
+    let mut cfg = GatewayConfig::for_upstream_url(sim.url()).expect("gateway config");
+    cfg.watch.bookmark_interval = Duration::from_millis(100);
+    let gw = start_gateway_with(cfg).await;
+    warm(gw.url(), sim.handle()).await;
+    (sim, gw)
+}
+
+/// What a watcher watches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Scope {
+    /// Every pod.
+    All,
+    /// The pods of namespace `ns-1`.
+    Ns1,
+    /// Pods labelled `app=web` (the writes flip labels, so pods move in and out).
+    Web,
+}
+
+const SCOPES: [Scope; 3] = [Scope::All, Scope::Ns1, Scope::Web];
+
+impl Scope {
+    fn ns(self) -> Option<&'static str> {
+        (self == Scope::Ns1).then_some("ns-1")
+    }
+
+    fn matches(self, p: &serde_json::Value) -> bool {
+        self != Scope::Web || p["metadata"]["labels"]["app"] == "web"
+    }
+
+    fn path(self, from: u64) -> String {
+        let q = format!(
+            "watch=true&resourceVersion={from}&allowWatchBookmarks=true&timeoutSeconds=300"
+        );
+        match self {
+            Scope::All => format!("/api/v1/pods?{q}"),
+            Scope::Ns1 => format!("/api/v1/namespaces/ns-1/pods?{q}"),
+            Scope::Web => format!("/api/v1/pods?{q}&labelSelector=app%3Dweb"),
+        }
+    }
+
+    /// What a watcher of this scope from `from` must get (exactly, when the upstream's
+    /// history is complete).
+    fn log(self, store: &Store, from: u64) -> Arc<Vec<Sig>> {
+        Arc::new(watch_env::log_filtered(store, from, self.ns(), |p| {
+            self.matches(p)
+        }))
+    }
+
+    /// The simulator's current state as this scope sees it.
+    fn state(self, store: &Store) -> BTreeMap<String, u64> {
+        sim_state_where(store, self.ns(), |p| self.matches(p))
+    }
+}
+
+/// A watcher and its task.
+struct Watcher {
+    id: usize,
+    scope: Scope,
+    task: tokio::task::JoinHandle<Result<Vec<Sig>, String>>,
+}
+
+/// 30 watchers from `from`, ten per scope, half over HTTP/1.1 and half as streams of one
+/// HTTP/2 connection; all ask for bookmarks.
+async fn watchers(addr: SocketAddr, from: u64) -> Vec<Watcher> {
+    let conn = H2Conn::connect(addr).await.expect("h2c connection");
+    let mut out = Vec::new();
+    for id in 0..30 {
+        let scope = SCOPES[id % 3];
+        let path = scope.path(from);
+        let w = if id % 2 == 0 {
+            h1_watch(addr, &path).await
+        } else {
+            conn.watch(&path).await
+        };
+        let w = w.unwrap_or_else(|e| panic!("watcher {id}: {e}"));
+        assert_eq!(w.status, 200, "watcher {id}");
+        let mut lines = w.lines;
+        let task = tokio::spawn(async move {
+            let mut out = Vec::new();
+            loop {
+                let line = match lines.next_line_within(EVENT_TIMEOUT).await {
+                    Ok(Some(l)) => l,
+                    Ok(None) => {
+                        return Err(format!(
+                            "the stream ended (after {} events): watchers must stay connected",
+                            out.len()
+                        ))
+                    }
+                    Err(e) => return Err(format!("{e} (after {} events)", out.len())),
+                };
+                let sig = Sig::from_line(&line)?;
+                let done = sig.key == SENTINEL;
+                out.push(sig);
+                if done {
+                    return Ok(out);
+                }
+            }
+        });
+        out.push(Watcher { id, scope, task });
+    }
+    out
+}
+
+/// Deterministic writes over the namespaces: creates, updates and deletes.
+struct Writer {
+    store: Arc<Store>,
+    n: usize,
+    live: Vec<(String, String)>,
+}
+
+impl Writer {
+    fn new(store: Arc<Store>) -> Self {
+        let live = (0..30)
+            .map(|i| (NAMESPACES[i % 3].to_string(), format!("seed-{i}")))
+            .collect();
+        Self { store, n: 0, live }
+    }
+
+    fn write(&mut self) {
+        let i = self.n;
+        self.n += 1;
+        match i % 5 {
+            0 | 3 => {
+                let ns = NAMESPACES[(i / 5) % 3];
+                let name = format!("w-{i}");
+                put(&self.store, pod(ns, &name, "web", "node-1", 300));
+                self.live.push((ns.to_string(), name));
+            }
+            1 => {
+                let (ns, name) = &self.live[(i * 7) % self.live.len()];
+                update(&self.store, ns, name, |p| {
+                    p["status"]["phase"] = format!("Step{i}").into();
+                });
+            }
+            2 => {
+                // In or out of `app=web`.
+                let (ns, name) = &self.live[(i * 11) % self.live.len()];
+                update(&self.store, ns, name, |p| {
+                    let app = if p["metadata"]["labels"]["app"] == "web" {
+                        "db"
+                    } else {
+                        "web"
+                    };
+                    p["metadata"]["labels"]["app"] = app.into();
+                });
+            }
+            _ => {
+                let (ns, name) = self.live.remove((i * 13) % self.live.len());
+                delete(&self.store, &ns, &name);
+            }
+        }
+    }
+
+    fn writes(&mut self, n: usize) {
+        for _ in 0..n {
+            self.write();
+        }
+    }
+}
+
+async fn wait_for_watches(sim: &SimServer, at_least: u64, what: &str) {
+    let stats = sim.handle().stats().clone();
+    wait_until(what, Duration::from_secs(20), || {
+        let stats = stats.clone();
+        async move { stats.watches("pods") >= at_least }
+    })
+    .await;
+}
+
+/// Collects every watcher's events; panics with every failure at once.
+async fn collect(ws: Vec<Watcher>) -> Vec<(usize, Scope, Vec<Sig>)> {
+    let mut out = Vec::new();
+    let mut failures = Vec::new();
+    for w in ws {
+        match tokio::time::timeout(Duration::from_secs(60), w.task)
+            .await
+            .expect("watchers finish within 60 s")
+            .expect("watcher task")
+        {
+            Ok(ev) => out.push((w.id, w.scope, ev)),
+            Err(e) => failures.push(format!("watcher {} ({:?}): {e}", w.id, w.scope)),
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstream_watch_drops_and_resumes_leave_every_watcher_continuous() {
+    let (sim, gw) = env().await;
+    let store = sim.handle().store().clone();
+    let stats = sim.handle().stats().clone();
+    let faults = sim.handle().faults().clone();
+    let from = store.current_rv();
+    let initial = SCOPES.map(|s| s.state(&store));
+    let lists_before = stats.lists("pods");
+    let watches_before = stats.watches("pods");
+    let ws = watchers(gw.handle().addr(), from).await;
+    let mut writer = Writer::new(store.clone());
+    writer.writes(20);
+
+    // One drop with a slow upstream: writes pile up until the reflector's resume lands.
+    faults.set_latency(Duration::from_millis(500));
+    faults.drop_watches_now();
+    writer.writes(30);
+    wait_for_watches(&sim, watches_before + 1, "the reflector resumes its watch").await;
+    faults.set_latency(Duration::ZERO);
+    writer.writes(10);
+
+    // Then a drop every 400 ms while writes flow for about two seconds.
+    let watches_mid = stats.watches("pods");
+    faults.set_drop_watch_after(Some(Duration::from_millis(400)));
+    faults.drop_watches_now();
+    for _ in 0..100 {
+        writer.write();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    wait_for_watches(
+        &sim,
+        watches_mid + 3,
+        "the reflector resumed after repeated drops",
+    )
+    .await;
+    faults.set_drop_watch_after(None);
+    writer.writes(10);
+    put(&store, pod("ns-1", "zz-sentinel", "web", "node-1", 0));
+
+    let resumes = stats.watches("pods") - watches_before;
+    assert_eq!(
+        stats.lists("pods"),
+        lists_before,
+        "the reflector relisted: this test is about resuming"
+    );
+    let logs = SCOPES.map(|s| s.log(&store, from));
+    let finals = SCOPES.map(|s| s.state(&store));
+    let results = collect(ws).await;
+    let mut failures = Vec::new();
+    for (id, scope, events) in &results {
+        let (ns, scope_kind) = (scope, *scope);
+        let scope = SCOPES.iter().position(|s| *s == scope_kind).unwrap();
+        let mut strict = StreamChecker::new(logs[scope].clone()).tolerate_bookmarks_behind();
+        // Bookmarks behind a sent event: see watch_fanout's bookmark test.
+        let mut state =
+            StateChecker::with_state(initial[scope].clone(), from).tolerate_bookmarks_behind();
+        for e in events {
+            strict.observe(e);
+            state.observe(e);
+        }
+        for v in strict.finish(true).iter().chain(state.violations()) {
+            failures.push(format!("watcher {id} ({ns:?}): {v}"));
+        }
+        if let Some(d) = state.diff(&finals[scope]) {
+            failures.push(format!("watcher {id} ({ns:?}): final state: {d}"));
+        }
+    }
+    println!(
+        "{} watchers checked over {} events ({resumes} upstream watches: one per resume)",
+        results.len(),
+        logs[0].len()
+    );
+    assert!(
+        failures.is_empty(),
+        "{} failure(s):\n{}",
+        failures.len(),
+        failures[..failures.len().min(10)].join("\n")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_410_and_relist_leave_every_watcher_continuous() {
+    let (sim, gw) = env().await;
+    let store = sim.handle().store().clone();
+    let stats = sim.handle().stats().clone();
+    let faults = sim.handle().faults().clone();
+    let from = store.current_rv();
+    let initial = SCOPES.map(|s| s.state(&store));
+    let lists_before = stats.lists("pods");
+    let ws = watchers(gw.handle().addr(), from).await;
+    let mut writer = Writer::new(store.clone());
+    writer.writes(20);
+    let before_outage = store.current_rv();
+    // The gateway has these before the outage (so they must arrive exactly as logged).
+    watch_env::cache_reaches(gw.url(), before_outage).await;
+
+    // The reflector's next watch gets 410 and it relists; the upstream answers slowly,
+    // so writes happen during the outage.
+    let watches_before = stats.watches("pods");
+    faults.force_410_next_watch(1);
+    faults.set_latency(Duration::from_secs(1));
+    faults.drop_watches_now();
+    // These may still reach the dying watch or only the relist: either is fine.
+    writer.writes(25);
+    // Once the 410 has been answered the old stream is long gone and the relist's list is
+    // in its one-second wait: these reach the gateway only through the relist's diff.
+    wait_for_watches(
+        &sim,
+        watches_before + 1,
+        "the reflector's watch gets its 410",
+    )
+    .await;
+    let seed4_deleted = delete(&store, "ns-1", "seed-4").expect("seed-4 exists");
+    let updates: Vec<u64> = ["Outage1", "Outage2"]
+        .iter()
+        .map(|phase| {
+            update(&store, "ns-1", "seed-1", |p| {
+                p["status"]["phase"] = (*phase).into()
+            })
+            .expect("seed-1 exists")
+        })
+        .collect();
+    put(&store, pod("ns-1", "blip", "web", "node-1", 0));
+    delete(&store, "ns-1", "blip");
+    // The relist is a list, or a watch-list (`sendInitialEvents`), whichever the
+    // reflector uses: one more list, or a watch after the one that got the 410.
+    let stats2 = stats.clone();
+    wait_until(
+        "the reflector relists after the 410",
+        Duration::from_secs(20),
+        || {
+            let stats = stats2.clone();
+            async move {
+                stats.lists("pods") > lists_before || stats.watches("pods") > watches_before + 1
+            }
+        },
+    )
+    .await;
+    faults.set_latency(Duration::ZERO);
+    assert_eq!(
+        faults.to_json()["pendingWatch410"],
+        0,
+        "the forced 410 was consumed by the reflector's watch"
+    );
+    writer.writes(20);
+    put(&store, pod("ns-1", "zz-sentinel", "web", "node-1", 0));
+
+    let logs = SCOPES.map(|s| s.log(&store, from));
+    let finals = SCOPES.map(|s| s.state(&store));
+    let results = collect(ws).await;
+    let mut failures = Vec::new();
+    for (id, scope, events) in &results {
+        let (ns, scope_kind) = (scope, *scope);
+        let scope = SCOPES.iter().position(|s| *s == scope_kind).unwrap();
+        // Before the outage the upstream's history was complete: exactly the log.
+        let before: Vec<Sig> = logs[scope]
+            .iter()
+            .filter(|s| s.rv <= before_outage)
+            .cloned()
+            .collect();
+        let mut strict = StreamChecker::new(Arc::new(before)).tolerate_bookmarks_behind();
+        // Bookmarks behind a sent event: see watch_fanout's bookmark test.
+        let mut state =
+            StateChecker::with_state(initial[scope].clone(), from).tolerate_bookmarks_behind();
+        for e in events {
+            if e.rv <= before_outage {
+                strict.observe(e);
+            }
+            state.observe(e);
+        }
+        for v in strict.finish(true).iter().chain(state.violations()) {
+            failures.push(format!("watcher {id} ({ns:?}): {v}"));
+        }
+        if let Some(d) = state.diff(&finals[scope]) {
+            failures.push(format!("watcher {id} ({ns:?}): final state: {d}"));
+        }
+        // What only the relist could tell: seed-1's two updates as one MODIFIED, seed-4's
+        // deletion with the list's RV (for the scopes that see both whatever their
+        // labels), the short-lived pod not at all.
+        let seed1: Vec<&Sig> = events
+            .iter()
+            .filter(|e| e.key == "ns-1/seed-1" && e.rv > before_outage)
+            .collect();
+        let sees_ns1 = scope_kind != Scope::Web;
+        if sees_ns1
+            && (seed1.len() != 1 || seed1[0].kind != "MODIFIED" || seed1[0].rv != updates[1])
+        {
+            failures.push(format!(
+                "watcher {id} ({ns:?}): seed-1 (updated at RVs {updates:?} during the outage) \
+                 arrived as {:?}, want one MODIFIED at RV {}",
+                seed1.iter().map(|s| s.to_string()).collect::<Vec<_>>(),
+                updates[1]
+            ));
+        }
+        let seed4: Vec<&Sig> = events.iter().filter(|e| e.key == "ns-1/seed-4").collect();
+        if sees_ns1
+            && (seed4.len() != 1 || seed4[0].kind != "DELETED" || seed4[0].rv <= seed4_deleted)
+        {
+            failures.push(format!(
+                "watcher {id} ({ns:?}): seed-4 (deleted at RV {seed4_deleted} during the \
+                 outage) arrived as {:?}, want one DELETED at the relist's RV",
+                seed4.iter().map(|s| s.to_string()).collect::<Vec<_>>()
+            ));
+        }
+        if events.iter().any(|e| e.key == "ns-1/blip") {
+            failures.push(format!(
+                "watcher {id} ({ns:?}): saw a pod that lived only during the outage"
+            ));
+        }
+    }
+    println!(
+        "{} watchers checked; {} writes; upstream: {} lists, {} watches during the test",
+        results.len(),
+        logs[0].len(),
+        stats.lists("pods") - lists_before,
+        stats.watches("pods") - watches_before
+    );
+    assert!(
+        failures.is_empty(),
+        "{} failure(s):\n{}",
+        failures.len(),
+        failures[..failures.len().min(10)].join("\n")
+    );
+}

@@ -1,0 +1,647 @@
+//! Watch fan-out at scale (issue 5, "What must be shown" 2): a thousand concurrent watches
+//! through the gateway, over a few HTTP/2 connections and many HTTP/1.1 ones, from RV N and
+//! (one in ten) from RV "0", with four shapes (all pods, a namespace, a label selector, the
+//! kubelet's field selector), cost exactly one upstream watch, and every watcher receives every matching event exactly once, in
+//! resourceVersion order — checked event by event against the simulator's event log (with
+//! kube-apiserver's selector transitions), which direct watches on the simulator with the
+//! same paths and starting RV must agree with.
+
+mod support;
+#[path = "support/watch_checker.rs"]
+mod watch_checker;
+#[path = "support/watch_clients.rs"]
+mod watch_clients;
+#[path = "support/watch_env.rs"]
+mod watch_env;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use support::servers::{cluster_config, start_gateway, start_gateway_with, start_sim_with};
+use watch_checker::{Sig, StreamChecker, Violation};
+use watch_clients::{h1_watch, H2Conn, LineReader};
+use watch_env::{delete, pod, put, update, warm};
+use watchgate::config::GatewayConfig;
+
+const WATCHERS: usize = 1000;
+const H2_CONNECTIONS: usize = 8;
+/// Streams per HTTP/2 connection: under any server's concurrent-stream limit (hyper's
+/// default is 200, Go's 250).
+const STREAMS_PER_H2: usize = 100;
+const WRITES: usize = 300;
+const NAMESPACES: [&str; 4] = ["ns-0", "ns-1", "ns-2", "ns-3"];
+/// The last write: a pod every shape below matches, so a reader that sees it has seen
+/// everything before it.
+const SENTINEL: &str = "ns-1/zz-sentinel";
+/// The bound for the next event on any stream.
+const EVENT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The watch paths (query after `resourceVersion=N`), round-robin over the watchers: the
+/// whole collection, one namespace, a label selector and the kubelet's field selector.
+const SHAPES: [(&str, &str); 4] = [
+    ("/api/v1/pods", ""),
+    ("/api/v1/namespaces/ns-1/pods", ""),
+    ("/api/v1/pods", "&labelSelector=app%3Dweb"),
+    ("/api/v1/pods", "&fieldSelector=spec.nodeName%3Dnode-1"),
+];
+
+fn shape_path(shape: usize, from: u64) -> String {
+    let (path, extra) = SHAPES[shape];
+    format!("{path}?watch=true&resourceVersion={from}&allowWatchBookmarks=true&timeoutSeconds=300{extra}")
+}
+
+/// What a watcher of `shape` from `from` must receive (the simulator's event log with
+/// kube-apiserver's selector transitions).
+fn expected_for(store: &watchgate::sim::Store, from: u64, shape: usize) -> Vec<Sig> {
+    let ns = (shape == 1).then_some("ns-1");
+    watch_env::log_filtered(store, from, ns, |p| shape_matches(shape, p))
+}
+
+/// What a watcher of `shape` from RV "0" gets first: the current state's matching pods
+/// as ADDED events, in key order.
+fn initial_for(store: &watchgate::sim::Store, shape: usize) -> Vec<Sig> {
+    let ns = (shape == 1).then_some("ns-1");
+    let (_, items) = store.list(watch_env::pods(), ns);
+    items
+        .iter()
+        .filter(|p| shape_matches(shape, p))
+        .map(|p| Sig::from_parts("ADDED", &serde_json::to_vec(p.as_ref()).unwrap()))
+        .collect()
+}
+
+fn shape_matches(shape: usize, p: &serde_json::Value) -> bool {
+    match shape {
+        2 => p["metadata"]["labels"]["app"] == "web",
+        3 => p["spec"]["nodeName"] == "node-1",
+        _ => true,
+    }
+}
+
+/// Reads a stream until the sentinel's ADDED, returning every event's signature.
+async fn read_until_sentinel(lines: &mut LineReader) -> Result<Vec<Sig>, String> {
+    let mut out = Vec::new();
+    loop {
+        let line = match lines.next_line_within(EVENT_TIMEOUT).await {
+            Ok(Some(l)) => l,
+            Ok(None) => {
+                return Err(format!(
+                    "stream ended after {} events, before the sentinel",
+                    out.len()
+                ))
+            }
+            Err(e) => return Err(format!("{e} (after {} events)", out.len())),
+        };
+        let sig = Sig::from_line(&line)?;
+        let done = sig.key == SENTINEL && sig.kind == "ADDED";
+        out.push(sig);
+        if done {
+            return Ok(out);
+        }
+    }
+}
+
+/// What one watcher saw.
+struct Outcome {
+    id: usize,
+    shape: usize,
+    rv0: bool,
+    proto: &'static str,
+    source: Option<String>,
+    events: Result<Vec<Sig>, String>,
+}
+
+/// A deterministic mix of writes: creates, label flips (in and out of `app=web`), node
+/// moves (in and out of `spec.nodeName=node-1`), plain updates and deletes.
+fn churn(store: &watchgate::sim::Store, writes: usize) {
+    let mut live: Vec<(String, String)> = Vec::new();
+    let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+    let mut next = || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let mut created = 0;
+    for _ in 0..writes {
+        let r = next();
+        let op = if live.len() < 10 { 0 } else { r % 10 };
+        match op {
+            0..=2 => {
+                let ns = NAMESPACES[(r >> 8) as usize % NAMESPACES.len()];
+                let name = format!("p-{created}");
+                created += 1;
+                let app = if (r >> 16) % 2 == 0 { "web" } else { "db" };
+                let node = format!("node-{}", (r >> 20) % 3);
+                put(store, pod(ns, &name, app, &node, 200));
+                live.push((ns.to_string(), name));
+            }
+            3..=4 => {
+                let (ns, name) = &live[(r >> 8) as usize % live.len()];
+                update(store, ns, name, |p| {
+                    let app = if p["metadata"]["labels"]["app"] == "web" {
+                        "db"
+                    } else {
+                        "web"
+                    };
+                    p["metadata"]["labels"]["app"] = app.into();
+                });
+            }
+            5..=6 => {
+                let (ns, name) = &live[(r >> 8) as usize % live.len()];
+                update(store, ns, name, |p| {
+                    let node = if p["spec"]["nodeName"] == "node-1" {
+                        "node-2"
+                    } else {
+                        "node-1"
+                    };
+                    p["spec"]["nodeName"] = node.into();
+                });
+            }
+            7..=8 => {
+                let (ns, name) = &live[(r >> 8) as usize % live.len()];
+                update(store, ns, name, |p| {
+                    p["status"]["phase"] = format!("Phase{}", r % 1000).into();
+                });
+            }
+            _ => {
+                let (ns, name) = live.swap_remove((r >> 8) as usize % live.len());
+                delete(store, &ns, &name);
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_watchers_share_one_upstream_watch_and_see_every_event_once_in_order() {
+    let sim = start_sim_with(cluster_config()).await;
+    let store = sim.handle().store().clone();
+    for i in 0..40 {
+        let ns = NAMESPACES[i % NAMESPACES.len()];
+        let app = if i % 3 == 0 { "web" } else { "db" };
+        put(
+            &store,
+            pod(
+                ns,
+                &format!("seed-{i}"),
+                app,
+                &format!("node-{}", i % 3),
+                200,
+            ),
+        );
+    }
+    // Default bookmark interval (a minute): bookmarks have their own test below.
+    let gw = start_gateway(sim.url()).await;
+    let addr = gw.handle().addr();
+    warm(gw.url(), sim.handle()).await;
+    let reflector_watches = sim.handle().stats().watches("pods");
+    let from = store.current_rv();
+    let initial: Vec<Vec<Sig>> = (0..SHAPES.len())
+        .map(|shape| initial_for(&store, shape))
+        .collect();
+
+    // The references: one direct watch on the simulator per shape.
+    let mut references = Vec::new();
+    for shape in 0..SHAPES.len() {
+        let w = h1_watch(sim.handle().addr(), &shape_path(shape, from))
+            .await
+            .unwrap_or_else(|e| panic!("reference watch {shape}: {e}"));
+        assert_eq!(w.status, 200, "reference watch {shape}");
+        references.push(tokio::spawn(async move {
+            let mut lines = w.lines;
+            read_until_sentinel(&mut lines).await
+        }));
+    }
+    let upstream_before = sim.handle().stats().watches("pods");
+
+    // A thousand watchers: 800 streams over 8 HTTP/2 connections, 200 HTTP/1.1 connections.
+    let mut conns = Vec::new();
+    for _ in 0..H2_CONNECTIONS {
+        conns.push(H2Conn::connect(addr).await.expect("h2c connection"));
+    }
+    let (ready_tx, mut ready_rx) = tokio::sync::mpsc::channel::<Result<(), String>>(WATCHERS);
+    let mut tasks = Vec::with_capacity(WATCHERS);
+    for id in 0..WATCHERS {
+        let shape = id % SHAPES.len();
+        // One in ten starts at RV "0": the current state as ADDED events, then the changes.
+        let rv0 = (id / SHAPES.len()) % 10 == 9;
+        let path = shape_path(shape, if rv0 { 0 } else { from });
+        let h2 = (id < H2_CONNECTIONS * STREAMS_PER_H2).then(|| conns[id / STREAMS_PER_H2].clone());
+        let ready = ready_tx.clone();
+        tasks.push(tokio::spawn(async move {
+            let proto = if h2.is_some() { "HTTP/2" } else { "HTTP/1.1" };
+            let opened = match &h2 {
+                Some(c) => c.watch(&path).await,
+                None => h1_watch(addr, &path).await,
+            };
+            let mut w = match opened {
+                Ok(w) if w.status == 200 => w,
+                Ok(w) => {
+                    let msg = format!("watch {id} ({proto}): status {}", w.status);
+                    let _ = ready.send(Err(msg.clone())).await;
+                    return Outcome {
+                        id,
+                        shape,
+                        rv0,
+                        proto,
+                        source: None,
+                        events: Err(msg),
+                    };
+                }
+                Err(e) => {
+                    let _ = ready.send(Err(e.clone())).await;
+                    return Outcome {
+                        id,
+                        shape,
+                        rv0,
+                        proto,
+                        source: None,
+                        events: Err(e),
+                    };
+                }
+            };
+            let _ = ready.send(Ok(())).await;
+            let source = w.source();
+            let events = read_until_sentinel(&mut w.lines).await;
+            Outcome {
+                id,
+                shape,
+                rv0,
+                proto,
+                source,
+                events,
+            }
+        }));
+    }
+    drop(ready_tx);
+    let started = Instant::now();
+    let mut open_errors = Vec::new();
+    for _ in 0..WATCHERS {
+        match tokio::time::timeout(Duration::from_secs(60), ready_rx.recv()).await {
+            Ok(Some(Ok(()))) => {}
+            Ok(Some(Err(e))) => open_errors.push(e),
+            Ok(None) => break,
+            Err(_) => panic!("not every watcher got its response head within 60 s"),
+        }
+    }
+    assert!(
+        open_errors.is_empty(),
+        "{} watches failed to open, e.g. {:?}",
+        open_errors.len(),
+        &open_errors[..open_errors.len().min(5)]
+    );
+    println!("{WATCHERS} watches open in {:.1?}", started.elapsed());
+    let upstream_after_open = sim.handle().stats().watches("pods");
+
+    // A few hundred writes, then the sentinel.
+    let write_started = Instant::now();
+    churn(&store, WRITES);
+    put(&store, pod("ns-1", "zz-sentinel", "web", "node-1", 0));
+    let last_rv = store.current_rv();
+
+    // The expected streams, from the simulator's event log; its own watches (same paths,
+    // same RV) must agree.
+    let expected: Vec<Arc<Vec<Sig>>> = (0..SHAPES.len())
+        .map(|shape| Arc::new(expected_for(&store, from, shape)))
+        .collect();
+    let log_all = watch_env::log_since(&store, from, None);
+    assert_eq!(*expected[0], log_all);
+    for (shape, r) in references.into_iter().enumerate() {
+        let direct: Vec<Sig> = r
+            .await
+            .unwrap()
+            .unwrap_or_else(|e| panic!("direct watch on the simulator, shape {shape}: {e}"))
+            .into_iter()
+            .filter(Sig::is_change)
+            .collect();
+        assert!(
+            direct == *expected[shape],
+            "shape {shape}: the simulator's own watch disagrees with its event log \
+             ({} events vs {})",
+            direct.len(),
+            expected[shape].len()
+        );
+    }
+    assert!(
+        expected.iter().all(|e| e.len() > 20),
+        "every shape must see a real share of the writes: {:?}",
+        expected.iter().map(|e| e.len()).collect::<Vec<_>>()
+    );
+
+    // Every watcher against its reference.
+    let mut failures: Vec<String> = Vec::new();
+    let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut not_from_cache = 0;
+    let mut delivered = 0usize;
+    let mut initial_checked = 0usize;
+    let mut bookmarks = 0usize;
+    for t in tasks {
+        let o = tokio::time::timeout(Duration::from_secs(90), t)
+            .await
+            .expect("every watcher finishes reading within 90 s")
+            .expect("watcher task");
+        if o.source.as_deref() != Some("cache") {
+            not_from_cache += 1;
+        }
+        let events = match o.events {
+            Ok(ev) => ev,
+            Err(e) => {
+                *counts.entry("stream failed").or_default() += 1;
+                failures.push(format!(
+                    "watcher {} ({}, shape {}): {e}",
+                    o.id, o.proto, o.shape
+                ));
+                continue;
+            }
+        };
+        let mut events = &events[..];
+        if o.rv0 {
+            // The state at the start, as ADDED events in key order (etcd's), exactly.
+            let want = &initial[o.shape];
+            let n = want.len().min(events.len());
+            if let Some(i) = (0..n)
+                .find(|&i| events[i] != want[i])
+                .or((n < want.len()).then_some(n))
+            {
+                *counts.entry("initial state").or_default() += 1;
+                failures.push(format!(
+                    "watcher {} ({}, shape {}, RV 0): initial event {i} is {}, want {}",
+                    o.id,
+                    o.proto,
+                    o.shape,
+                    events.get(i).map_or("missing".into(), |s| s.to_string()),
+                    want[i]
+                ));
+                continue;
+            }
+            initial_checked += n;
+            events = &events[n..];
+        }
+        let mut checker = StreamChecker::new(expected[o.shape].clone());
+        for sig in events {
+            checker.observe(sig);
+        }
+        delivered += checker.observed();
+        bookmarks += checker.bookmarks();
+        for v in checker.finish(true) {
+            let kind = match v {
+                Violation::Gap { .. } => "gap",
+                Violation::Duplicate { .. } => "duplicate",
+                Violation::Reordered { .. } => "reordered",
+                Violation::Mismatch { .. } => "mismatch",
+                Violation::Unexpected { .. } => "unexpected",
+                Violation::Error { .. } => "error event",
+                Violation::Invalid { .. } => "invalid",
+                Violation::Bookmark { ref why, .. } if why.starts_with("behind") => {
+                    "bookmark behind a sent event"
+                }
+                Violation::Bookmark { .. } => "bookmark ahead of an unsent event",
+            };
+            *counts.entry(kind).or_default() += 1;
+            failures.push(format!(
+                "watcher {} ({}, shape {}): {v}",
+                o.id, o.proto, o.shape
+            ));
+        }
+    }
+    println!(
+        "{WATCHERS} watchers: {delivered} events, {initial_checked} initial ADDED events and \
+         {bookmarks} bookmarks checked ({} writes after RV {from}, up to RV {last_rv}) in {:.1?}",
+        log_all.len(),
+        write_started.elapsed()
+    );
+
+    let upstream_end = sim.handle().stats().watches("pods");
+    let mut problems = Vec::new();
+    if !failures.is_empty() {
+        problems.push(format!(
+            "{} stream violations {counts:?}; first ones:\n  {}",
+            failures.len(),
+            failures[..failures.len().min(8)].join("\n  ")
+        ));
+    }
+    if not_from_cache > 0 {
+        problems.push(format!(
+            "{not_from_cache} of {WATCHERS} watches were not served from the cache (x-watchgate-source)"
+        ));
+    }
+    if reflector_watches != 1
+        || upstream_after_open != upstream_before
+        || upstream_end != upstream_before
+    {
+        problems.push(format!(
+            "upstream pod watches: {reflector_watches} for the reflector (want 1); {} more after \
+             {WATCHERS} downstream watches opened and {} at the end (want 0: one upstream watch \
+             for all of them)",
+            upstream_after_open - upstream_before,
+            upstream_end - upstream_before
+        ));
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// kube-apiserver allows 250 concurrent streams per HTTP/2 connection (k8s.io/apiserver
+/// `SecureServingInfo.Serve`: `HTTP2MaxStreamsPerConnection`, else "make the default of
+/// 250 explicit"), and client-go multiplexes all of a client's watches over one
+/// connection: 250 watches on one connection must all be served at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_http2_connection_carries_as_many_watches_as_kube_apiserver_allows() {
+    const STREAMS: usize = 250;
+    let sim = start_sim_with(cluster_config()).await;
+    let store = sim.handle().store().clone();
+    let gw = start_gateway(sim.url()).await;
+    warm(gw.url(), sim.handle()).await;
+    let from = store.current_rv();
+    let conn = H2Conn::connect(gw.handle().addr())
+        .await
+        .expect("h2c connection");
+    let (ready_tx, mut ready_rx) = tokio::sync::mpsc::channel::<()>(STREAMS);
+    let mut tasks = Vec::new();
+    for i in 0..STREAMS {
+        let (conn, ready) = (conn.clone(), ready_tx.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut w = conn
+                .watch(&shape_path(0, from))
+                .await
+                .map_err(|e| format!("stream {i}: {e}"))?;
+            if w.status != 200 {
+                return Err(format!("stream {i}: status {}", w.status));
+            }
+            let _ = ready.send(()).await;
+            read_until_sentinel(&mut w.lines)
+                .await
+                .map_err(|e| format!("stream {i}: {e}"))
+        }));
+    }
+    // Every stream must be open (its response head came) at once: a stream over the
+    // server's limit waits for another to close.
+    drop(ready_tx);
+    let stats = sim.handle().stats().clone();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let mut opened = 0;
+    while opened < STREAMS {
+        match tokio::time::timeout_at(deadline, ready_rx.recv()).await {
+            Ok(Some(())) => opened += 1,
+            _ => break,
+        }
+    }
+    assert_eq!(
+        opened, STREAMS,
+        "only {opened} of {STREAMS} concurrent watches on one HTTP/2 connection were \
+         answered within 10 s: the gateway's concurrent-stream limit is below \
+         kube-apiserver's 250"
+    );
+    put(&store, pod("ns-1", "zz-sentinel", "web", "node-1", 0));
+    let mut failures = Vec::new();
+    for t in tasks {
+        match tokio::time::timeout(Duration::from_secs(15), t).await {
+            Ok(Ok(Ok(events))) => assert_eq!(events.len(), 1),
+            Ok(Ok(Err(e))) => failures.push(e),
+            Ok(Err(e)) => failures.push(e.to_string()),
+            Err(_) => failures.push("no response head or event within 15 s".into()),
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {STREAMS} watches on one HTTP/2 connection were not served (the server's \
+         concurrent-stream limit is below kube-apiserver's 250?): {:?}",
+        failures.len(),
+        &failures[..failures.len().min(3)]
+    );
+    assert_eq!(stats.watches("pods"), 1, "one upstream watch");
+}
+
+/// BOOKMARKs promise that every event up to their RV has been sent: a client (client-go's
+/// reflector) resumes from the last one it saw. So a bookmark must never carry an RV
+/// behind an event the stream already sent (the client would get that event twice) nor
+/// ahead of one it has not sent yet (the client would miss it). 200 watchers with a
+/// bookmark every 50 ms while writes flow.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bookmarks_never_run_behind_or_ahead_of_the_events_sent() {
+    const N: usize = 200;
+    let sim = start_sim_with(cluster_config()).await;
+    let store = sim.handle().store().clone();
+    let mut cfg = GatewayConfig::for_upstream_url(sim.url()).expect("gateway config");
+    cfg.watch.bookmark_interval = Duration::from_millis(50);
+    let gw = start_gateway_with(cfg).await;
+    let addr = gw.handle().addr();
+    warm(gw.url(), sim.handle()).await;
+    for i in 0..20 {
+        put(
+            &store,
+            pod(
+                NAMESPACES[i % 4],
+                &format!("seed-{i}"),
+                "web",
+                "node-1",
+                200,
+            ),
+        );
+    }
+    let from = store.current_rv();
+    let conns = [
+        H2Conn::connect(addr).await.expect("h2c"),
+        H2Conn::connect(addr).await.expect("h2c"),
+    ];
+    let mut tasks = Vec::new();
+    for id in 0..N {
+        let shape = [0, 2][id % 2];
+        let path = shape_path(shape, from);
+        let conn = conns[id % 2].clone();
+        tasks.push(tokio::spawn(async move {
+            let mut w = if id % 4 < 2 {
+                conn.watch(&path).await?
+            } else {
+                h1_watch(addr, &path).await?
+            };
+            if w.status != 200 {
+                return Err(format!("status {}", w.status));
+            }
+            read_until_sentinel(&mut w.lines)
+                .await
+                .map(|ev| (shape, ev))
+        }));
+    }
+    // 300 writes over about three seconds.
+    for round in 0..30 {
+        churn_step(&store, round);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    put(&store, pod("ns-1", "zz-sentinel", "web", "node-1", 0));
+    let expected: Vec<Arc<Vec<Sig>>> = (0..SHAPES.len())
+        .map(|shape| Arc::new(expected_for(&store, from, shape)))
+        .collect();
+    let (mut failures, mut bookmarks) = (Vec::new(), 0);
+    for (id, t) in tasks.into_iter().enumerate() {
+        let (shape, events) = match tokio::time::timeout(Duration::from_secs(60), t)
+            .await
+            .expect("watchers finish within 60 s")
+            .unwrap()
+        {
+            Ok(x) => x,
+            Err(e) => {
+                failures.push(format!("watcher {id}: {e}"));
+                continue;
+            }
+        };
+        let mut c = StreamChecker::new(expected[shape].clone());
+        for e in &events {
+            c.observe(e);
+        }
+        bookmarks += c.bookmarks();
+        failures.extend(
+            c.finish(true)
+                .iter()
+                .map(|v| format!("watcher {id} (shape {shape}): {v}")),
+        );
+    }
+    println!("{N} watchers: {bookmarks} consistent bookmarks");
+    assert!(
+        failures.is_empty(),
+        "{} violation(s):\n  {}",
+        failures.len(),
+        failures[..failures.len().min(8)].join("\n  ")
+    );
+    assert!(bookmarks > N, "the streams carried bookmarks ({bookmarks})");
+}
+
+/// Ten writes of the deterministic mix (see [`churn`]), continuing where `round` left off.
+fn churn_step(store: &watchgate::sim::Store, round: usize) {
+    for k in 0..10 {
+        let i = round * 10 + k;
+        let ns = NAMESPACES[i % 4];
+        match i % 4 {
+            0 => {
+                put(store, pod(ns, &format!("b-{i}"), "web", "node-1", 200));
+            }
+            1 => {
+                update(
+                    store,
+                    NAMESPACES[(i / 4) % 4],
+                    &format!("seed-{}", (i / 4) % 20),
+                    |p| {
+                        p["status"]["phase"] = format!("P{i}").into();
+                    },
+                );
+            }
+            2 => {
+                update(
+                    store,
+                    NAMESPACES[(i / 4) % 4],
+                    &format!("seed-{}", (i / 4) % 20),
+                    |p| {
+                        let app = if p["metadata"]["labels"]["app"] == "web" {
+                            "db"
+                        } else {
+                            "web"
+                        };
+                        p["metadata"]["labels"]["app"] = app.into();
+                    },
+                );
+            }
+            _ => {
+                delete(store, NAMESPACES[(i - 3) % 4], &format!("b-{}", i - 3));
+            }
+        }
+    }
+}
