@@ -407,17 +407,16 @@ mod tests {
                 first_missing: Some(12)
             }]
         );
-        // A missing tail is a gap too.
+        // A missing tail (nothing wrong before it) is reported as undelivered: still a
+        // failure, named for what it is.
         let v = run(10, &[11, 12, 15], &l);
-        assert!(
-            matches!(
-                v[..],
-                [Violation::Gap {
-                    first_missing: Some(20),
-                    ..
-                }]
-            ),
-            "{v:?}"
+        assert_eq!(
+            v,
+            vec![Violation::Undelivered {
+                watcher: 7,
+                missing: 1,
+                last_rv: 15
+            }]
         );
     }
 
@@ -442,13 +441,22 @@ mod tests {
     fn a_reordering_fails() {
         let l = log(&[11, 12, 15]);
         let v = run(10, &[12, 11, 15], &l);
+        // The late event is refused (it went backwards), so the span also lacks it.
         assert_eq!(
             v,
-            vec![Violation::Reordered {
-                watcher: 7,
-                rv: 11,
-                after: 12
-            }]
+            vec![
+                Violation::Reordered {
+                    watcher: 7,
+                    rv: 11,
+                    after: 12
+                },
+                Violation::Gap {
+                    watcher: 7,
+                    expected: 3,
+                    received: 2,
+                    first_missing: Some(11)
+                }
+            ]
         );
     }
 
@@ -501,14 +509,27 @@ mod tests {
         c.observe(14, EventType::Modified);
         c.observe(15, EventType::Modified);
         assert_eq!(c.verify(&l, |_| true), vec![]);
-        // Missing 15 after the relist is still a gap.
+        // Missing 14 after the relist (15 arrived) is a gap; missing only 15 is
+        // undelivered.
+        let mut c = StreamCheck::new(1, 10);
+        c.observe(11, EventType::Modified);
+        c.relisted(13);
+        c.observe(15, EventType::Modified);
+        assert!(matches!(
+            c.verify(&l, |_| true)[..],
+            [Violation::Gap {
+                expected: 2,
+                received: 1,
+                ..
+            }]
+        ));
         let mut c = StreamCheck::new(1, 10);
         c.observe(11, EventType::Modified);
         c.relisted(13);
         c.observe(14, EventType::Modified);
         assert!(matches!(
             c.verify(&l, |_| true)[..],
-            [Violation::Gap { .. }]
+            [Violation::Undelivered { missing: 1, .. }]
         ));
     }
 
