@@ -159,7 +159,10 @@ fn upstream_events(c: &mut Criterion) {
 fn hub_with(
     n: usize,
     filter: impl Fn(usize) -> WatchFilter,
-) -> (Hub, Vec<tokio::sync::mpsc::Receiver<(u64, Bytes)>>) {
+) -> (
+    Hub,
+    Vec<watchgate::watch::queue::Receiver<watchgate::watch::hub::Item>>,
+) {
     let hub = Hub::new(
         Encoder::new("Pod", "v1"),
         Default::default(),
@@ -209,7 +212,10 @@ fn dispatch(c: &mut Criterion) {
                 hub.publish(&mut st, Change::Upsert, o, Some(objs[k].clone()));
                 drop(st);
                 // The one recipient reads it, so its queue never fills.
-                rxs[node].try_recv().expect("delivered to its kubelet")
+                rxs[node]
+                    .try_recv()
+                    .flatten()
+                    .expect("delivered to its kubelet")
             })
         },
     );
@@ -236,7 +242,7 @@ fn dispatch(c: &mut Criterion) {
                     hub.publish(&mut st, Change::Upsert, o, Some(base.clone()));
                     drop(st);
                     for rx in rxs.iter_mut() {
-                        rx.try_recv().expect("delivered to every watcher");
+                        rx.try_recv().flatten().expect("delivered to every watcher");
                     }
                 },
                 BatchSize::SmallInput,
