@@ -10,6 +10,7 @@ pub mod cache;
 pub mod codec;
 pub mod config;
 pub mod demo;
+pub mod load;
 pub mod logging;
 pub mod metrics;
 pub mod proxy;

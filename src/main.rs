@@ -3,7 +3,9 @@
 
 use clap::{Parser, Subcommand};
 
-use watchgate::{config::ServeArgs, demo::DemoArgs, logging::LogArgs, sim::SimArgs};
+use watchgate::{
+    config::ServeArgs, demo::DemoArgs, load::LoadArgs, logging::LogArgs, sim::SimArgs,
+};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -33,6 +35,8 @@ enum Command {
     Sim(SimArgs),
     /// Run the simulator with a seeded cluster and the gateway in front of it.
     Demo(DemoArgs),
+    /// Generate load against an apiserver-compatible URL and check every watch stream.
+    Load(LoadArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -47,6 +51,7 @@ fn main() -> anyhow::Result<()> {
             Some(Command::Serve(args)) => watchgate::server::run(args).await,
             Some(Command::Sim(args)) => watchgate::sim::run(args).await,
             Some(Command::Demo(args)) => watchgate::demo::run(args).await,
+            Some(Command::Load(args)) => watchgate::load::run(args).await,
         }
     })
 }

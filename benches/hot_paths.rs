@@ -1,0 +1,271 @@
+//! Criterion micro-benchmarks of the hot paths (issue 7): selector parse and match, event
+//! framing, list assembly from cached bytes, upstream event parsing, and dispatch of one
+//! event to 10,000 indexed watchers.
+//!
+//!     cargo bench --bench hot_paths                          # full (about 2 minutes)
+//!     WATCHGATE_BENCH_QUICK=1 cargo bench --bench hot_paths  # short measurements
+//!     cargo test --benches                                   # CI smoke: each bench once
+//!
+//! Objects are the simulator's seeded pods (realistic, padded to ~4 KiB).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
+use http_body_util::BodyExt;
+
+use watchgate::cache::events::{LineSplitter, RawEvent};
+use watchgate::cache::object::CachedObject;
+use watchgate::cache::store::Snapshot;
+use watchgate::codec::list::{ListBody, ListHead};
+use watchgate::selector::field::FieldSelector;
+use watchgate::selector::label::LabelSelector;
+use watchgate::sim::resources::RESOURCES;
+use watchgate::sim::seed::{pod, SeedSpec};
+use watchgate::watch::event::{Change, Delivery, Encoder, Event};
+use watchgate::watch::filter::WatchFilter;
+use watchgate::watch::hub::{Hub, Start};
+
+fn quick() -> bool {
+    std::env::var_os("WATCHGATE_BENCH_QUICK").is_some()
+}
+
+fn pod_fields() -> Vec<(&'static str, &'static str)> {
+    RESOURCES
+        .iter()
+        .find(|r| r.group.is_empty() && r.resource == "pods")
+        .map(|r| r.fields.iter().map(|f| (f.label, f.path)).collect())
+        .expect("pods are a simulated resource")
+}
+
+/// Seeded pod `i` with a resourceVersion, as the upstream would send it.
+fn pod_json(spec: &SeedSpec, i: usize, rv: u64) -> Vec<u8> {
+    let mut v = pod(spec, i, jiff::Timestamp::now());
+    v["metadata"]["resourceVersion"] = serde_json::json!(rv.to_string());
+    serde_json::to_vec(&v).unwrap()
+}
+
+fn cached(spec: &SeedSpec, i: usize, rv: u64) -> Arc<CachedObject> {
+    Arc::new(CachedObject::parse(Bytes::from(pod_json(spec, i, rv)), &pod_fields()).unwrap())
+}
+
+fn spec(pods: usize, nodes: usize) -> SeedSpec {
+    SeedSpec {
+        nodes,
+        ..SeedSpec::per_type(pods, 4096)
+    }
+}
+
+fn selectors(c: &mut Criterion) {
+    let s = spec(100, 20);
+    let obj = cached(&s, 7, 100);
+    let mut g = c.benchmark_group("selector");
+    g.bench_function("parse label (3 requirements)", |b| {
+        b.iter(|| LabelSelector::parse("app=web,tier in (frontend,backend),!canary").unwrap())
+    });
+    g.bench_function("parse field (2 terms)", |b| {
+        b.iter(|| {
+            FieldSelector::parse("spec.nodeName=node-7,metadata.namespace!=kube-system").unwrap()
+        })
+    });
+    let label = WatchFilter {
+        labels: LabelSelector::parse("app,tier in (frontend,backend),!canary").unwrap(),
+        ..Default::default()
+    };
+    g.bench_function("match label selector", |b| b.iter(|| label.matches(&obj)));
+    let field = WatchFilter {
+        fields: FieldSelector::parse("spec.nodeName=node-7").unwrap(),
+        ..Default::default()
+    };
+    g.bench_function("match field selector (spec.nodeName)", |b| {
+        b.iter(|| field.matches(&obj))
+    });
+    g.finish();
+}
+
+fn framing(c: &mut Criterion) {
+    let s = spec(100, 20);
+    let obj = cached(&s, 3, 100);
+    let enc = Encoder::new("Pod", "v1");
+    let mut g = c.benchmark_group("framing");
+    g.throughput(Throughput::Bytes(obj.raw.len() as u64));
+    g.bench_function("encode one event line (4 KiB pod)", |b| {
+        b.iter(|| enc.object_line("MODIFIED", &obj))
+    });
+    // Encode once, share: every further watcher gets a clone of the same bytes.
+    let ev = Event::new(1, 100, Change::Upsert, obj.clone(), Some(obj.clone()));
+    let _ = ev.line(Delivery::Modified, &enc);
+    g.bench_function("shared event line (per extra watcher)", |b| {
+        b.iter(|| ev.line(Delivery::Modified, &enc))
+    });
+    g.finish();
+}
+
+fn lists(c: &mut Criterion) {
+    let n = if quick() { 500 } else { 5000 };
+    let s = spec(n, 50);
+    let mut snap = Snapshot::default();
+    for i in 0..n {
+        snap.insert(cached(&s, i, 100 + i as u64));
+    }
+    let bytes = snap.bytes as u64;
+    let snap = Arc::new(snap);
+    let head = ListHead {
+        api_version: "v1".into(),
+        kind: "PodList".into(),
+        resource_version: 100 + n as u64,
+        item_type_prefix: None,
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let mut g = c.benchmark_group("list");
+    g.throughput(Throughput::Bytes(bytes));
+    g.bench_function(format!("assemble RV=0 list of {n} cached pods"), |b| {
+        b.iter(|| {
+            let body = ListBody::new(head.clone(), snap.clone(), None, None);
+            rt.block_on(body.collect()).unwrap().to_bytes().len()
+        })
+    });
+    g.finish();
+}
+
+fn upstream_events(c: &mut Criterion) {
+    let s = spec(100, 20);
+    let fields = pod_fields();
+    let mut line = br#"{"type":"MODIFIED","object":"#.to_vec();
+    line.extend_from_slice(&pod_json(&s, 5, 12345));
+    line.extend_from_slice(b"}\n");
+    let frame = Bytes::from(line);
+    let mut g = c.benchmark_group("upstream event");
+    g.throughput(Throughput::Bytes(frame.len() as u64));
+    g.bench_function(
+        "split + parse event + CachedObject::parse (4 KiB pod)",
+        |b| {
+            b.iter(|| {
+                let mut split = LineSplitter::default();
+                let lines = split.push(frame.clone()).unwrap();
+                let ev: RawEvent = serde_json::from_slice(&lines[0]).unwrap();
+                let raw = Bytes::copy_from_slice(ev.object.get().as_bytes());
+                CachedObject::parse(raw, &fields).unwrap()
+            })
+        },
+    );
+    g.finish();
+}
+
+/// A hub of pods with `n` live watchers, each filtered by `filter(i)`.
+fn hub_with(
+    n: usize,
+    filter: impl Fn(usize) -> WatchFilter,
+) -> (
+    Hub,
+    Vec<watchgate::watch::queue::Receiver<watchgate::watch::hub::Item>>,
+) {
+    let hub = Hub::new(
+        Encoder::new("Pod", "v1"),
+        Default::default(),
+        &["spec.nodeName"],
+        metrics::histogram!("bench_dispatch_seconds"),
+    );
+    let mut rxs = Vec::with_capacity(n);
+    for i in 0..n {
+        let reg = hub
+            .register(
+                || -> Arc<Snapshot> { unreachable!("no initial state") },
+                filter(i),
+                Start::After(0),
+            )
+            .unwrap_or_else(|_| panic!("a fresh hub has no history to be too old for"));
+        rxs.push(reg.live.expect("joins live dispatch at once"));
+    }
+    (hub, rxs)
+}
+
+fn dispatch(c: &mut Criterion) {
+    let n = 10_000;
+    let nodes = 10_000;
+    let s = spec(nodes, nodes);
+    let mut g = c.benchmark_group("dispatch");
+    g.throughput(Throughput::Elements(1));
+
+    // Kubelets: watcher i watches spec.nodeName=node-i; each event reaches one of them.
+    let (hub, mut rxs) = hub_with(n, |i| WatchFilter {
+        fields: FieldSelector::parse(&format!("spec.nodeName=node-{i}")).unwrap(),
+        ..Default::default()
+    });
+    let objs: Vec<Arc<CachedObject>> = (0..64)
+        .map(|i| cached(&s, i * 131 % nodes, 1 + i as u64))
+        .collect();
+    let mut rv = 1_000u64;
+    let mut k = 0usize;
+    g.bench_function(
+        "one event to 10,000 kubelet watchers (indexed by spec.nodeName)",
+        |b| {
+            b.iter(|| {
+                rv += 1;
+                k = (k + 1) % objs.len();
+                let o = Arc::new(objs[k].with_resource_version(rv));
+                let node = k * 131 % nodes;
+                let mut st = hub.lock();
+                hub.publish(&mut st, Change::Upsert, o, Some(objs[k].clone()));
+                drop(st);
+                // The one recipient reads it, so its queue never fills.
+                rxs[node]
+                    .try_recv()
+                    .flatten()
+                    .expect("delivered to its kubelet")
+            })
+        },
+    );
+    drop((hub, rxs));
+
+    // Everyone: 10,000 watchers of the namespace, each event reaches all of them
+    // (the cost includes every recipient reading its copy of the shared line).
+    let ns = s.namespace_of(0);
+    let (hub, mut rxs) = hub_with(n, |_| WatchFilter {
+        namespace: Some(ns.clone().into()),
+        ..Default::default()
+    });
+    let base = cached(&s, 0, 1);
+    g.bench_function(
+        "one event to 10,000 watchers that all match (+ their reads)",
+        |b| {
+            b.iter_batched(
+                || {
+                    rv += 1;
+                    Arc::new(base.with_resource_version(rv))
+                },
+                |o| {
+                    let mut st = hub.lock();
+                    hub.publish(&mut st, Change::Upsert, o, Some(base.clone()));
+                    drop(st);
+                    for rx in rxs.iter_mut() {
+                        rx.try_recv().flatten().expect("delivered to every watcher");
+                    }
+                },
+                BatchSize::SmallInput,
+            )
+        },
+    );
+    g.finish();
+}
+
+fn config() -> Criterion {
+    let c = Criterion::default().configure_from_args();
+    if quick() {
+        c.warm_up_time(Duration::from_millis(200))
+            .measurement_time(Duration::from_millis(500))
+            .sample_size(10)
+    } else {
+        c
+    }
+}
+
+criterion_group! {
+    name = benches;
+    config = config();
+    targets = selectors, framing, lists, upstream_events, dispatch
+}
+criterion_main!(benches);

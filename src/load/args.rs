@@ -1,0 +1,221 @@
+//! Flags of `watchgate load <scenario>`.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Subcommand};
+
+use super::target::Protocol;
+use crate::config::parse_duration;
+
+/// `watchgate load`: a load generator for any apiserver-compatible URL.
+#[derive(Args, Debug, Clone)]
+pub struct LoadArgs {
+    #[command(subcommand)]
+    pub scenario: Scenario,
+}
+
+#[derive(Subcommand, Debug, Clone)]
+pub enum Scenario {
+    /// N watchers on one resource (optionally with selectors), over HTTP/1.1 or HTTP/2.
+    WatchFanout(FanoutArgs),
+    /// N watchers with fieldSelector=spec.nodeName=<node>, the way kubelets watch pods.
+    Kubelets(KubeletArgs),
+    /// N clients that list (RV=0) then watch from the list's RV at once: a restart storm.
+    Informers(InformerArgs),
+    /// Repeated lists (RV=0 by default), optionally paginated or with selectors, at a rate
+    /// or in a closed loop.
+    Lists(ListArgs),
+    /// A blend: fan-out watchers, kubelets, informers and lists in one run.
+    Mixed(MixedArgs),
+}
+
+/// Flags every scenario takes.
+#[derive(Args, Debug, Clone)]
+pub struct Common {
+    /// The target's URL (a watchgate, a kube-apiserver or the simulator). Without it, the
+    /// kubeconfig (--kubeconfig, $KUBECONFIG, ~/.kube/config, in-cluster) is used.
+    #[arg(long)]
+    pub server: Option<String>,
+    /// Path to a kubeconfig for the target.
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    /// The kubeconfig context to use.
+    #[arg(long)]
+    pub context: Option<String>,
+    /// Send the writer's writes directly to this URL (e.g. the upstream behind the
+    /// gateway) instead of through the target.
+    #[arg(long)]
+    pub write_server: Option<String>,
+    /// Writes per second (merge patches of the pool's pods, each stamped with its time).
+    #[arg(long, default_value_t = 10.0)]
+    pub rate: f64,
+    /// How long to apply load (the writer's window; watchers then drain).
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    pub duration: Duration,
+    /// Namespace of the writer's objects (created if missing).
+    #[arg(long, default_value = "watchgate-load")]
+    pub namespace: String,
+    /// Number of pods the writer creates and updates round-robin.
+    #[arg(long, default_value_t = 100)]
+    pub pool: usize,
+    /// Approximate JSON size of each of the writer's pods, in bytes.
+    #[arg(long, default_value_t = 1024)]
+    pub object_size: usize,
+    /// Label shards of the pool (`load-shard=0..N-1`), for label-selector watches.
+    #[arg(long, default_value_t = 10)]
+    pub shards: usize,
+    /// Writes in flight at most (beyond it, ticks are skipped and counted).
+    #[arg(long, default_value_t = 64)]
+    pub write_concurrency: usize,
+    /// How watch streams are carried.
+    #[arg(long, value_enum, default_value_t = Protocol::Http1)]
+    pub protocol: Protocol,
+    /// Watches per HTTP/2 connection (with --protocol http2 on an http:// target).
+    #[arg(long, default_value_t = 100)]
+    pub streams_per_connection: usize,
+    /// Watch requests awaiting their response headers at once (connect storms beyond the
+    /// listen backlog only measure SYN retries).
+    #[arg(long, default_value_t = 256)]
+    pub connect_concurrency: usize,
+    /// After the writer stops, how long watchers may take to receive its last writes.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    pub drain_timeout: Duration,
+    /// The target's Prometheus endpoint, for its CPU seconds and RSS over the run.
+    #[arg(long)]
+    pub metrics_url: Option<String>,
+    /// The target's process id on this machine, for its CPU seconds and RSS (/proc).
+    #[arg(long)]
+    pub target_pid: Option<u32>,
+    /// Print the summary as JSON on stdout (the table goes to stderr).
+    #[arg(long)]
+    pub json: bool,
+    /// Write an SVG plot (latency over time and CDF) to this path.
+    #[arg(long)]
+    pub plot: Option<PathBuf>,
+    /// No progress bar.
+    #[arg(long)]
+    pub no_progress: bool,
+    /// Leave the writer's pods in place at the end.
+    #[arg(long)]
+    pub keep_objects: bool,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct FanoutArgs {
+    #[command(flatten)]
+    pub common: Common,
+    /// Number of watchers.
+    #[arg(long, default_value_t = 100)]
+    pub watchers: usize,
+    /// Label selector of every watch (e.g. `load-shard=3`).
+    #[arg(long)]
+    pub label_selector: Option<String>,
+    /// Field selector of every watch (e.g. `spec.nodeName=load-node-1`).
+    #[arg(long)]
+    pub field_selector: Option<String>,
+    /// Watch pods in all namespaces instead of the load namespace.
+    #[arg(long)]
+    pub all_namespaces: bool,
+    /// Close and reopen every watch (resuming from its last RV) about this often:
+    /// connect/disconnect churn.
+    #[arg(long, value_parser = parse_duration)]
+    pub reconnect_every: Option<Duration>,
+    /// Nodes the pool's pods are spread over.
+    #[arg(long, default_value_t = 10)]
+    pub nodes: usize,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct KubeletArgs {
+    #[command(flatten)]
+    pub common: Common,
+    /// Number of kubelets (one watch each, on its own node).
+    #[arg(long, default_value_t = 100)]
+    pub nodes: usize,
+    /// Node names are `<prefix>-<i>`.
+    #[arg(long, default_value = "load-node")]
+    pub node_prefix: String,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct InformerArgs {
+    #[command(flatten)]
+    pub common: Common,
+    /// Number of informers starting at once.
+    #[arg(long, default_value_t = 100)]
+    pub clients: usize,
+    /// Label selector of every informer.
+    #[arg(long)]
+    pub label_selector: Option<String>,
+    /// Informers list and watch pods in all namespaces instead of the load namespace.
+    #[arg(long)]
+    pub all_namespaces: bool,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct ListArgs {
+    #[command(flatten)]
+    pub common: Common,
+    /// Lists in flight at once (closed loop), or at most (with --list-rate).
+    #[arg(long, default_value_t = 4)]
+    pub concurrency: usize,
+    /// Lists per second (0: closed loop).
+    #[arg(long, default_value_t = 0.0)]
+    pub list_rate: f64,
+    /// Page size (`limit`); 0 lists in one response.
+    #[arg(long, default_value_t = 0)]
+    pub limit: usize,
+    /// The collection to list.
+    #[arg(long, default_value = "/api/v1/pods")]
+    pub path: String,
+    /// The resourceVersion parameter of each list.
+    #[arg(long, default_value = "0")]
+    pub resource_version: String,
+    #[arg(long)]
+    pub label_selector: Option<String>,
+    #[arg(long)]
+    pub field_selector: Option<String>,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct MixedArgs {
+    #[command(flatten)]
+    pub common: Common,
+    /// Fan-out watchers on the load namespace.
+    #[arg(long, default_value_t = 100)]
+    pub watchers: usize,
+    /// Kubelet-style watchers (one per node of the pool).
+    #[arg(long, default_value_t = 10)]
+    pub kubelets: usize,
+    /// Informers (list then watch).
+    #[arg(long, default_value_t = 10)]
+    pub informers: usize,
+    /// Closed-loop list workers.
+    #[arg(long, default_value_t = 1)]
+    pub list_concurrency: usize,
+    /// The collection the list workers read.
+    #[arg(long, default_value = "/api/v1/pods")]
+    pub list_path: String,
+}
+
+/// `watchgate load` as a parser of its own, for tests and embedding.
+#[derive(clap::Parser, Debug)]
+#[command(name = "watchgate load")]
+struct LoadCli {
+    #[command(flatten)]
+    args: LoadArgs,
+}
+
+/// Parses `watchgate load` arguments (without the program and `load` words), e.g.
+/// `["watch-fanout", "--watchers", "10", "--server", "http://127.0.0.1:8001"]`.
+pub fn parse<I, S>(argv: I) -> Result<LoadArgs, clap::Error>
+where
+    I: IntoIterator<Item = S>,
+    S: Into<std::ffi::OsString> + Clone,
+{
+    use clap::Parser as _;
+    let all = std::iter::once(std::ffi::OsString::from("watchgate-load"))
+        .chain(argv.into_iter().map(Into::into));
+    LoadCli::try_parse_from(all).map(|c| c.args)
+}

@@ -1,0 +1,223 @@
+//! The run's summary: one struct, printed as a table for people and as JSON for machines.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use hdrhistogram::Histogram;
+use serde::Serialize;
+
+use super::checker::Violation;
+use super::probe::Sample;
+
+/// Percentiles of a latency histogram, in milliseconds.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Latency {
+    pub count: u64,
+    pub p50_ms: f64,
+    pub p90_ms: f64,
+    pub p99_ms: f64,
+    pub max_ms: f64,
+}
+
+impl Latency {
+    pub fn of(h: &Histogram<u64>) -> Self {
+        if h.is_empty() {
+            return Self::default();
+        }
+        let ms = |us: u64| us as f64 / 1000.0;
+        Self {
+            count: h.len(),
+            p50_ms: ms(h.value_at_quantile(0.50)),
+            p90_ms: ms(h.value_at_quantile(0.90)),
+            p99_ms: ms(h.value_at_quantile(0.99)),
+            max_ms: ms(h.max()),
+        }
+    }
+}
+
+/// The target's cost over the run (when it could be read).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct TargetCost {
+    pub cpu_seconds: Option<f64>,
+    pub rss_start_bytes: Option<f64>,
+    pub rss_end_bytes: Option<f64>,
+    pub rss_peak_bytes: Option<f64>,
+    /// CPU time of the target per event delivered to a watcher (µs).
+    pub cpu_us_per_delivery: Option<f64>,
+    /// CPU time of the target per write the writer made (µs): per upstream event.
+    pub cpu_us_per_write: Option<f64>,
+    /// RSS growth from before the watchers connected to the end, per watcher (bytes).
+    pub rss_per_watcher_bytes: Option<f64>,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Summary {
+    pub scenario: String,
+    pub target: String,
+    pub protocol: String,
+    pub watchers: usize,
+    pub list_workers: usize,
+    pub duration_s: f64,
+    pub write_rate: f64,
+    pub writes: u64,
+    pub writes_behind: u64,
+    pub events: u64,
+    pub checked_events: u64,
+    pub events_per_s: f64,
+    pub bookmarks: u64,
+    pub watch_requests: u64,
+    pub watch_mb_per_s: f64,
+    pub lists: u64,
+    pub lists_per_s: f64,
+    pub list_mb_per_s: f64,
+    pub delivery: Latency,
+    pub list_latency: Latency,
+    pub write_latency: Latency,
+    pub watch_connect_latency: Latency,
+    pub errors: BTreeMap<String, u64>,
+    pub watchers_terminated: u64,
+    pub gone_410: u64,
+    pub violations: Vec<Violation>,
+    pub violation_count: u64,
+    pub target_cost: TargetCost,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub target_samples: Vec<Sample>,
+    pub ok: bool,
+}
+
+fn opt(v: Option<f64>, f: impl Fn(f64) -> String) -> String {
+    v.map(f).unwrap_or_else(|| "n/a".into())
+}
+
+fn mib(b: f64) -> String {
+    format!("{:.1} MiB", b / 1048576.0)
+}
+
+impl Summary {
+    pub fn table(&self) -> String {
+        let mut s = String::new();
+        let l = |s: &mut String, k: &str, v: String| {
+            let _ = writeln!(s, "  {k:<26} {v}");
+        };
+        let _ = writeln!(
+            s,
+            "\nwatchgate load {} against {} ({}, {:.1} s)",
+            self.scenario, self.target, self.protocol, self.duration_s
+        );
+        l(&mut s, "watchers", self.watchers.to_string());
+        if self.list_workers > 0 {
+            l(&mut s, "list workers", self.list_workers.to_string());
+        }
+        l(
+            &mut s,
+            "writes",
+            format!(
+                "{} at {}/s ({} skipped: writer behind)",
+                self.writes, self.write_rate, self.writes_behind
+            ),
+        );
+        l(
+            &mut s,
+            "events delivered",
+            format!(
+                "{} ({} checked), {:.0} events/s, {:.2} MB/s",
+                self.events, self.checked_events, self.events_per_s, self.watch_mb_per_s
+            ),
+        );
+        let d = &self.delivery;
+        l(
+            &mut s,
+            "delivery latency",
+            format!(
+                "p50 {:.2} ms  p90 {:.2} ms  p99 {:.2} ms  max {:.2} ms  (n={})",
+                d.p50_ms, d.p90_ms, d.p99_ms, d.max_ms, d.count
+            ),
+        );
+        if self.lists > 0 {
+            let d = &self.list_latency;
+            l(
+                &mut s,
+                "lists",
+                format!(
+                    "{} ({:.1} lists/s, {:.1} MB/s); p50 {:.1} ms  p99 {:.1} ms  max {:.1} ms",
+                    self.lists, self.lists_per_s, self.list_mb_per_s, d.p50_ms, d.p99_ms, d.max_ms
+                ),
+            );
+        }
+        let w = &self.write_latency;
+        l(
+            &mut s,
+            "write latency",
+            format!("p50 {:.2} ms  p99 {:.2} ms", w.p50_ms, w.p99_ms),
+        );
+        let c = &self.watch_connect_latency;
+        l(
+            &mut s,
+            "watch requests",
+            format!(
+                "{} (time to headers p50 {:.2} ms  p99 {:.2} ms)",
+                self.watch_requests, c.p50_ms, c.p99_ms
+            ),
+        );
+        l(&mut s, "bookmarks", self.bookmarks.to_string());
+        l(
+            &mut s,
+            "watchers terminated",
+            self.watchers_terminated.to_string(),
+        );
+        l(&mut s, "410 Gone", self.gone_410.to_string());
+        let errors = if self.errors.is_empty() {
+            "none".to_string()
+        } else {
+            self.errors
+                .iter()
+                .map(|(k, v)| format!("{k}: {v}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        l(&mut s, "errors", errors);
+        let t = &self.target_cost;
+        l(
+            &mut s,
+            "target CPU",
+            format!(
+                "{} ({} per delivery, {} per write)",
+                opt(t.cpu_seconds, |v| format!("{v:.2} s")),
+                opt(t.cpu_us_per_delivery, |v| format!("{v:.2} µs")),
+                opt(t.cpu_us_per_write, |v| format!("{v:.0} µs")),
+            ),
+        );
+        l(
+            &mut s,
+            "target RSS",
+            format!(
+                "start {}, end {}, peak {} ({} per watcher)",
+                opt(t.rss_start_bytes, mib),
+                opt(t.rss_end_bytes, mib),
+                opt(t.rss_peak_bytes, mib),
+                opt(t.rss_per_watcher_bytes, |v| format!(
+                    "{:.2} KiB",
+                    v / 1024.0
+                )),
+            ),
+        );
+        l(
+            &mut s,
+            "stream violations",
+            if self.violation_count == 0 {
+                "0".into()
+            } else {
+                format!("{} (FAILED)", self.violation_count)
+            },
+        );
+        for v in self.violations.iter().take(20) {
+            let _ = writeln!(s, "    {v}");
+        }
+        let _ = writeln!(
+            s,
+            "  result                     {}",
+            if self.ok { "ok" } else { "FAILED" }
+        );
+        s
+    }
+}

@@ -1,0 +1,385 @@
+//! One run, start to finish (see the module docs of `load`).
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use http::Method;
+use http_body_util::BodyExt;
+use tokio_util::sync::CancellationToken;
+
+use super::args::LoadArgs;
+use super::checker::WriterLog;
+use super::plan::Plan;
+use super::plot::{write_svg, PlotData};
+use super::pool::Pool;
+use super::probe::{Probe, Sample};
+use super::report::{Latency, Summary, TargetCost};
+use super::stats::Stats;
+use super::target::Target;
+use super::watcher::{self, Ctx};
+use super::{lister, writer};
+
+/// `watchgate load <scenario>`: runs, prints, and fails on any stream violation.
+pub async fn run(args: LoadArgs) -> anyhow::Result<()> {
+    let plan = Plan::from_scenario(&args.scenario);
+    let summary = execute(&plan).await?;
+    if plan.common.json {
+        eprint!("{}", summary.table());
+        println!("{}", serde_json::to_string_pretty(&summary)?);
+    } else {
+        print!("{}", summary.table());
+    }
+    if !summary.ok {
+        anyhow::bail!(
+            "the run FAILED: {} stream violation(s), {} watcher(s) never connected",
+            summary.violation_count,
+            summary
+                .watchers
+                .saturating_sub(summary.watch_requests as usize)
+                .min(summary.watchers)
+        );
+    }
+    Ok(())
+}
+
+/// Raises the soft open-files limit to the hard one: every watcher is a socket.
+fn raise_fd_limit(wanted: usize) {
+    match rlimit::increase_nofile_limit(u64::MAX) {
+        Ok(n) if (n as usize) < wanted + 64 => eprintln!(
+            "warning: the open-files limit is {n}, below the {wanted} sockets this run needs \
+             (raise the hard limit: ulimit -Hn)"
+        ),
+        Ok(_) => {}
+        Err(e) => eprintln!("warning: could not raise the open-files limit: {e}"),
+    }
+}
+
+/// Starts the target's cache for pods (its first cacheable read does) and waits, bounded,
+/// until lists come from the cache: watchers then start from an RV the cache has seen.
+/// A target that is not a watchgate never sends the header; that ends the wait at once.
+async fn warm_up(target: &Target, path: &str) {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while Instant::now() < deadline {
+        let Ok(resp) = target
+            .send(
+                Method::GET,
+                &format!("{path}?resourceVersion=0&limit=1"),
+                None,
+            )
+            .await
+        else {
+            return;
+        };
+        let source = resp
+            .headers()
+            .get("x-watchgate-source")
+            .map(|v| v.as_bytes().to_vec());
+        let _ = resp.into_body().collect().await;
+        match source.as_deref() {
+            None | Some(b"cache") => return,
+            _ => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+}
+
+fn run_id() -> String {
+    format!("{:08x}", rand::random::<u32>())
+}
+
+pub async fn execute(plan: &Plan) -> anyhow::Result<Summary> {
+    let c = &plan.common;
+    anyhow::ensure!(c.rate.is_finite() && c.rate >= 0.0, "--rate must be >= 0");
+    let total_watchers = plan.watchers();
+    raise_fd_limit(total_watchers + c.write_concurrency + 16);
+
+    let target = Target::resolve(
+        c.server.as_deref(),
+        c.kubeconfig.as_ref(),
+        c.context.as_deref(),
+        c.streams_per_connection,
+    )
+    .await?;
+    let write_target = match &c.write_server {
+        Some(url) => Target::resolve(Some(url), None, None, 1).await?,
+        None => target.clone(),
+    };
+    let pool = Arc::new(Pool {
+        run: run_id(),
+        namespace: c.namespace.clone(),
+        size: c.pool.max(plan.kubelets).max(1),
+        nodes: plan.nodes.max(1),
+        node_prefix: plan.node_prefix.clone(),
+        shards: c.shards.max(1),
+        object_size: c.object_size,
+    });
+    let probe = Probe {
+        metrics_url: c.metrics_url.clone(),
+        pid: c.target_pid,
+    };
+    let stats = Arc::new(Stats::new());
+
+    warm_up(&target, "/api/v1/pods").await;
+    let start_rv = writer::create_pool(&write_target, &pool, 32)
+        .await
+        .context("creating the writer's pool")?;
+    // After the pool: its objects in the target's cache are not watcher memory.
+    let before = probe.sample().await;
+
+    // Watchers connect before the clock starts.
+    let stop = CancellationToken::new();
+    let ctx = Arc::new(Ctx {
+        target: target.clone(),
+        stats: stats.clone(),
+        pool: pool.clone(),
+        stop: stop.clone(),
+        drain_log: Default::default(),
+        draining: CancellationToken::new(),
+        connect_gate: Arc::new(tokio::sync::Semaphore::new(c.connect_concurrency.max(1))),
+    });
+    let groups = plan.watcher_groups();
+    let mut watchers = tokio::task::JoinSet::new();
+    let mut id = 0usize;
+    for (gi, (spec, n)) in groups.iter().enumerate() {
+        for _ in 0..*n {
+            watchers.spawn(watcher::run(ctx.clone(), id, gi, spec.clone(), start_rv));
+            id += 1;
+        }
+    }
+    let progress = progress_bar(c.no_progress, total_watchers);
+    let connect_deadline = Instant::now()
+        + Duration::from_secs(30).max(Duration::from_millis(20 * total_watchers as u64));
+    while (Stats::get(&stats.c.watching) as usize) < total_watchers
+        && Instant::now() < connect_deadline
+    {
+        progress.set_message(format!(
+            "connecting: {}/{total_watchers} watching",
+            Stats::get(&stats.c.watching)
+        ));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let connected = Stats::get(&stats.c.watching) as usize;
+    let idle = probe.sample().await;
+
+    // The measured window.
+    let log = Arc::new(Mutex::new(WriterLog::default()));
+    let writer_stop = CancellationToken::new();
+    let started = Instant::now();
+    stats.mark_start();
+    let events0 = Stats::get(&stats.c.events);
+    let cpu0 = probe.sample().await;
+    let probe_stop = CancellationToken::new();
+    let sampler = probe
+        .is_set()
+        .then(|| tokio::spawn(probe.clone().watch(probe_stop.clone())));
+    let writer_task = tokio::spawn(writer::run(
+        write_target.clone(),
+        pool.clone(),
+        c.rate,
+        c.write_concurrency,
+        stats.clone(),
+        log.clone(),
+        writer_stop.clone(),
+    ));
+    let list_task = plan.lists.clone().map(|lp| {
+        let (t, s, st) = (target.clone(), stats.clone(), writer_stop.clone());
+        if lp.rate > 0.0 {
+            tokio::spawn(lister::at_rate(t, lp.spec, lp.rate, lp.concurrency, s, st))
+        } else {
+            tokio::spawn(lister::closed_loop(t, lp.spec, lp.concurrency, s, st))
+        }
+    });
+    let end = started + c.duration;
+    progress.set_length(c.duration.as_millis() as u64);
+    let mut last = (Instant::now(), 0u64, 0u64, 0u64);
+    while Instant::now() < end {
+        tokio::time::sleep(Duration::from_millis(250).min(end - Instant::now())).await;
+        let now = Instant::now();
+        let (ev, wr, li) = (
+            Stats::get(&stats.c.events),
+            Stats::get(&stats.c.writes),
+            Stats::get(&stats.c.lists),
+        );
+        let dt = now.duration_since(last.0).as_secs_f64().max(1e-3);
+        if dt >= 1.0 {
+            progress.set_message(format!(
+                "{} watching | {:.0} events/s | {:.0} writes/s | {:.1} lists/s | {} errors",
+                Stats::get(&stats.c.watching),
+                (ev - last.1) as f64 / dt,
+                (wr - last.2) as f64 / dt,
+                (li - last.3) as f64 / dt,
+                stats.errors().values().sum::<u64>()
+            ));
+            last = (now, ev, wr, li);
+        }
+        progress.set_position(started.elapsed().as_millis() as u64);
+    }
+    writer_stop.cancel();
+    let _ = writer_task.await;
+    if let Some(t) = list_task {
+        let _ = t.await;
+    }
+    let window = started.elapsed();
+    let events_in_window = Stats::get(&stats.c.events) - events0;
+    let cpu1 = probe.sample().await;
+    probe_stop.cancel();
+    let samples = match sampler {
+        Some(t) => t.await.unwrap_or_default(),
+        None => Vec::new(),
+    };
+
+    // Drain: every watcher receives the last write it must see, or the timeout ends it.
+    let final_log = Arc::new(log.lock().unwrap().clone());
+    let _ = ctx.drain_log.set(final_log.clone());
+    ctx.draining.cancel();
+    progress.set_message("draining: waiting for the last writes to arrive");
+    let mut outcomes = Vec::with_capacity(total_watchers);
+    let drain_deadline = tokio::time::Instant::now() + c.drain_timeout;
+    loop {
+        tokio::select! {
+            r = watchers.join_next() => match r {
+                Some(Ok(o)) => outcomes.push(o),
+                Some(Err(e)) => anyhow::bail!("a watcher panicked: {e}"),
+                None => break,
+            },
+            _ = tokio::time::sleep_until(drain_deadline), if !stop.is_cancelled() => stop.cancel(),
+        }
+    }
+    stop.cancel();
+    progress.finish_and_clear();
+
+    // Check every stream against the writer's log.
+    let selectors: Vec<_> = groups
+        .iter()
+        .map(|(s, _)| s.selectors())
+        .collect::<anyhow::Result<_>>()?;
+    let mut violations = Vec::new();
+    let mut violation_count = 0u64;
+    for o in &outcomes {
+        let (l, f) = &selectors[o.group];
+        let v = o
+            .check
+            .verify(&final_log, |r| pool.matches(r, l.as_ref(), f.as_ref()));
+        violation_count += v.len() as u64 + o.check.dropped_violations();
+        if violations.len() < 100 {
+            violations.extend(v);
+        }
+    }
+    violations.truncate(100);
+
+    if !c.keep_objects {
+        writer::delete_pool(&write_target, &pool, 32).await;
+    }
+
+    let secs = window.as_secs_f64();
+    let writes = Stats::get(&stats.c.writes);
+    let cost = target_cost(
+        &before,
+        &idle,
+        &cpu0,
+        &cpu1,
+        &samples,
+        events_in_window,
+        writes,
+        connected,
+    );
+    let summary = Summary {
+        scenario: plan.name.into(),
+        target: target.url().to_string(),
+        protocol: format!("{:?}", c.protocol).to_lowercase(),
+        watchers: total_watchers,
+        list_workers: plan.lists.as_ref().map_or(0, |l| l.concurrency),
+        duration_s: secs,
+        write_rate: c.rate,
+        writes,
+        writes_behind: Stats::get(&stats.c.writes_behind),
+        events: Stats::get(&stats.c.events),
+        checked_events: Stats::get(&stats.c.checked),
+        events_per_s: events_in_window as f64 / secs,
+        bookmarks: Stats::get(&stats.c.bookmarks),
+        watch_requests: Stats::get(&stats.c.watch_requests),
+        watch_mb_per_s: Stats::get(&stats.c.watch_bytes) as f64 / 1e6 / secs,
+        lists: Stats::get(&stats.c.lists),
+        lists_per_s: Stats::get(&stats.c.lists) as f64 / secs,
+        list_mb_per_s: Stats::get(&stats.c.list_bytes) as f64 / 1e6 / secs,
+        delivery: Latency::of(&stats.delivery()),
+        list_latency: Latency::of(&stats.list_latency()),
+        write_latency: Latency::of(&stats.write_latency()),
+        watch_connect_latency: Latency::of(&stats.watch_connect_latency()),
+        errors: stats.errors(),
+        watchers_terminated: Stats::get(&stats.c.terminated),
+        gone_410: Stats::get(&stats.c.gone),
+        violations,
+        violation_count,
+        target_cost: cost,
+        target_samples: samples,
+        ok: violation_count == 0 && connected >= total_watchers,
+    };
+    if let Some(path) = &c.plot {
+        let data = PlotData::from_histograms(
+            format!(
+                "watchgate load {}: {} watchers, {} writes/s, {}",
+                plan.name,
+                total_watchers,
+                c.rate,
+                target.url()
+            ),
+            &stats.delivery_per_second(),
+            &stats.delivery(),
+        );
+        write_svg(path, &data).with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(summary)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn target_cost(
+    before: &Sample,
+    idle: &Sample,
+    cpu0: &Sample,
+    cpu1: &Sample,
+    samples: &[Sample],
+    deliveries: u64,
+    writes: u64,
+    watchers: usize,
+) -> TargetCost {
+    let cpu = match (cpu0.cpu_seconds, cpu1.cpu_seconds) {
+        (Some(a), Some(b)) => Some(b - a),
+        _ => None,
+    };
+    let peak = samples
+        .iter()
+        .chain([cpu1])
+        .filter_map(|s| s.rss_bytes)
+        .fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.max(v))));
+    TargetCost {
+        cpu_seconds: cpu,
+        rss_start_bytes: before.rss_bytes,
+        rss_end_bytes: cpu1.rss_bytes,
+        rss_peak_bytes: peak,
+        cpu_us_per_delivery: cpu
+            .filter(|_| deliveries > 0)
+            .map(|s| s * 1e6 / deliveries as f64),
+        cpu_us_per_write: cpu.filter(|_| writes > 0).map(|s| s * 1e6 / writes as f64),
+        rss_per_watcher_bytes: match (before.rss_bytes, idle.rss_bytes) {
+            (Some(a), Some(b)) if watchers > 0 => Some((b - a) / watchers as f64),
+            _ => None,
+        },
+    }
+}
+
+fn progress_bar(hidden: bool, watchers: usize) -> indicatif::ProgressBar {
+    let pb = if hidden {
+        indicatif::ProgressBar::hidden()
+    } else {
+        indicatif::ProgressBar::new(1)
+    };
+    pb.set_style(
+        indicatif::ProgressStyle::with_template("{elapsed:>4} [{bar:30}] {msg}")
+            .expect("a valid template")
+            .progress_chars("=> "),
+    );
+    pb.set_message(format!("connecting {watchers} watchers"));
+    pb.enable_steady_tick(Duration::from_millis(250));
+    pb
+}

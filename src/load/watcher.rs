@@ -1,0 +1,352 @@
+//! One watcher: connects, reads its stream, checks every event on the writer's objects,
+//! records delivery latencies, and behaves like a reflector when its stream ends (resume
+//! from the last RV) or expires (410: relist, then watch from the list's RV).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+use http::Method;
+use http_body_util::BodyExt;
+use tokio_util::sync::CancellationToken;
+
+use super::checker::{EventType, StreamCheck, WriterLog};
+use super::lister::{list_once, ListSpec};
+use super::pool::Pool;
+use super::scan::{scan, Kind};
+use super::stats::{unix_ns, Stats};
+use super::target::{Protocol, Target};
+use crate::selector::field::FieldSelector;
+use crate::selector::label::LabelSelector;
+
+/// What a group of watchers watches.
+#[derive(Debug, Clone)]
+pub struct WatchSpec {
+    /// Collection path, e.g. `/api/v1/namespaces/watchgate-load/pods`.
+    pub path: String,
+    pub label_selector: Option<String>,
+    pub field_selector: Option<String>,
+    /// List (RV=0) first, then watch from the list's RV (an informer); otherwise watch
+    /// from the run's start RV.
+    pub list_first: bool,
+    pub protocol: Protocol,
+    /// Close and reopen the watch this often (connect/disconnect churn).
+    pub reconnect_every: Option<Duration>,
+}
+
+impl WatchSpec {
+    pub fn selectors(&self) -> anyhow::Result<(Option<LabelSelector>, Option<FieldSelector>)> {
+        let l = match &self.label_selector {
+            Some(s) => Some(LabelSelector::parse(s).map_err(anyhow::Error::msg)?),
+            None => None,
+        };
+        let f = match &self.field_selector {
+            Some(s) => Some(FieldSelector::parse(s).map_err(anyhow::Error::msg)?),
+            None => None,
+        };
+        Ok((l, f))
+    }
+
+    fn selector_query(&self) -> String {
+        let mut q = form_urlencoded::Serializer::new(String::new());
+        if let Some(s) = &self.label_selector {
+            q.append_pair("labelSelector", s);
+        }
+        if let Some(s) = &self.field_selector {
+            q.append_pair("fieldSelector", s);
+        }
+        q.finish()
+    }
+}
+
+/// What every watcher shares.
+pub struct Ctx {
+    pub target: Target,
+    pub stats: Arc<Stats>,
+    pub pool: Arc<Pool>,
+    /// Cancelled when the run is over (after the drain, or on Ctrl-C).
+    pub stop: CancellationToken,
+    /// Set when the writer has stopped: the final log, so each watcher knows the last RV
+    /// it must see before it may stop. `draining` is cancelled right after it is set.
+    pub drain_log: std::sync::OnceLock<Arc<WriterLog>>,
+    pub draining: CancellationToken,
+    /// Bounds watch requests awaiting their response headers (connect storms).
+    pub connect_gate: Arc<tokio::sync::Semaphore>,
+}
+
+/// A watcher's state at the end of the run.
+pub struct Outcome {
+    pub id: usize,
+    pub group: usize,
+    pub check: StreamCheck,
+}
+
+/// The last RV of the writer's log this watcher must receive.
+fn needed_rv(
+    log: &WriterLog,
+    pool: &Pool,
+    after: u64,
+    sel: &(Option<LabelSelector>, Option<FieldSelector>),
+) -> u64 {
+    log.range(after, None)
+        .filter(|r| pool.matches(r, sel.0.as_ref(), sel.1.as_ref()))
+        .map(|r| r.rv)
+        .last()
+        .unwrap_or(0)
+}
+
+enum StreamEnd {
+    /// The run is over for this watcher.
+    Done,
+    /// The server ended the stream (or the connection broke): resume.
+    Ended,
+    /// Planned churn: reconnect.
+    Reconnect,
+    /// 410: relist, then watch again.
+    Expired,
+}
+
+pub async fn run(
+    ctx: Arc<Ctx>,
+    id: usize,
+    group: usize,
+    spec: Arc<WatchSpec>,
+    start_rv: u64,
+) -> Outcome {
+    let sel = spec.selectors().unwrap_or((None, None));
+    let stats = &ctx.stats;
+    let list_spec = ListSpec {
+        path: spec.path.clone(),
+        query: spec.selector_query(),
+        limit: 0,
+        resource_version: "0".into(),
+    };
+    let mut check = StreamCheck::new(id, start_rv);
+    if spec.list_first {
+        loop {
+            if ctx.stop.is_cancelled() {
+                return Outcome { id, group, check };
+            }
+            match list_once(&ctx.target, &list_spec, stats).await {
+                Ok(rv) => {
+                    check = StreamCheck::new(id, rv);
+                    break;
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+            }
+        }
+    }
+    let mut needed: Option<u64> = None;
+    loop {
+        if ctx.stop.is_cancelled() {
+            break;
+        }
+        let end = stream_once(&ctx, id, &spec, &sel, &mut check, &mut needed).await;
+        match end {
+            StreamEnd::Done => break,
+            StreamEnd::Reconnect => {}
+            StreamEnd::Ended => {
+                Stats::add(&stats.c.terminated, 1);
+            }
+            StreamEnd::Expired => {
+                Stats::add(&stats.c.gone, 1);
+                // A reflector relists and watches from the list's RV.
+                loop {
+                    if ctx.stop.is_cancelled() {
+                        return Outcome { id, group, check };
+                    }
+                    match list_once(&ctx.target, &list_spec, stats).await {
+                        Ok(rv) => {
+                            check.relisted(rv);
+                            break;
+                        }
+                        Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+                    }
+                }
+            }
+        }
+    }
+    Outcome { id, group, check }
+}
+
+fn reached(needed: Option<u64>, check: &StreamCheck) -> bool {
+    needed.is_some_and(|n| check.last_rv() >= n)
+}
+
+async fn stream_once(
+    ctx: &Ctx,
+    id: usize,
+    spec: &WatchSpec,
+    sel: &(Option<LabelSelector>, Option<FieldSelector>),
+    check: &mut StreamCheck,
+    needed: &mut Option<u64>,
+) -> StreamEnd {
+    let stats = &ctx.stats;
+    // The serializer is not Send: build the query in a block.
+    let mut q = {
+        let mut q = form_urlencoded::Serializer::new(String::new());
+        q.append_pair("watch", "1")
+            .append_pair("resourceVersion", &check.last_rv().to_string())
+            .append_pair("allowWatchBookmarks", "true");
+        q.finish()
+    };
+    let sq = spec.selector_query();
+    if !sq.is_empty() {
+        q.push('&');
+        q.push_str(&sq);
+    }
+    let path = format!("{}?{q}", spec.path);
+    let t0 = Instant::now();
+    Stats::add(&stats.c.watch_requests, 1);
+    let req = async {
+        match spec.protocol {
+            Protocol::Http1 => ctx.target.send(Method::GET, &path, None).await,
+            Protocol::Http2 => ctx.target.get_h2(&path).await,
+        }
+    };
+    let resp = tokio::select! {
+        _ = ctx.stop.cancelled() => return StreamEnd::Done,
+        r = async {
+            let _permit = ctx.connect_gate.acquire().await;
+            req.await
+        } => r,
+    };
+    let resp = match resp {
+        Ok(r) => r,
+        Err(_) => {
+            stats.error("watch: connection");
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            return StreamEnd::Reconnect;
+        }
+    };
+    if resp.status() == http::StatusCode::GONE {
+        stats.error("watch 410");
+        return StreamEnd::Expired;
+    }
+    if !resp.status().is_success() {
+        stats.error(format!("watch {}", resp.status().as_u16()));
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        return StreamEnd::Reconnect;
+    }
+    stats.record_watch_connect(t0.elapsed().as_micros() as u64);
+    Stats::add(&stats.c.watching, 1);
+    let _watching = Decrement(&stats.c.watching);
+    let mut body = resp.into_body();
+    let mut buf = BytesMut::new();
+    let mut batch: Vec<(u64, u64)> = Vec::new();
+    let reconnect_at = spec.reconnect_every.map(|d| {
+        // Staggered, so that reconnects spread over the period.
+        let frac = (id as u64 * 7919 % 1000) as f64 / 1000.0;
+        tokio::time::Instant::now() + d.mul_f64(0.5 + frac)
+    });
+    let run = ctx.pool.run.as_str();
+    // Futures that outlive the loop: re-creating them for every frame would register a
+    // waiter per frame per watcher (10,000 watchers × 100 frames/s).
+    let stop = ctx.stop.cancelled();
+    let draining = ctx.draining.cancelled();
+    let reconnect = tokio::time::sleep_until(
+        reconnect_at
+            .unwrap_or_else(|| tokio::time::Instant::now() + Duration::from_secs(86400 * 365)),
+    );
+    tokio::pin!(stop, draining, reconnect);
+    loop {
+        let frame = tokio::select! {
+            _ = &mut stop => return StreamEnd::Done,
+            _ = &mut reconnect => return StreamEnd::Reconnect,
+            _ = &mut draining, if needed.is_none() => {
+                if let Some(log) = ctx.drain_log.get() {
+                    *needed = Some(needed_rv(log, &ctx.pool, 0, sel));
+                }
+                if reached(*needed, check) {
+                    return StreamEnd::Done;
+                }
+                continue;
+            }
+            f = body.frame() => f,
+        };
+        let frame = match frame {
+            None => return StreamEnd::Ended,
+            Some(Err(_)) => {
+                stats.error("watch: stream broken");
+                return StreamEnd::Ended;
+            }
+            Some(Ok(f)) => f,
+        };
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        Stats::add(&stats.c.watch_bytes, data.len() as u64);
+        buf.extend_from_slice(&data);
+        let now = unix_ns();
+        let mut expired = false;
+        let mut events = 0u64;
+        let mut checked = 0u64;
+        let mut bookmarks = 0u64;
+        while let Some(nl) = memchr::memchr(b'\n', &buf) {
+            let line = buf.split_to(nl + 1);
+            let line = &line[..nl];
+            if line.is_empty() {
+                continue;
+            }
+            let Some(ev) = scan(line) else {
+                stats.error("watch: undecodable event");
+                continue;
+            };
+            match ev.kind {
+                Kind::Added | Kind::Modified | Kind::Deleted => {
+                    events += 1;
+                    let ty = match ev.kind {
+                        Kind::Added => EventType::Added,
+                        Kind::Modified => EventType::Modified,
+                        _ => EventType::Deleted,
+                    };
+                    match &ev.stamp {
+                        Some((r, written)) if r == run => {
+                            checked += 1;
+                            check.observe(ev.rv, ty);
+                            if ty != EventType::Deleted {
+                                batch.push((*written, now.saturating_sub(*written) / 1000));
+                            }
+                        }
+                        // Other clients' objects: not checked, but a valid resume point.
+                        _ => check.progress(ev.rv),
+                    }
+                }
+                Kind::Bookmark => {
+                    bookmarks += 1;
+                    check.progress(ev.rv);
+                }
+                Kind::Error => {
+                    if ev.code == Some(410) {
+                        expired = true;
+                    } else {
+                        stats.error(format!(
+                            "watch ERROR {}",
+                            ev.code.map(|c| c.to_string()).unwrap_or_default()
+                        ));
+                    }
+                }
+                Kind::Other => stats.error("watch: unknown event type"),
+            }
+        }
+        Stats::add(&stats.c.events, events);
+        Stats::add(&stats.c.checked, checked);
+        Stats::add(&stats.c.bookmarks, bookmarks);
+        stats.record_deliveries(id, &batch);
+        batch.clear();
+        if expired {
+            return StreamEnd::Expired;
+        }
+        if reached(*needed, check) {
+            return StreamEnd::Done;
+        }
+    }
+}
+
+struct Decrement<'a>(&'a std::sync::atomic::AtomicU64);
+
+impl Drop for Decrement<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}

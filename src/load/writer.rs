@@ -1,0 +1,189 @@
+//! The writer: creates the pool, then applies churn at a fixed rate, stamping every write
+//! with its wall-clock time (so each watcher computes the delivery latency of each event)
+//! and logging the resourceVersion of every write it made (so each watcher's stream can
+//! be checked against it).
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use bytes::Bytes;
+use futures_util::{stream, StreamExt};
+use http::{Method, StatusCode};
+use http_body_util::BodyExt;
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+
+use super::checker::{EventType, WriteRecord, WriterLog};
+use super::pool::Pool;
+use super::stats::{unix_ns, Stats};
+use super::target::Target;
+
+pub fn stamp(run: &str) -> String {
+    format!("{run}/{}", unix_ns())
+}
+
+/// The resourceVersion of a write's response body.
+fn rv_of(body: &[u8]) -> Option<u64> {
+    let v: serde_json::Value = serde_json::from_slice(body).ok()?;
+    v.pointer("/metadata/resourceVersion")?
+        .as_str()?
+        .parse()
+        .ok()
+}
+
+async fn send_json(
+    target: &Target,
+    method: Method,
+    path: &str,
+    ct: &str,
+    body: &serde_json::Value,
+) -> anyhow::Result<(StatusCode, Bytes)> {
+    let resp = target
+        .send(
+            method,
+            path,
+            Some((ct, Bytes::from(serde_json::to_vec(body)?))),
+        )
+        .await?;
+    let status = resp.status();
+    let body = resp.into_body().collect().await?.to_bytes();
+    Ok((status, body))
+}
+
+/// Creates the namespace (if missing) and the pool; returns the highest RV it wrote.
+pub async fn create_pool(target: &Target, pool: &Pool, concurrency: usize) -> anyhow::Result<u64> {
+    let ns = serde_json::json!({"apiVersion": "v1", "kind": "Namespace",
+                                "metadata": {"name": pool.namespace}});
+    let (status, body) = send_json(
+        target,
+        Method::POST,
+        "/api/v1/namespaces",
+        "application/json",
+        &ns,
+    )
+    .await
+    .context("creating the load namespace")?;
+    anyhow::ensure!(
+        status.is_success() || status == StatusCode::CONFLICT,
+        "creating namespace {}: {status} {}",
+        pool.namespace,
+        String::from_utf8_lossy(&body)
+    );
+    let path = format!("/api/v1/namespaces/{}/pods", pool.namespace);
+    let results: Vec<anyhow::Result<u64>> = stream::iter(0..pool.size)
+        .map(|i| {
+            let obj = pool.object(i, &stamp(&pool.run));
+            let path = path.clone();
+            async move {
+                let (status, body) =
+                    send_json(target, Method::POST, &path, "application/json", &obj).await?;
+                anyhow::ensure!(
+                    status.is_success(),
+                    "creating {}: {status} {}",
+                    pool.name(i),
+                    String::from_utf8_lossy(&body)
+                );
+                rv_of(&body).context("a created object without a resourceVersion")
+            }
+        })
+        .buffer_unordered(concurrency.max(1))
+        .collect()
+        .await;
+    let mut max = 0;
+    for r in results {
+        max = max.max(r?);
+    }
+    Ok(max)
+}
+
+/// Deletes the pool (best effort; the run's result does not depend on it).
+pub async fn delete_pool(target: &Target, pool: &Pool, concurrency: usize) {
+    stream::iter(0..pool.size)
+        .for_each_concurrent(concurrency.max(1), |i| async move {
+            let path = format!(
+                "/api/v1/namespaces/{}/pods/{}?gracePeriodSeconds=0",
+                pool.namespace,
+                pool.name(i)
+            );
+            let _ = target
+                .send(Method::DELETE, &path, None)
+                .await
+                .map(|r| r.into_body());
+        })
+        .await;
+}
+
+/// Applies `rate` writes per second round-robin over the pool until `stop`; every write is
+/// logged with the RV it produced.
+pub async fn run(
+    target: Target,
+    pool: Arc<Pool>,
+    rate: f64,
+    max_in_flight: usize,
+    stats: Arc<Stats>,
+    log: Arc<Mutex<WriterLog>>,
+    stop: CancellationToken,
+) {
+    if rate <= 0.0 || pool.size == 0 {
+        stop.cancelled().await;
+        return;
+    }
+    let sem = Arc::new(Semaphore::new(max_in_flight.max(1)));
+    let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / rate));
+    // A stalled target must not be answered with a burst of catch-up writes later.
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut next = 0usize;
+    let mut tasks = tokio::task::JoinSet::new();
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => break,
+            _ = tick.tick() => {}
+        }
+        let Ok(permit) = sem.clone().try_acquire_owned() else {
+            Stats::add(&stats.c.writes_behind, 1);
+            continue;
+        };
+        let i = next % pool.size;
+        next += 1;
+        let (target, pool, stats, log) = (target.clone(), pool.clone(), stats.clone(), log.clone());
+        tasks.spawn(async move {
+            let _permit = permit;
+            let path = format!(
+                "/api/v1/namespaces/{}/pods/{}",
+                pool.namespace,
+                pool.name(i)
+            );
+            let patch = Pool::stamp_patch(&stamp(&pool.run));
+            let started = Instant::now();
+            match send_json(
+                &target,
+                Method::PATCH,
+                &path,
+                "application/merge-patch+json",
+                &patch,
+            )
+            .await
+            {
+                Ok((status, body)) if status.is_success() => {
+                    stats.record_write(started.elapsed().as_micros() as u64);
+                    Stats::add(&stats.c.writes, 1);
+                    match rv_of(&body) {
+                        Some(rv) => log.lock().unwrap().insert(WriteRecord {
+                            rv,
+                            object: i,
+                            event: EventType::Modified,
+                        }),
+                        None => stats.error("write: no resourceVersion"),
+                    }
+                }
+                Ok((status, _)) => stats.error(format!("write {}", status.as_u16())),
+                Err(_) => stats.error("write: connection"),
+            }
+        });
+        // Reap finished writes so the set stays small.
+        while tasks.try_join_next().is_some() {}
+    }
+    // Writes in flight complete and are logged: watchers will see them.
+    while tasks.join_next().await.is_some() {}
+}
