@@ -11,9 +11,16 @@
 //!
 //! `Initial` streams the starting snapshot as ADDED events in key order (frames share the
 //! cached bytes). `CatchUp` reads the shared history in batches. `Live` takes the events
-//! the hub pushed into its queue. hyper polls a body until it returns `Pending` and hands
-//! everything it got to the socket in one vectored write, so events that are ready
-//! together leave together while a lone event goes out at once.
+//! the hub pushed into its queue.
+//!
+//! Write batching: a lone event leaves at once, as its own frame holding the shared
+//! encoded line (no copy). When several are ready together (a burst, a watcher that fell
+//! behind, the initial events), they leave as one frame of up to `FRAME_BYTES`: copying
+//! them is far cheaper than what each frame costs downstream. hyper's HTTP/1.1 writer
+//! takes at most 16 frames per write, and h2 writes every DATA frame above 256 bytes with
+//! its own syscall, so one frame per event would cost one kernel write per event exactly
+//! when the watcher can least afford it. On loopback that write is most of the CPU a
+//! delivery costs (docs/benchmarks.md).
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -25,7 +32,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use http_body::{Body, Frame, SizeHint};
 use tokio::time::{Instant, Sleep};
 
@@ -37,6 +44,9 @@ use crate::cache::store::{Snapshot, Store};
 /// Objects or history events handled per step, so one watcher never holds the hub's lock
 /// (or the executor) for long.
 const BATCH: usize = 256;
+
+/// Events ready together are sent as one frame of at most this many bytes.
+const FRAME_BYTES: usize = 64 * 1024;
 
 /// kube-apiserver sends the last bookmark this long before a watch's deadline, so that
 /// the client can resume from it instead of from an older resourceVersion.
@@ -312,6 +322,47 @@ impl WatchBody {
         }
     }
 
+    /// Live: takes what the queue already holds (without waiting), so that events that
+    /// are ready together leave together.
+    fn top_up(&mut self) {
+        if !matches!(self.phase, Phase::Live) {
+            return;
+        }
+        let mut bytes: usize = self.pending.iter().map(Bytes::len).sum();
+        while bytes < FRAME_BYTES {
+            // `Some(None)` (closed) is left for `poll_recv` to report.
+            let Some(Some(item)) = self.rx.as_mut().and_then(|rx| rx.try_recv()) else {
+                break;
+            };
+            bytes += item.1.len();
+            self.take_item(item);
+        }
+    }
+
+    /// The next frame: the first pending chunk, joined with those behind it while they
+    /// fit in `FRAME_BYTES`. A lone chunk is passed on as it is (shared, not copied).
+    fn next_frame(&mut self) -> Option<Bytes> {
+        let first = self.pending.pop_front()?;
+        let mut total = first.len();
+        let mut n = 0;
+        for b in &self.pending {
+            if total + b.len() > FRAME_BYTES {
+                break;
+            }
+            total += b.len();
+            n += 1;
+        }
+        if n == 0 {
+            return Some(first);
+        }
+        let mut buf = BytesMut::with_capacity(total);
+        buf.extend_from_slice(&first);
+        for b in self.pending.drain(..n) {
+            buf.extend_from_slice(&b);
+        }
+        Some(buf.freeze())
+    }
+
     /// Live and idle: send a due bookmark if every event up to the head has been taken.
     fn maybe_bookmark(&mut self) -> bool {
         if !self.bookmark_due {
@@ -360,7 +411,9 @@ impl Body for WatchBody {
     ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
         let this = &mut *self;
         loop {
-            if let Some(b) = this.pending.pop_front() {
+            if !this.pending.is_empty() {
+                this.top_up();
+                let b = this.next_frame().expect("pending is not empty");
                 this.unflushed_bytes += b.len() as u64;
                 return Poll::Ready(Some(Ok(Frame::data(b))));
             }

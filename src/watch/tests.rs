@@ -145,14 +145,14 @@ async fn rv_n_replays_the_history_after_n_only() {
     let mut w = open(&s, WatchFilter::default(), Start::After(12), params(12));
     s.apply(Change::Upsert(pod("q", 20, "n")));
     assert_eq!(
-        read(&mut w, 3).await,
+        read(&mut w, 4).await,
         vec![
             ev("ADDED", "p2", 13),
             ev("ADDED", "p3", 14),
-            ev("ADDED", "p4", 15)
+            ev("ADDED", "p4", 15),
+            ev("ADDED", "q", 20)
         ]
     );
-    assert_eq!(read(&mut w, 1).await, vec![ev("ADDED", "q", 20)]);
     // Older than the list the history starts after: 410 with the apiserver's numbers.
     assert_eq!(
         s.watch(WatchFilter::default(), Start::After(9)).err(),
@@ -339,4 +339,56 @@ async fn a_dropped_watcher_leaves_dispatch_at_once() {
             .load(std::sync::atomic::Ordering::Relaxed),
         0
     );
+}
+
+/// The frames a body has ready now, without waiting.
+fn ready_frames(body: &mut WatchBody) -> Vec<Bytes> {
+    use http_body::Body as _;
+    let waker = futures_util::task::noop_waker();
+    let mut cx = std::task::Context::from_waker(&waker);
+    let mut out = Vec::new();
+    while let std::task::Poll::Ready(Some(Ok(f))) =
+        std::pin::Pin::new(&mut *body).poll_frame(&mut cx)
+    {
+        out.push(f.into_data().expect("data frame"));
+    }
+    out
+}
+
+#[tokio::test]
+async fn events_ready_together_leave_in_one_frame_and_a_lone_one_is_not_copied() {
+    let s = store(WatchConfig::default(), &[], 10);
+    let mut w = open(&s, WatchFilter::default(), Start::After(10), params(10));
+    let mut other = open(&s, WatchFilter::default(), Start::After(10), params(10));
+    assert!(ready_frames(&mut w).is_empty());
+    assert!(ready_frames(&mut other).is_empty());
+
+    // A lone event: its own frame, the hub's shared encoded line itself.
+    s.apply(Change::Upsert(pod("a", 11, "n")));
+    let lone = ready_frames(&mut w);
+    assert_eq!(lone.len(), 1);
+    assert_eq!(lone[0].iter().filter(|b| **b == b'\n').count(), 1);
+    let lone_too = ready_frames(&mut other);
+    assert_eq!(
+        lone[0].as_ptr(),
+        lone_too[0].as_ptr(),
+        "a lone event is sent from the shared encoding, not a copy"
+    );
+
+    // Three events queued before the body is polled: one frame, in order.
+    for (i, name) in ["b", "c", "d"].iter().enumerate() {
+        s.apply(Change::Upsert(pod(name, 12 + i as u64, "n")));
+    }
+    let burst = ready_frames(&mut w);
+    assert_eq!(burst.len(), 1, "a burst is written as one frame");
+    let lines: Vec<Value> = burst[0]
+        .split(|b| *b == b'\n')
+        .filter(|l| !l.is_empty())
+        .map(|l| serde_json::from_slice(l).unwrap())
+        .collect();
+    let rvs: Vec<&str> = lines
+        .iter()
+        .map(|v| v["object"]["metadata"]["resourceVersion"].as_str().unwrap())
+        .collect();
+    assert_eq!(rvs, ["12", "13", "14"]);
 }
