@@ -296,10 +296,8 @@ async fn upstream_watch_drops_and_resumes_leave_every_watcher_continuous() {
     for (id, scope, events) in &results {
         let (ns, scope_kind) = (scope, *scope);
         let scope = SCOPES.iter().position(|s| *s == scope_kind).unwrap();
-        let mut strict = StreamChecker::new(logs[scope].clone()).tolerate_bookmarks_behind();
-        // Bookmarks behind a sent event: see watch_fanout's bookmark test.
-        let mut state =
-            StateChecker::with_state(initial[scope].clone(), from).tolerate_bookmarks_behind();
+        let mut strict = StreamChecker::new(logs[scope].clone());
+        let mut state = StateChecker::with_state(initial[scope].clone(), from);
         for e in events {
             strict.observe(e);
             state.observe(e);
@@ -404,10 +402,8 @@ async fn an_upstream_410_and_relist_leave_every_watcher_continuous() {
             .filter(|s| s.rv <= before_outage)
             .cloned()
             .collect();
-        let mut strict = StreamChecker::new(Arc::new(before)).tolerate_bookmarks_behind();
-        // Bookmarks behind a sent event: see watch_fanout's bookmark test.
-        let mut state =
-            StateChecker::with_state(initial[scope].clone(), from).tolerate_bookmarks_behind();
+        let mut strict = StreamChecker::new(Arc::new(before));
+        let mut state = StateChecker::with_state(initial[scope].clone(), from);
         for e in events {
             if e.rv <= before_outage {
                 strict.observe(e);

@@ -142,10 +142,9 @@ async fn drain_raw(w: &mut RawWatch, until: Option<&str>) -> Result<(Vec<Sig>, b
 }
 
 fn check_all(name: &str, events: &[Sig], expected: &Arc<Vec<Sig>>, complete: bool) {
-    // Bookmarks one RV behind a sent event are watch_fanout's
-    // `bookmarks_never_run_behind_or_ahead_of_the_events_sent`; here only bookmarks ahead
-    // of unsent events (a lagging watcher must not promise what it has not sent) count.
-    let mut c = StreamChecker::new(expected.clone()).tolerate_bookmarks_behind();
+    // Bookmarks are checked both ways: never behind an event already sent, never ahead of
+    // one not sent yet (a lagging watcher must not promise what it has not sent).
+    let mut c = StreamChecker::new(expected.clone());
     for e in events {
         c.observe(e);
     }

@@ -224,17 +224,9 @@ pub struct StreamChecker {
     violations: Vec<Violation>,
     observed: usize,
     bookmarks: usize,
-    bookmarks_behind_ok: bool,
 }
 
 impl StreamChecker {
-    /// Does not report bookmarks behind an event already sent, for tests about something
-    /// else (that fault has its own test; bookmarks ahead are still reported).
-    pub fn tolerate_bookmarks_behind(mut self) -> Self {
-        self.bookmarks_behind_ok = true;
-        self
-    }
-
     /// `expected` must be sorted by RV (a log is).
     pub fn new(expected: std::sync::Arc<Vec<Sig>>) -> Self {
         debug_assert!(expected.windows(2).all(|w| w[0].rv < w[1].rv));
@@ -247,7 +239,6 @@ impl StreamChecker {
             violations: Vec::new(),
             observed: 0,
             bookmarks: 0,
-            bookmarks_behind_ok: false,
         }
     }
 
@@ -315,7 +306,7 @@ impl StreamChecker {
 
     /// A bookmark promises that every event up to its RV has been sent.
     fn judge_bookmark(&mut self, rv: u64) -> Option<Violation> {
-        if rv < self.last_rv && !self.bookmarks_behind_ok {
+        if rv < self.last_rv {
             return Some(Violation::Bookmark {
                 rv,
                 why: format!("behind RV {} already sent", self.last_rv),
@@ -380,7 +371,6 @@ pub struct StateChecker {
     keys_at_last: HashSet<String>,
     violations: Vec<Violation>,
     events: usize,
-    bookmarks_behind_ok: bool,
 }
 
 impl StateChecker {
@@ -394,12 +384,6 @@ impl StateChecker {
         }
     }
 
-    /// See [`StreamChecker::tolerate_bookmarks_behind`].
-    pub fn tolerate_bookmarks_behind(mut self) -> Self {
-        self.bookmarks_behind_ok = true;
-        self
-    }
-
     pub fn observe(&mut self, got: &Sig) -> Option<Violation> {
         let v = self.judge(got);
         if let Some(v) = &v {
@@ -410,7 +394,7 @@ impl StateChecker {
 
     fn judge(&mut self, got: &Sig) -> Option<Violation> {
         match got.kind.as_str() {
-            "BOOKMARK" if got.rv < self.last_rv && !self.bookmarks_behind_ok => {
+            "BOOKMARK" if got.rv < self.last_rv => {
                 return Some(Violation::Bookmark {
                     rv: got.rv,
                     why: format!("behind RV {} already sent", self.last_rv),
