@@ -3,6 +3,7 @@
 
 pub mod discovery;
 pub mod events;
+mod fields;
 pub mod object;
 pub mod reflector;
 pub mod registry;

@@ -41,7 +41,7 @@ pub struct CachedObject {
     pub labels: Box<[(Box<str>, Box<str>)]>,
     /// Values of the field-selector labels this object's type supports, by label
     /// (`spec.nodeName`, `status.phase`, …). `metadata.*` are answered from `key`.
-    pub fields: Box<[(&'static str, Box<str>)]>,
+    pub fields: super::fields::FieldValues,
 }
 
 impl CachedObject {
@@ -143,13 +143,9 @@ impl CachedObject {
         let fields = if field_labels.is_empty() {
             Box::default()
         } else {
-            // Field values need arbitrary paths; a second, generic parse is only paid for
-            // types that declare field labels beyond metadata.
-            let tree: serde_json::Value = serde_json::from_slice(&raw)?;
-            field_labels
-                .iter()
-                .map(|(label, path)| (*label, Box::from(field_value(&tree, path))))
-                .collect()
+            // A second pass, paid only by types with field labels beyond metadata; it
+            // scans past everything off the wanted paths (src/cache/fields.rs).
+            super::fields::read(&raw, field_labels)?
         };
         Ok(Self {
             body_start: type_meta_end(&raw),
@@ -220,31 +216,6 @@ fn type_meta_end(raw: &[u8]) -> usize {
         pos += key_len + close + 2;
     }
     pos
-}
-
-/// The string a field selector compares against, the way the apiserver's strategies
-/// format it: strings as is, booleans as `true`/`false`, absent values as "".
-fn field_value(tree: &serde_json::Value, path: &str) -> String {
-    let mut cur = tree;
-    for part in path.split('.') {
-        match cur.get(part) {
-            Some(v) => cur = v,
-            None => {
-                // Absent booleans (spec.unschedulable, spec.hostNetwork) read as false in Go.
-                return if path.ends_with("unschedulable") || path.ends_with("hostNetwork") {
-                    "false".into()
-                } else {
-                    String::new()
-                };
-            }
-        }
-    }
-    match cur {
-        serde_json::Value::String(s) => s.clone(),
-        serde_json::Value::Bool(b) => b.to_string(),
-        serde_json::Value::Number(n) => n.to_string(),
-        _ => String::new(),
-    }
 }
 
 #[derive(Deserialize)]
