@@ -1,5 +1,6 @@
 //! Wire framing of lists and watch events, assembled from cached bytes without
 //! re-serialising objects.
 
+pub mod continue_token;
 pub mod gzip;
 pub mod list;

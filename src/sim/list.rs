@@ -10,14 +10,12 @@
 // does not matter on these paths.
 #![allow(clippy::result_large_err)]
 
-use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
-
-use base64::Engine;
 use http::{header, HeaderMap, HeaderValue, Response, StatusCode};
 use serde_json::{json, Value};
+use std::sync::Arc;
 
 use crate::body::{self, Body};
+use crate::codec::continue_token::ContinueToken;
 use crate::codec::gzip;
 use crate::request::{parse_resource_version, ApiRequest, ListOptions, ResourcePath, RvMatch};
 use crate::selector::field::field_value;
@@ -120,97 +118,6 @@ pub async fn wait_for_rv(sim: &Sim, rv: u64) -> Result<(), Status> {
     ))
 }
 
-// ---------------------------------------------------------------------------------------
-// Continue tokens: etcd3's format (base64url JSON {"v","rv","start"}) plus the issue time,
-// so that they also expire after the configured TTL (kube-apiserver's expire when etcd
-// compacts, every 5 minutes by default; the history window models that too).
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct ContinueToken {
-    /// The RV of the first page (-1: continue at the latest RV, after a compaction).
-    pub rv: i64,
-    /// The last key returned (the next page starts strictly after it).
-    pub start_after: String,
-    /// Unix milliseconds when the first page was served.
-    pub issued_ms: u64,
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
-
-impl ContinueToken {
-    pub fn encode(&self) -> String {
-        // etcd3 appends "\x00" to the last key so the next range starts right after it.
-        let v = json!({
-            "v": "meta.k8s.io/v1",
-            "rv": self.rv,
-            "start": format!("{}\u{0}", self.start_after),
-            "t": self.issued_ms,
-        });
-        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(v.to_string())
-    }
-
-    /// `storage.DecodeContinue`, with its error texts (prefixed by the caller).
-    pub fn decode(s: &str) -> Result<Self, String> {
-        // Go's decoder reports the first byte outside the alphabet, or the dangling last
-        // byte of a length ≡ 1 (mod 4) input.
-        let bad = s
-            .bytes()
-            .position(|b| !(b.is_ascii_alphanumeric() || b == b'-' || b == b'_'))
-            .or((s.len() % 4 == 1).then(|| s.len() - 1));
-        if let Some(at) = bad {
-            return Err(format!(
-                "invalid continue key: illegal base64 data at input byte {at}"
-            ));
-        }
-        let data = base64::engine::general_purpose::URL_SAFE_NO_PAD
-            .decode(s)
-            .map_err(|_| {
-                format!(
-                    "invalid continue key: illegal base64 data at input byte {}",
-                    s.len().saturating_sub(1)
-                )
-            })?;
-        let v: Value = serde_json::from_slice(&data).map_err(|_| {
-            match data.iter().find(|b| !b.is_ascii_whitespace()) {
-                None => "invalid continue key: unexpected end of JSON input".to_string(),
-                Some(&c) if c != b'{' => format!(
-                    "invalid continue key: invalid character '{}' looking for beginning of value",
-                    c as char
-                ),
-                _ => "invalid continue key: unexpected end of JSON input".to_string(),
-            }
-        })?;
-        let version = v.get("v").and_then(Value::as_str).unwrap_or("");
-        if version != "meta.k8s.io/v1" {
-            return Err(format!(
-                "continue key is not supported by the server {version}"
-            ));
-        }
-        let rv = v.get("rv").and_then(Value::as_i64).unwrap_or(0);
-        if rv == 0 {
-            return Err("invalid continue key: incorrect encoded start resourceVersion (version meta.k8s.io/v1)".into());
-        }
-        let start = v.get("start").and_then(Value::as_str).unwrap_or("");
-        if start.is_empty() {
-            return Err(
-                "invalid continue key: encoded start key empty (version meta.k8s.io/v1)".into(),
-            );
-        }
-        let start_after = start.strip_suffix('\u{0}').unwrap_or(start).to_string();
-        let issued_ms = v.get("t").and_then(Value::as_u64).unwrap_or_else(now_ms);
-        Ok(Self {
-            rv,
-            start_after,
-            issued_ms,
-        })
-    }
-}
-
 /// What a list reads, after the RV table is applied.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Plan {
@@ -226,12 +133,12 @@ pub enum Plan {
 /// the RV the caller must wait for first (Not older than).
 pub fn plan(
     opts: &ListOptions,
-    ttl: Duration,
+    prefix: &str,
     compacted: u64,
 ) -> Result<(Plan, Option<ContinueToken>, Option<u64>), Status> {
     let rv_str = opts.resource_version.as_deref().unwrap_or("");
     if let Some(tok) = &opts.continue_token {
-        let t = ContinueToken::decode(tok)
+        let t = ContinueToken::decode(tok, prefix)
             .map_err(|e| Status::bad_request(format!("invalid continue token: {e}")))?;
         if !rv_str.is_empty() && rv_str != "0" {
             return Err(Status::bad_request(
@@ -241,17 +148,17 @@ pub fn plan(
         if t.rv < 0 {
             return Ok((Plan::Latest, Some(t), None));
         }
-        let expired = now_ms().saturating_sub(t.issued_ms) > ttl.as_millis() as u64
-            || (t.rv as u64) < compacted;
-        if expired {
+        // etcd3's tokens expire when their revision is compacted (every 5 minutes by
+        // default); the Status carries a token that continues at the latest revision,
+        // as `handleCompactedErrorForPaging` does.
+        if (t.rv as u64) < compacted {
             let mut s = Status::expired(INCONSISTENT_CONTINUE);
             s.list_continue = Some(
                 ContinueToken {
                     rv: -1,
                     start_after: t.start_after.clone(),
-                    issued_ms: now_ms(),
                 }
-                .encode(),
+                .encode(prefix),
             );
             return Err(s);
         }
@@ -331,11 +238,13 @@ async fn list(
 ) -> Result<Response<Body>, Status> {
     let opts = api.list_options()?;
     check_field_labels(rt, &opts.field_selector)?;
-    let (plan, cont, wait) = plan(
-        &opts,
-        sim.store.config().continue_ttl,
-        sim.store.compacted_rv(),
-    )?;
+    // Keys are `namespace/name`; a namespaced list's tokens are relative to its namespace,
+    // as etcd3's are relative to `/registry/<resource>/<namespace>/`.
+    let prefix = match rp.namespace.as_deref() {
+        Some(ns) if !ns.is_empty() => format!("{ns}/"),
+        _ => String::new(),
+    };
+    let (plan, cont, wait) = plan(&opts, &prefix, sim.store.compacted_rv())?;
     if let Some(rv) = wait {
         wait_for_rv(sim, rv).await?;
     }
@@ -384,13 +293,11 @@ async fn list(
     let mut meta = serde_json::Map::new();
     meta.insert("resourceVersion".into(), json!(snap.rv.to_string()));
     if picked.len() >= limit && remaining > 0 {
-        let issued_ms = cont.as_ref().map(|t| t.issued_ms).unwrap_or_else(now_ms);
         let token = ContinueToken {
             rv: snap.rv as i64,
             start_after: snap.items[last_idx - 1].0.clone(),
-            issued_ms,
         };
-        meta.insert("continue".into(), json!(token.encode()));
+        meta.insert("continue".into(), json!(token.encode(&prefix)));
         if !selecting {
             meta.insert("remainingItemCount".into(), json!(remaining));
         }
@@ -459,29 +366,5 @@ pub async fn get(
         }
         Some(o) => gzip::compress_full_response(headers, object_response(&o)).await,
         None => Status::not_found(&rt.group_resource(), name).into_response(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn continue_token_roundtrip_and_errors() {
-        let t = ContinueToken {
-            rv: 42,
-            start_after: "ns/name".into(),
-            issued_ms: 7,
-        };
-        assert_eq!(ContinueToken::decode(&t.encode()).unwrap(), t);
-        assert_eq!(
-            ContinueToken::decode("!!!").unwrap_err(),
-            "invalid continue key: illegal base64 data at input byte 0"
-        );
-        let not_json = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode("hello");
-        assert_eq!(
-            ContinueToken::decode(&not_json).unwrap_err(),
-            "invalid continue key: invalid character 'h' looking for beginning of value"
-        );
     }
 }

@@ -75,9 +75,6 @@ pub struct SimArgs {
     /// History window, in seconds (0 = unbounded by age).
     #[arg(long, default_value_t = 300)]
     pub history_seconds: u64,
-    /// Lifetime of continue tokens, in seconds.
-    #[arg(long, default_value_t = 300)]
-    pub continue_ttl: u64,
     /// Seconds between watch BOOKMARK events (kube-apiserver: about one minute).
     #[arg(long, default_value_t = 60)]
     pub bookmark_interval: u64,
@@ -143,7 +140,6 @@ impl SimConfig {
                 history_events: a.history_events,
                 history_duration: (a.history_seconds > 0)
                     .then(|| Duration::from_secs(a.history_seconds)),
-                continue_ttl: Duration::from_secs(a.continue_ttl),
             },
             bookmark_interval: Duration::from_secs(a.bookmark_interval.max(1)),
             too_large_rv_wait: Duration::from_secs(3),

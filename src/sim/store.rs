@@ -51,8 +51,6 @@ pub struct StoreConfig {
     pub history_events: usize,
     /// Maximum age of events kept in history. None = unbounded by age.
     pub history_duration: Option<Duration>,
-    /// Lifetime of continue tokens (kube-apiserver: etcd's 5-minute compaction interval).
-    pub continue_ttl: Duration,
 }
 
 impl Default for StoreConfig {
@@ -61,7 +59,6 @@ impl Default for StoreConfig {
             history_events: 100_000,
             // kube-apiserver compacts etcd every 5 minutes (--etcd-compaction-interval).
             history_duration: Some(Duration::from_secs(300)),
-            continue_ttl: Duration::from_secs(300),
         }
     }
 }

@@ -1,0 +1,222 @@
+//! List continue tokens in kube-apiserver's format (k8s.io/apiserver `pkg/storage`
+//! `continue.go`), shared by the simulator, which issues and resumes them, and the cache,
+//! which issues first pages whose continuations the upstream resumes.
+//!
+//! A token is base64url (no padding) of `{"v":"meta.k8s.io/v1","rv":N,"start":"<key>\u0000"}`,
+//! where `<key>` is the last returned object's storage key relative to the list's key
+//! prefix: `namespace/name` for a list over all namespaces (prefix `/registry/pods/`),
+//! `name` for a list in one namespace (prefix `/registry/pods/<ns>/`). The trailing NUL
+//! makes the next range start strictly after that key. Because the cache writes exactly
+//! what etcd3's store writes, any apiserver-compatible upstream can resume a first page the
+//! cache served.
+
+use base64::Engine;
+use serde::{Deserialize, Serialize};
+
+/// kube-apiserver's `ErrGenericInvalidKey` and friends (`continue.go`).
+const NOT_VALID: &str = "continue key is not valid";
+
+/// A decoded continue token.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContinueToken {
+    /// The resourceVersion of the first page; -1 means "continue at the latest", which
+    /// etcd3 hands out when the first page's revision was compacted.
+    pub rv: i64,
+    /// The full key (`namespace/name` or `name` for cluster-scoped objects) the next
+    /// page starts strictly after.
+    pub start_after: String,
+}
+
+/// The wire form; field order as Go's `json.Marshal` writes the struct.
+#[derive(Serialize, Deserialize)]
+struct Wire {
+    #[serde(rename = "v", default)]
+    version: String,
+    #[serde(rename = "rv", default)]
+    rv: i64,
+    #[serde(rename = "start", default)]
+    start: String,
+}
+
+impl ContinueToken {
+    /// The token for a list whose keys start with `prefix` (`""` for all namespaces or
+    /// a cluster-scoped type, `"<ns>/"` for one namespace).
+    pub fn encode(&self, prefix: &str) -> String {
+        let relative = self
+            .start_after
+            .strip_prefix(prefix)
+            .unwrap_or(&self.start_after);
+        let wire = Wire {
+            version: "meta.k8s.io/v1".into(),
+            rv: self.rv,
+            start: format!("{relative}\u{0}"),
+        };
+        let json = serde_json::to_vec(&wire).expect("a token serialises");
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(json)
+    }
+
+    /// `storage.DecodeContinue`, with its error texts (the caller prefixes them with
+    /// `invalid continue token: `).
+    pub fn decode(token: &str, prefix: &str) -> Result<Self, String> {
+        // Go's decoder reports the first byte outside the alphabet, or the dangling last
+        // byte of an input whose length is 1 (mod 4).
+        let bad = token
+            .bytes()
+            .position(|b| !(b.is_ascii_alphanumeric() || b == b'-' || b == b'_'))
+            .or((token.len() % 4 == 1).then(|| token.len() - 1));
+        if let Some(at) = bad {
+            return Err(format!(
+                "{NOT_VALID}: illegal base64 data at input byte {at}"
+            ));
+        }
+        let data = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(token)
+            .map_err(|_| {
+                format!(
+                    "{NOT_VALID}: illegal base64 data at input byte {}",
+                    token.len().saturating_sub(1)
+                )
+            })?;
+        let wire: Wire = serde_json::from_slice(&data)
+            .map_err(|e| format!("{NOT_VALID}: {}", go_json_error(&data, &e)))?;
+        if wire.version != "meta.k8s.io/v1" {
+            return Err(format!(
+                "{NOT_VALID}: server does not recognize this encoded version {}",
+                wire.version
+            ));
+        }
+        if wire.rv == 0 {
+            return Err(format!(
+                "{NOT_VALID}: incorrect encoded start resourceVersion (version meta.k8s.io/v1)"
+            ));
+        }
+        if wire.start.is_empty() {
+            return Err(format!(
+                "{NOT_VALID}: encoded start key empty (version meta.k8s.io/v1)"
+            ));
+        }
+        // The apiserver's defence against path traversal: the key, rooted, must already be
+        // what Go's path.Clean makes of it, so that it cannot range outside the prefix.
+        let rooted = if wire.start.starts_with('/') {
+            wire.start.clone()
+        } else {
+            format!("/{}", wire.start)
+        };
+        if clean(&rooted) != rooted {
+            return Err(format!("{NOT_VALID}: {}", wire.start));
+        }
+        let relative = &rooted[1..];
+        let relative = relative.strip_suffix('\u{0}').unwrap_or(relative);
+        Ok(Self {
+            rv: wire.rv,
+            start_after: format!("{prefix}{relative}"),
+        })
+    }
+}
+
+/// The message Go's `encoding/json` gives for input that does not decode into the token
+/// struct, as near as serde's errors allow: syntax errors name the offending character.
+fn go_json_error(data: &[u8], e: &serde_json::Error) -> String {
+    match data.iter().find(|b| !b.is_ascii_whitespace()) {
+        None => "unexpected end of JSON input".into(),
+        Some(&c) if c != b'{' && c != b'n' => {
+            format!(
+                "invalid character '{}' looking for beginning of value",
+                c as char
+            )
+        }
+        _ if e.is_eof() => "unexpected end of JSON input".into(),
+        _ => "invalid character looking for beginning of object key string".into(),
+    }
+}
+
+/// Go's `path.Clean` for a rooted path: collapses `//`, drops `.` and resolves `..`
+/// (never above the root), and removes a trailing slash.
+fn clean(path: &str) -> String {
+    let mut parts: Vec<&str> = Vec::new();
+    for part in path.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => {
+                parts.pop();
+            }
+            p => parts.push(p),
+        }
+    }
+    format!("/{}", parts.join("/"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn raw(json: &str) -> String {
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(json)
+    }
+
+    #[test]
+    fn the_bytes_are_etcd3s() {
+        let t = ContinueToken {
+            rv: 42,
+            start_after: "default/pod-a".into(),
+        };
+        // All namespaces: the key relative to /registry/pods/.
+        assert_eq!(
+            t.encode(""),
+            raw(r#"{"v":"meta.k8s.io/v1","rv":42,"start":"default/pod-a\u0000"}"#)
+        );
+        // One namespace: relative to /registry/pods/default/.
+        assert_eq!(
+            t.encode("default/"),
+            raw(r#"{"v":"meta.k8s.io/v1","rv":42,"start":"pod-a\u0000"}"#)
+        );
+        assert_eq!(ContinueToken::decode(&t.encode(""), ""), Ok(t.clone()));
+        assert_eq!(
+            ContinueToken::decode(&t.encode("default/"), "default/"),
+            Ok(t)
+        );
+        // A leading slash (how some apiservers relativise) means the same key.
+        let slash = raw(r#"{"v":"meta.k8s.io/v1","rv":7,"start":"/pod-b\u0000"}"#);
+        assert_eq!(
+            ContinueToken::decode(&slash, "ns/").unwrap().start_after,
+            "ns/pod-b"
+        );
+        // After a compaction etcd3 continues at the latest revision.
+        let latest = ContinueToken {
+            rv: -1,
+            start_after: "a/b".into(),
+        };
+        assert_eq!(ContinueToken::decode(&latest.encode(""), ""), Ok(latest));
+    }
+
+    #[test]
+    fn invalid_tokens_get_the_apiservers_messages() {
+        let err = |t: &str| ContinueToken::decode(t, "").unwrap_err();
+        assert_eq!(
+            err("%%%"),
+            "continue key is not valid: illegal base64 data at input byte 0"
+        );
+        assert_eq!(
+            err(&raw("hello")),
+            "continue key is not valid: invalid character 'h' looking for beginning of value"
+        );
+        assert_eq!(
+            err(&raw(r#"{"v":"v1","rv":1,"start":"k"}"#)),
+            "continue key is not valid: server does not recognize this encoded version v1"
+        );
+        assert_eq!(
+            err(&raw(r#"{"v":"meta.k8s.io/v1","rv":0,"start":"k"}"#)),
+            "continue key is not valid: incorrect encoded start resourceVersion (version meta.k8s.io/v1)"
+        );
+        assert_eq!(
+            err(&raw(r#"{"v":"meta.k8s.io/v1","rv":1,"start":""}"#)),
+            "continue key is not valid: encoded start key empty (version meta.k8s.io/v1)"
+        );
+        for traversal in ["../key", "./key", "./../key", "key/../.."] {
+            let t = raw(&format!(
+                r#"{{"v":"meta.k8s.io/v1","rv":1,"start":"{traversal}"}}"#
+            ));
+            assert_eq!(err(&t), format!("continue key is not valid: {traversal}"));
+        }
+    }
+}
