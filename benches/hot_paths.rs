@@ -116,6 +116,8 @@ fn lists(c: &mut Criterion) {
         kind: "PodList".into(),
         resource_version: 100 + n as u64,
         item_type_prefix: None,
+        continue_token: None,
+        remaining_item_count: None,
     };
     let rt = tokio::runtime::Builder::new_current_thread()
         .build()

@@ -162,6 +162,18 @@ async fn cached_reads_match_the_simulator() {
         &format!("/api/v1/pods?resourceVersion={current}&resourceVersionMatch=NotOlderThan"),
         "/api/v1/pods?resourceVersion=0&limit=2",
         "/api/v1/namespaces/a/pods?resourceVersion=0&limit=1&resourceVersionMatch=NotOlderThan",
+        // NotOlderThan with a limit: the first page, its continue token (etcd3's format,
+        // relative to the list's prefix) and remainingItemCount, as the cacher cuts them.
+        &format!("/api/v1/pods?resourceVersion={current}&resourceVersionMatch=NotOlderThan&limit=5"),
+        &format!("/api/v1/namespaces/a/pods?resourceVersion={current}&resourceVersionMatch=NotOlderThan&limit=2"),
+        // A page that holds everything has no token.
+        &format!("/api/v1/namespaces/a/pods?resourceVersion={current}&resourceVersionMatch=NotOlderThan&limit=3"),
+        "/api/v1/pods?resourceVersion=1&resourceVersionMatch=NotOlderThan&limit=100",
+        // With a selector: no remainingItemCount; a token as soon as any item follows a
+        // full page, even if none of them match (the next page is then empty).
+        &format!("/api/v1/pods?resourceVersion={current}&resourceVersionMatch=NotOlderThan&limit=3&labelSelector=app%3Dweb"),
+        &format!("/api/v1/pods?resourceVersion={current}&resourceVersionMatch=NotOlderThan&limit=4&labelSelector=app%3Ddb"),
+        &format!("/api/v1/pods?resourceVersion={current}&resourceVersionMatch=NotOlderThan&limit=2&fieldSelector=spec.nodeName%3Dnode-1"),
     ];
     for path in cases {
         let direct = get(&sim.url(), path).await;
@@ -181,6 +193,8 @@ async fn cached_reads_match_the_simulator() {
         );
         // Items are the upstream's objects, byte for byte in content.
         assert_eq!(through.body["items"], direct.body["items"], "{path}");
+        // The whole ListMeta: resourceVersion, continue, remainingItemCount.
+        assert_eq!(through.body["metadata"], direct.body["metadata"], "{path}");
     }
 
     // Gets, including one that does not exist, and a cluster-scoped one.
@@ -206,7 +220,8 @@ async fn cached_reads_match_the_simulator() {
     for path in [
         "/api/v1/pods",
         "/api/v1/pods?limit=2",
-        "/api/v1/pods?resourceVersion=1&resourceVersionMatch=NotOlderThan&limit=2",
+        // Legacy: RV=N with a limit is an Exact read.
+        "/api/v1/pods?resourceVersion=1&limit=2",
         &format!("/api/v1/pods?resourceVersion={current}&resourceVersionMatch=Exact"),
         "/api/v1/pods?resourceVersion=0&labelSelector=a%3D%3D%3Db",
         "/api/v1/pods?resourceVersion=0&fieldSelector=spec.bogus%3Dx",
@@ -450,10 +465,12 @@ async fn real_clients_read_the_cache_and_see_what_the_simulator_has() {
     );
 }
 
-/// NotOlderThan with `limit`, and `continue` tokens, are forwarded: the upstream pages
-/// them and issues the tokens (docs/cache.md, "Paged NotOlderThan lists").
+/// NotOlderThan with `limit` is a first page from the cache, as kube-apiserver's cacher
+/// serves it; its continue token is etcd3's, so the continuation, forwarded like every
+/// `continue`, is the upstream's consistent next page (docs/cache.md, "Paged NotOlderThan
+/// lists").
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn not_older_than_with_limit_and_continue_tokens_go_upstream() {
+async fn not_older_than_with_limit_is_a_cached_first_page_and_continuations_go_upstream() {
     let (sim, gw) = seeded().await;
     warm(&gw, "/api/v1/pods?resourceVersion=0").await;
     let rv = sim.store().current_rv();
@@ -462,23 +479,31 @@ async fn not_older_than_with_limit_and_continue_tokens_go_upstream() {
     let lists_before = sim.stats().lists("pods");
     let through = get(&gw.url(), &first).await;
     assert_eq!(through.status, StatusCode::OK, "{}", through.body);
-    assert_eq!(through.source.as_deref(), Some("upstream"), "{first}");
+    assert_eq!(through.source.as_deref(), Some("cache"), "{first}");
     assert_eq!(
         sim.stats().lists("pods"),
-        lists_before + 1,
-        "{first} reached the simulator"
+        lists_before,
+        "{first} must not reach the simulator"
     );
     let direct = get(&sim.url(), &first).await;
-    assert_eq!(names(&through.body), names(&direct.body));
     assert_eq!(names(&through.body).len(), 5);
-    assert_eq!(
-        through.body["metadata"]["resourceVersion"],
-        direct.body["metadata"]["resourceVersion"]
-    );
+    assert_eq!(through.body["items"], direct.body["items"]);
+    assert_eq!(through.body["metadata"], direct.body["metadata"]);
     assert_eq!(through.body["metadata"]["remainingItemCount"], 7);
 
-    // The next page, with the token the upstream issued through the gateway.
+    // The next page, with the token the cache issued: the upstream serves it, at the
+    // first page's resourceVersion, even after writes.
     let token = through.body["metadata"]["continue"].as_str().unwrap();
+    let all_then = get(&sim.url(), "/api/v1/pods?resourceVersion=0").await;
+    put_pod(
+        &sim,
+        "a-b",
+        "web-1",
+        json!({"app": "changed"}),
+        "node-9",
+        "Failed",
+    );
+    put_pod(&sim, "ab", "aaa", json!({}), "node-9", "Running");
     let next = format!("/api/v1/pods?limit=5&continue={token}");
     let lists_before = sim.stats().lists("pods");
     let page2 = get(&gw.url(), &next).await;
@@ -489,11 +514,24 @@ async fn not_older_than_with_limit_and_continue_tokens_go_upstream() {
         lists_before + 1,
         "{next} reached the simulator"
     );
-    let all = get(&sim.url(), "/api/v1/pods?resourceVersion=0").await;
-    assert_eq!(names(&page2.body), names(&all.body)[5..10].to_vec());
+    assert_eq!(
+        page2.body["items"],
+        Value::Array(all_then.body["items"].as_array().unwrap()[5..10].to_vec()),
+        "the second page is consistent with the first"
+    );
+    assert_eq!(page2.body["metadata"]["resourceVersion"], rv.to_string());
     // Even with resourceVersion=0, which alone would be served from the cache.
     let next0 = format!("/api/v1/pods?resourceVersion=0&limit=5&continue={token}");
     let page2b = get(&gw.url(), &next0).await;
     assert_eq!(page2b.source.as_deref(), Some("upstream"), "{next0}");
     assert_eq!(names(&page2b.body), names(&page2.body));
+    // The last page ends the list.
+    let token2 = page2.body["metadata"]["continue"].as_str().unwrap();
+    let page3 = get(
+        &gw.url(),
+        &format!("/api/v1/pods?limit=5&continue={token2}"),
+    )
+    .await;
+    assert_eq!(names(&page3.body), names(&all_then.body)[10..].to_vec());
+    assert!(page3.body["metadata"].get("continue").is_none());
 }

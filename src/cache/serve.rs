@@ -3,8 +3,9 @@
 //! Only requests whose semantics the cache can honour exactly are served here (see
 //! docs/cache.md for the table); everything else returns `None` and is forwarded:
 //! consistent reads (resourceVersion unset), `resourceVersionMatch=Exact` and legacy exact
-//! reads (limit with RV=N), continue tokens, NotOlderThan with `limit`, watches (served by
-//! `watch::serve`), non-JSON Accept types (Table, protobuf, metadata-only),
+//! reads (limit with RV=N), continue tokens (whose pages the upstream serves, whoever
+//! issued the token), watches (served by `watch::serve`), non-JSON Accept types (Table,
+//! protobuf, metadata-only),
 //! field selectors on fields the cache does not index, invalid options (the upstream gives
 //! its own Status), and any resource whose cache has not synced yet.
 
@@ -17,8 +18,9 @@ use super::object::CachedObject;
 use super::registry::{Registry, ResourceCache};
 use super::store::Snapshot;
 use crate::body::{self, Body};
+use crate::codec::continue_token::ContinueToken;
 use crate::codec::gzip;
-use crate::codec::list::{Filter, ListBody, ListHead};
+use crate::codec::list::{first_page, Filter, ListBody, ListHead};
 use crate::proxy::headers::SOURCE_HEADER;
 use crate::request::{self, ApiPath, ListOptions, RvMatch, Verb};
 use crate::status::{GroupResource, Status};
@@ -45,6 +47,8 @@ struct Plan<'a> {
     opts: ListOptions,
     /// `None`: any state will do (RV="0"); `Some(n)`: the state must be at least `n`.
     min_rv: Option<u64>,
+    /// The page size of a NotOlderThan list with `limit` (`None`: the whole list).
+    limit: Option<usize>,
 }
 
 /// Serves the request from the cache if it can; `None` means "forward it".
@@ -68,7 +72,7 @@ pub async fn try_serve(
         return None;
     }
     let opts = req.list_options().ok()?;
-    let min_rv = cacheable_rv(&opts, req.verb)?;
+    let (min_rv, limit) = cacheable(&opts, req.verb)?;
     let plan = Plan {
         group: &rp.group,
         version: &rp.version,
@@ -77,6 +81,7 @@ pub async fn try_serve(
         name: rp.name.as_deref(),
         opts,
         min_rv,
+        limit,
     };
     // The request could be served from a cache: make sure one is (being) built.
     registry.ensure_started(plan.group, plan.version, plan.resource);
@@ -106,10 +111,12 @@ pub async fn try_serve(
     }))
 }
 
-/// Which resourceVersion a request needs, if the cache may answer it (the documents'
-/// "Semantics for get and list" table). `Some(None)` is "Any"; `Some(Some(n))` is
-/// "Not older than n"; `None` means it must go upstream.
-fn cacheable_rv(opts: &ListOptions, verb: Verb) -> Option<Option<u64>> {
+/// Which resourceVersion a request needs, and which page size applies, if the cache may
+/// answer it (the documents' "Semantics for get and list" table, as kube-apiserver's
+/// `delegator.ShouldDelegateList` and the cacher's `computeListLimit` implement it).
+/// `Some((None, _))` is "Any"; `Some((Some(n), _))` is "Not older than n"; `None` means it
+/// must go upstream.
+fn cacheable(opts: &ListOptions, verb: Verb) -> Option<(Option<u64>, Option<usize>)> {
     if opts.continue_token.is_some() || opts.watch || opts.send_initial_events.is_some() {
         return None;
     }
@@ -118,19 +125,23 @@ fn cacheable_rv(opts: &ListOptions, verb: Verb) -> Option<Option<u64>> {
         .as_deref()
         .filter(|rv| !rv.is_empty())?;
     let n = request::parse_resource_version(rv).ok()?;
-    let limited = verb == Verb::List && opts.limit.is_some();
+    let limit = opts.limit.filter(|_| verb == Verb::List);
     match (opts.rv_match, n) {
         (Some(RvMatch::Exact), _) => None,
         // RV="0": Any. kube-apiserver's cacher ignores `limit` here (`computeListLimit`)
-        // and answers the whole list; so does the cache.
-        (_, 0) => Some(None),
-        // NotOlderThan with a limit pages with continue tokens the upstream must be able
-        // to resume; until the cache issues such tokens, the upstream answers.
-        (Some(RvMatch::NotOlderThan), _) if limited => None,
-        (Some(RvMatch::NotOlderThan), n) => Some(Some(n)),
+        // and answers the whole list; so does the cache. computeListLimit compares the
+        // string: another spelling of zero keeps its limit, which is the upstream's to
+        // apply.
+        (_, 0) if rv == "0" => Some((None, None)),
+        (_, 0) if limit.is_some() => None,
+        (_, 0) => Some((None, None)),
+        // NotOlderThan with a limit: the cacher serves the first page from its cache and
+        // issues an etcd-format continue token at the page's resourceVersion, which any
+        // apiserver resumes (the continuation is forwarded, see `first_page`).
+        (Some(RvMatch::NotOlderThan), n) => Some((Some(n), limit.map(|l| l as usize))),
         // Legacy semantics: RV=N with a limit is an exact read.
-        (None, _) if limited => None,
-        (None, n) => Some(Some(n)),
+        (None, _) if limit.is_some() => None,
+        (None, n) => Some((Some(n), None)),
     }
 }
 
@@ -213,14 +224,39 @@ fn list(
     gzip_ok: bool,
 ) -> Response<Body> {
     let info = &cache.info;
+    let namespace = plan.namespace.filter(|_| info.namespaced);
+    let filter = matcher(&plan.opts);
+    let page = plan
+        .limit
+        .and_then(|l| first_page(&snapshot, namespace, filter.as_ref(), l));
+    let (continue_token, remaining_item_count) = match &page {
+        Some(end) => {
+            // etcd3's format, relative to the list's prefix, at the snapshot's RV: the
+            // continuation goes upstream, which serves it at exactly that revision.
+            let token = ContinueToken {
+                rv: snapshot.resource_version as i64,
+                start_after: end.last_key.to_string(),
+            };
+            let prefix = namespace.map(|ns| format!("{ns}/")).unwrap_or_default();
+            let remaining = filter
+                .is_none()
+                .then(|| (end.range_len - plan.limit.unwrap_or(0)) as u64);
+            (Some(token.encode(&prefix)), remaining)
+        }
+        None => (None, None),
+    };
     let head = ListHead {
         api_version: info.api_version(),
         kind: format!("{}List", info.kind),
         resource_version: snapshot.resource_version,
         item_type_prefix: (!info.is_builtin()).then(|| info.type_prefix()),
+        continue_token,
+        remaining_item_count,
     };
-    let namespace = plan.namespace.filter(|_| info.namespaced);
-    let body = ListBody::new(head, snapshot, namespace, matcher(&plan.opts));
+    let mut body = ListBody::new(head, snapshot, namespace, filter);
+    if let Some(end) = page {
+        body = body.until(end.last_key);
+    }
     // Streamed either way: with gzip accepted, at most 128 KiB are read ahead to decide.
     gzip::respond(
         json_response(body::empty()),
@@ -257,45 +293,66 @@ mod tests {
     #[test]
     fn the_semantics_table_decides_what_is_cacheable() {
         use Verb::*;
+        let any = Some((None, None));
         // resourceVersion unset: Most Recent (a consistent read) goes upstream.
-        assert_eq!(cacheable_rv(&opts(""), List), None);
-        assert_eq!(cacheable_rv(&opts("limit=5"), List), None);
-        // "0": Any.
-        assert_eq!(cacheable_rv(&opts("resourceVersion=0"), List), Some(None));
-        assert_eq!(cacheable_rv(&opts("resourceVersion=0"), Get), Some(None));
+        assert_eq!(cacheable(&opts(""), List), None);
+        assert_eq!(cacheable(&opts("limit=5"), List), None);
+        // "0": Any, and the cacher ignores the limit.
+        assert_eq!(cacheable(&opts("resourceVersion=0"), List), any);
+        assert_eq!(cacheable(&opts("resourceVersion=0"), Get), any);
         assert_eq!(
-            cacheable_rv(
+            cacheable(
                 &opts("resourceVersion=0&resourceVersionMatch=NotOlderThan"),
                 List
             ),
-            Some(None)
+            any
         );
+        assert_eq!(cacheable(&opts("resourceVersion=0&limit=5"), List), any);
         assert_eq!(
-            cacheable_rv(&opts("resourceVersion=0&limit=5"), List),
-            Some(None)
+            cacheable(
+                &opts("resourceVersion=0&resourceVersionMatch=NotOlderThan&limit=5"),
+                List
+            ),
+            any
         );
+        // Another spelling of zero keeps its limit (computeListLimit compares strings).
+        assert_eq!(cacheable(&opts("resourceVersion=00&limit=5"), List), None);
+        assert_eq!(cacheable(&opts("resourceVersion=00"), List), any);
         // "N": Not older than, unless limit makes it the legacy Exact.
         assert_eq!(
-            cacheable_rv(&opts("resourceVersion=7"), List),
-            Some(Some(7))
+            cacheable(&opts("resourceVersion=7"), List),
+            Some((Some(7), None))
         );
-        assert_eq!(cacheable_rv(&opts("resourceVersion=7"), Get), Some(Some(7)));
-        assert_eq!(cacheable_rv(&opts("resourceVersion=7&limit=5"), List), None);
         assert_eq!(
-            cacheable_rv(
+            cacheable(&opts("resourceVersion=7"), Get),
+            Some((Some(7), None))
+        );
+        assert_eq!(cacheable(&opts("resourceVersion=7&limit=5"), List), None);
+        // NotOlderThan with a limit: the first page, from the cache.
+        assert_eq!(
+            cacheable(
                 &opts("resourceVersion=7&resourceVersionMatch=NotOlderThan&limit=5"),
                 List
             ),
-            None
+            Some((Some(7), Some(5)))
         );
         assert_eq!(
-            cacheable_rv(&opts("resourceVersion=7&resourceVersionMatch=Exact"), List),
-            None
+            cacheable(
+                &opts("resourceVersion=7&resourceVersionMatch=NotOlderThan"),
+                List
+            ),
+            Some((Some(7), None))
         );
         assert_eq!(
-            cacheable_rv(&opts("resourceVersion=0&continue=abc"), List),
+            cacheable(&opts("resourceVersion=7&resourceVersionMatch=Exact"), List),
             None
         );
+        // Continuations are the upstream's, whoever issued the token.
+        assert_eq!(
+            cacheable(&opts("resourceVersion=0&continue=abc"), List),
+            None
+        );
+        assert_eq!(cacheable(&opts("continue=abc&limit=5"), List), None);
     }
 
     #[test]

@@ -33,6 +33,10 @@ pub struct ListHead {
     /// `Some({"kind":..,"apiVersion":..,)` when items carry their TypeMeta (custom
     /// resources); `None` for built-in types, whose list items the apiserver writes without.
     pub item_type_prefix: Option<Vec<u8>>,
+    /// `metadata.continue` of a limited list that has more items.
+    pub continue_token: Option<String>,
+    /// `metadata.remainingItemCount`: set with a continue token when there is no selector.
+    pub remaining_item_count: Option<u64>,
 }
 
 impl ListHead {
@@ -46,9 +50,78 @@ impl ListHead {
         serde_json::to_writer(&mut out, &self.api_version).expect("string serialises");
         out.extend_from_slice(b",\"metadata\":{\"resourceVersion\":\"");
         out.extend_from_slice(self.resource_version.to_string().as_bytes());
-        out.extend_from_slice(b"\"},\"items\":[");
+        out.push(b'"');
+        // ListMeta's field order: resourceVersion, continue, remainingItemCount.
+        if let Some(token) = &self.continue_token {
+            out.extend_from_slice(b",\"continue\":");
+            serde_json::to_writer(&mut out, token).expect("string serialises");
+        }
+        if let Some(n) = self.remaining_item_count {
+            out.extend_from_slice(b",\"remainingItemCount\":");
+            out.extend_from_slice(n.to_string().as_bytes());
+        }
+        out.extend_from_slice(b"},\"items\":[");
         out
     }
+}
+
+/// Where a limited list's page ends, decided before its head is written (the head carries
+/// the continue token).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PageEnd {
+    /// The key of the last item of the page (inclusive).
+    pub last_key: Box<str>,
+    /// How many items the whole range holds (selected or not): for `remainingItemCount`.
+    pub range_len: usize,
+}
+
+/// The objects of `namespace`'s range (all of them when `None`), in list order.
+fn range_bounds(namespace: Option<&str>) -> (Bound<Box<str>>, Bound<Box<str>>) {
+    match namespace {
+        // All keys of a namespace lie in ["ns/", "ns0"): '0' is the byte after '/'.
+        Some(ns) => (
+            Bound::Included(format!("{ns}/").into()),
+            Bound::Excluded(format!("{ns}0").into()),
+        ),
+        None => (Bound::Unbounded, Bound::Unbounded),
+    }
+}
+
+/// The first page of at most `limit` selected objects, as kube-apiserver's cacher cuts it
+/// (`GetList`): `None` when the range holds no item after the page's last (no continue
+/// token). With a filter, reaching any item past a full page is what tells that more may
+/// follow, selected or not, so a token can lead to an empty next page, as it can from the
+/// apiserver.
+pub fn first_page(
+    snapshot: &Snapshot,
+    namespace: Option<&str>,
+    filter: Option<&Filter>,
+    limit: usize,
+) -> Option<PageEnd> {
+    let mut selected = 0;
+    let mut last: Option<&Box<str>> = None;
+    let mut more = false;
+    for (key, obj) in snapshot.objects.range(range_bounds(namespace)) {
+        if selected >= limit {
+            more = true;
+            break;
+        }
+        if filter.is_none_or(|f| f(obj)) {
+            selected += 1;
+            last = Some(key);
+        }
+    }
+    if !more {
+        return None;
+    }
+    let range_len = match namespace {
+        None => snapshot.objects.len(),
+        Some(_) => snapshot.objects.range(range_bounds(namespace)).count(),
+    };
+    last.map(|k| PageEnd {
+        last_key: k.clone(),
+        range_len,
+    })
 }
 
 enum Phase {
@@ -66,6 +139,8 @@ pub struct ListBody {
     /// The key of the last object emitted: the next chunk resumes after it. Re-seeking
     /// costs O(log n) per 64 KiB chunk, which avoids a self-referential iterator.
     cursor: Option<Box<str>>,
+    /// The last key a limited list includes.
+    end: Option<Box<str>>,
     first: bool,
     phase: Phase,
 }
@@ -83,22 +158,27 @@ impl ListBody {
             namespace: namespace.map(Box::from),
             filter,
             cursor: None,
+            end: None,
             first: true,
             phase: Phase::Head,
         }
     }
 
+    /// A list that stops after `end` (inclusive): the page [`first_page`] cut.
+    pub fn until(mut self, end: Box<str>) -> Self {
+        self.end = Some(end);
+        self
+    }
+
     fn next_items(&mut self, buf: &mut Vec<u8>) -> bool {
+        let (start, ns_end) = range_bounds(self.namespace.as_deref());
         let lower = match &self.cursor {
             Some(k) => Bound::Excluded(k.clone()),
-            None => match &self.namespace {
-                Some(ns) => Bound::Included(format!("{ns}/").into()),
-                None => Bound::Unbounded,
-            },
+            None => start,
         };
-        let upper: Bound<Box<str>> = match &self.namespace {
-            Some(ns) => Bound::Excluded(format!("{ns}0").into()),
-            None => Bound::Unbounded,
+        let upper = match &self.end {
+            Some(k) => Bound::Included(k.clone()),
+            None => ns_end,
         };
         let mut last = None;
         let mut exhausted = true;
@@ -214,6 +294,8 @@ mod tests {
             kind: "PodList".into(),
             resource_version: rv,
             item_type_prefix: None,
+            continue_token: None,
+            remaining_item_count: None,
         }
     }
 
@@ -278,5 +360,64 @@ mod tests {
         let (v, frames) = collect(ListBody::new(head(4), snap, None, Some(none))).await;
         assert_eq!(v["items"], serde_json::json!([]));
         assert_eq!(frames, 1);
+    }
+    #[tokio::test]
+    async fn a_first_page_ends_at_its_last_item_and_its_head_says_how_to_go_on() {
+        let store = Store::new();
+        for (i, (ns, name)) in [("a", "x"), ("a", "y"), ("a", "z"), ("ab", "w")]
+            .into_iter()
+            .enumerate()
+        {
+            store.apply(Change::Upsert(pod(ns, name, i as u64 + 1, 0)));
+        }
+        let snap = store.snapshot();
+        // Two of a's three: the page ends at a/y; the range holds three.
+        let end = first_page(&snap, Some("a"), None, 2).unwrap();
+        assert_eq!(
+            end,
+            PageEnd {
+                last_key: "a/y".into(),
+                range_len: 3
+            }
+        );
+        assert_eq!(first_page(&snap, Some("a"), None, 3), None);
+        assert_eq!(first_page(&snap, None, None, 4), None);
+        // With a filter, any item after a full page means "more", matching or not.
+        let not_z: Filter = Box::new(|o| o.label("app") != Some("z"));
+        assert_eq!(
+            first_page(&snap, Some("a"), Some(&not_z), 2).map(|e| e.last_key),
+            Some("a/y".into())
+        );
+        let only_x: Filter = Box::new(|o| o.label("app") == Some("x"));
+        assert_eq!(
+            first_page(&snap, None, Some(&only_x), 1).unwrap().last_key,
+            "a/x".into()
+        );
+
+        let mut h = head(4);
+        h.continue_token = Some("tok".into());
+        h.remaining_item_count = Some(1);
+        let body = ListBody::new(h, snap, Some("a"), None).until(end.last_key);
+        let mut body = body;
+        let mut raw = Vec::new();
+        while let Some(f) = body.frame().await {
+            raw.extend_from_slice(&f.unwrap().into_data().unwrap());
+        }
+        let text = String::from_utf8(raw).unwrap();
+        // ListMeta's field order, as the apiserver writes it.
+        assert!(
+            text.starts_with(
+                r#"{"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":"4","continue":"tok","remainingItemCount":1},"items":["#
+            ),
+            "{text}"
+        );
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let names: Vec<&str> = v["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| o["metadata"]["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, ["x", "y"]);
     }
 }
