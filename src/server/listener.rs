@@ -2,10 +2,11 @@
 //! on one port via hyper-util's auto builder, upgrades enabled, drain-aware.
 
 use std::convert::Infallible;
-use std::future::Future;
+use std::future::{poll_fn, Future};
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
 use http::{Request, Response};
@@ -15,6 +16,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use tokio::net::{TcpListener, TcpStream};
 
+use super::coalesce;
 use super::drain::DrainWatch;
 use crate::body::Body;
 
@@ -89,7 +91,10 @@ async fn serve(
         let handler = handler.clone();
         async move { Ok::<_, Infallible>(handler(req).await) }
     });
-    let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), svc);
+    // HTTP/2 frames produced in one poll of the connection leave in one write (see
+    // `coalesce`): the flusher writes them out right after each poll.
+    let (io, flusher) = coalesce::wrap(stream);
+    let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), svc);
     tokio::pin!(conn);
     let draining = drain.draining();
     let stopped = drain.stopped();
@@ -97,9 +102,23 @@ async fn serve(
     let mut graceful = false;
     loop {
         tokio::select! {
-            res = conn.as_mut() => {
+            res = poll_fn(|cx| {
+                let res = conn.as_mut().poll(cx);
+                if let Poll::Ready(Err(err)) = flusher.poll_flush_buffer(cx) {
+                    // The connection sees the error on its next write; let it run now.
+                    tracing::debug!(%peer, error = %err, "write failed");
+                    cx.waker().wake_by_ref();
+                }
+                res
+            }) => {
                 if let Err(err) = res {
                     tracing::debug!(%peer, error = %err, "connection ended with an error");
+                }
+                // What the connection's last poll buffered (a GOAWAY, the end of a stream),
+                // unless the drain deadline cuts it.
+                tokio::select! {
+                    _ = poll_fn(|cx| flusher.poll_flush_buffer(cx)) => {}
+                    _ = &mut stopped => {}
                 }
                 break;
             }

@@ -3,6 +3,7 @@
 //! [`Gateway::start`] is what `watchgate serve`, the demo and the tests use in-process.
 
 mod admin;
+mod coalesce;
 pub mod drain;
 mod instrument;
 mod listener;
