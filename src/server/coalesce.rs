@@ -185,6 +185,11 @@ impl<T: AsyncWrite + Unpin> Flusher<T> {
         inner.poll_write_buffer(cx)
     }
 
+    /// Whether anything waits to be written.
+    pub fn has_buffered(&self) -> bool {
+        !lock(&self.inner).buf.is_empty()
+    }
+
     /// Bytes waiting to be written.
     #[cfg(test)]
     pub fn buffered(&self) -> usize {

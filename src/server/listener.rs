@@ -100,10 +100,21 @@ async fn serve(
     let stopped = drain.stopped();
     tokio::pin!(draining, stopped);
     let mut graceful = false;
+    let mut deferred = false;
     loop {
         tokio::select! {
             res = poll_fn(|cx| {
                 let res = conn.as_mut().poll(cx);
+                if res.is_pending() && !deferred && flusher.has_buffered() {
+                    // The watches woken by the same event are queueing their frames on
+                    // other tasks right now: go once round the run queue (a self-wake is a
+                    // yield in tokio) so that they join this write instead of each
+                    // waking the connection for a write of its own.
+                    deferred = true;
+                    cx.waker().wake_by_ref();
+                    return Poll::Pending;
+                }
+                deferred = false;
                 if let Poll::Ready(Err(err)) = flusher.poll_flush_buffer(cx) {
                     // The connection sees the error on its next write; let it run now.
                     tracing::debug!(%peer, error = %err, "write failed");
