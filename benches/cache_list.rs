@@ -1,7 +1,8 @@
 //! Cache list benchmark (issue 4): RV="0" lists of N pods of ~4 KiB served from the
 //! gateway's cache, next to the same list served by the simulator directly, in one run;
-//! the time to sync; the cache's resident memory per object; and a label selector that
-//! matches nothing over many small objects.
+//! the same list gzipped; NotOlderThan first pages (`limit=500`); the time to sync, with
+//! watch-list and with the paged list; the cache's resident memory per object; and a label
+//! selector that matches nothing over many small objects.
 //!
 //!     cargo bench --bench cache_list                      # full: 50,000 pods, 300,000 configmaps
 //!     WATCHGATE_BENCH_QUICK=1 cargo bench --bench cache_list   # smoke: seconds
@@ -61,8 +62,25 @@ fn live_bytes() -> usize {
 
 /// Fetches `url` and reads the whole body; returns (bytes, elapsed, source header).
 async fn fetch(client: &HttpClient, url: &str) -> (usize, Duration, String) {
+    fetch_with(client, url, false).await
+}
+
+/// The same, asking for gzip when `gzip` is set (the bytes counted are the compressed ones).
+async fn fetch_with(client: &HttpClient, url: &str, gzip: bool) -> (usize, Duration, String) {
     let started = Instant::now();
-    let resp = client.get(url.parse().unwrap()).await.expect("response");
+    let mut req = http::Request::get(url).body(Empty::<Bytes>::new()).unwrap();
+    if gzip {
+        req.headers_mut()
+            .insert("accept-encoding", http::HeaderValue::from_static("gzip"));
+    }
+    let resp = client.request(req).await.expect("response");
+    if gzip {
+        assert_eq!(
+            resp.headers().get("content-encoding").map(|v| v.as_bytes()),
+            Some(&b"gzip"[..]),
+            "{url}: a large list is gzipped"
+        );
+    }
     assert!(resp.status().is_success(), "{url}: {}", resp.status());
     let source = resp
         .headers()
@@ -166,6 +184,87 @@ async fn main() {
         cache_bytes as f64 / size as f64,
         cache_bytes / pods
     );
+
+    // --- the same list gzipped, as kubectl asks for it ---------------------------------------
+    let (mut sim_ms, mut gw_ms, mut zsize) = (vec![], vec![], 0);
+    for _ in 0..rounds {
+        let (_, t, _) = fetch_with(&client, &format!("{}{path}", sim.url()), true).await;
+        sim_ms.push(t.as_secs_f64() * 1e3);
+        let (n, t, src) = fetch_with(&client, &format!("{}{path}", gw.url()), true).await;
+        assert_eq!(src, "cache");
+        gw_ms.push(t.as_secs_f64() * 1e3);
+        zsize = n;
+    }
+    println!(
+        "gzipped RV=0 list ({:.1} MB -> {:.1} MB), median of {rounds} rounds:",
+        size as f64 / 1e6,
+        zsize as f64 / 1e6
+    );
+    println!(
+        "  simulator direct : {:>8.1} ms  {:>8.1} MB/s of JSON",
+        median(sim_ms.clone()),
+        size as f64 / median(sim_ms.clone()) / 1e3
+    );
+    println!(
+        "  gateway (cache)  : {:>8.1} ms  {:>8.1} MB/s of JSON",
+        median(gw_ms.clone()),
+        size as f64 / median(gw_ms.clone()) / 1e3
+    );
+    println!(
+        "  ratio (sim/cache): {:>8.1}x",
+        median(sim_ms) / median(gw_ms)
+    );
+
+    // --- NotOlderThan first pages of 500, as a paging client starts ----------------------
+    let rv: u64 = {
+        let resp = client
+            .get(
+                format!(
+                    "{}/api/v1/pods?resourceVersion=0&fieldSelector=metadata.name%3Dnone",
+                    gw.url()
+                )
+                .parse()
+                .unwrap(),
+            )
+            .await
+            .unwrap();
+        let body = resp.into_body().collect().await.unwrap().to_bytes();
+        let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        v["metadata"]["resourceVersion"]
+            .as_str()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    let page =
+        format!("/api/v1/pods?resourceVersion={rv}&resourceVersionMatch=NotOlderThan&limit=500");
+    let (mut sim_ms, mut gw_ms) = (vec![], vec![]);
+    for _ in 0..rounds {
+        let (_, t, _) = fetch(&client, &format!("{}{page}", sim.url())).await;
+        sim_ms.push(t.as_secs_f64() * 1e3);
+        let (_, t, src) = fetch(&client, &format!("{}{page}", gw.url())).await;
+        assert_eq!(src, "cache");
+        gw_ms.push(t.as_secs_f64() * 1e3);
+    }
+    println!("NotOlderThan first page of 500 pods, median of {rounds} rounds:");
+    println!("  simulator direct : {:>8.2} ms", median(sim_ms.clone()));
+    println!("  gateway (cache)  : {:>8.2} ms", median(gw_ms.clone()));
+    println!(
+        "  ratio (sim/cache): {:>8.1}x",
+        median(sim_ms) / median(gw_ms)
+    );
+
+    // --- the time to sync with the paged list instead of watch-list --------------------------
+    let mut paged_cfg = GatewayConfig::for_upstream_url(&sim.url()).unwrap();
+    paged_cfg.reflector.watch_list = watchgate::cache::reflector::WatchListMode::Off;
+    let gw_paged = Gateway::start(paged_cfg).await.unwrap();
+    let sync_paged = warm(&client, &format!("{}{path}", gw_paged.url())).await;
+    println!(
+        "time to sync {pods} pods: watch-list {:.1} ms, paged list (limit=500) {:.1} ms",
+        sync.as_secs_f64() * 1e3,
+        sync_paged.as_secs_f64() * 1e3
+    );
+    drop(gw_paged);
 
     // --- metrics on vs off (issue 6) -------------------------------------------------------
     // A second gateway with `GatewayConfig::metrics = false` (no request instrumentation at
