@@ -60,8 +60,8 @@ pub fn filter(args: &LogArgs) -> EnvFilter {
     }
 }
 
-/// Builds the subscriber for `args`, writing to `writer`. Separate from [`init`] so tests
-/// can capture what the binary would log.
+/// Builds the subscriber for `args`, writing to `writer`, without terminal colours.
+/// Separate from [`init`] so tests can capture what the binary would log.
 pub fn subscriber<W>(
     args: &LogArgs,
     writer: W,
@@ -69,18 +69,33 @@ pub fn subscriber<W>(
 where
     W: for<'a> MakeWriter<'a> + Send + Sync + 'static,
 {
+    build(args, writer, false)
+}
+
+fn build<W>(
+    args: &LogArgs,
+    writer: W,
+    ansi: bool,
+) -> Box<dyn tracing::Subscriber + Send + Sync + 'static>
+where
+    W: for<'a> MakeWriter<'a> + Send + Sync + 'static,
+{
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter(args))
-        .with_writer(writer);
+        .with_writer(writer)
+        .with_ansi(ansi);
     match args.log_format {
         LogFormat::Text => Box::new(builder.finish()),
         LogFormat::Json => Box::new(builder.json().flatten_event(true).finish()),
     }
 }
 
-/// Installs the process's subscriber, writing to stderr.
+/// Installs the process's subscriber, writing to stderr. Text lines are coloured only on
+/// a terminal: a container's log, a file or a pipe gets plain text (tracing-subscriber
+/// colours by default, wherever the lines go).
 pub fn init(args: &LogArgs) {
-    let sub = subscriber(args, std::io::stderr);
+    use std::io::IsTerminal;
+    let sub = build(args, std::io::stderr, std::io::stderr().is_terminal());
     if tracing::subscriber::set_global_default(sub).is_err() {
         eprintln!("a tracing subscriber is already installed");
     }
