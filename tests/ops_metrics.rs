@@ -2,8 +2,22 @@
 //! with prometheus_client's own parser, and `/readyz` follows the `--cache` resources'
 //! sync.
 //!
-//! The metrics recorder is process-global and the tests of this binary run in parallel,
-//! so every assertion is a delta over series that only one test touches.
+//! The metrics recorder is process-global and the tests of this binary may run in one
+//! process in parallel (`cargo test`), so every assertion is a delta over series that
+//! only one test touches. A scrape refreshes the cache series of *its* gateway's caches and
+//! renders the process's: two tests caching the same resource would read each other's
+//! gauges. So each test that reads per-resource series has its resource to itself:
+//!
+//! | resource | test |
+//! | --- | --- |
+//! | pods | `rv0_lists_count_as_cache_requests_and_reach_upstream_at_most_once` |
+//! | configmaps | `open_watches_show_in_the_long_running_gauge` |
+//! | namespaces | `metrics_text_parses_with_prometheus_client` |
+//! | events | `cache_bytes_sync_time_upstream_watches_and_process_metrics_are_exported` |
+//! | endpoints | `metrics_can_be_turned_off` (no other test may create an endpoints series) |
+//! | services | `n_cached_watchers_show_as_n_watchers_and_one_upstream_watch` |
+//! | secrets | `a_watcher_that_falls_past_the_history_is_counted_as_slow` |
+//! | nodes | the `/readyz` tests, which never read `/metrics` |
 
 mod support;
 
@@ -16,6 +30,7 @@ use watchgate::config::GatewayConfig;
 use watchgate::sim::resources::find;
 use watchgate::sim::Mutation;
 
+use support::metrics::sample;
 use support::process;
 use support::servers::{start_gateway_with, start_sim, GatewayServer};
 use support::wait::wait_until;
@@ -40,42 +55,20 @@ async fn scrape(gw: &GatewayServer) -> String {
     resp.text()
 }
 
-/// `name{k="v",…} value` → labels and value; None for comments and other metrics.
-fn parse_line<'a>(line: &'a str, name: &str) -> Option<(BTreeMap<&'a str, &'a str>, f64)> {
-    let rest = line.strip_prefix(name)?;
-    let (labels, value) = match rest.strip_prefix('{') {
-        Some(r) => {
-            let (labels, value) = r.split_once("} ")?;
-            (labels, value)
-        }
-        None => ("", rest.strip_prefix(' ')?),
-    };
-    let mut map = BTreeMap::new();
-    for pair in labels.split("\",").filter(|p| !p.is_empty()) {
-        let (k, v) = pair.split_once("=\"")?;
-        map.insert(k, v.trim_end_matches('"'));
-    }
-    Some((map, value.trim().parse().ok()?))
-}
-
-/// The sum of `name`'s samples whose labels include every pair of `want`.
-fn sample(text: &str, name: &str, want: &[(&str, &str)]) -> f64 {
-    text.lines()
-        .filter_map(|l| parse_line(l, name))
-        .filter(|(labels, _)| want.iter().all(|(k, v)| labels.get(k) == Some(v)))
-        .map(|(_, v)| v)
-        .sum()
-}
-
 fn put_pod(sim: &watchgate::sim::SimHandle, name: &str) {
     let obj = json!({
         "kind": "Pod", "apiVersion": "v1",
         "metadata": {"name": name, "namespace": "default"},
         "spec": {"containers": [{"name": "c", "image": "busybox"}]},
     });
-    let pods = find("", "v1", "pods").unwrap();
+    put(sim, "pods", name, obj);
+}
+
+/// Writes `obj` as `default/name` of the core resource `resource`, straight into the store.
+fn put(sim: &watchgate::sim::SimHandle, resource: &str, name: &str, obj: serde_json::Value) {
+    let rt = find("", "v1", resource).unwrap();
     sim.store()
-        .mutate(pods, "default", name, |_| Ok(Mutation::Put(obj)))
+        .mutate(rt, "default", name, |_| Ok(Mutation::Put(obj)))
         .unwrap()
         .unwrap();
 }
@@ -218,21 +211,16 @@ async fn open_watches_show_in_the_long_running_gauge() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_text_parses_with_prometheus_client() {
     let sim = start_sim().await;
-    let gw = gateway_caching(sim.url(), &["pods"]).await;
+    let gw = gateway_caching(sim.url(), &["namespaces"]).await;
     wait_ready(&gw).await;
     let http = Http::new(gw.url());
     assert_eq!(
-        http.get("/api/v1/namespaces/default/pods?resourceVersion=0")
+        http.get("/api/v1/namespaces?resourceVersion=0")
             .await
             .status,
         200
     );
-    assert_eq!(
-        http.get("/api/v1/namespaces/default/configmaps")
-            .await
-            .status,
-        200
-    );
+    assert_eq!(http.get("/api/v1/namespaces/default").await.status, 200);
     assert_eq!(http.get("/version").await.status, 200);
     let text = scrape(&gw).await;
 
@@ -287,14 +275,14 @@ async fn readyz_waits_for_the_cached_resources_to_sync() {
     sim.handle()
         .faults()
         .set_latency(Duration::from_millis(1500));
-    let gw = gateway_caching(sim.url(), &["pods"]).await;
+    let gw = gateway_caching(sim.url(), &["nodes"]).await;
     let admin = admin(&gw);
 
     let resp = admin.get("/readyz?verbose").await;
     assert_eq!(resp.status, 500, "{}", resp.text());
     let text = resp.text();
     assert!(text.contains("[+]ping ok"), "{text}");
-    assert!(text.contains("[-]cache-pods failed: not "), "{text}");
+    assert!(text.contains("[-]cache-nodes failed: not "), "{text}");
     assert!(text.trim_end().ends_with("readyz check failed"), "{text}");
     // Liveness does not depend on the upstream.
     assert_eq!(admin.get("/livez").await.status, 200);
@@ -308,7 +296,7 @@ async fn readyz_waits_for_the_cached_resources_to_sync() {
     for line in [
         "[+]ping ok",
         "[+]upstream ok",
-        "[+]cache-pods ok",
+        "[+]cache-nodes ok",
         "readyz check passed",
     ] {
         assert!(text.contains(line), "{line:?} missing from:\n{text}");
@@ -319,25 +307,34 @@ async fn readyz_waits_for_the_cached_resources_to_sync() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cache_bytes_sync_time_upstream_watches_and_process_metrics_are_exported() {
     let sim = start_sim().await;
-    put_pod(sim.handle(), "sized-0");
-    let gw = gateway_caching(sim.url(), &["pods"]).await;
+    let event = |name: &str| {
+        json!({
+            "kind": "Event", "apiVersion": "v1",
+            "metadata": {"name": name, "namespace": "default"},
+            "involvedObject": {"kind": "Pod", "namespace": "default", "name": "p"},
+            "reason": "Sized", "message": "x".repeat(200),
+        })
+    };
+    put(sim.handle(), "events", "sized-0", event("sized-0"));
+    let gw = gateway_caching(sim.url(), &["events"]).await;
     wait_ready(&gw).await;
-    let pods = &[("group", ""), ("resource", "pods")];
+    let events = &[("group", ""), ("resource", "events")];
     let text = scrape(&gw).await;
-    // The cached JSON of the one pod: a get adds `kind` and `apiVersion`, which list items
-    // (and so the cache's copies) do not carry.
+    // The cached JSON of the one event: a get adds `kind` and `apiVersion`, which list
+    // items (and so the cache's copies) do not carry.
     let one = Http::new(gw.url())
-        .get("/api/v1/namespaces/default/pods/sized-0?resourceVersion=0")
+        .get("/api/v1/namespaces/default/events/sized-0?resourceVersion=0")
         .await;
     assert_eq!(one.status, 200);
-    let bytes = sample(&text, "watchgate_cache_bytes", pods);
+    let bytes = sample(&text, "watchgate_cache_bytes", events);
     assert!(
         bytes > 0.0 && bytes <= one.body.len() as f64 && bytes >= one.body.len() as f64 - 40.0,
-        "cache bytes {bytes} for one pod of {} bytes:\n{text}",
+        "cache bytes {bytes} for one event of {} bytes:\n{text}",
         one.body.len()
     );
-    assert!(sample(&text, "watchgate_cache_sync_duration_seconds", pods) > 0.0);
-    assert_eq!(sample(&text, "watchgate_upstream_watches", pods), 1.0);
+    assert!(sample(&text, "watchgate_cache_sync_duration_seconds", events) > 0.0);
+    // Its reflector follows one open upstream watch (the watch-list's stream).
+    assert_eq!(sample(&text, "watchgate_upstream_watches", events), 1.0);
     // Upstream durations carry the code, like the upstream request counter.
     assert!(
         sample(
@@ -347,17 +344,17 @@ async fn cache_bytes_sync_time_upstream_watches_and_process_metrics_are_exported
         ) >= 1.0,
         "{text}"
     );
-    assert_eq!(sim.handle().stats().watches("pods"), 1);
+    assert_eq!(sim.handle().stats().watches("events"), 1);
 
-    put_pod(sim.handle(), "sized-1");
+    put(sim.handle(), "events", "sized-1", event("sized-1"));
     let gw_ref = &gw;
     wait_until(
-        "a second pod adds to the cache bytes",
+        "a second event adds to the cache bytes",
         EVENT_TIMEOUT,
         || async move {
             let text = scrape(gw_ref).await;
-            sample(&text, "watchgate_cache_objects", pods) == 2.0
-                && sample(&text, "watchgate_cache_bytes", pods) > bytes * 1.5
+            sample(&text, "watchgate_cache_objects", events) == 2.0
+                && sample(&text, "watchgate_cache_bytes", events) > bytes * 1.5
         },
     )
     .await;
@@ -392,13 +389,13 @@ async fn readyz_follows_an_upstream_that_comes_up_after_the_gateway() {
         .local_addr()
         .unwrap()
         .port();
-    let gw = gateway_caching(&format!("http://127.0.0.1:{port}"), &["pods"]).await;
+    let gw = gateway_caching(&format!("http://127.0.0.1:{port}"), &["nodes"]).await;
     let admin = admin(&gw);
     wait_until("discovery has been tried", EVENT_TIMEOUT, || {
         let admin = admin.clone();
         async move {
             let text = admin.get("/readyz?verbose").await.text();
-            text.contains("[-]upstream failed") && text.contains("[-]cache-pods failed: not ")
+            text.contains("[-]upstream failed") && text.contains("[-]cache-nodes failed: not ")
         }
     })
     .await;
@@ -406,8 +403,7 @@ async fn readyz_follows_an_upstream_that_comes_up_after_the_gateway() {
     // The upstream appears; no client request is made: the background retry must notice.
     let mut cfg = support::servers::cluster_config();
     cfg.addr = ([127, 0, 0, 1], port).into();
-    let sim = support::servers::start_sim_with(cfg).await;
-    put_pod(sim.handle(), "late");
+    let _sim = support::servers::start_sim_with(cfg).await;
     let admin_ref = &admin;
     wait_until(
         "/readyz turns 200 after the upstream comes up",
@@ -416,23 +412,23 @@ async fn readyz_follows_an_upstream_that_comes_up_after_the_gateway() {
     )
     .await;
     let text = admin.get("/readyz?verbose").await.text();
-    assert!(text.contains("[+]cache-pods ok"), "{text}");
+    assert!(text.contains("[+]cache-nodes ok"), "{text}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readyz_does_not_depend_on_downstream_clients() {
     let sim = start_sim().await;
-    let gw = gateway_caching(sim.url(), &["pods"]).await;
+    let gw = gateway_caching(sim.url(), &["nodes"]).await;
     wait_ready(&gw).await;
     let admin = admin(&gw);
     // Misbehaving clients: garbage requests, bad paths, a watch abandoned mid-stream,
     // half-sent requests left open.
     let http = Http::new(gw.url());
     for path in [
-        "/api/v1/namespaces/default/pods?labelSelector=%%%",
-        "/api/v1/namespaces/default/pods?resourceVersion=abc",
+        "/api/v1/nodes?labelSelector=%%%",
+        "/api/v1/nodes?resourceVersion=abc",
         "/apis/nope.example/v1/things",
-        "/api/v1/namespaces/default/pods?watch=true&timeoutSeconds=-1",
+        "/api/v1/nodes?watch=true&timeoutSeconds=-1",
     ] {
         let status = http.get(path).await.status;
         assert!(
@@ -447,14 +443,12 @@ async fn readyz_does_not_depend_on_downstream_clients() {
             .await
             .unwrap();
         use tokio::io::AsyncWriteExt;
-        s.write_all(b"GET /api/v1/pods HTTP/1.1\r\nHost: x\r\n")
+        s.write_all(b"GET /api/v1/nodes HTTP/1.1\r\nHost: x\r\n")
             .await
             .unwrap();
         half_open.push(s);
     }
-    let w = http
-        .watch("/api/v1/namespaces/default/pods?watch=true")
-        .await;
+    let w = http.watch("/api/v1/nodes?watch=true").await;
     drop(w);
     assert_eq!(admin.get("/readyz").await.status, 200);
     assert_eq!(admin.get("/readyz?verbose").await.status, 200);
