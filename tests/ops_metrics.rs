@@ -17,8 +17,11 @@
 //! | endpoints | `metrics_can_be_turned_off` (no other test may create an endpoints series) |
 //! | services | `n_cached_watchers_show_as_n_watchers_and_one_upstream_watch` |
 //! | secrets | `a_watcher_that_falls_past_the_history_is_counted_as_slow` |
+//! | widgets.example.com | `fan_out_counters_move_and_watchers_end_by_timeout_and_client_gone` |
+//! | made-up ones, gadgets.real.example | `made_up_resources_create_no_label_values_whatever_the_answer` |
 //! | nodes | the `/readyz` tests, which never read `/metrics` |
 
+mod gateway_support;
 mod support;
 
 use std::collections::BTreeMap;
@@ -30,7 +33,7 @@ use watchgate::config::GatewayConfig;
 use watchgate::sim::resources::find;
 use watchgate::sim::Mutation;
 
-use support::metrics::sample;
+use support::metrics::{sample, samples};
 use support::process;
 use support::servers::{start_gateway_with, start_sim, GatewayServer};
 use support::wait::wait_until;
@@ -111,6 +114,12 @@ async fn rv0_lists_count_as_cache_requests_and_reach_upstream_at_most_once() {
             "list {i} was not served from the cache"
         );
     }
+    // A get of a pod that does not exist, answered by the cache: a 404 under its own code.
+    let missing = http
+        .get("/api/v1/namespaces/default/pods/nope?resourceVersion=0")
+        .await;
+    assert_eq!(missing.status, 404, "{}", missing.text());
+    assert_eq!(missing.headers["x-watchgate-source"], "cache");
     let after = scrape(&gw).await;
 
     let delta = sample(&after, "watchgate_requests_total", CACHED_PODS)
@@ -121,17 +130,42 @@ async fn rv0_lists_count_as_cache_requests_and_reach_upstream_at_most_once() {
         upstream_lists <= 1,
         "100 RV=0 lists caused {upstream_lists} upstream lists"
     );
-    // Durations are observed for each of them, under the same bounded labels.
-    let timed = sample(
+    // Durations are observed for each of them, under the same bounded labels, the code
+    // included.
+    let timed = |labels: &[(&str, &str)]| {
+        sample(&after, "watchgate_request_duration_seconds_count", labels)
+            - sample(&before, "watchgate_request_duration_seconds_count", labels)
+    };
+    assert_eq!(timed(CACHED_PODS), 100.0, "durations observed:\n{after}");
+    let missing_get = &[
+        ("verb", "get"),
+        ("resource", "pods"),
+        ("scope", "resource"),
+        ("code", "404"),
+        ("source", "cache"),
+    ];
+    assert_eq!(timed(missing_get), 1.0, "the 404's duration:\n{after}");
+    // Every duration series carries a code.
+    for (labels, _) in samples(&after, "watchgate_request_duration_seconds_count", &[]) {
+        assert!(
+            labels.get("code").is_some_and(|c| c.len() == 3),
+            "{labels:?}"
+        );
+    }
+    // Cache answers take microseconds: the buckets go below kube-apiserver's 5 ms floor.
+    let les: Vec<f64> = samples(
         &after,
-        "watchgate_request_duration_seconds_count",
-        &[("verb", "list"), ("resource", "pods"), ("source", "cache")],
-    ) - sample(
-        &before,
-        "watchgate_request_duration_seconds_count",
-        &[("verb", "list"), ("resource", "pods"), ("source", "cache")],
+        "watchgate_request_duration_seconds_bucket",
+        CACHED_PODS,
+    )
+    .map(|(l, _)| l["le"].parse().unwrap())
+    .collect();
+    assert_eq!(
+        les.len(),
+        watchgate::metrics::DURATION_BUCKETS.len() + 1,
+        "{les:?}"
     );
-    assert_eq!(timed, 100.0, "durations observed:\n{after}");
+    assert!(les[0] <= 0.00025, "{les:?}");
 
     // The cache gauges, refreshed at scrape time.
     let pods = &[("group", ""), ("resource", "pods")];
@@ -635,5 +669,274 @@ async fn a_watcher_that_falls_past_the_history_is_counted_as_slow() {
         tail.ends_with(b"0\r\n\r\n"),
         "the stream ends with the last chunk: {:?}",
         String::from_utf8_lossy(&tail)
+    );
+}
+
+/// A stub upstream that answers every path under `/apis/made.up.example/` and `madeup*`
+/// with the next of 403, 401, 400, 404, 500 and 422 (a Status each), and
+/// `/apis/real.example/v1/gadgets` with 200 the first time and 403 after.
+async fn refusing_stub() -> gateway_support::Stub {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let n = std::sync::Arc::new(AtomicUsize::new(0));
+    let gadgets = std::sync::Arc::new(AtomicUsize::new(0));
+    gateway_support::Stub::start(gateway_support::handler(
+        move |req: http::Request<hyper::body::Incoming>| {
+            let (n, gadgets) = (n.clone(), gadgets.clone());
+            async move {
+                let code = if req.uri().path() == "/apis/real.example/v1/gadgets" {
+                    if gadgets.fetch_add(1, Ordering::SeqCst) == 0 {
+                        200
+                    } else {
+                        403
+                    }
+                } else {
+                    [403, 401, 400, 404, 500, 422][n.fetch_add(1, Ordering::SeqCst) % 6]
+                };
+                let body = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                                  "message": "no", "code": code});
+                http::Response::builder()
+                    .status(code)
+                    .header("content-type", "application/json")
+                    .body(watchgate::body::full(body.to_string()))
+                    .unwrap()
+            }
+        },
+    ))
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn made_up_resources_create_no_label_values_whatever_the_answer() {
+    let stub = refusing_stub().await;
+    let mut cfg = GatewayConfig::for_upstream_url(&stub.url()).expect("gateway config");
+    cfg.cache = None;
+    let gw = start_gateway_with(cfg).await;
+    let http = Http::new(gw.url());
+    let before = scrape(&gw).await;
+    let mut codes = BTreeMap::<u16, f64>::new();
+    for i in 0..60 {
+        for path in [
+            format!("/apis/made.up.example/v1/things{i}"),
+            format!("/api/v1/namespaces/default/madeup{i}?watch=true"),
+        ] {
+            let status = http.get(&path).await.status;
+            *codes.entry(status.as_u16()).or_default() += 1.0;
+        }
+    }
+    assert_eq!(
+        codes.keys().copied().collect::<Vec<_>>(),
+        [400, 401, 403, 404, 422, 500],
+        "the stub's answers"
+    );
+    let after = scrape(&gw).await;
+    for line in after.lines().filter(|l| l.starts_with("watchgate_")) {
+        assert!(
+            !line.contains("made.up") && !line.contains("things") && !line.contains("madeup"),
+            "a made-up resource became a label value: {line}"
+        );
+    }
+    // Each request is still counted, under empty group and resource.
+    for (code, n) in &codes {
+        let code = code.to_string();
+        let blank = [("group", ""), ("resource", ""), ("code", code.as_str())];
+        let counted = sample(&after, "watchgate_requests_total", &blank)
+            - sample(&before, "watchgate_requests_total", &blank);
+        assert!(
+            counted >= *n,
+            "{n} answers {code} counted {counted} times:\n{after}"
+        );
+    }
+
+    // A resource the upstream serves keeps its labels from its first success on, failures
+    // included; so do the gateway's own answers for it (here: the upstream gone).
+    assert_eq!(http.get("/apis/real.example/v1/gadgets").await.status, 200);
+    assert_eq!(http.get("/apis/real.example/v1/gadgets").await.status, 403);
+    let dead = start_gateway_with({
+        let mut cfg =
+            GatewayConfig::for_upstream_url("http://127.0.0.1:1").expect("gateway config");
+        cfg.cache = None;
+        cfg
+    })
+    .await;
+    let resp = Http::new(dead.url())
+        .get("/apis/real.example/v1/gadgets")
+        .await;
+    assert_eq!(resp.status, 503, "{}", resp.text());
+    assert_eq!(resp.headers["x-watchgate-source"], "gateway");
+    let text = scrape(&gw).await;
+    let gadgets = |code, source| {
+        sample(
+            &text,
+            "watchgate_requests_total",
+            &[
+                ("group", "real.example"),
+                ("resource", "gadgets"),
+                ("code", code),
+                ("source", source),
+            ],
+        )
+    };
+    assert_eq!(gadgets("200", "upstream"), 1.0, "{text}");
+    assert_eq!(gadgets("403", "upstream"), 1.0, "{text}");
+    assert_eq!(gadgets("503", "gateway"), 1.0, "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fan_out_counters_move_and_watchers_end_by_timeout_and_client_gone() {
+    let sim = start_sim().await;
+    let mut cfg = GatewayConfig::for_upstream_url(sim.url()).expect("gateway config");
+    cfg.cache = Some(CachePolicy {
+        prewarm: vec!["widgets.example.com".into()],
+        exclude: vec![],
+    });
+    cfg.watch.bookmark_interval = Duration::from_millis(200);
+    let gw = start_gateway_with(cfg).await;
+    wait_ready(&gw).await;
+    let widgets = &[("group", "example.com"), ("resource", "widgets")];
+    let with = |reason: &'static str| {
+        [
+            ("group", "example.com"),
+            ("resource", "widgets"),
+            ("reason", reason),
+        ]
+    };
+    let before = scrape(&gw).await;
+    let delta = |text: &str, name: &str, labels: &[(&str, &str)]| {
+        sample(text, name, labels) - sample(&before, name, labels)
+    };
+    let http = Http::new(gw.url());
+    const PATH: &str = "/apis/example.com/v1/namespaces/default/widgets";
+
+    // timeoutSeconds=1, served from the cache: the stream ends on its own.
+    let mut short = http
+        .watch(&format!(
+            "{PATH}?watch=true&resourceVersion=0&timeoutSeconds=1"
+        ))
+        .await;
+    while let Some(ev) = short.next_event_within(EVENT_TIMEOUT).await {
+        assert_eq!(
+            ev["type"], "BOOKMARK",
+            "nothing else happens meanwhile: {ev}"
+        );
+    }
+    let gw_ref = &gw;
+    let delta_ref = &delta;
+    wait_until(
+        "the timed-out watcher is counted",
+        EVENT_TIMEOUT,
+        || async move {
+            let text = scrape(gw_ref).await;
+            delta_ref(
+                &text,
+                "watchgate_terminated_watchers_total",
+                &with("timeout"),
+            ) == 1.0
+        },
+    )
+    .await;
+
+    // A watcher with bookmarks that receives three events.
+    let mut w = http
+        .watch(&format!(
+            "{PATH}?watch=true&resourceVersion=0&allowWatchBookmarks=true"
+        ))
+        .await;
+    let direct = Http::new(sim.url());
+    for i in 0..3 {
+        let resp = direct
+            .post_json(
+                PATH,
+                &json!({"apiVersion": "example.com/v1", "kind": "Widget",
+                        "metadata": {"name": format!("w{i}")}}),
+            )
+            .await;
+        assert_eq!(resp.status, 201, "{}", resp.text());
+    }
+    let (mut added, mut bookmarks) = (0, 0);
+    while added < 3 || bookmarks == 0 {
+        let ev = w.next_event().await;
+        match ev["type"].as_str() {
+            Some("ADDED") => added += 1,
+            Some("BOOKMARK") => bookmarks += 1,
+            _ => panic!("unexpected {ev}"),
+        }
+    }
+    wait_until(
+        "delivered, bytes and bookmarks move",
+        EVENT_TIMEOUT,
+        || async move {
+            let text = scrape(gw_ref).await;
+            delta_ref(&text, "watchgate_watch_events_delivered_total", widgets) == 3.0
+                && delta_ref(&text, "watchgate_watch_bytes_written_total", widgets) > 0.0
+                && delta_ref(&text, "watchgate_watch_bookmarks_total", widgets) >= 1.0
+        },
+    )
+    .await;
+
+    // Its client goes away; the next write to the stream notices.
+    drop(w);
+    let resp = direct
+        .post_json(
+            PATH,
+            &json!({"apiVersion": "example.com/v1", "kind": "Widget",
+                    "metadata": {"name": "w3"}}),
+        )
+        .await;
+    assert_eq!(resp.status, 201, "{}", resp.text());
+    wait_until(
+        "the abandoned watcher is counted",
+        EVENT_TIMEOUT,
+        || async move {
+            let text = scrape(gw_ref).await;
+            delta_ref(
+                &text,
+                "watchgate_terminated_watchers_total",
+                &with("client_gone"),
+            ) == 1.0
+                && sample(&text, "watchgate_watchers", widgets) == 0.0
+        },
+    )
+    .await;
+    let text = scrape(&gw).await;
+    for reason in ["slow", "relist", "shutdown"] {
+        assert_eq!(
+            delta(&text, "watchgate_terminated_watchers_total", &with(reason)),
+            0.0,
+            "{reason}:\n{text}"
+        );
+    }
+    assert_eq!(
+        delta(
+            &text,
+            "watchgate_terminated_watchers_total",
+            &with("timeout")
+        ),
+        1.0
+    );
+
+    // Dispatch takes microseconds: its histogram has buckets for them, not the request
+    // histograms' (which start at 250 µs).
+    let les: Vec<String> = samples(
+        &text,
+        "watchgate_watch_dispatch_duration_seconds_bucket",
+        widgets,
+    )
+    .map(|(l, _)| l["le"].to_string())
+    .collect();
+    let want: Vec<String> = watchgate::metrics::DISPATCH_BUCKETS
+        .iter()
+        .map(|b| b.to_string())
+        .chain(["+Inf".to_string()])
+        .collect();
+    assert_eq!(les, want, "dispatch buckets:\n{text}");
+    assert!(watchgate::metrics::DISPATCH_BUCKETS[0] <= 0.000_005);
+    assert_eq!(
+        sample(
+            &text,
+            "watchgate_watch_dispatch_duration_seconds_count",
+            widgets
+        ),
+        4.0,
+        "one observation per upstream event:\n{text}"
     );
 }
