@@ -1,6 +1,6 @@
 //! Operating watchgate (issue 6): `/metrics` moves as requests are served, its text parses
-//! with prometheus_client's own parser, and `/readyz` follows the `--cache` resources'
-//! sync.
+//! with prometheus_client's own parser, and `/readyz` follows the upstream and the
+//! `--cache` resources' sync.
 //!
 //! The metrics recorder is process-global and the tests of this binary may run in one
 //! process in parallel (`cargo test`), so every assertion is a delta over series that
@@ -670,6 +670,50 @@ async fn a_watcher_that_falls_past_the_history_is_counted_as_slow() {
         "the stream ends with the last chunk: {:?}",
         String::from_utf8_lossy(&tail)
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_without_caches_becomes_ready_once_the_upstream_answers() {
+    // Nothing listens on this port yet.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut cfg = GatewayConfig::for_upstream_url(&format!("http://127.0.0.1:{port}"))
+        .expect("gateway config");
+    cfg.cache = None;
+    let gw = start_gateway_with(cfg).await;
+    let admin = admin(&gw);
+    // Unreachable: not ready, however often it is asked (each time probes and fails).
+    for _ in 0..3 {
+        let resp = admin.get("/readyz?verbose").await;
+        assert_eq!(resp.status, 500, "{}", resp.text());
+        let text = resp.text();
+        assert!(
+            text.contains("[-]upstream failed: the upstream has not answered yet"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("cache-"),
+            "no --cache, no cache checks: {text}"
+        );
+    }
+
+    // The upstream comes up. No client request is sent: only /readyz is asked, as the
+    // kubelet would.
+    let mut sim_cfg = support::servers::cluster_config();
+    sim_cfg.addr = ([127, 0, 0, 1], port).into();
+    let _sim = support::servers::start_sim_with(sim_cfg).await;
+    let admin_ref = &admin;
+    wait_until(
+        "/readyz turns 200 once the upstream answers",
+        EVENT_TIMEOUT,
+        || async move { admin_ref.get("/readyz").await.status == 200 },
+    )
+    .await;
+    let text = admin.get("/readyz?verbose").await.text();
+    assert!(text.contains("[+]upstream ok"), "{text}");
 }
 
 /// A stub upstream that answers every path under `/apis/made.up.example/` and `madeup*`

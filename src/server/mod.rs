@@ -6,6 +6,7 @@ mod admin;
 pub mod drain;
 mod instrument;
 mod listener;
+mod probe;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -63,7 +64,7 @@ impl Gateway {
             registry
         });
         let admin_state = admin::AdminState {
-            upstream: upstream.clone(),
+            upstream: probe::UpstreamProbe::new(upstream.clone()),
             cache: cache.clone(),
             drain: drain.watcher(),
             metrics: cfg.metrics,
