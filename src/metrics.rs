@@ -170,7 +170,7 @@ fn describe() {
     );
     describe_gauge!(
         UPSTREAM_WATCHES,
-        "Upstream watches open, per resource: 1 once its reflector has listed and holds its one watch, however many downstream watchers it serves."
+        "Upstream watch streams open, per resource: 1 while its reflector's one watch (or watch-list) stream is open, however many downstream watchers it serves; 0 while it lists, backs off or cannot reach the upstream."
     );
     describe_gauge!(
         UPSTREAM_UP,
@@ -235,15 +235,19 @@ pub fn render(registry: Option<&Registry>) -> String {
 
 /// Copies the caches' state and the reflectors' atomics into the recorder. Done at scrape
 /// time so that the reflectors' and the request path's hot loops never touch a metric.
-/// The counters are set to the reflectors' own totals (`absolute`), so a scrape never
-/// double-counts; with two gateways in one process (tests) the last scraped wins.
+/// The counters are set to the reflectors' own totals with `absolute`, which the
+/// exporter's atomic counter implements as `fetch_max`: a scrape never double-counts, and
+/// a counter never goes backwards. With two gateways caching the same resource in one
+/// process (tests) a counter shows the larger of their totals, and a gauge whatever the
+/// last refresh set: such tests give each gateway its own resource.
 fn refresh_cache_metrics(registry: &Registry) {
     for c in registry.caches() {
         let g = c.info.group.clone();
         let r = c.info.resource.clone();
-        // A synced reflector holds its one upstream watch (or is re-establishing it).
+        let s = &c.stats;
+        let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
         gauge!(UPSTREAM_WATCHES, "group" => g.clone(), "resource" => r.clone())
-            .set(if c.is_synced() { 1.0 } else { 0.0 });
+            .set(load(&s.watches_open) as f64);
         let snapshot = c.store.snapshot();
         gauge!(CACHE_OBJECTS, "group" => g.clone(), "resource" => r.clone())
             .set(snapshot.len() as f64);
@@ -256,8 +260,6 @@ fn refresh_cache_metrics(registry: &Registry) {
         } else {
             0.0
         });
-        let s = &c.stats;
-        let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
         let sync_millis = load(&s.sync_millis);
         if sync_millis > 0 {
             gauge!(CACHE_SYNC_DURATION, "group" => g.clone(), "resource" => r.clone())

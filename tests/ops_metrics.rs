@@ -20,6 +20,9 @@
 //! | widgets.example.com | `fan_out_counters_move_and_watchers_end_by_timeout_and_client_gone` |
 //! | made-up ones, gadgets.real.example | `made_up_resources_create_no_label_values_whatever_the_answer` |
 //! | nodes | the `/readyz` tests, which never read `/metrics` |
+//!
+//! `watchgate_upstream_up` is process-wide: tests/ops_upstream.rs checks it in a process
+//! of its own.
 
 mod gateway_support;
 mod support;

@@ -7,6 +7,7 @@
 //! - [`python`]: run a script from `tests/python/` with the venv's Python.
 //! - [`http`]: a tiny raw HTTP client for JSON requests and watch streams.
 //! - [`metrics`]: samples of a Prometheus text exposition.
+//! - [`serve`]: the `watchgate serve` binary as a child process, its log captured.
 //! - [`servers`]: the simulator and the gateway, started in-process on `127.0.0.1:0`.
 //! - [`wait`]: bounded polling with a clear failure message (no sleep-and-hope).
 //! - [`watch`]: watch streams read event by event with their exact bytes and headers.
@@ -23,6 +24,7 @@ pub mod metrics;
 pub mod process;
 pub mod python;
 pub mod python_scenarios;
+pub mod serve;
 pub mod servers;
 pub mod tools;
 pub mod wait;
