@@ -1,9 +1,10 @@
 //! Log set-up: `--log-format text|json` and klog-style `-v/--v LEVEL`, with `RUST_LOG`
 //! taking precedence when set (operators who know tracing's filter syntax get all of it).
 //!
-//! Secrets: nothing in watchgate logs request headers or bodies, and the dependencies'
-//! trace output does not print header values; `tests/ops_logs.rs` sends a bearer token
-//! through the gateway at the most verbose level and checks the logs never contain it.
+//! Secrets: nothing in watchgate logs request headers, bodies or cached objects, and the
+//! dependencies' trace output does not print header values; `tests/ops_logs.rs` checks,
+//! at the most verbose level and in both formats, that a client's bearer token,
+//! watchgate's own upstream token and a cached Secret's data never reach the logs.
 
 use clap::{Args, ValueEnum};
 use tracing_subscriber::fmt::MakeWriter;
