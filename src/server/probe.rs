@@ -47,7 +47,9 @@ impl UpstreamProbe {
         let mut done = {
             let mut running = self.running.lock().await;
             match running.as_ref() {
-                Some(rx) if !*rx.borrow() => rx.clone(),
+                // Still running: join it. (A probe whose task is gone without saying it
+                // is over, say at runtime shutdown, is not waited for.)
+                Some(rx) if !*rx.borrow() && rx.has_changed().is_ok() => rx.clone(),
                 _ => {
                     let rx = self.start();
                     *running = Some(rx.clone());
