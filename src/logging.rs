@@ -1,9 +1,10 @@
 //! Log set-up: `--log-format text|json` and klog-style `-v/--v LEVEL`, with `RUST_LOG`
 //! taking precedence when set (operators who know tracing's filter syntax get all of it).
 //!
-//! Secrets: nothing in watchgate logs request headers or bodies, and the dependencies'
-//! trace output does not print header values; `tests/ops_logs.rs` sends a bearer token
-//! through the gateway at the most verbose level and checks the logs never contain it.
+//! Secrets: nothing in watchgate logs request headers, bodies or cached objects, and the
+//! dependencies' trace output does not print header values; `tests/ops_logs.rs` checks,
+//! at the most verbose level and in both formats, that a client's bearer token,
+//! watchgate's own upstream token and a cached Secret's data never reach the logs.
 
 use clap::{Args, ValueEnum};
 use tracing_subscriber::fmt::MakeWriter;
@@ -60,8 +61,8 @@ pub fn filter(args: &LogArgs) -> EnvFilter {
     }
 }
 
-/// Builds the subscriber for `args`, writing to `writer`. Separate from [`init`] so tests
-/// can capture what the binary would log.
+/// Builds the subscriber for `args`, writing to `writer`, without terminal colours.
+/// Separate from [`init`] so tests can capture what the binary would log.
 pub fn subscriber<W>(
     args: &LogArgs,
     writer: W,
@@ -69,18 +70,33 @@ pub fn subscriber<W>(
 where
     W: for<'a> MakeWriter<'a> + Send + Sync + 'static,
 {
+    build(args, writer, false)
+}
+
+fn build<W>(
+    args: &LogArgs,
+    writer: W,
+    ansi: bool,
+) -> Box<dyn tracing::Subscriber + Send + Sync + 'static>
+where
+    W: for<'a> MakeWriter<'a> + Send + Sync + 'static,
+{
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter(args))
-        .with_writer(writer);
+        .with_writer(writer)
+        .with_ansi(ansi);
     match args.log_format {
         LogFormat::Text => Box::new(builder.finish()),
         LogFormat::Json => Box::new(builder.json().flatten_event(true).finish()),
     }
 }
 
-/// Installs the process's subscriber, writing to stderr.
+/// Installs the process's subscriber, writing to stderr. Text lines are coloured only on
+/// a terminal: a container's log, a file or a pipe gets plain text (tracing-subscriber
+/// colours by default, wherever the lines go).
 pub fn init(args: &LogArgs) {
-    let sub = subscriber(args, std::io::stderr);
+    use std::io::IsTerminal;
+    let sub = build(args, std::io::stderr, std::io::stderr().is_terminal());
     if tracing::subscriber::set_global_default(sub).is_err() {
         eprintln!("a tracing subscriber is already installed");
     }

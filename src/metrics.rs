@@ -5,7 +5,9 @@
 //! `apiserver_longrunning_requests`, `apiserver_watch_cache_*`) with a `watchgate_` prefix,
 //! so operators recognise them. Labels are bounded on purpose: verb, group, resource,
 //! scope, code, source, reason. Never namespace, name, user or resourceVersion: each of
-//! those would create a series per object or per client.
+//! those would create a series per object or per client. Group and resource, which come
+//! from the client's URL, are kept only for resources served successfully
+//! (`server::instrument::KnownResources`).
 //!
 //! The recorder is process-global (the `metrics` facade allows one), installed lazily by
 //! [`install`]. Tests start many gateways in one process, so every counter is cumulative
@@ -58,7 +60,7 @@ pub const WATCH_HISTORY_OLDEST_AGE: &str = "watchgate_watch_cache_history_oldest
 /// Label sets, documented here so the call sites cannot drift from the docs.
 pub mod labels {
     pub const REQUEST: &[&str] = &["verb", "group", "resource", "scope", "code", "source"];
-    pub const REQUEST_DURATION: &[&str] = &["verb", "group", "resource", "scope", "source"];
+    pub const REQUEST_DURATION: &[&str] = &["verb", "group", "resource", "scope", "code", "source"];
     pub const LONG_RUNNING: &[&str] = &["group", "resource"];
     /// `UPSTREAM_REQUESTS_TOTAL` and `UPSTREAM_REQUEST_DURATION`.
     pub const UPSTREAM: &[&str] = &["code"];
@@ -76,10 +78,23 @@ pub mod labels {
     pub const TERMINATED_WATCHERS: &[&str] = &["group", "resource", "reason"];
 }
 
-/// Buckets of the request histograms: kube-apiserver's `apiserver_request_duration_seconds`
-/// buckets, trimmed, so that dashboards built for one read the other.
-const DURATION_BUCKETS: &[f64] = &[
-    0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0, 60.0,
+/// Buckets of the request histograms (downstream and upstream): kube-apiserver's
+/// `apiserver_request_duration_seconds` buckets, trimmed, so that dashboards built for one
+/// read the other, with four below its 5 ms floor: a get or a small list served from the
+/// cache takes tens to hundreds of microseconds, and without them every cache answer
+/// would land in the first bucket.
+pub const DURATION_BUCKETS: &[f64] = &[
+    0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 1.5,
+    2.0, 3.0, 5.0, 10.0, 30.0, 60.0,
+];
+
+/// Buckets of the dispatch histogram. Dispatching one event takes about 5 µs when an index
+/// finds its one watcher and about 10 ms when 10,000 watchers all match
+/// (docs/benchmarks.md): microseconds to tens of milliseconds, then up to the 1 s the
+/// `WatchgateDispatchSlow` alert fires at.
+pub const DISPATCH_BUCKETS: &[f64] = &[
+    0.000_002, 0.000_005, 0.000_01, 0.000_025, 0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001,
+    0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
 ];
 
 static HANDLE: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
@@ -95,8 +110,16 @@ static PROCESS: OnceLock<metrics_process::Collector> = OnceLock::new();
 pub fn install() -> Option<&'static PrometheusHandle> {
     HANDLE
         .get_or_init(|| {
+            // A `Full` matcher takes precedence over a `Suffix` one (the exporter sorts its
+            // overrides by matcher kind); the suffix catches any later `_seconds` histogram.
             let recorder = PrometheusBuilder::new()
                 .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), DURATION_BUCKETS)
+                .and_then(|b| {
+                    b.set_buckets_for_metric(
+                        Matcher::Full(WATCH_DISPATCH_DURATION.into()),
+                        DISPATCH_BUCKETS,
+                    )
+                })
                 .expect("non-empty buckets")
                 .build_recorder();
             let handle = recorder.handle();
@@ -121,12 +144,12 @@ fn describe() {
     describe_fanout();
     describe_counter!(
         REQUESTS_TOTAL,
-        "Requests served, by verb, group, resource, scope, HTTP code and source (cache or upstream)."
+        "Requests served, by verb, group, resource, scope, HTTP code and source (cache, upstream, or gateway for a Status it made itself). Group and resource are empty until the resource has had a 2xx answer."
     );
     describe_histogram!(
         REQUEST_DURATION,
         Unit::Seconds,
-        "Time to serve a non-long-running request, until its response body has been sent."
+        "Time to serve a non-long-running request, until its response body has been sent, by verb, group, resource, scope, HTTP code and source."
     );
     describe_gauge!(
         REQUESTS_IN_FLIGHT,
@@ -147,7 +170,7 @@ fn describe() {
     );
     describe_gauge!(
         UPSTREAM_WATCHES,
-        "Upstream watches open, per resource: 1 once its reflector has listed and holds its one watch, however many downstream watchers it serves."
+        "Upstream watch streams open, per resource: 1 while its reflector's one watch (or watch-list) stream is open, however many downstream watchers it serves; 0 while it lists, backs off or cannot reach the upstream."
     );
     describe_gauge!(
         UPSTREAM_UP,
@@ -212,15 +235,19 @@ pub fn render(registry: Option<&Registry>) -> String {
 
 /// Copies the caches' state and the reflectors' atomics into the recorder. Done at scrape
 /// time so that the reflectors' and the request path's hot loops never touch a metric.
-/// The counters are set to the reflectors' own totals (`absolute`), so a scrape never
-/// double-counts; with two gateways in one process (tests) the last scraped wins.
+/// The counters are set to the reflectors' own totals with `absolute`, which the
+/// exporter's atomic counter implements as `fetch_max`: a scrape never double-counts, and
+/// a counter never goes backwards. With two gateways caching the same resource in one
+/// process (tests) a counter shows the larger of their totals, and a gauge whatever the
+/// last refresh set: such tests give each gateway its own resource.
 fn refresh_cache_metrics(registry: &Registry) {
     for c in registry.caches() {
         let g = c.info.group.clone();
         let r = c.info.resource.clone();
-        // A synced reflector holds its one upstream watch (or is re-establishing it).
+        let s = &c.stats;
+        let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
         gauge!(UPSTREAM_WATCHES, "group" => g.clone(), "resource" => r.clone())
-            .set(if c.is_synced() { 1.0 } else { 0.0 });
+            .set(load(&s.watches_open) as f64);
         let snapshot = c.store.snapshot();
         gauge!(CACHE_OBJECTS, "group" => g.clone(), "resource" => r.clone())
             .set(snapshot.len() as f64);
@@ -233,8 +260,6 @@ fn refresh_cache_metrics(registry: &Registry) {
         } else {
             0.0
         });
-        let s = &c.stats;
-        let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
         let sync_millis = load(&s.sync_millis);
         if sync_millis > 0 {
             gauge!(CACHE_SYNC_DURATION, "group" => g.clone(), "resource" => r.clone())

@@ -2,7 +2,8 @@
 //! kubectl's kustomize; every rendered object passes a strict schema check (unknown field
 //! names fail); the kinds the simulator serves pass `kubectl apply --dry-run=server`
 //! against it; the watchgate containers' flags parse with the binary's own flag
-//! definitions; and the pods give the drain deadline enough time.
+//! definitions; the pods give the sum of their drain deadlines enough time; and each
+//! example's ClusterRole grants get/list/watch on exactly the resources it caches.
 
 mod support;
 
@@ -21,17 +22,14 @@ use support::{process, tools, Http, Kubectl, COMMAND_TIMEOUT};
 const KUSTOMIZATIONS: &[(&str, &[&str])] = &[
     (
         "base",
-        &[
-            "ServiceAccount/watchgate",
-            "ClusterRole/watchgate-cache-reader",
-            "ClusterRoleBinding/watchgate-cache-reader",
-            "PodMonitor/watchgate",
-        ],
+        &["ServiceAccount/watchgate", "PodMonitor/watchgate"],
     ),
     (
         "examples/sidecar",
         &[
             "ServiceAccount/watchgate",
+            "ClusterRole/watchgate-example-cache-reader",
+            "ClusterRoleBinding/watchgate-example-cache-reader",
             "Role/example-app-writes",
             "RoleBinding/example-app-writes",
             "Deployment/example-app",
@@ -43,6 +41,8 @@ const KUSTOMIZATIONS: &[(&str, &[&str])] = &[
         "examples/tiered",
         &[
             "ServiceAccount/watchgate",
+            "ClusterRole/watchgate-tiered-cache-reader",
+            "ClusterRoleBinding/watchgate-tiered-cache-reader",
             "Deployment/tiered-app",
             "PodDisruptionBudget/tiered-app",
             "PodMonitor/watchgate",
@@ -202,6 +202,123 @@ struct Flags {
     log: LogArgs,
 }
 
+/// The watchgate containers of a Deployment (native sidecars and regular containers),
+/// each with its flags parsed by the binary's own definitions.
+fn watchgate_containers(deployment: &Value) -> Vec<(&Value, Flags)> {
+    let spec = &deployment["spec"]["template"]["spec"];
+    spec["initContainers"]
+        .as_array()
+        .into_iter()
+        .chain(spec["containers"].as_array())
+        .flatten()
+        .filter(|c| c["image"].as_str().unwrap_or("").starts_with("watchgate"))
+        .map(|c| {
+            let args = c["args"]
+                .as_array()
+                .expect("args")
+                .iter()
+                .map(|a| a.as_str().unwrap().to_string());
+            let flags = Flags::try_parse_from(std::iter::once("watchgate".to_string()).chain(args))
+                .unwrap_or_else(|e| panic!("{}: flags do not parse: {e}", c["name"]));
+            (c, flags)
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_cluster_role_grants_exactly_the_resources_its_example_caches() {
+    let mut cluster_scoped = std::collections::BTreeSet::new();
+    for dir in ["examples/sidecar", "examples/tiered"] {
+        let docs = documents(&kustomize(dir).await);
+        let deployment = docs
+            .iter()
+            .find(|d| d["kind"] == "Deployment")
+            .expect("a Deployment");
+        let service_account = deployment["spec"]["template"]["spec"]["serviceAccountName"]
+            .as_str()
+            .expect("serviceAccountName");
+        let namespace = deployment["metadata"]["namespace"].as_str().unwrap();
+        // Only the containers that talk to the apiserver with the pod's ServiceAccount
+        // (in-cluster config) need RBAC; a tiered edge's --kubeconfig points at its origin.
+        let mut cached = std::collections::BTreeSet::new();
+        for (c, flags) in watchgate_containers(deployment) {
+            if flags.serve.kubeconfig.is_some() {
+                continue;
+            }
+            assert!(
+                !flags.serve.cache.is_empty(),
+                "{dir}/{}: --cache",
+                c["name"]
+            );
+            for spec in &flags.serve.cache {
+                let (resource, group) = spec.split_once('.').unwrap_or((spec, ""));
+                cached.insert((group.to_string(), resource.to_string()));
+            }
+        }
+        assert!(
+            !cached.is_empty(),
+            "{dir}: no watchgate talks to the apiserver"
+        );
+
+        // The ClusterRoles bound to that ServiceAccount, and what they grant.
+        let bound: Vec<&str> = docs
+            .iter()
+            .filter(|d| d["kind"] == "ClusterRoleBinding")
+            .filter(|b| {
+                b["subjects"].as_array().into_iter().flatten().any(|s| {
+                    s["kind"] == "ServiceAccount"
+                        && s["name"] == service_account
+                        && s["namespace"] == namespace
+                })
+            })
+            .map(|b| {
+                assert_eq!(b["roleRef"]["kind"], "ClusterRole", "{b}");
+                b["roleRef"]["name"].as_str().unwrap()
+            })
+            .collect();
+        assert_eq!(
+            bound.len(),
+            1,
+            "{dir}: one ClusterRole for the caches: {bound:?}"
+        );
+        let role = docs
+            .iter()
+            .find(|d| d["kind"] == "ClusterRole" && d["metadata"]["name"] == bound[0])
+            .unwrap_or_else(|| panic!("{dir}: ClusterRole {} is not shipped", bound[0]));
+        let mut granted = std::collections::BTreeSet::new();
+        for rule in role["rules"].as_array().expect("rules") {
+            let verbs: Vec<&str> = rule["verbs"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_str().unwrap())
+                .collect();
+            assert_eq!(verbs, ["get", "list", "watch"], "{dir}: read-only: {rule}");
+            for group in rule["apiGroups"].as_array().unwrap() {
+                for resource in rule["resources"].as_array().unwrap() {
+                    granted.insert((
+                        group.as_str().unwrap().to_string(),
+                        resource.as_str().unwrap().to_string(),
+                    ));
+                }
+            }
+        }
+        assert_eq!(granted, cached, "{dir}: the ClusterRole vs --cache");
+
+        // Cluster-scoped names must differ between examples, or applying both would let
+        // one overwrite the other's rules and binding.
+        for d in &docs {
+            if matches!(
+                d["kind"].as_str(),
+                Some("ClusterRole" | "ClusterRoleBinding")
+            ) {
+                let key = format!("{}/{}", d["kind"], d["metadata"]["name"]);
+                assert!(cluster_scoped.insert(key.clone()), "{dir}: {key} is shared");
+            }
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watchgate_containers_use_real_flags_probes_and_a_long_enough_grace_period() {
     for dir in ["examples/sidecar", "examples/tiered"] {
@@ -220,35 +337,24 @@ async fn watchgate_containers_use_real_flags_probes_and_a_long_enough_grace_peri
             pod["metadata"]["annotations"]["prometheus.io/scrape"], "true",
             "{dir}: prometheus.io annotations"
         );
-        let containers = spec["initContainers"]
-            .as_array()
-            .into_iter()
-            .chain(spec["containers"].as_array())
-            .flatten();
-        let mut watchgates = 0;
-        for c in containers {
-            if !c["image"].as_str().unwrap_or("").starts_with("watchgate") {
-                continue;
-            }
-            watchgates += 1;
+        let containers = watchgate_containers(deployment);
+        let watchgates = containers.len();
+        // The kubelet stops native sidecars one after the other (reverse order) within
+        // the one grace period: every watchgate's drain deadline must fit, together.
+        let drains: Duration = containers
+            .iter()
+            .map(|(_, f)| f.serve.shutdown_timeout)
+            .sum();
+        assert!(
+            Duration::from_secs(grace) > drains,
+            "{dir}: terminationGracePeriodSeconds {grace} does not exceed the sum of the drain deadlines {drains:?}"
+        );
+        for (c, flags) in containers {
             let name = c["name"].as_str().unwrap();
-            let args: Vec<String> = c["args"]
-                .as_array()
-                .expect("args")
-                .iter()
-                .map(|a| a.as_str().unwrap().to_string())
-                .collect();
-            let flags = Flags::try_parse_from(std::iter::once("watchgate".to_string()).chain(args))
-                .unwrap_or_else(|e| panic!("{dir}/{name}: flags do not parse: {e}"));
             let serve = flags.serve;
             assert!(
                 serve.address.is_loopback(),
                 "{dir}/{name}: the API listener must stay on loopback"
-            );
-            assert!(
-                Duration::from_secs(grace) > serve.shutdown_timeout,
-                "{dir}/{name}: terminationGracePeriodSeconds {grace} does not exceed the drain deadline {:?}",
-                serve.shutdown_timeout
             );
             // Probes on the admin port: the port name maps to --admin-port.
             let ports = c["ports"].as_array().expect("ports");

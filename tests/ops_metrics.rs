@@ -1,10 +1,30 @@
 //! Operating watchgate (issue 6): `/metrics` moves as requests are served, its text parses
-//! with prometheus_client's own parser, and `/readyz` follows the `--cache` resources'
-//! sync.
+//! with prometheus_client's own parser, and `/readyz` follows the upstream and the
+//! `--cache` resources' sync.
 //!
-//! The metrics recorder is process-global and the tests of this binary run in parallel,
-//! so every assertion is a delta over series that only one test touches.
+//! The metrics recorder is process-global and the tests of this binary may run in one
+//! process in parallel (`cargo test`), so every assertion is a delta over series that
+//! only one test touches. A scrape refreshes the cache series of *its* gateway's caches and
+//! renders the process's: two tests caching the same resource would read each other's
+//! gauges. So each test that reads per-resource series has its resource to itself:
+//!
+//! | resource | test |
+//! | --- | --- |
+//! | pods | `rv0_lists_count_as_cache_requests_and_reach_upstream_at_most_once` |
+//! | configmaps | `open_watches_show_in_the_long_running_gauge` |
+//! | namespaces | `metrics_text_parses_with_prometheus_client` |
+//! | events | `cache_bytes_sync_time_upstream_watches_and_process_metrics_are_exported` |
+//! | endpoints | `metrics_can_be_turned_off` (no other test may create an endpoints series) |
+//! | services | `n_cached_watchers_show_as_n_watchers_and_one_upstream_watch` |
+//! | secrets | `a_watcher_that_falls_past_the_history_is_counted_as_slow` |
+//! | widgets.example.com | `fan_out_counters_move_and_watchers_end_by_timeout_and_client_gone` |
+//! | made-up ones, gadgets.real.example | `made_up_resources_create_no_label_values_whatever_the_answer` |
+//! | nodes | the `/readyz` tests, which never read `/metrics` |
+//!
+//! `watchgate_upstream_up` is process-wide: tests/ops_upstream.rs checks it in a process
+//! of its own.
 
+mod gateway_support;
 mod support;
 
 use std::collections::BTreeMap;
@@ -16,6 +36,7 @@ use watchgate::config::GatewayConfig;
 use watchgate::sim::resources::find;
 use watchgate::sim::Mutation;
 
+use support::metrics::{sample, samples};
 use support::process;
 use support::servers::{start_gateway_with, start_sim, GatewayServer};
 use support::wait::wait_until;
@@ -40,42 +61,20 @@ async fn scrape(gw: &GatewayServer) -> String {
     resp.text()
 }
 
-/// `name{k="v",…} value` → labels and value; None for comments and other metrics.
-fn parse_line<'a>(line: &'a str, name: &str) -> Option<(BTreeMap<&'a str, &'a str>, f64)> {
-    let rest = line.strip_prefix(name)?;
-    let (labels, value) = match rest.strip_prefix('{') {
-        Some(r) => {
-            let (labels, value) = r.split_once("} ")?;
-            (labels, value)
-        }
-        None => ("", rest.strip_prefix(' ')?),
-    };
-    let mut map = BTreeMap::new();
-    for pair in labels.split("\",").filter(|p| !p.is_empty()) {
-        let (k, v) = pair.split_once("=\"")?;
-        map.insert(k, v.trim_end_matches('"'));
-    }
-    Some((map, value.trim().parse().ok()?))
-}
-
-/// The sum of `name`'s samples whose labels include every pair of `want`.
-fn sample(text: &str, name: &str, want: &[(&str, &str)]) -> f64 {
-    text.lines()
-        .filter_map(|l| parse_line(l, name))
-        .filter(|(labels, _)| want.iter().all(|(k, v)| labels.get(k) == Some(v)))
-        .map(|(_, v)| v)
-        .sum()
-}
-
 fn put_pod(sim: &watchgate::sim::SimHandle, name: &str) {
     let obj = json!({
         "kind": "Pod", "apiVersion": "v1",
         "metadata": {"name": name, "namespace": "default"},
         "spec": {"containers": [{"name": "c", "image": "busybox"}]},
     });
-    let pods = find("", "v1", "pods").unwrap();
+    put(sim, "pods", name, obj);
+}
+
+/// Writes `obj` as `default/name` of the core resource `resource`, straight into the store.
+fn put(sim: &watchgate::sim::SimHandle, resource: &str, name: &str, obj: serde_json::Value) {
+    let rt = find("", "v1", resource).unwrap();
     sim.store()
-        .mutate(pods, "default", name, |_| Ok(Mutation::Put(obj)))
+        .mutate(rt, "default", name, |_| Ok(Mutation::Put(obj)))
         .unwrap()
         .unwrap();
 }
@@ -118,6 +117,12 @@ async fn rv0_lists_count_as_cache_requests_and_reach_upstream_at_most_once() {
             "list {i} was not served from the cache"
         );
     }
+    // A get of a pod that does not exist, answered by the cache: a 404 under its own code.
+    let missing = http
+        .get("/api/v1/namespaces/default/pods/nope?resourceVersion=0")
+        .await;
+    assert_eq!(missing.status, 404, "{}", missing.text());
+    assert_eq!(missing.headers["x-watchgate-source"], "cache");
     let after = scrape(&gw).await;
 
     let delta = sample(&after, "watchgate_requests_total", CACHED_PODS)
@@ -128,17 +133,42 @@ async fn rv0_lists_count_as_cache_requests_and_reach_upstream_at_most_once() {
         upstream_lists <= 1,
         "100 RV=0 lists caused {upstream_lists} upstream lists"
     );
-    // Durations are observed for each of them, under the same bounded labels.
-    let timed = sample(
+    // Durations are observed for each of them, under the same bounded labels, the code
+    // included.
+    let timed = |labels: &[(&str, &str)]| {
+        sample(&after, "watchgate_request_duration_seconds_count", labels)
+            - sample(&before, "watchgate_request_duration_seconds_count", labels)
+    };
+    assert_eq!(timed(CACHED_PODS), 100.0, "durations observed:\n{after}");
+    let missing_get = &[
+        ("verb", "get"),
+        ("resource", "pods"),
+        ("scope", "resource"),
+        ("code", "404"),
+        ("source", "cache"),
+    ];
+    assert_eq!(timed(missing_get), 1.0, "the 404's duration:\n{after}");
+    // Every duration series carries a code.
+    for (labels, _) in samples(&after, "watchgate_request_duration_seconds_count", &[]) {
+        assert!(
+            labels.get("code").is_some_and(|c| c.len() == 3),
+            "{labels:?}"
+        );
+    }
+    // Cache answers take microseconds: the buckets go below kube-apiserver's 5 ms floor.
+    let les: Vec<f64> = samples(
         &after,
-        "watchgate_request_duration_seconds_count",
-        &[("verb", "list"), ("resource", "pods"), ("source", "cache")],
-    ) - sample(
-        &before,
-        "watchgate_request_duration_seconds_count",
-        &[("verb", "list"), ("resource", "pods"), ("source", "cache")],
+        "watchgate_request_duration_seconds_bucket",
+        CACHED_PODS,
+    )
+    .map(|(l, _)| l["le"].parse().unwrap())
+    .collect();
+    assert_eq!(
+        les.len(),
+        watchgate::metrics::DURATION_BUCKETS.len() + 1,
+        "{les:?}"
     );
-    assert_eq!(timed, 100.0, "durations observed:\n{after}");
+    assert!(les[0] <= 0.00025, "{les:?}");
 
     // The cache gauges, refreshed at scrape time.
     let pods = &[("group", ""), ("resource", "pods")];
@@ -218,21 +248,16 @@ async fn open_watches_show_in_the_long_running_gauge() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_text_parses_with_prometheus_client() {
     let sim = start_sim().await;
-    let gw = gateway_caching(sim.url(), &["pods"]).await;
+    let gw = gateway_caching(sim.url(), &["namespaces"]).await;
     wait_ready(&gw).await;
     let http = Http::new(gw.url());
     assert_eq!(
-        http.get("/api/v1/namespaces/default/pods?resourceVersion=0")
+        http.get("/api/v1/namespaces?resourceVersion=0")
             .await
             .status,
         200
     );
-    assert_eq!(
-        http.get("/api/v1/namespaces/default/configmaps")
-            .await
-            .status,
-        200
-    );
+    assert_eq!(http.get("/api/v1/namespaces/default").await.status, 200);
     assert_eq!(http.get("/version").await.status, 200);
     let text = scrape(&gw).await;
 
@@ -287,14 +312,14 @@ async fn readyz_waits_for_the_cached_resources_to_sync() {
     sim.handle()
         .faults()
         .set_latency(Duration::from_millis(1500));
-    let gw = gateway_caching(sim.url(), &["pods"]).await;
+    let gw = gateway_caching(sim.url(), &["nodes"]).await;
     let admin = admin(&gw);
 
     let resp = admin.get("/readyz?verbose").await;
     assert_eq!(resp.status, 500, "{}", resp.text());
     let text = resp.text();
     assert!(text.contains("[+]ping ok"), "{text}");
-    assert!(text.contains("[-]cache-pods failed: not "), "{text}");
+    assert!(text.contains("[-]cache-nodes failed: not "), "{text}");
     assert!(text.trim_end().ends_with("readyz check failed"), "{text}");
     // Liveness does not depend on the upstream.
     assert_eq!(admin.get("/livez").await.status, 200);
@@ -308,7 +333,7 @@ async fn readyz_waits_for_the_cached_resources_to_sync() {
     for line in [
         "[+]ping ok",
         "[+]upstream ok",
-        "[+]cache-pods ok",
+        "[+]cache-nodes ok",
         "readyz check passed",
     ] {
         assert!(text.contains(line), "{line:?} missing from:\n{text}");
@@ -319,25 +344,34 @@ async fn readyz_waits_for_the_cached_resources_to_sync() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cache_bytes_sync_time_upstream_watches_and_process_metrics_are_exported() {
     let sim = start_sim().await;
-    put_pod(sim.handle(), "sized-0");
-    let gw = gateway_caching(sim.url(), &["pods"]).await;
+    let event = |name: &str| {
+        json!({
+            "kind": "Event", "apiVersion": "v1",
+            "metadata": {"name": name, "namespace": "default"},
+            "involvedObject": {"kind": "Pod", "namespace": "default", "name": "p"},
+            "reason": "Sized", "message": "x".repeat(200),
+        })
+    };
+    put(sim.handle(), "events", "sized-0", event("sized-0"));
+    let gw = gateway_caching(sim.url(), &["events"]).await;
     wait_ready(&gw).await;
-    let pods = &[("group", ""), ("resource", "pods")];
+    let events = &[("group", ""), ("resource", "events")];
     let text = scrape(&gw).await;
-    // The cached JSON of the one pod: a get adds `kind` and `apiVersion`, which list items
-    // (and so the cache's copies) do not carry.
+    // The cached JSON of the one event: a get adds `kind` and `apiVersion`, which list
+    // items (and so the cache's copies) do not carry.
     let one = Http::new(gw.url())
-        .get("/api/v1/namespaces/default/pods/sized-0?resourceVersion=0")
+        .get("/api/v1/namespaces/default/events/sized-0?resourceVersion=0")
         .await;
     assert_eq!(one.status, 200);
-    let bytes = sample(&text, "watchgate_cache_bytes", pods);
+    let bytes = sample(&text, "watchgate_cache_bytes", events);
     assert!(
         bytes > 0.0 && bytes <= one.body.len() as f64 && bytes >= one.body.len() as f64 - 40.0,
-        "cache bytes {bytes} for one pod of {} bytes:\n{text}",
+        "cache bytes {bytes} for one event of {} bytes:\n{text}",
         one.body.len()
     );
-    assert!(sample(&text, "watchgate_cache_sync_duration_seconds", pods) > 0.0);
-    assert_eq!(sample(&text, "watchgate_upstream_watches", pods), 1.0);
+    assert!(sample(&text, "watchgate_cache_sync_duration_seconds", events) > 0.0);
+    // Its reflector follows one open upstream watch (the watch-list's stream).
+    assert_eq!(sample(&text, "watchgate_upstream_watches", events), 1.0);
     // Upstream durations carry the code, like the upstream request counter.
     assert!(
         sample(
@@ -347,17 +381,17 @@ async fn cache_bytes_sync_time_upstream_watches_and_process_metrics_are_exported
         ) >= 1.0,
         "{text}"
     );
-    assert_eq!(sim.handle().stats().watches("pods"), 1);
+    assert_eq!(sim.handle().stats().watches("events"), 1);
 
-    put_pod(sim.handle(), "sized-1");
+    put(sim.handle(), "events", "sized-1", event("sized-1"));
     let gw_ref = &gw;
     wait_until(
-        "a second pod adds to the cache bytes",
+        "a second event adds to the cache bytes",
         EVENT_TIMEOUT,
         || async move {
             let text = scrape(gw_ref).await;
-            sample(&text, "watchgate_cache_objects", pods) == 2.0
-                && sample(&text, "watchgate_cache_bytes", pods) > bytes * 1.5
+            sample(&text, "watchgate_cache_objects", events) == 2.0
+                && sample(&text, "watchgate_cache_bytes", events) > bytes * 1.5
         },
     )
     .await;
@@ -392,13 +426,13 @@ async fn readyz_follows_an_upstream_that_comes_up_after_the_gateway() {
         .local_addr()
         .unwrap()
         .port();
-    let gw = gateway_caching(&format!("http://127.0.0.1:{port}"), &["pods"]).await;
+    let gw = gateway_caching(&format!("http://127.0.0.1:{port}"), &["nodes"]).await;
     let admin = admin(&gw);
     wait_until("discovery has been tried", EVENT_TIMEOUT, || {
         let admin = admin.clone();
         async move {
             let text = admin.get("/readyz?verbose").await.text();
-            text.contains("[-]upstream failed") && text.contains("[-]cache-pods failed: not ")
+            text.contains("[-]upstream failed") && text.contains("[-]cache-nodes failed: not ")
         }
     })
     .await;
@@ -406,8 +440,7 @@ async fn readyz_follows_an_upstream_that_comes_up_after_the_gateway() {
     // The upstream appears; no client request is made: the background retry must notice.
     let mut cfg = support::servers::cluster_config();
     cfg.addr = ([127, 0, 0, 1], port).into();
-    let sim = support::servers::start_sim_with(cfg).await;
-    put_pod(sim.handle(), "late");
+    let _sim = support::servers::start_sim_with(cfg).await;
     let admin_ref = &admin;
     wait_until(
         "/readyz turns 200 after the upstream comes up",
@@ -416,23 +449,23 @@ async fn readyz_follows_an_upstream_that_comes_up_after_the_gateway() {
     )
     .await;
     let text = admin.get("/readyz?verbose").await.text();
-    assert!(text.contains("[+]cache-pods ok"), "{text}");
+    assert!(text.contains("[+]cache-nodes ok"), "{text}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readyz_does_not_depend_on_downstream_clients() {
     let sim = start_sim().await;
-    let gw = gateway_caching(sim.url(), &["pods"]).await;
+    let gw = gateway_caching(sim.url(), &["nodes"]).await;
     wait_ready(&gw).await;
     let admin = admin(&gw);
     // Misbehaving clients: garbage requests, bad paths, a watch abandoned mid-stream,
     // half-sent requests left open.
     let http = Http::new(gw.url());
     for path in [
-        "/api/v1/namespaces/default/pods?labelSelector=%%%",
-        "/api/v1/namespaces/default/pods?resourceVersion=abc",
+        "/api/v1/nodes?labelSelector=%%%",
+        "/api/v1/nodes?resourceVersion=abc",
         "/apis/nope.example/v1/things",
-        "/api/v1/namespaces/default/pods?watch=true&timeoutSeconds=-1",
+        "/api/v1/nodes?watch=true&timeoutSeconds=-1",
     ] {
         let status = http.get(path).await.status;
         assert!(
@@ -447,14 +480,12 @@ async fn readyz_does_not_depend_on_downstream_clients() {
             .await
             .unwrap();
         use tokio::io::AsyncWriteExt;
-        s.write_all(b"GET /api/v1/pods HTTP/1.1\r\nHost: x\r\n")
+        s.write_all(b"GET /api/v1/nodes HTTP/1.1\r\nHost: x\r\n")
             .await
             .unwrap();
         half_open.push(s);
     }
-    let w = http
-        .watch("/api/v1/namespaces/default/pods?watch=true")
-        .await;
+    let w = http.watch("/api/v1/nodes?watch=true").await;
     drop(w);
     assert_eq!(admin.get("/readyz").await.status, 200);
     assert_eq!(admin.get("/readyz?verbose").await.status, 200);
@@ -641,5 +672,318 @@ async fn a_watcher_that_falls_past_the_history_is_counted_as_slow() {
         tail.ends_with(b"0\r\n\r\n"),
         "the stream ends with the last chunk: {:?}",
         String::from_utf8_lossy(&tail)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_without_caches_becomes_ready_once_the_upstream_answers() {
+    // Nothing listens on this port yet.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut cfg = GatewayConfig::for_upstream_url(&format!("http://127.0.0.1:{port}"))
+        .expect("gateway config");
+    cfg.cache = None;
+    let gw = start_gateway_with(cfg).await;
+    let admin = admin(&gw);
+    // Unreachable: not ready, however often it is asked (each time probes and fails).
+    for _ in 0..3 {
+        let resp = admin.get("/readyz?verbose").await;
+        assert_eq!(resp.status, 500, "{}", resp.text());
+        let text = resp.text();
+        assert!(
+            text.contains("[-]upstream failed: the upstream has not answered yet"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("cache-"),
+            "no --cache, no cache checks: {text}"
+        );
+    }
+
+    // The upstream comes up. No client request is sent: only /readyz is asked, as the
+    // kubelet would.
+    let mut sim_cfg = support::servers::cluster_config();
+    sim_cfg.addr = ([127, 0, 0, 1], port).into();
+    let _sim = support::servers::start_sim_with(sim_cfg).await;
+    let admin_ref = &admin;
+    wait_until(
+        "/readyz turns 200 once the upstream answers",
+        EVENT_TIMEOUT,
+        || async move { admin_ref.get("/readyz").await.status == 200 },
+    )
+    .await;
+    let text = admin.get("/readyz?verbose").await.text();
+    assert!(text.contains("[+]upstream ok"), "{text}");
+}
+
+/// A stub upstream that answers every path under `/apis/made.up.example/` and `madeup*`
+/// with the next of 403, 401, 400, 404, 500 and 422 (a Status each), and
+/// `/apis/real.example/v1/gadgets` with 200 the first time and 403 after.
+async fn refusing_stub() -> gateway_support::Stub {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let n = std::sync::Arc::new(AtomicUsize::new(0));
+    let gadgets = std::sync::Arc::new(AtomicUsize::new(0));
+    gateway_support::Stub::start(gateway_support::handler(
+        move |req: http::Request<hyper::body::Incoming>| {
+            let (n, gadgets) = (n.clone(), gadgets.clone());
+            async move {
+                let code = if req.uri().path() == "/apis/real.example/v1/gadgets" {
+                    if gadgets.fetch_add(1, Ordering::SeqCst) == 0 {
+                        200
+                    } else {
+                        403
+                    }
+                } else {
+                    [403, 401, 400, 404, 500, 422][n.fetch_add(1, Ordering::SeqCst) % 6]
+                };
+                let body = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                                  "message": "no", "code": code});
+                http::Response::builder()
+                    .status(code)
+                    .header("content-type", "application/json")
+                    .body(watchgate::body::full(body.to_string()))
+                    .unwrap()
+            }
+        },
+    ))
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn made_up_resources_create_no_label_values_whatever_the_answer() {
+    let stub = refusing_stub().await;
+    let mut cfg = GatewayConfig::for_upstream_url(&stub.url()).expect("gateway config");
+    cfg.cache = None;
+    let gw = start_gateway_with(cfg).await;
+    let http = Http::new(gw.url());
+    let before = scrape(&gw).await;
+    let mut codes = BTreeMap::<u16, f64>::new();
+    for i in 0..60 {
+        for path in [
+            format!("/apis/made.up.example/v1/things{i}"),
+            format!("/api/v1/namespaces/default/madeup{i}?watch=true"),
+        ] {
+            let status = http.get(&path).await.status;
+            *codes.entry(status.as_u16()).or_default() += 1.0;
+        }
+    }
+    assert_eq!(
+        codes.keys().copied().collect::<Vec<_>>(),
+        [400, 401, 403, 404, 422, 500],
+        "the stub's answers"
+    );
+    let after = scrape(&gw).await;
+    for line in after.lines().filter(|l| l.starts_with("watchgate_")) {
+        assert!(
+            !line.contains("made.up") && !line.contains("things") && !line.contains("madeup"),
+            "a made-up resource became a label value: {line}"
+        );
+    }
+    // Each request is still counted, under empty group and resource.
+    for (code, n) in &codes {
+        let code = code.to_string();
+        let blank = [("group", ""), ("resource", ""), ("code", code.as_str())];
+        let counted = sample(&after, "watchgate_requests_total", &blank)
+            - sample(&before, "watchgate_requests_total", &blank);
+        assert!(
+            counted >= *n,
+            "{n} answers {code} counted {counted} times:\n{after}"
+        );
+    }
+
+    // A resource the upstream serves keeps its labels from its first success on, failures
+    // included; so do the gateway's own answers for it (here: the upstream gone).
+    assert_eq!(http.get("/apis/real.example/v1/gadgets").await.status, 200);
+    assert_eq!(http.get("/apis/real.example/v1/gadgets").await.status, 403);
+    let dead = start_gateway_with({
+        let mut cfg =
+            GatewayConfig::for_upstream_url("http://127.0.0.1:1").expect("gateway config");
+        cfg.cache = None;
+        cfg
+    })
+    .await;
+    let resp = Http::new(dead.url())
+        .get("/apis/real.example/v1/gadgets")
+        .await;
+    assert_eq!(resp.status, 503, "{}", resp.text());
+    assert_eq!(resp.headers["x-watchgate-source"], "gateway");
+    let text = scrape(&gw).await;
+    let gadgets = |code, source| {
+        sample(
+            &text,
+            "watchgate_requests_total",
+            &[
+                ("group", "real.example"),
+                ("resource", "gadgets"),
+                ("code", code),
+                ("source", source),
+            ],
+        )
+    };
+    assert_eq!(gadgets("200", "upstream"), 1.0, "{text}");
+    assert_eq!(gadgets("403", "upstream"), 1.0, "{text}");
+    assert_eq!(gadgets("503", "gateway"), 1.0, "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fan_out_counters_move_and_watchers_end_by_timeout_and_client_gone() {
+    let sim = start_sim().await;
+    let mut cfg = GatewayConfig::for_upstream_url(sim.url()).expect("gateway config");
+    cfg.cache = Some(CachePolicy {
+        prewarm: vec!["widgets.example.com".into()],
+        exclude: vec![],
+    });
+    cfg.watch.bookmark_interval = Duration::from_millis(200);
+    let gw = start_gateway_with(cfg).await;
+    wait_ready(&gw).await;
+    let widgets = &[("group", "example.com"), ("resource", "widgets")];
+    let with = |reason: &'static str| {
+        [
+            ("group", "example.com"),
+            ("resource", "widgets"),
+            ("reason", reason),
+        ]
+    };
+    let before = scrape(&gw).await;
+    let delta = |text: &str, name: &str, labels: &[(&str, &str)]| {
+        sample(text, name, labels) - sample(&before, name, labels)
+    };
+    let http = Http::new(gw.url());
+    const PATH: &str = "/apis/example.com/v1/namespaces/default/widgets";
+
+    // timeoutSeconds=1, served from the cache: the stream ends on its own.
+    let mut short = http
+        .watch(&format!(
+            "{PATH}?watch=true&resourceVersion=0&timeoutSeconds=1"
+        ))
+        .await;
+    while let Some(ev) = short.next_event_within(EVENT_TIMEOUT).await {
+        assert_eq!(
+            ev["type"], "BOOKMARK",
+            "nothing else happens meanwhile: {ev}"
+        );
+    }
+    let gw_ref = &gw;
+    let delta_ref = &delta;
+    wait_until(
+        "the timed-out watcher is counted",
+        EVENT_TIMEOUT,
+        || async move {
+            let text = scrape(gw_ref).await;
+            delta_ref(
+                &text,
+                "watchgate_terminated_watchers_total",
+                &with("timeout"),
+            ) == 1.0
+        },
+    )
+    .await;
+
+    // A watcher with bookmarks that receives three events.
+    let mut w = http
+        .watch(&format!(
+            "{PATH}?watch=true&resourceVersion=0&allowWatchBookmarks=true"
+        ))
+        .await;
+    let direct = Http::new(sim.url());
+    for i in 0..3 {
+        let resp = direct
+            .post_json(
+                PATH,
+                &json!({"apiVersion": "example.com/v1", "kind": "Widget",
+                        "metadata": {"name": format!("w{i}")}}),
+            )
+            .await;
+        assert_eq!(resp.status, 201, "{}", resp.text());
+    }
+    let (mut added, mut bookmarks) = (0, 0);
+    while added < 3 || bookmarks == 0 {
+        let ev = w.next_event().await;
+        match ev["type"].as_str() {
+            Some("ADDED") => added += 1,
+            Some("BOOKMARK") => bookmarks += 1,
+            _ => panic!("unexpected {ev}"),
+        }
+    }
+    wait_until(
+        "delivered, bytes and bookmarks move",
+        EVENT_TIMEOUT,
+        || async move {
+            let text = scrape(gw_ref).await;
+            delta_ref(&text, "watchgate_watch_events_delivered_total", widgets) == 3.0
+                && delta_ref(&text, "watchgate_watch_bytes_written_total", widgets) > 0.0
+                && delta_ref(&text, "watchgate_watch_bookmarks_total", widgets) >= 1.0
+        },
+    )
+    .await;
+
+    // Its client goes away; the next write to the stream notices.
+    drop(w);
+    let resp = direct
+        .post_json(
+            PATH,
+            &json!({"apiVersion": "example.com/v1", "kind": "Widget",
+                    "metadata": {"name": "w3"}}),
+        )
+        .await;
+    assert_eq!(resp.status, 201, "{}", resp.text());
+    wait_until(
+        "the abandoned watcher is counted",
+        EVENT_TIMEOUT,
+        || async move {
+            let text = scrape(gw_ref).await;
+            delta_ref(
+                &text,
+                "watchgate_terminated_watchers_total",
+                &with("client_gone"),
+            ) == 1.0
+                && sample(&text, "watchgate_watchers", widgets) == 0.0
+        },
+    )
+    .await;
+    let text = scrape(&gw).await;
+    for reason in ["slow", "relist", "shutdown"] {
+        assert_eq!(
+            delta(&text, "watchgate_terminated_watchers_total", &with(reason)),
+            0.0,
+            "{reason}:\n{text}"
+        );
+    }
+    assert_eq!(
+        delta(
+            &text,
+            "watchgate_terminated_watchers_total",
+            &with("timeout")
+        ),
+        1.0
+    );
+
+    // Dispatch takes microseconds: its histogram has buckets for them, not the request
+    // histograms' (which start at 250 µs).
+    let les: Vec<String> = samples(
+        &text,
+        "watchgate_watch_dispatch_duration_seconds_bucket",
+        widgets,
+    )
+    .map(|(l, _)| l["le"].to_string())
+    .collect();
+    let want: Vec<String> = watchgate::metrics::DISPATCH_BUCKETS
+        .iter()
+        .map(|b| b.to_string())
+        .chain(["+Inf".to_string()])
+        .collect();
+    assert_eq!(les, want, "dispatch buckets:\n{text}");
+    assert!(watchgate::metrics::DISPATCH_BUCKETS[0] <= 0.000_005);
+    assert_eq!(
+        sample(
+            &text,
+            "watchgate_watch_dispatch_duration_seconds_count",
+            widgets
+        ),
+        4.0,
+        "one observation per upstream event:\n{text}"
     );
 }

@@ -93,6 +93,10 @@ pub struct ReflectorStats {
     pub watch_lists: AtomicU64,
     /// Watch-list attempts that ended in a paged list.
     pub watch_list_fallbacks: AtomicU64,
+    /// Upstream watch streams open now: 1 from a watch's (or watch-list's) 200 until its
+    /// stream ends, 0 while the reflector lists, backs off or cannot reach the upstream.
+    /// Kept by [`EventStream`]'s lifetime, so no path can forget to decrement it.
+    pub watches_open: AtomicU64,
 }
 
 /// The annotation of the BOOKMARK that ends a watch-list's initial events.
@@ -164,8 +168,9 @@ impl Backoff {
 /// How one watch ended.
 #[derive(Debug)]
 enum WatchEnd {
-    /// The stream ended normally (timeout, upstream closed): resume from this RV.
-    Closed,
+    /// The stream ended normally (its timeout, or the upstream closed it): resume from the
+    /// last RV. Carries which of the two, for the log line.
+    Closed(String),
     /// 410 Expired (or Gone): the RV is compacted; relist.
     Expired(String),
     /// Something broke; resume from the last RV after a backoff.
@@ -177,11 +182,22 @@ enum WatchEnd {
 /// The state machine's states (see the module docs).
 enum Step {
     /// Build a new state: watch-list or paged list.
-    Sync,
+    Sync(SyncCause),
     /// Open a watch from this resourceVersion.
     Watch(u64),
     /// Keep reading an open watch (the watch-list's stream after its initial events).
     Follow(EventStream),
+}
+
+/// Why a state is being built: logged once it is in place, so that a relist is one line
+/// with its reason (start-up has its two progress lines instead).
+#[derive(Debug, Clone)]
+enum SyncCause {
+    /// The first state of this reflector.
+    Start,
+    /// The watch could not continue; `reason` says why. `anomaly` (an event that could not
+    /// be understood) logs the relist as a warning; a 410 is routine and logs at info.
+    Relist { reason: String, anomaly: bool },
 }
 
 /// What the reflector knows of the upstream's watch-list support.
@@ -202,19 +218,42 @@ enum WatchListFailure {
     Failed(String),
 }
 
-/// An open upstream watch, read line by line.
+/// An open upstream watch, read line by line. Counted in
+/// [`ReflectorStats::watches_open`] from creation to drop.
 struct EventStream {
     body: Incoming,
     lines: LineSplitter,
     ready: VecDeque<Bytes>,
+    stats: Arc<ReflectorStats>,
+    opened: Instant,
+    /// The `timeoutSeconds` asked for, to tell a timeout from the upstream closing early.
+    timeout: Duration,
 }
 
 impl EventStream {
-    fn new(body: Incoming) -> Self {
+    fn new(body: Incoming, stats: Arc<ReflectorStats>, timeout: Duration) -> Self {
+        stats.watches_open.fetch_add(1, Ordering::Relaxed);
         Self {
             body,
             lines: LineSplitter::default(),
             ready: VecDeque::new(),
+            stats,
+            opened: Instant::now(),
+            timeout,
+        }
+    }
+
+    /// Why a stream that ended cleanly ended, as far as the client can tell.
+    fn end_reason(&self) -> String {
+        let lasted = self.opened.elapsed();
+        // The upstream ends the stream at its timeout; a second of slack for clocks.
+        if lasted + Duration::from_secs(1) >= self.timeout {
+            format!("its timeoutSeconds={} passed", self.timeout.as_secs())
+        } else {
+            format!(
+                "the upstream closed it after {}",
+                crate::logging::seconds(lasted)
+            )
         }
     }
 
@@ -237,6 +276,12 @@ impl EventStream {
                 Err(e) => return Err(WatchEnd::Malformed(e.to_string())),
             }
         }
+    }
+}
+
+impl Drop for EventStream {
+    fn drop(&mut self) {
+        self.stats.watches_open.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -280,16 +325,19 @@ impl Reflector {
             WatchListMode::Auto => WatchListSupport::Try,
             WatchListMode::Off => WatchListSupport::No,
         };
-        let mut step = Step::Sync;
+        let mut step = Step::Sync(SyncCause::Start);
         loop {
             step = match step {
-                Step::Sync => self.sync(&mut backoff, &mut watch_list).await,
+                Step::Sync(cause) => self.sync(cause, &mut backoff, &mut watch_list).await,
                 Step::Watch(from) => {
                     let end = self.watch(from).await;
                     self.after_watch(end, &mut backoff).await
                 }
                 Step::Follow(mut stream) => {
                     let end = self.follow(&mut stream).await;
+                    // Closed before any backoff: the upstream watches gauge counts open
+                    // streams, not streams waiting to be dropped.
+                    drop(stream);
                     self.after_watch(end, &mut backoff).await
                 }
             };
@@ -297,14 +345,27 @@ impl Reflector {
     }
 
     /// Sync: a new state from a watch-list, else from a paged list.
-    async fn sync(&self, backoff: &mut Backoff, watch_list: &mut WatchListSupport) -> Step {
-        tracing::info!(resource = %self.info.resource, "listing {}…", self.info.resource);
+    async fn sync(
+        &self,
+        cause: SyncCause,
+        backoff: &mut Backoff,
+        watch_list: &mut WatchListSupport,
+    ) -> Step {
+        match &cause {
+            SyncCause::Start => {
+                tracing::info!(resource = %self.info.resource, "listing {}…", self.info.resource)
+            }
+            // One line per relist, written when it is done (`install`).
+            SyncCause::Relist { reason, .. } => {
+                tracing::debug!(resource = %self.info.resource, reason = %reason, "relisting {}", self.info.resource)
+            }
+        }
         let started = Instant::now();
         if *watch_list == WatchListSupport::Try {
             match self.watch_list().await {
                 Ok((snapshot, stream)) => {
                     self.stats.watch_lists.fetch_add(1, Ordering::Relaxed);
-                    self.install(snapshot, started, "watch-list");
+                    self.install(snapshot, started, "watch-list", &cause);
                     backoff.reset();
                     return Step::Follow(stream);
                 }
@@ -325,22 +386,27 @@ impl Reflector {
         }
         match self.list().await {
             Ok(snapshot) => {
-                self.install(snapshot, started, "list");
+                self.install(snapshot, started, "list", &cause);
                 backoff.reset();
                 Step::Watch(self.store.resource_version())
             }
             Err(err) => {
                 self.stats.errors.fetch_add(1, Ordering::Relaxed);
                 let delay = backoff.next_delay();
-                tracing::warn!(resource = %self.info.resource, error = %err, "list failed; retrying in {delay:.1?}");
+                let what = match cause {
+                    SyncCause::Start => "list",
+                    SyncCause::Relist { .. } => "relist",
+                };
+                tracing::warn!(resource = %self.info.resource, error = %err, "{what} failed; retrying in {delay:.1?}");
                 tokio::time::sleep(delay).await;
-                Step::Sync
+                Step::Sync(cause)
             }
         }
     }
 
-    /// Replaces the store's state with a complete new snapshot, in one step.
-    fn install(&self, snapshot: Snapshot, started: Instant, via: &'static str) {
+    /// Replaces the store's state with a complete new snapshot, in one step, and logs it:
+    /// the start-up's "synced …" progress line, or a relist's one line with its reason.
+    fn install(&self, snapshot: Snapshot, started: Instant, via: &'static str, cause: &SyncCause) {
         let (n, rv) = (snapshot.len(), snapshot.resource_version);
         let bytes = snapshot.bytes;
         self.store.replace(snapshot);
@@ -348,41 +414,62 @@ impl Reflector {
         let took = started.elapsed();
         let millis = (took.as_millis() as u64).max(1);
         self.stats.sync_millis.store(millis, Ordering::Relaxed);
-        tracing::info!(
-            resource = %self.info.resource,
-            objects = n,
-            bytes,
-            resource_version = rv,
-            via,
-            "synced {} {} ({}) in {}",
+        let what = format!(
+            "{} {} ({}) in {}",
             crate::logging::thousands(n as u64),
             self.info.resource,
             crate::logging::megabytes(bytes as u64),
             crate::logging::seconds(took)
         );
+        let resource = &self.info.resource;
+        match cause {
+            SyncCause::Start => tracing::info!(
+                %resource, objects = n, bytes, resource_version = rv, via,
+                "synced {what}"
+            ),
+            SyncCause::Relist {
+                reason,
+                anomaly: false,
+            } => tracing::info!(
+                %resource, objects = n, bytes, resource_version = rv, via, reason = %reason,
+                "relisted {what} after {reason}"
+            ),
+            SyncCause::Relist {
+                reason,
+                anomaly: true,
+            } => tracing::warn!(
+                %resource, objects = n, bytes, resource_version = rv, via, reason = %reason,
+                "relisted {what} after {reason}"
+            ),
+        }
     }
 
     /// What follows the end of a watch.
     async fn after_watch(&self, end: WatchEnd, backoff: &mut Backoff) -> Step {
         match end {
-            WatchEnd::Closed => {
+            WatchEnd::Closed(reason) => {
                 self.stats.watch_restarts.fetch_add(1, Ordering::Relaxed);
-                tracing::debug!(resource = %self.info.resource, "watch ended; resuming from {}", self.store.resource_version());
+                let rv = self.store.resource_version();
+                tracing::info!(resource = %self.info.resource, reason = %reason, "watch ended ({reason}); resuming from {rv}");
                 backoff.reset();
-                Step::Watch(self.store.resource_version())
+                Step::Watch(rv)
             }
             WatchEnd::Expired(msg) => {
                 self.stats
                     .relists_after_expired
                     .fetch_add(1, Ordering::Relaxed);
-                tracing::info!(resource = %self.info.resource, "watch expired ({msg}); relisting");
-                Step::Sync
+                Step::Sync(SyncCause::Relist {
+                    reason: format!("the watch expired ({msg})"),
+                    anomaly: false,
+                })
             }
             WatchEnd::Malformed(msg) => {
                 self.stats.malformed_objects.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(resource = %self.info.resource, "malformed watch event ({msg}); relisting");
                 tokio::time::sleep(backoff.next_delay()).await;
-                Step::Sync
+                Step::Sync(SyncCause::Relist {
+                    reason: format!("a malformed watch event ({msg})"),
+                    anomaly: true,
+                })
             }
             WatchEnd::Failed(msg) => {
                 self.stats.errors.fetch_add(1, Ordering::Relaxed);
@@ -466,8 +553,13 @@ impl Reflector {
         }
     }
 
-    /// Opens a watch with `query`; an HTTP error comes back with its status.
-    async fn open(&self, query: &str) -> Result<EventStream, (Option<StatusCode>, String)> {
+    /// Opens a watch with `query` (whose `timeoutSeconds` is `timeout`); an HTTP error
+    /// comes back with its status.
+    async fn open(
+        &self,
+        query: &str,
+        timeout: u32,
+    ) -> Result<EventStream, (Option<StatusCode>, String)> {
         let req = Request::builder()
             .method(Method::GET)
             .uri(format!("{}?{query}", self.info.collection_path()))
@@ -483,7 +575,11 @@ impl Reflector {
         if !status.is_success() {
             return Err((Some(status), format!("watch returned {status}")));
         }
-        Ok(EventStream::new(resp.into_body()))
+        Ok(EventStream::new(
+            resp.into_body(),
+            self.stats.clone(),
+            Duration::from_secs(timeout.into()),
+        ))
     }
 
     /// A randomised timeout spreads reconnects, like client-go's 5–10 minute choice.
@@ -493,11 +589,11 @@ impl Reflector {
 
     /// Watches from `from` until the stream ends, applying every event to the store.
     async fn watch(&self, from: u64) -> WatchEnd {
+        let timeout = Self::watch_timeout();
         let query = format!(
-            "allowWatchBookmarks=true&resourceVersion={from}&timeoutSeconds={}&watch=true",
-            Self::watch_timeout()
+            "allowWatchBookmarks=true&resourceVersion={from}&timeoutSeconds={timeout}&watch=true"
         );
-        match self.open(&query).await {
+        match self.open(&query, timeout).await {
             Ok(mut stream) => self.follow(&mut stream).await,
             Err((Some(StatusCode::GONE), _)) => WatchEnd::Expired("HTTP 410 Gone".into()),
             Err((_, msg)) => WatchEnd::Failed(msg),
@@ -508,7 +604,7 @@ impl Reflector {
     async fn follow(&self, stream: &mut EventStream) -> WatchEnd {
         loop {
             match stream.next_line().await {
-                Ok(None) => return WatchEnd::Closed,
+                Ok(None) => return WatchEnd::Closed(stream.end_reason()),
                 Err(end) => return end,
                 Ok(Some(line)) => {
                     if let Some(end) = self.apply_event(&line) {
@@ -524,13 +620,13 @@ impl Reflector {
         use WatchListFailure::{Failed, Unsupported};
         self.stats.lists.fetch_add(1, Ordering::Relaxed);
         // resourceVersion unset: a consistent snapshot (KEP-3157, client-go's case 1).
+        let timeout = Self::watch_timeout();
         let query = format!(
-            "allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan&sendInitialEvents=true&timeoutSeconds={}&watch=true",
-            Self::watch_timeout()
+            "allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan&sendInitialEvents=true&timeoutSeconds={timeout}&watch=true"
         );
         let idle = self.config.initial_events_idle;
         // An upstream that never answers must not keep the cache cold either.
-        let opened = tokio::time::timeout(idle, self.open(&query))
+        let opened = tokio::time::timeout(idle, self.open(&query, timeout))
             .await
             .unwrap_or_else(|_| Err((None, format!("no answer within {idle:?}"))));
         let mut stream = match opened {

@@ -55,7 +55,19 @@ impl Proxy {
     }
 
     /// Forward one request. Never fails: problems become a `metav1.Status` response.
+    ///
+    /// Every answer says where it came from (`X-Watchgate-Source`): the cache and the
+    /// forwarding path mark their own; what is left is a Status the gateway made itself
+    /// (the upstream unreachable or too slow, a request it refuses), marked `gateway`.
     pub async fn forward(&self, req: Request<Incoming>) -> Response<Body> {
+        let mut resp = self.answer(req).await;
+        resp.headers_mut()
+            .entry(headers::SOURCE_HEADER)
+            .or_insert(http::HeaderValue::from_static("gateway"));
+        resp
+    }
+
+    async fn answer(&self, req: Request<Incoming>) -> Response<Body> {
         if let Some(status) = reject(&req) {
             return status.into_response();
         }

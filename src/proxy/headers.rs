@@ -6,7 +6,8 @@
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 
-/// Response header naming where an answer came from (`upstream` or, later, `cache`).
+/// Response header naming where an answer came from: `cache`, `upstream`, or `gateway` for
+/// a Status the gateway made itself (`Proxy::forward`).
 pub const SOURCE_HEADER: HeaderName = HeaderName::from_static("x-watchgate-source");
 
 /// Fields that are hop-by-hop whether or not `Connection` lists them. `Proxy-Connection`

@@ -14,13 +14,14 @@ use hyper::body::Incoming;
 use crate::body::{self, Body};
 use crate::cache::registry::{self, Registry};
 use crate::server::drain::DrainWatch;
+use crate::server::probe::UpstreamProbe;
 use crate::status::Status;
-use crate::upstream::Upstream;
 
 /// What the admin endpoints look at.
 #[derive(Clone)]
 pub struct AdminState {
-    pub upstream: Upstream,
+    /// The upstream, probed by the `upstream` check until it first answers.
+    pub upstream: Arc<UpstreamProbe>,
     pub cache: Option<Arc<Registry>>,
     pub drain: DrainWatch,
     /// Whether metrics are recorded (`GatewayConfig::metrics`).
@@ -42,7 +43,7 @@ pub async fn handle(state: AdminState, req: Request<Incoming>) -> Response<Body>
                 .uri()
                 .query()
                 .is_some_and(|q| form_urlencoded::parse(q.as_bytes()).any(|(k, _)| k == "verbose"));
-            readyz(&state, verbose)
+            readyz(&state, verbose).await
         }
         "/metrics" if !state.metrics => {
             Status::new(404, "NotFound", "metrics are disabled in this gateway").into_response()
@@ -65,7 +66,7 @@ struct Check {
     failure: Option<String>,
 }
 
-fn checks(state: &AdminState) -> Vec<Check> {
+async fn checks(state: &AdminState) -> Vec<Check> {
     let mut out = vec![Check {
         name: "ping".into(),
         failure: None,
@@ -79,7 +80,8 @@ fn checks(state: &AdminState) -> Vec<Check> {
     });
     out.push(Check {
         name: "upstream".into(),
-        failure: (!state.upstream.reached()).then(|| "the upstream has not answered yet".into()),
+        failure: (!state.upstream.reached().await)
+            .then(|| "the upstream has not answered yet".into()),
     });
     if let Some(registry) = &state.cache {
         let caches = registry.caches();
@@ -101,8 +103,8 @@ fn checks(state: &AdminState) -> Vec<Check> {
     out
 }
 
-fn readyz(state: &AdminState, verbose: bool) -> Response<Body> {
-    let checks = checks(state);
+async fn readyz(state: &AdminState, verbose: bool) -> Response<Body> {
+    let checks = checks(state).await;
     let ok = checks.iter().all(|c| c.failure.is_none());
     let code = if ok {
         StatusCode::OK

@@ -7,7 +7,7 @@ use std::task::{Context, Poll};
 use std::time::Instant;
 
 use bytes::Bytes;
-use http::{Response, StatusCode};
+use http::Response;
 use http_body::{Body as HttpBody, Frame, SizeHint};
 use metrics::{counter, gauge, histogram, Gauge};
 
@@ -65,9 +65,10 @@ impl RequestLabels {
     }
 }
 
-/// Records `resp` under `labels`. A 404 drops group and resource: they come from the
-/// client's URL, and a client asking for made-up resources must not be able to create
-/// series at will.
+/// Records `resp` under `labels`. Group and resource come from the client's URL, so they
+/// are kept only for resources the gateway has served successfully (see [`KnownResources`]);
+/// a client asking for made-up resources, whatever the answer (404, or 401/403 before the
+/// apiserver even looks the resource up, or 400), cannot create series at will.
 pub fn observe(
     labels: RequestLabels,
     started: Instant,
@@ -77,22 +78,22 @@ pub fn observe(
     let code = resp.status();
     let source = match resp.headers().get(SOURCE_HEADER).map(|v| v.as_bytes()) {
         Some(b"cache") => "cache",
-        _ => "upstream",
+        Some(b"upstream") => "upstream",
+        // Answers the gateway made itself (`proxy::forward` marks every one of them).
+        _ => "gateway",
     };
     let RequestLabels {
         verb,
-        mut group,
-        mut resource,
+        group,
+        resource,
         scope,
         long_running,
     } = labels;
-    if code == StatusCode::NOT_FOUND {
-        group.clear();
-        resource.clear();
-    }
+    let (group, resource) = known().bound(group, resource, code.is_success());
+    let code_label = code.as_str().to_owned();
     counter!(m::REQUESTS_TOTAL,
         "verb" => verb, "group" => group.clone(), "resource" => resource.clone(),
-        "scope" => scope, "code" => code.as_str().to_owned(), "source" => source)
+        "scope" => scope, "code" => code_label.clone(), "source" => source)
     .increment(1);
 
     let done = if long_running && code.is_success() {
@@ -106,6 +107,7 @@ pub fn observe(
             group,
             resource,
             scope,
+            code: code_label,
             source,
         }
     };
@@ -118,6 +120,51 @@ pub fn observe(
             _in_flight: in_flight,
         }),
     )
+}
+
+/// The most resources whose group and resource may appear in request labels. A cluster
+/// serves a few hundred at most (built-ins plus CRDs); the bound only matters for an
+/// upstream that answers 2xx for any path (an aggregated API server can).
+const KNOWN_MAX: usize = 1000;
+
+/// The resources whose group and resource label values requests keep: those the gateway
+/// has answered with a 2xx, which the upstream's discovery (or the cache, which only
+/// serves discovered resources) must know. Kept per process, like the recorder itself.
+/// Until a resource has had one success, and for every resource past [`KNOWN_MAX`], its
+/// requests are recorded with empty group and resource.
+pub struct KnownResources {
+    set: dashmap::DashSet<(String, String)>,
+    max: usize,
+}
+
+impl KnownResources {
+    pub fn new(max: usize) -> Self {
+        Self {
+            set: dashmap::DashSet::new(),
+            max,
+        }
+    }
+
+    /// The label values to record for a request's `group` and `resource`.
+    pub fn bound(&self, group: String, resource: String, success: bool) -> (String, String) {
+        if group.is_empty() && resource.is_empty() {
+            return (group, resource);
+        }
+        let key = (group, resource);
+        // `len` is approximate under concurrent inserts: the bound may be passed by as
+        // many as there are racing first successes, which keeps it bounded all the same.
+        if self.set.contains(&key)
+            || (success && self.set.len() < self.max && self.set.insert(key.clone()))
+        {
+            return key;
+        }
+        (String::new(), String::new())
+    }
+}
+
+fn known() -> &'static KnownResources {
+    static KNOWN: std::sync::OnceLock<KnownResources> = std::sync::OnceLock::new();
+    KNOWN.get_or_init(|| KnownResources::new(KNOWN_MAX))
 }
 
 /// Counts a non-long-running request in flight from before it is served until its
@@ -145,6 +192,7 @@ enum Done {
         group: String,
         resource: String,
         scope: &'static str,
+        code: String,
         source: &'static str,
     },
 }
@@ -161,11 +209,12 @@ impl Drop for Guard {
                 group,
                 resource,
                 scope,
+                code,
                 source,
             }) => {
                 histogram!(m::REQUEST_DURATION,
                     "verb" => verb, "group" => group, "resource" => resource,
-                    "scope" => scope, "source" => source)
+                    "scope" => scope, "code" => code, "source" => source)
                 .record(started.elapsed().as_secs_f64());
             }
             None => {}
@@ -236,5 +285,25 @@ mod tests {
         assert_eq!((l.verb, l.long_running), ("create", false));
         let l = labels(http::Method::GET, "/version");
         assert_eq!((l.verb, l.resource.as_str(), l.scope), ("get", "", ""));
+    }
+
+    #[test]
+    fn only_resources_served_successfully_keep_their_labels() {
+        let k = KnownResources::new(2);
+        let b = |g: &str, r: &str, ok: bool| {
+            let (g, r) = k.bound(g.into(), r.into(), ok);
+            format!("{g}/{r}")
+        };
+        // A failure for a resource never served: blank, and it stays unknown.
+        assert_eq!(b("", "pods", false), "/");
+        assert_eq!(b("made.up", "things", false), "/");
+        // A success makes it known; later failures keep the labels.
+        assert_eq!(b("", "pods", true), "/pods");
+        assert_eq!(b("", "pods", false), "/pods");
+        assert_eq!(b("apps", "deployments", true), "apps/deployments");
+        // Past the bound, new resources are blank even when served.
+        assert_eq!(b("", "configmaps", true), "/");
+        assert_eq!(b("", "configmaps", false), "/");
+        assert_eq!(b("apps", "deployments", false), "apps/deployments");
     }
 }

@@ -7,6 +7,7 @@ mod coalesce;
 pub mod drain;
 mod instrument;
 mod listener;
+mod probe;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -64,7 +65,7 @@ impl Gateway {
             registry
         });
         let admin_state = admin::AdminState {
-            upstream: upstream.clone(),
+            upstream: probe::UpstreamProbe::new(upstream.clone()),
             cache: cache.clone(),
             drain: drain.watcher(),
             metrics: cfg.metrics,

@@ -1,5 +1,5 @@
 //! Fault knobs for reliability work: drop watch streams periodically, force 410 on the
-//! next watch(es), add latency to every response. Set by flags (`FaultConfig`) and at
+//! next watch(es), fail the next watch(es) with a 503, add latency to every response. Set by flags (`FaultConfig`) and at
 //! runtime through `SimHandle::faults()` or `/debug/sim/faults/*`.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -24,6 +24,7 @@ pub struct Faults {
     latency_ms: AtomicU64,
     drop_after_ms: AtomicU64,
     watch_410: AtomicU32,
+    watch_503: AtomicU32,
     /// Bumped to end all currently open watch streams.
     drop_gen: watch::Sender<u64>,
     _guard: Mutex<()>,
@@ -39,6 +40,7 @@ impl Faults {
                     .unwrap_or(0),
             ),
             watch_410: AtomicU32::new(cfg.watch_410),
+            watch_503: AtomicU32::new(0),
             drop_gen: watch::channel(0).0,
             _guard: Mutex::new(()),
         }
@@ -80,6 +82,19 @@ impl Faults {
             .is_ok()
     }
 
+    /// The next `n` watch requests get HTTP 503 ServiceUnavailable, as from an apiserver
+    /// that is overloaded or cannot reach etcd: a watch that fails before it starts.
+    pub fn fail_next_watch(&self, n: u32) {
+        self.watch_503.fetch_add(n, Ordering::SeqCst);
+    }
+
+    /// Consumes one forced watch failure, if any is pending.
+    pub fn take_watch_failure(&self) -> bool {
+        self.watch_503
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok()
+    }
+
     /// Ends every watch stream open right now (they end cleanly, like a dropped
     /// connection to an apiserver that restarts).
     pub fn drop_watches_now(&self) {
@@ -96,6 +111,7 @@ impl Faults {
             "latencyMs": self.latency_ms.load(Ordering::Relaxed),
             "dropWatchAfterMs": self.drop_after_ms.load(Ordering::Relaxed),
             "pendingWatch410": self.watch_410.load(Ordering::Relaxed),
+            "pendingWatch503": self.watch_503.load(Ordering::Relaxed),
         })
     }
 }

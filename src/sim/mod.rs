@@ -378,6 +378,12 @@ pub async fn handle(sim: Arc<Sim>, req: Request<Incoming>) -> Response<Body> {
             list::get(&sim, &api, req.headers(), rt, &ns, &name).await
         }
         (Verb::List, None, None) => list::handle(&sim, &api, req.headers(), rt, &rp).await,
+        (Verb::Watch, None, _) if sim.faults.take_watch_failure() => Status::new(
+            503,
+            "ServiceUnavailable",
+            "the server is currently unable to handle the request",
+        )
+        .into_response(),
         (Verb::Watch, None, _) => watch::handle(&sim, &api, req.headers(), rt, &rp).await,
         (Verb::Other, _, _) => {
             Status::method_not_supported(&rt.group_resource(), req.method().as_str())
@@ -425,6 +431,10 @@ fn debug_endpoint(sim: &Arc<Sim>, method: &Method, path: &str) -> Option<Respons
         }
         (&Method::POST, "/debug/sim/faults/watch-410") => {
             sim.faults.force_410_next_watch(1);
+            json_response(StatusCode::OK, &sim.faults.to_json())
+        }
+        (&Method::POST, "/debug/sim/faults/watch-503") => {
+            sim.faults.fail_next_watch(1);
             json_response(StatusCode::OK, &sim.faults.to_json())
         }
         (&Method::POST, "/debug/sim/faults/drop-watches") => {

@@ -6,6 +6,8 @@
 //! - [`kubectl`]: a kubectl bound to one server through its own temporary kubeconfig.
 //! - [`python`]: run a script from `tests/python/` with the venv's Python.
 //! - [`http`]: a tiny raw HTTP client for JSON requests and watch streams.
+//! - [`metrics`]: samples of a Prometheus text exposition.
+//! - [`serve`]: the `watchgate serve` binary as a child process, its log captured.
 //! - [`servers`]: the simulator and the gateway, started in-process on `127.0.0.1:0`.
 //! - [`wait`]: bounded polling with a clear failure message (no sleep-and-hope).
 //! - [`watch`]: watch streams read event by event with their exact bytes and headers.
@@ -18,9 +20,11 @@
 pub mod http;
 pub mod kubectl;
 pub mod kubectl_scenarios;
+pub mod metrics;
 pub mod process;
 pub mod python;
 pub mod python_scenarios;
+pub mod serve;
 pub mod servers;
 pub mod tools;
 pub mod wait;
