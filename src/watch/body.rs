@@ -220,6 +220,12 @@ impl WatchBody {
 
     /// Sends the next batch of the starting snapshot; moves on when it is exhausted.
     fn step_initial(&mut self) {
+        if self.store.hub().restarted_since(&self.shared) {
+            // The snapshot is a state the history no longer continues from: stop sending
+            // it at once rather than after the last batch.
+            self.end(EndReason::Relist);
+            return;
+        }
         let Phase::Initial {
             snap,
             after,
@@ -279,7 +285,7 @@ impl WatchBody {
         let store = self.store.clone();
         let hub = store.hub();
         match hub.catch_up(&self.shared, cursor, BATCH) {
-            CatchUp::Expired => self.end(EndReason::Slow),
+            CatchUp::Expired(reason) => self.end(reason),
             CatchUp::Events { events, next, live } => {
                 for ev in &events {
                     if ev.rv <= self.params.min_rv {

@@ -44,6 +44,9 @@ pub struct WatcherShared {
     lag_seq: AtomicU64,
     /// Why the hub closed its queue, when it was not for lagging.
     closed_by: AtomicU8,
+    /// The history's epoch when it registered: a restart starts a new epoch, and nothing
+    /// from an older one may continue on the new history (see [`Hub::restart`]).
+    epoch: u64,
 }
 
 impl WatcherShared {
@@ -94,8 +97,9 @@ pub struct TooOld(pub u64, pub u64);
 
 /// One step of reading the history.
 pub enum CatchUp {
-    /// The history no longer holds the next event.
-    Expired,
+    /// The stream cannot continue: the history no longer holds its next event (`Slow`),
+    /// or it was restarted since the watcher registered (`Relist`).
+    Expired(EndReason),
     Events {
         events: Vec<Arc<Event>>,
         next: u64,
@@ -112,6 +116,9 @@ pub struct HubState {
     /// The list resourceVersion the history starts after, or the last trimmed event's.
     floor_rv: u64,
     trimmed: bool,
+    /// Bumped by every restart. Sequence numbers keep counting across a restart, so a
+    /// watcher's position alone cannot tell the old history from the new one.
+    epoch: u64,
     watchers: HashMap<WatcherId, Entry>,
     index: Index,
     next_id: WatcherId,
@@ -135,6 +142,9 @@ pub struct Hub {
     /// The resourceVersion every live watcher has been handed all events up to (set
     /// after each dispatch): what an idle watcher's bookmark may carry.
     head_rv: AtomicU64,
+    /// `HubState::epoch`, readable without the lock (a body streaming its initial state
+    /// checks it between batches).
+    epoch: AtomicU64,
     pub stats: FanoutStats,
     dispatch_seconds: metrics::Histogram,
 }
@@ -164,12 +174,14 @@ impl Hub {
                 bytes: 0,
                 floor_rv: 0,
                 trimmed: false,
+                epoch: 0,
                 watchers: HashMap::new(),
                 index: Index::default(),
                 next_id: 0,
                 scratch: Vec::new(),
             }),
             head_rv: AtomicU64::new(0),
+            epoch: AtomicU64::new(0),
             stats: FanoutStats::default(),
             dispatch_seconds,
         }
@@ -183,6 +195,12 @@ impl Hub {
 
     pub fn head_rv(&self) -> u64 {
         self.head_rv.load(Ordering::Acquire)
+    }
+
+    /// Whether the history was restarted since `shared` registered: its stream can then
+    /// not be continued.
+    pub fn restarted_since(&self, shared: &WatcherShared) -> bool {
+        self.epoch.load(Ordering::Acquire) != shared.epoch
     }
 
     /// Appends one change and hands it to every live watcher it concerns.
@@ -302,6 +320,7 @@ impl Hub {
             filter,
             lag_seq: AtomicU64::new(NO_LAG),
             closed_by: AtomicU8::new(0),
+            epoch: st.epoch,
         });
         // Nothing to replay: join live dispatch at once.
         let live = (snapshot.is_none() && cursor == next_seq).then(|| self.join(&mut st, &shared));
@@ -332,8 +351,13 @@ impl Hub {
     /// Reads up to `max` events from `cursor`; joins live dispatch when they were the last.
     pub fn catch_up(&self, shared: &Arc<WatcherShared>, cursor: u64, max: usize) -> CatchUp {
         let mut st = self.lock();
+        // Checked first: a watcher registered just before a restart, with no event
+        // published since, holds exactly the new history's first position.
+        if shared.epoch != st.epoch {
+            return CatchUp::Expired(EndReason::Relist);
+        }
         if cursor < st.first_seq {
-            return CatchUp::Expired;
+            return CatchUp::Expired(EndReason::Slow);
         }
         let start = ((cursor - st.first_seq) as usize).min(st.events.len());
         let end = (start + max).min(st.events.len());
@@ -353,8 +377,14 @@ impl Hub {
 
     /// The first state of the cache (or a relist that could not be continued): the
     /// history restarts after `list_rv`, and every watcher's stream ends, as
-    /// kube-apiserver's cacher ends them when it relists.
+    /// kube-apiserver's cacher ends them when it relists. That is every watcher registered
+    /// before now, not only the live ones: one still sending its initial state, or one
+    /// reading the history at its own pace, would otherwise carry on from a state the new
+    /// history does not continue. The live ones are closed here; the others learn it from
+    /// the new epoch when they next read (`catch_up`, `restarted_since`).
     pub fn restart(&self, st: &mut HubState, list_rv: u64) {
+        st.epoch += 1;
+        self.epoch.store(st.epoch, Ordering::Release);
         for (_, e) in st.watchers.drain() {
             e.shared.closed_by.store(1, Ordering::Release);
         }

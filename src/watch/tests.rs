@@ -392,3 +392,43 @@ async fn events_ready_together_leave_in_one_frame_and_a_lone_one_is_not_copied()
         .collect();
     assert_eq!(rvs, ["12", "13", "14"]);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_contradictory_relist_ends_every_watcher_registered_before_it() {
+    let cfg = WatchConfig {
+        history_window: Duration::from_secs(1),
+        ..Default::default()
+    };
+    let s = store(cfg, &[pod("a", 3, "n"), pod("b", 4, "n")], 10);
+    // Fell behind (its queue overflowed), and the events it missed then left the history.
+    let mut behind = open(&s, WatchFilter::default(), Start::After(10), params(10));
+    for i in 0..=QUEUE_LEN as u64 {
+        s.apply(Change::Upsert(pod(&format!("p{i}"), 11 + i, "n")));
+    }
+    tokio::time::advance(Duration::from_secs(2)).await;
+    s.apply(Change::Progress(100));
+    assert_eq!(s.hub().history_stats().events, 0, "the history was trimmed");
+    // Registered since, its initial state not sent yet, and nothing published after it:
+    // its position is exactly where the restarted history begins.
+    let mut initial = open(&s, WatchFilter::default(), Start::Initial, params(0));
+
+    // The upstream relists at an older RV: no continuous story exists.
+    let mut snap = Snapshot::default();
+    snap.insert(pod("z", 4, "n"));
+    snap.resource_version = 5;
+    s.replace(snap);
+    s.apply(Change::Upsert(pod("y", 6, "n")));
+
+    // Neither the old initial state nor the new history's events: the stream ends.
+    ends(&mut initial).await;
+    // The one behind gets what its queue held, then ends, for the relist: not as slow.
+    let got = read(&mut behind, QUEUE_LEN).await;
+    let last = QUEUE_LEN as u64 - 1;
+    assert_eq!(
+        got.last().unwrap(),
+        &ev("ADDED", &format!("p{last}"), 11 + last)
+    );
+    ends(&mut behind).await;
+    assert_eq!(s.hub().stats.terminated(EndReason::Relist), 2);
+    assert_eq!(s.hub().stats.terminated(EndReason::Slow), 0);
+}
