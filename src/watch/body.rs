@@ -52,6 +52,19 @@ const FRAME_BYTES: usize = 64 * 1024;
 /// the client can resume from it instead of from an older resourceVersion.
 const PRE_TIMEOUT_BOOKMARK: Duration = Duration::from_secs(2);
 
+/// Where a deadline that the clock cannot hold is put instead: tokio's own "far future".
+const FAR_FUTURE: Duration = Duration::from_secs(86400 * 365 * 30);
+
+/// `now + d`, which cannot panic: `Instant + Duration` panics on overflow, and `d` comes
+/// from a client (`timeoutSeconds` of up to about 292 years, see
+/// `ListOptions::watch_timeout`) or a flag. A deadline the clock cannot hold is never
+/// reached anyway.
+pub fn deadline_after(now: Instant, d: Duration) -> Instant {
+    now.checked_add(d)
+        .or_else(|| now.checked_add(FAR_FUTURE))
+        .unwrap_or(now)
+}
+
 enum Phase {
     Initial {
         snap: Arc<Snapshot>,
@@ -96,7 +109,7 @@ pub struct WatchBody {
 impl WatchBody {
     pub fn new(store: Arc<Store>, reg: Registration, params: WatchParams) -> Self {
         let now = Instant::now();
-        let deadline = now + params.timeout;
+        let deadline = deadline_after(now, params.timeout);
         let interval = store.hub().cfg.bookmark_interval;
         let pre_timeout = deadline
             .checked_sub(PRE_TIMEOUT_BOOKMARK)
@@ -118,7 +131,7 @@ impl WatchBody {
             pending: VecDeque::new(),
             params,
             deadline,
-            next_bookmark: now + interval,
+            next_bookmark: deadline_after(now, interval),
             pre_timeout,
             bookmark_due: false,
             timer: Box::pin(tokio::time::sleep_until(deadline)),
@@ -160,7 +173,7 @@ impl WatchBody {
             && (now >= self.next_bookmark || self.pre_timeout.is_some_and(|p| now >= p))
         {
             self.bookmark_due = true;
-            self.next_bookmark = now + self.store.hub().cfg.bookmark_interval;
+            self.next_bookmark = deadline_after(now, self.store.hub().cfg.bookmark_interval);
             if self.pre_timeout.is_some_and(|p| now >= p) {
                 self.pre_timeout = None;
             }
@@ -275,7 +288,8 @@ impl WatchBody {
                 .stats
                 .bookmarks
                 .fetch_add(1, Ordering::Relaxed);
-            self.next_bookmark = Instant::now() + self.store.hub().cfg.bookmark_interval;
+            self.next_bookmark =
+                deadline_after(Instant::now(), self.store.hub().cfg.bookmark_interval);
             self.arm_timer();
         }
         self.phase = Phase::CatchUp(cursor);

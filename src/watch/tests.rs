@@ -432,3 +432,26 @@ async fn a_contradictory_relist_ends_every_watcher_registered_before_it() {
     assert_eq!(s.hub().stats.terminated(EndReason::Relist), 2);
     assert_eq!(s.hub().stats.terminated(EndReason::Slow), 0);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_timeout_of_centuries_is_a_deadline_never_reached() {
+    let s = store(WatchConfig::default(), &[], 10);
+    // The longest timeoutSeconds kube-apiserver's conversion yields (about 292 years);
+    // `Instant + Duration` must not be what decides what happens to it.
+    let p = WatchParams {
+        timeout: Duration::from_nanos(i64::MAX as u64),
+        allow_bookmarks: true,
+        ..params(10)
+    };
+    let mut w = open(&s, WatchFilter::default(), Start::After(10), p);
+    s.apply(Change::Upsert(pod("a", 11, "n")));
+    assert_eq!(read(&mut w, 1).await, vec![ev("ADDED", "a", 11)]);
+    // Longer than any Instant holds: still no panic.
+    let p = WatchParams {
+        timeout: Duration::MAX,
+        ..params(11)
+    };
+    let mut w = open(&s, WatchFilter::default(), Start::After(11), p);
+    s.apply(Change::Upsert(pod("b", 12, "n")));
+    assert_eq!(read(&mut w, 1).await, vec![ev("ADDED", "b", 12)]);
+}
