@@ -455,3 +455,56 @@ async fn a_timeout_of_centuries_is_a_deadline_never_reached() {
     s.apply(Change::Upsert(pod("b", 12, "n")));
     assert_eq!(read(&mut w, 1).await, vec![ev("ADDED", "b", 12)]);
 }
+
+#[tokio::test]
+async fn a_relist_reports_a_re_created_object_as_deleted_then_added() {
+    let uid_pod = |name: &str, rv: u64, uid: &str| {
+        let raw = format!(
+            r#"{{"kind":"Pod","apiVersion":"v1","metadata":{{"name":"{name}","namespace":"ns","resourceVersion":"{rv}","uid":"{uid}"}},"spec":{{"nodeName":"n"}}}}"#
+        );
+        Arc::new(
+            CachedObject::parse(Bytes::from(raw), &[("spec.nodeName", "spec.nodeName")]).unwrap(),
+        )
+    };
+    let s = store(
+        WatchConfig::default(),
+        &[uid_pod("a", 3, "uid-1"), uid_pod("b", 4, "uid-b")],
+        10,
+    );
+    let mut w = open(&s, WatchFilter::default(), Start::After(10), params(10));
+    // While the upstream watch was down, a was deleted and created again (new uid).
+    let mut snap = Snapshot::default();
+    snap.insert(uid_pod("a", 15, "uid-2"));
+    snap.insert(uid_pod("b", 4, "uid-b"));
+    snap.resource_version = 20;
+    s.replace(snap);
+    assert_eq!(
+        read(&mut w, 2).await,
+        vec![ev("DELETED", "a", 14), ev("ADDED", "a", 15)]
+    );
+    // A client that resumes from the deletion's RV gets the re-creation.
+    let mut resumed = open(&s, WatchFilter::default(), Start::After(14), params(14));
+    assert_eq!(read(&mut resumed, 1).await, vec![ev("ADDED", "a", 15)]);
+}
+
+#[tokio::test]
+async fn a_relist_at_the_same_rv_with_objects_missing_ends_the_watches() {
+    let s = store(
+        WatchConfig::default(),
+        &[pod("a", 3, "n"), pod("b", 4, "n")],
+        10,
+    );
+    let mut w = open(&s, WatchFilter::default(), Start::After(10), params(10));
+    // The same RV and less state: no RV is left for the deletion that a client resuming
+    // from 10 would see, so the streams end (the client relists).
+    let mut snap = Snapshot::default();
+    snap.insert(pod("a", 3, "n"));
+    snap.resource_version = 10;
+    s.replace(snap);
+    ends(&mut w).await;
+    assert_eq!(s.hub().stats.terminated(EndReason::Relist), 1);
+    // The new state is served: a new watcher's initial state lacks b.
+    let mut fresh = open(&s, WatchFilter::default(), Start::Initial, params(0));
+    assert_eq!(read(&mut fresh, 1).await, vec![ev("ADDED", "a", 3)]);
+    assert!(ready_frames(&mut fresh).is_empty());
+}
