@@ -404,8 +404,9 @@ async fn a_watcher_stalled_within_the_history_catches_up_without_being_ended() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_watcher_stalled_beyond_the_history_is_ended_cleanly_and_its_resume_gets_410() {
     let _serial = SERIAL.lock().await;
-    // A 4 MB history: 16 big events (an event costs twice its object's size); 40 MB are
-    // written, as fast as the healthy reader takes them.
+    // A 4 MB history: about ten big events (an update holds its object, the previous
+    // state and the encoding the watchers get); 40 MB are written, as fast as the healthy
+    // reader takes them.
     let (sim, gw) = env(4 << 20).await;
     stalled_beyond_the_history(sim, gw, 320, Duration::ZERO).await;
 }

@@ -83,6 +83,22 @@ impl CachedObject {
         }
     }
 
+    /// The memory this object holds: itself, its JSON and its parsed header (for the
+    /// watch history's byte budget).
+    pub fn heap_bytes(&self) -> usize {
+        let labels: usize = self
+            .labels
+            .iter()
+            .map(|(k, v)| std::mem::size_of::<(Box<str>, Box<str>)>() + k.len() + v.len())
+            .sum();
+        let fields: usize = self
+            .fields
+            .iter()
+            .map(|(_, v)| std::mem::size_of::<(&str, Box<str>)>() + v.len())
+            .sum();
+        std::mem::size_of::<Self>() + self.raw.len() + self.key.len() + labels + fields
+    }
+
     pub fn label(&self, key: &str) -> Option<&str> {
         self.labels
             .iter()

@@ -306,7 +306,7 @@ impl WatchBody {
                         continue;
                     }
                     if let Some(d) = ev.transition(|o| self.shared.filter.matches(o)) {
-                        self.push_event(ev.rv, ev.line(d, &hub.enc));
+                        self.push_event(ev.rv, ev.line(d, &hub.enc, &hub.encoded));
                     }
                 }
                 match live {

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::event::{Change, Encoder, Event};
+use super::event::{Change, EncodedBytes, Encoder, Event};
 use super::filter::{WatchFilter, NAME};
 use super::index::{Index, WatcherId};
 use super::queue::{self, SendError};
@@ -112,6 +112,7 @@ pub struct HubState {
     events: VecDeque<Arc<Event>>,
     /// History position of `events[0]` (or of the next event when empty).
     first_seq: u64,
+    /// The events' base costs; their encodings are in `Hub::encoded`.
     bytes: usize,
     /// The list resourceVersion the history starts after, or the last trimmed event's.
     floor_rv: u64,
@@ -135,6 +136,9 @@ pub struct HistoryStats {
 
 pub struct Hub {
     pub enc: Encoder,
+    /// Bytes of the history's events' wire encodings (built on first use, some by
+    /// watchers reading the history outside the lock).
+    pub encoded: EncodedBytes,
     pub cfg: WatchConfig,
     /// Field labels the index may bucket by: `metadata.name`, then the type's own.
     indexed: Vec<&'static str>,
@@ -166,6 +170,7 @@ impl Hub {
         indexed.extend(field_labels.iter().copied().filter(|l| *l != NAME));
         Self {
             enc,
+            encoded: EncodedBytes::default(),
             cfg,
             indexed,
             state: Mutex::new(HubState {
@@ -215,7 +220,7 @@ impl Hub {
         let rv = object.resource_version;
         let seq = st.first_seq + st.events.len() as u64;
         let ev = Arc::new(Event::new(seq, rv, change, object, prev));
-        st.bytes += ev.cost();
+        st.bytes += ev.base_cost();
         st.events.push_back(ev.clone());
         self.dispatch(st, &ev);
         self.trim(st);
@@ -243,7 +248,7 @@ impl Hub {
             let Some(d) = ev.transition(|o| e.shared.filter.matches(o)) else {
                 continue;
             };
-            match e.tx.try_send((ev.rv, ev.line(d, &self.enc))) {
+            match e.tx.try_send((ev.rv, ev.line(d, &self.enc, &self.encoded))) {
                 Ok(()) => {}
                 Err(SendError::Full) => fallen.push((*id, true)),
                 Err(SendError::Closed) => fallen.push((*id, false)),
@@ -263,17 +268,25 @@ impl Hub {
         st.scratch = ids;
     }
 
+    /// What the history keeps alive: its events and the encodings built for them so far.
+    /// Encodings a watcher reading the history builds count from then on, so they are
+    /// held to the budget at the next append (see docs/watch.md).
+    fn history_bytes(&self, st: &HubState) -> usize {
+        st.bytes + self.encoded.get()
+    }
+
     /// Drops the oldest events while the history is over its byte budget or older than
     /// its window.
     fn trim(&self, st: &mut HubState) {
         let now = Instant::now();
         while let Some(front) = st.events.front() {
-            let over_budget = st.bytes > self.cfg.history_bytes;
+            let over_budget = self.history_bytes(st) > self.cfg.history_bytes;
             let too_old = now.saturating_duration_since(front.at) > self.cfg.history_window;
             if !over_budget && !too_old {
                 break;
             }
-            st.bytes -= front.cost();
+            st.bytes -= front.base_cost();
+            front.retire(&self.encoded);
             st.floor_rv = front.rv;
             st.trimmed = true;
             st.first_seq += 1;
@@ -390,7 +403,9 @@ impl Hub {
         }
         st.index = Index::default();
         st.first_seq += st.events.len() as u64;
-        st.events.clear();
+        for ev in st.events.drain(..) {
+            ev.retire(&self.encoded);
+        }
         st.bytes = 0;
         st.floor_rv = list_rv;
         st.trimmed = false;
@@ -402,7 +417,7 @@ impl Hub {
         self.trim(&mut st);
         HistoryStats {
             events: st.events.len(),
-            bytes: st.bytes,
+            bytes: self.history_bytes(&st),
             oldest_age: st
                 .events
                 .front()

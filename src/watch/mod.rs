@@ -22,8 +22,10 @@ pub struct WatchConfig {
     /// blip resumes from its last resourceVersion instead of relisting. kube-apiserver
     /// keeps about 75 s; the default here is 5 minutes.
     pub history_window: Duration,
-    /// The history's byte budget (sum of the events' object sizes); the oldest events are
-    /// dropped first when it is exceeded, even if younger than `history_window`.
+    /// The history's byte budget: an upper bound on what its events keep alive (both
+    /// states of each change and every wire encoding built for it; see docs/watch.md).
+    /// The oldest events are dropped first when it is exceeded, even if younger than
+    /// `history_window`.
     pub history_bytes: usize,
     /// How often an idle watcher that asked for bookmarks gets one (kube-apiserver: 1 min).
     pub bookmark_interval: Duration,

@@ -508,3 +508,43 @@ async fn a_relist_at_the_same_rv_with_objects_missing_ends_the_watches() {
     assert_eq!(read(&mut fresh, 1).await, vec![ev("ADDED", "a", 3)]);
     assert!(ready_frames(&mut fresh).is_empty());
 }
+
+#[tokio::test(start_paused = true)]
+async fn the_history_counts_each_encoding_it_holds() {
+    // The same event in a store with no watcher: nothing encoded.
+    let quiet = store(WatchConfig::default(), &[pod("a", 3, "n1")], 10);
+    quiet.apply(Change::Upsert(pod("a", 11, "n2")));
+    let base = quiet.hub().history_stats().bytes;
+    assert!(
+        base > pod("a", 3, "n1").raw.len() + pod("a", 11, "n2").raw.len(),
+        "the event holds both states: {base}"
+    );
+
+    let cfg = WatchConfig {
+        history_window: Duration::from_secs(1),
+        ..Default::default()
+    };
+    let s = store(cfg, &[pod("a", 3, "n1")], 10);
+    let mut all = open(&s, WatchFilter::default(), Start::After(10), params(10));
+    let on_n1 = WatchFilter {
+        fields: crate::selector::field::FieldSelector::parse("spec.nodeName=n1").unwrap(),
+        ..Default::default()
+    };
+    let mut on_n1 = open(&s, on_n1, Start::After(10), params(10));
+    // One event, two encodings: MODIFIED for one watcher, DELETED (the previous state)
+    // for the other.
+    s.apply(Change::Upsert(pod("a", 11, "n2")));
+    let modified: usize = ready_frames(&mut all).iter().map(Bytes::len).sum();
+    let deleted: usize = ready_frames(&mut on_n1).iter().map(Bytes::len).sum();
+    assert!(modified > 0 && deleted > 0);
+    assert_eq!(
+        s.hub().history_stats().bytes,
+        base + modified + deleted,
+        "the event and both of its encodings"
+    );
+    // Gone from the history, it leaves nothing counted behind.
+    tokio::time::advance(Duration::from_secs(2)).await;
+    s.apply(Change::Progress(12));
+    assert_eq!(s.hub().history_stats().events, 0);
+    assert_eq!(s.hub().history_stats().bytes, 0);
+}
