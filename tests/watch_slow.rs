@@ -53,6 +53,10 @@ async fn env_with(history_bytes: usize, history_window: Duration) -> (SimServer,
     // Bookmarks every 100 ms: streams carry some (also while catching up), and the
     // checker verifies that none runs ahead of an event not sent yet.
     cfg.watch.bookmark_interval = Duration::from_millis(100);
+    // These tests are about the history: their stalled clients must not be cut by the
+    // write-stall deadline (watch_stalled_clients.rs tests that), however long a loaded
+    // machine makes them wait.
+    cfg.write_stall_timeout = Some(Duration::from_secs(600));
     let gw = start_gateway_with(cfg).await;
     (sim, gw)
 }

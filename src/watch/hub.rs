@@ -11,7 +11,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -80,11 +80,66 @@ pub enum Start {
     After(u64),
 }
 
+/// A watcher's starting snapshot while its body sends it.
+///
+/// A body is only polled when its connection can take bytes, so a client that stops
+/// reading in the middle of its initial state would pin that version of the state (every
+/// object changed since, however much churn follows) for as long as it stalls, and its
+/// body could not let go. The hub holds a `Weak` to each lease and takes the snapshot back
+/// from a watcher that has asked for no batch for `stall_timeout` ([`Hub::sweep`]). The
+/// body finds it gone when (if ever) it is polled again, and its stream ends.
+#[derive(Debug)]
+pub struct SnapshotLease {
+    state: Mutex<LeaseState>,
+}
+
+#[derive(Debug)]
+struct LeaseState {
+    /// `None` once the hub took it back.
+    snap: Option<Arc<Snapshot>>,
+    /// When the body last took a batch.
+    progress_at: Instant,
+}
+
+impl SnapshotLease {
+    fn new(snap: Arc<Snapshot>) -> Self {
+        Self {
+            state: Mutex::new(LeaseState {
+                snap: Some(snap),
+                progress_at: Instant::now(),
+            }),
+        }
+    }
+
+    /// The snapshot for the next batch (asking is the body's progress); `None` once the
+    /// hub has taken it back.
+    pub fn step(&self) -> Option<Arc<Snapshot>> {
+        let mut st = self.state.lock().expect("lease lock");
+        st.progress_at = Instant::now();
+        st.snap.clone()
+    }
+
+    /// Whether the hub took the snapshot back (and counted the watcher's end).
+    pub fn released(&self) -> bool {
+        self.state.lock().expect("lease lock").snap.is_none()
+    }
+
+    /// Takes the snapshot back if the body has asked for nothing since `stalled_before`.
+    fn release_if_stalled(&self, stalled_before: Instant) -> bool {
+        let mut st = self.state.lock().expect("lease lock");
+        if st.snap.is_some() && st.progress_at <= stalled_before {
+            st.snap = None;
+            return true;
+        }
+        false
+    }
+}
+
 /// A registered watcher.
 pub struct Registration {
     pub shared: Arc<WatcherShared>,
     /// The state to send as ADDED events first (`Start::Initial`).
-    pub snapshot: Option<Arc<Snapshot>>,
+    pub snapshot: Option<Arc<SnapshotLease>>,
     /// The history position to continue from.
     pub cursor: u64,
     /// Set when the watcher joined live dispatch at once.
@@ -124,6 +179,13 @@ pub struct HubState {
     index: Index,
     next_id: WatcherId,
     scratch: Vec<WatcherId>,
+    /// The snapshots of watchers sending their initial state (dead entries are theirs
+    /// that finished or went away, pruned by the sweep).
+    leases: Vec<Weak<SnapshotLease>>,
+    /// Live entries of `leases` at the last sweep: a sweep also runs, early, when the
+    /// vector has doubled since, so it never holds more than twice what is live.
+    leases_kept: usize,
+    next_sweep: Instant,
 }
 
 /// History sizes, for metrics.
@@ -184,6 +246,9 @@ impl Hub {
                 index: Index::default(),
                 next_id: 0,
                 scratch: Vec::new(),
+                leases: Vec::new(),
+                leases_kept: 0,
+                next_sweep: Instant::now(),
             }),
             head_rv: AtomicU64::new(0),
             epoch: AtomicU64::new(0),
@@ -276,9 +341,10 @@ impl Hub {
     }
 
     /// Drops the oldest events while the history is over its byte budget or older than
-    /// its window.
+    /// its window, and sweeps stalled initial states.
     fn trim(&self, st: &mut HubState) {
         let now = Instant::now();
+        self.sweep(st, now);
         while let Some(front) = st.events.front() {
             let over_budget = self.history_bytes(st) > self.cfg.history_bytes;
             let too_old = now.saturating_duration_since(front.at) > self.cfg.history_window;
@@ -292,6 +358,38 @@ impl Hub {
             st.first_seq += 1;
             st.events.pop_front();
         }
+    }
+
+    /// Takes the snapshot back from every watcher that has sent no batch of its initial
+    /// state for `stall_timeout`, and counts its end (`slow`) now: its client may never
+    /// read again. Runs with every change, registration and metrics scrape (through
+    /// `trim`), at most every quarter of the timeout (or second), so a snapshot is released
+    /// within that much of the deadline once the state has moved on; while nothing
+    /// changes, a pinned snapshot shares all of its memory with the current state anyway.
+    fn sweep(&self, st: &mut HubState, now: Instant) {
+        let timeout = self.cfg.stall_timeout;
+        let crowded = st.leases.len() > 2 * st.leases_kept + 16;
+        if !crowded && (timeout.is_zero() || now < st.next_sweep) {
+            return;
+        }
+        st.next_sweep = now + (timeout / 4).min(Duration::from_secs(1));
+        let stalled_before = now.checked_sub(timeout);
+        st.leases.retain(|weak| {
+            let Some(lease) = weak.upgrade() else {
+                return false;
+            };
+            if timeout.is_zero() {
+                return true;
+            }
+            match stalled_before {
+                Some(t) if lease.release_if_stalled(t) => {
+                    self.stats.count_end(EndReason::Slow);
+                    false
+                }
+                _ => true,
+            }
+        });
+        st.leases_kept = st.leases.len();
     }
 
     /// kube-apiserver's bound (watch_cache.go `getAllEventsSinceLocked`): a watch from N
@@ -316,7 +414,11 @@ impl Hub {
         self.trim(&mut st);
         let next_seq = st.first_seq + st.events.len() as u64;
         let (snapshot, cursor) = match start {
-            Start::Initial => (Some(snapshot()), next_seq),
+            Start::Initial => {
+                let lease = Arc::new(SnapshotLease::new(snapshot()));
+                st.leases.push(Arc::downgrade(&lease));
+                (Some(lease), next_seq)
+            }
             Start::After(n) => {
                 let below = Self::oldest_minus_one(&st);
                 if n < below {
@@ -361,8 +463,15 @@ impl Hub {
         rx
     }
 
-    /// Reads up to `max` events from `cursor`; joins live dispatch when they were the last.
-    pub fn catch_up(&self, shared: &Arc<WatcherShared>, cursor: u64, max: usize) -> CatchUp {
+    /// Reads up to `max` events from `cursor`, and no more once their objects add up to
+    /// `max_bytes` (at least one); joins live dispatch when they were the last.
+    pub fn catch_up(
+        &self,
+        shared: &Arc<WatcherShared>,
+        cursor: u64,
+        max: usize,
+        max_bytes: usize,
+    ) -> CatchUp {
         let mut st = self.lock();
         // Checked first: a watcher registered just before a restart, with no event
         // published since, holds exactly the new history's first position.
@@ -373,7 +482,12 @@ impl Hub {
             return CatchUp::Expired(EndReason::Slow);
         }
         let start = ((cursor - st.first_seq) as usize).min(st.events.len());
-        let end = (start + max).min(st.events.len());
+        let mut end = start;
+        let mut bytes = 0;
+        while end < st.events.len() && end - start < max && bytes < max_bytes {
+            bytes += st.events[end].object.raw.len();
+            end += 1;
+        }
         let events: Vec<Arc<Event>> = st.events.range(start..end).cloned().collect();
         let next = st.first_seq + end as u64;
         let live = (end == st.events.len()).then(|| self.join(&mut st, shared));
@@ -424,6 +538,16 @@ impl Hub {
                 .map(|e| Instant::now().saturating_duration_since(e.at))
                 .unwrap_or_default(),
         }
+    }
+
+    /// Starting snapshots held by watchers still sending their initial state (for tests).
+    pub fn pinned_snapshots(&self) -> usize {
+        let st = self.lock();
+        st.leases
+            .iter()
+            .filter_map(Weak::upgrade)
+            .filter(|l| !l.released())
+            .count()
     }
 
     /// Live watchers (for tests and metrics).

@@ -29,7 +29,15 @@ pub struct WatchConfig {
     pub history_bytes: usize,
     /// How often an idle watcher that asked for bookmarks gets one (kube-apiserver: 1 min).
     pub bookmark_interval: Duration,
+    /// A watcher that has sent no batch of its initial state for this long (its client
+    /// stopped reading) gives its snapshot back and ends; zero: never. The server's
+    /// `--write-stall-timeout` sets it, with the same bound on connections (docs/watch.md,
+    /// "Slow watchers and memory").
+    pub stall_timeout: Duration,
 }
+
+/// `--write-stall-timeout`'s default.
+pub const DEFAULT_STALL_TIMEOUT: Duration = Duration::from_secs(60);
 
 impl Default for WatchConfig {
     fn default() -> Self {
@@ -37,6 +45,7 @@ impl Default for WatchConfig {
             history_window: Duration::from_secs(300),
             history_bytes: 256 * 1024 * 1024,
             bookmark_interval: Duration::from_secs(60),
+            stall_timeout: DEFAULT_STALL_TIMEOUT,
         }
     }
 }

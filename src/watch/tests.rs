@@ -548,3 +548,127 @@ async fn the_history_counts_each_encoding_it_holds() {
     assert_eq!(s.hub().history_stats().events, 0);
     assert_eq!(s.hub().history_stats().bytes, 0);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_watcher_stalled_in_its_initial_state_gives_its_snapshot_back() {
+    let cfg = WatchConfig {
+        stall_timeout: Duration::from_secs(30),
+        ..Default::default()
+    };
+    // Three batches of initial events (256, 256, 88).
+    let objs: Vec<_> = (0..600).map(|i| pod(&format!("p{i:03}"), 3, "n")).collect();
+    let s = store(cfg, &objs, 10);
+    let pinned = s.snapshot();
+    let mut rv = 10;
+    let mut churn = |s: &Store| {
+        rv += 1;
+        s.apply(Change::Upsert(pod(&format!("p{:03}", rv % 600), rv, "n")));
+    };
+    // One never read, one that stops after its first batch, one that keeps reading
+    // (slowly: a batch every 25 s).
+    let mut never = open(&s, WatchFilter::default(), Start::Initial, params(0));
+    let mut half = open(&s, WatchFilter::default(), Start::Initial, params(0));
+    let mut steady = open(&s, WatchFilter::default(), Start::Initial, params(0));
+    assert_eq!(read(&mut half, 256).await.len(), 256);
+    assert_eq!(read(&mut steady, 256).await.len(), 256);
+    churn(&s);
+    tokio::time::advance(Duration::from_secs(25)).await;
+    assert_eq!(read(&mut steady, 256).await.len(), 256);
+    churn(&s);
+    assert_eq!(Arc::strong_count(&pinned), 4, "ours and three watchers'");
+    assert_eq!(s.hub().pinned_snapshots(), 3);
+    assert_eq!(s.hub().stats.terminated(EndReason::Slow), 0);
+
+    // 35 s: the two stalled since 0 s give the snapshot back (at the next change), and
+    // count as ended now, whether or not their clients ever read again.
+    tokio::time::advance(Duration::from_secs(10)).await;
+    churn(&s);
+    assert_eq!(
+        Arc::strong_count(&pinned),
+        2,
+        "ours and the steady reader's"
+    );
+    assert_eq!(s.hub().pinned_snapshots(), 1);
+    assert_eq!(s.hub().stats.terminated(EndReason::Slow), 2);
+
+    // The steady one finishes: its initial state is whole, then the changes follow.
+    tokio::time::advance(Duration::from_secs(15)).await;
+    let rest = read(&mut steady, 88 + 3).await;
+    assert_eq!(rest[87], ev("ADDED", "p599", 3));
+    assert_eq!(
+        rest[88..],
+        [
+            ev("MODIFIED", "p011", 11),
+            ev("MODIFIED", "p012", 12),
+            ev("MODIFIED", "p013", 13)
+        ]
+    );
+    assert_eq!(Arc::strong_count(&pinned), 1, "nobody pins it any more");
+    assert_eq!(s.hub().pinned_snapshots(), 0);
+
+    // The stalled ones end as soon as they are polled, with nothing more, and are
+    // counted once.
+    ends(&mut never).await;
+    ends(&mut half).await;
+    drop((never, half));
+    assert_eq!(s.hub().stats.terminated(EndReason::Slow), 2);
+    assert_eq!(s.hub().stats.terminated(EndReason::ClientGone), 0);
+    drop(steady);
+    assert_eq!(
+        s.hub()
+            .stats
+            .watchers
+            .load(std::sync::atomic::Ordering::Relaxed),
+        0
+    );
+}
+
+#[tokio::test]
+async fn a_step_queues_a_bounded_number_of_bytes() {
+    // Ten 100 KiB objects: 1 MB, far fewer than a batch's 256 objects.
+    let big = |name: &str| {
+        let raw = format!(
+            r#"{{"kind":"Pod","apiVersion":"v1","metadata":{{"name":"{name}","namespace":"ns","resourceVersion":"3","annotations":{{"pad":"{}"}}}}}}"#,
+            "x".repeat(100 * 1024)
+        );
+        Arc::new(CachedObject::parse(Bytes::from(raw), &[]).unwrap())
+    };
+    let objs: Vec<_> = (0..10).map(|i| big(&format!("p{i}"))).collect();
+    let s = store(WatchConfig::default(), &objs, 10);
+    let mut w = open(&s, WatchFilter::default(), Start::Initial, params(0));
+    // One frame taken, as by a client that then stops reading: what the body has queued
+    // is a few objects, not the whole state, so it still holds its snapshot lease...
+    use http_body_util::BodyExt;
+    let mut buf = w
+        .frame()
+        .await
+        .unwrap()
+        .unwrap()
+        .into_data()
+        .unwrap()
+        .to_vec();
+    assert_eq!(s.hub().pinned_snapshots(), 1);
+    // ...and reading on delivers everything, in order.
+    while buf.iter().filter(|b| **b == b'\n').count() < 10 {
+        let f = tokio::time::timeout(Duration::from_secs(5), w.frame())
+            .await
+            .expect("a frame")
+            .expect("not the end");
+        buf.extend_from_slice(f.unwrap().data_ref().unwrap());
+    }
+    let names: Vec<String> = buf
+        .split(|b| *b == b'\n')
+        .filter(|l| !l.is_empty())
+        .map(|l| {
+            let v: Value = serde_json::from_slice(l).unwrap();
+            assert_eq!(v["type"], "ADDED");
+            v["object"]["metadata"]["name"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    let want: Vec<String> = (0..10).map(|i| format!("p{i}")).collect();
+    assert_eq!(names, want);
+    assert_eq!(s.hub().pinned_snapshots(), 0);
+}
