@@ -11,8 +11,9 @@
 //!
 //! `Initial` streams the starting snapshot as ADDED events in key order (frames share the
 //! cached bytes). It holds the snapshot through a lease the hub takes back if the client
-//! stops reading for `stall_timeout` (see `hub::SnapshotLease`). `CatchUp` reads the shared history in batches. `Live` takes the events
-//! the hub pushed into its queue.
+//! stops reading for `stall_timeout` (see `hub::SnapshotLease`). `CatchUp` reads the
+//! shared history in batches. `Live` takes the events the hub pushed into its queue.
+//! A step of either kind queues at most `BATCH` items and `BATCH_BYTES` of objects.
 //!
 //! Write batching: a lone event leaves at once, as its own frame holding the shared
 //! encoded line (no copy). When several are ready together (a burst, a watcher that fell
