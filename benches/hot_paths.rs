@@ -23,7 +23,7 @@ use watchgate::selector::field::FieldSelector;
 use watchgate::selector::label::LabelSelector;
 use watchgate::sim::resources::RESOURCES;
 use watchgate::sim::seed::{pod, SeedSpec};
-use watchgate::watch::event::{Change, Delivery, Encoder, Event};
+use watchgate::watch::event::{Change, Delivery, EncodedBytes, Encoder, Event};
 use watchgate::watch::filter::WatchFilter;
 use watchgate::watch::hub::{Hub, Start};
 
@@ -95,9 +95,10 @@ fn framing(c: &mut Criterion) {
     });
     // Encode once, share: every further watcher gets a clone of the same bytes.
     let ev = Event::new(1, 100, Change::Upsert, obj.clone(), Some(obj.clone()));
-    let _ = ev.line(Delivery::Modified, &enc);
+    let encoded = EncodedBytes::default();
+    let _ = ev.line(Delivery::Modified, &enc, &encoded);
     g.bench_function("shared event line (per extra watcher)", |b| {
-        b.iter(|| ev.line(Delivery::Modified, &enc))
+        b.iter(|| ev.line(Delivery::Modified, &enc, &encoded))
     });
     g.finish();
 }

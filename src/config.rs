@@ -74,6 +74,12 @@ pub struct ServeArgs {
     /// --http2-max-streams-per-connection; its aggregated API servers use 1000).
     #[arg(long, default_value_t = 1000)]
     pub http2_max_streams_per_connection: u32,
+    /// A client connection that accepts no byte of the gateway's writes for this long is
+    /// closed, and a watch whose initial state stops moving for this long gives it up
+    /// (its stream ends). A client that keeps reading, however slowly, is never cut. 0
+    /// disables both.
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    pub write_stall_timeout: Duration,
     /// How caches get their initial state: `auto` streams it with a watch-list
     /// (`sendInitialEvents`) when the upstream supports it, else pages a list; `off`
     /// always pages a list, then watches.
@@ -103,6 +109,9 @@ pub struct GatewayConfig {
     pub watch: crate::watch::WatchConfig,
     /// Concurrent streams per HTTP/2 connection on the API listener.
     pub http2_max_streams: u32,
+    /// A connection whose writes accept no byte for this long is closed (`None`: never).
+    /// `watch.stall_timeout` is the same bound for a watch's initial state.
+    pub write_stall_timeout: Option<Duration>,
     /// How the caches' reflectors read the upstream (watch-list or paged list).
     pub reflector: crate::cache::reflector::ReflectorConfig,
     /// Record Prometheus metrics (on by default). Off, the request path skips its
@@ -146,6 +155,7 @@ impl GatewayConfig {
             cache: Some(Default::default()),
             watch: Default::default(),
             http2_max_streams: 1000,
+            write_stall_timeout: Some(crate::watch::DEFAULT_STALL_TIMEOUT),
             reflector: Default::default(),
             metrics: true,
         }
@@ -169,8 +179,10 @@ impl GatewayConfig {
                 history_window: args.watch_history_window,
                 history_bytes: args.watch_history_bytes,
                 bookmark_interval: args.watch_bookmark_interval,
+                stall_timeout: args.write_stall_timeout,
             },
             http2_max_streams: args.http2_max_streams_per_connection,
+            write_stall_timeout: Some(args.write_stall_timeout).filter(|t| !t.is_zero()),
             reflector: crate::cache::reflector::ReflectorConfig {
                 watch_list: args.upstream_watch_list,
                 ..Default::default()
@@ -252,10 +264,8 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
             ))
         }
     };
-    if !secs.is_finite() || secs < 0.0 {
-        return Err(format!("invalid duration {s:?}"));
-    }
-    Ok(Duration::from_secs_f64(secs))
+    // `try_`: a duration past what `Duration` holds is an error, not a panic.
+    Duration::try_from_secs_f64(secs).map_err(|_| format!("invalid duration {s:?}"))
 }
 
 /// A byte size: a plain number, or one with a Ki, Mi or Gi suffix.
@@ -299,6 +309,8 @@ mod tests {
         assert_eq!(parse_duration("7"), Ok(Duration::from_secs(7)));
         assert!(parse_duration("5 parsecs").is_err());
         assert!(parse_duration("").is_err());
+        // Past what a Duration holds: an error, not a panic.
+        assert!(parse_duration("99999999999999999999999h").is_err());
     }
 
     #[test]
@@ -329,6 +341,7 @@ mod tests {
             watch_history_bytes: 1 << 20,
             watch_bookmark_interval: Duration::from_secs(60),
             http2_max_streams_per_connection: 1000,
+            write_stall_timeout: Duration::from_secs(60),
             upstream_watch_list: Default::default(),
         };
         let cfg = GatewayConfig::from_args(&args).await.unwrap();
@@ -367,6 +380,7 @@ mod tests {
             watch_history_bytes: 1 << 20,
             watch_bookmark_interval: Duration::from_secs(60),
             http2_max_streams_per_connection: 1000,
+            write_stall_timeout: Duration::from_secs(60),
             upstream_watch_list: Default::default(),
         };
         let cfg = GatewayConfig::from_args(&args).await.unwrap();

@@ -113,6 +113,37 @@ pub struct ListOptions {
     pub timeout_seconds: Option<i64>,
 }
 
+/// What a watch's `timeoutSeconds` means to kube-apiserver.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WatchTimeout {
+    /// Absent, or a value the conversion turns into 0: the randomised default.
+    Default,
+    /// A negative duration: the watch's context is done before it starts, so the stream
+    /// ends at once.
+    Expired,
+    After(std::time::Duration),
+}
+
+impl ListOptions {
+    /// `timeoutSeconds` as handlers/get.go converts it:
+    /// `time.Duration(*opts.TimeoutSeconds) * time.Second`. That is a Go int64
+    /// multiplication, which wraps on overflow instead of failing, so every int64 the
+    /// decoder accepts is a valid request: 9223372036854775807 wraps to -1 s (the stream
+    /// ends at once, like -1), and a multiple of 2^55 wraps to 0 (the default). The
+    /// result is at most about 292 years, which an `Instant` on Linux can hold.
+    pub fn watch_timeout(&self) -> WatchTimeout {
+        match self
+            .timeout_seconds
+            .unwrap_or(0)
+            .wrapping_mul(1_000_000_000)
+        {
+            0 => WatchTimeout::Default,
+            n if n < 0 => WatchTimeout::Expired,
+            n => WatchTimeout::After(std::time::Duration::from_nanos(n as u64)),
+        }
+    }
+}
+
 fn segments(path: &str) -> Vec<String> {
     path.trim_matches('/')
         .split('/')

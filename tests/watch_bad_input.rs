@@ -67,6 +67,15 @@ async fn invalid_watch_parameters_get_the_apiservers_status() {
         format!("{NS1}?watch=1&resourceVersion={n}&timeoutSeconds=-1"),
         format!("{NS1}?watch=1&resourceVersion=0&timeoutSeconds=-5"),
         format!("{NS1}?watch=1&resourceVersion={n}&timeoutSeconds=soon"),
+        // Past what Go's int64 nanoseconds hold: handlers/get.go's
+        // `time.Duration(n) * time.Second` wraps (no error, no panic) to a negative
+        // duration (-1 s for the largest), so these end at once, like -1.
+        format!("{NS1}?watch=1&resourceVersion={n}&timeoutSeconds=9223372036854775807"),
+        format!("{NS1}?watch=1&resourceVersion=0&timeoutSeconds=9223372036854775807"),
+        format!("{NS1}?watch=1&resourceVersion={n}&timeoutSeconds=9223372037"),
+        format!("{NS1}?watch=1&resourceVersion=0&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true&timeoutSeconds=9223372037"),
+        // One past the int64 range: the decoder's 400.
+        format!("{NS1}?watch=1&resourceVersion={n}&timeoutSeconds=9223372036854775808"),
         // Malformed label selectors.
         format!("{NS1}?watch=1&resourceVersion={n}&labelSelector=app%3D%3D%3D"),
         format!("{NS1}?watch=1&resourceVersion=0&labelSelector=a%20b"),

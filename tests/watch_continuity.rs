@@ -334,6 +334,13 @@ async fn an_upstream_410_and_relist_leave_every_watcher_continuous() {
     let ws = watchers(gw.handle().addr(), from).await;
     let mut writer = Writer::new(store.clone());
     writer.writes(20);
+    // Deleted and created again (a new uid) during the outage.
+    let phoenix = |uid: &str| {
+        let mut p = pod("ns-1", "phoenix", "web", "node-1", 0);
+        p["metadata"]["uid"] = uid.into();
+        p
+    };
+    put(&store, phoenix("uid-phoenix-1"));
     let before_outage = store.current_rv();
     // The gateway has these before the outage (so they must arrive exactly as logged).
     watch_env::cache_reaches(gw.url(), before_outage).await;
@@ -366,6 +373,8 @@ async fn an_upstream_410_and_relist_leave_every_watcher_continuous() {
         .collect();
     put(&store, pod("ns-1", "blip", "web", "node-1", 0));
     delete(&store, "ns-1", "blip");
+    let phoenix_deleted = delete(&store, "ns-1", "phoenix").expect("phoenix exists");
+    let phoenix_created = put(&store, phoenix("uid-phoenix-2"));
     // The relist is a list, or a watch-list (`sendInitialEvents`), whichever the
     // reflector uses: one more list, or a watch after the one that got the 410.
     let stats2 = stats.clone();
@@ -442,6 +451,23 @@ async fn an_upstream_410_and_relist_leave_every_watcher_continuous() {
                 "watcher {id} ({ns:?}): seed-4 (deleted at RV {seed4_deleted} during the \
                  outage) arrived as {:?}, want one DELETED at the relist's RV",
                 seed4.iter().map(|s| s.to_string()).collect::<Vec<_>>()
+            ));
+        }
+        // The re-created pod: DELETED, then ADDED, as a watch that saw it happen would
+        // report it (not a MODIFIED that changes its uid). The deletion gets the highest
+        // RV below the new pod's that no other event of the relist uses: with the two
+        // writes adjacent, exactly the real deletion's.
+        let phoenix: Vec<(&str, u64)> = events
+            .iter()
+            .filter(|e| e.key == "ns-1/phoenix" && e.rv > before_outage)
+            .map(|s| (s.kind.as_str(), s.rv))
+            .collect();
+        let want = [("DELETED", phoenix_deleted), ("ADDED", phoenix_created)];
+        if phoenix != want {
+            failures.push(format!(
+                "watcher {id} ({ns:?}): phoenix (deleted at RV {phoenix_deleted} and created \
+                 again at {phoenix_created} during the outage) arrived as {phoenix:?}, want \
+                 {want:?}"
             ));
         }
         if events.iter().any(|e| e.key == "ns-1/blip") {

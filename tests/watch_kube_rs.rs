@@ -5,7 +5,10 @@
 //!
 //! Two reflectors: kube-rs's defaults (a quorum list, forwarded, then a watch from its RV)
 //! and `any_semantic` (an RV="0" list from the cache). Both use a 2-second watch timeout so
-//! that, during the churn, they resume from their last RV several times.
+//! that, during the churn, they resume from their last RV several times. Every resume
+//! must continue: the watchers report no error, and no reflector lists again (neither
+//! the upstream nor the gateway serves another pod list), so a gateway that answered
+//! resumes with 410 (and sent the clients back to a list) fails here.
 
 mod support;
 #[path = "support/watch_checker.rs"]
@@ -14,6 +17,7 @@ mod watch_checker;
 mod watch_env;
 
 use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::StreamExt;
@@ -44,6 +48,24 @@ fn state_of(store: &Store<Pod>) -> BTreeMap<String, u64> {
             )
         })
         .collect()
+}
+
+/// Pod lists the gateway has answered (from its cache or forwarded), from its metrics.
+async fn gateway_pod_lists(gw: &support::servers::GatewayServer) -> u64 {
+    let admin = support::http::Http::new(&format!("http://{}", gw.handle().admin_addr()));
+    let resp = admin.get("/metrics").await;
+    assert_eq!(resp.status, 200, "the gateway's /metrics");
+    let text = resp.text();
+    let lists: f64 = text
+        .lines()
+        .filter(|l| {
+            l.starts_with("watchgate_requests_total{")
+                && l.contains(r#"verb="list""#)
+                && l.contains(r#"resource="pods""#)
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    lists as u64
 }
 
 fn describe(have: &BTreeMap<String, u64>, want: &BTreeMap<String, u64>) -> String {
@@ -83,6 +105,7 @@ async fn kube_rs_reflectors_match_the_simulator_through_churn() {
     let api: Api<Pod> = Api::all(client);
     let mut readers = Vec::new();
     let mut tasks = Vec::new();
+    let errors: Arc<Mutex<Vec<String>>> = Arc::default();
     for (name, cfg) in [
         ("default", watcher::Config::default().timeout(2)),
         (
@@ -92,16 +115,14 @@ async fn kube_rs_reflectors_match_the_simulator_through_churn() {
     ] {
         let (reader, writer) = reflector::store::<Pod>();
         let stream = reflector::reflector(writer, watcher(api.clone(), cfg)).applied_objects();
+        let errors = errors.clone();
         tasks.push(tokio::spawn(async move {
             let mut stream = std::pin::pin!(stream);
-            let mut errors = 0u32;
             while let Some(item) = stream.next().await {
                 if let Err(e) = item {
-                    errors += 1;
-                    eprintln!("kube-rs watcher ({name}): {e}");
+                    errors.lock().unwrap().push(format!("{name}: {e}"));
                 }
             }
-            errors
         }));
         readers.push((name, reader));
     }
@@ -111,6 +132,16 @@ async fn kube_rs_reflectors_match_the_simulator_through_churn() {
             .unwrap_or_else(|_| panic!("the {name} reflector did not sync within 30 s"))
             .expect("reflector writer alive");
     }
+    // Each reflector has listed once. From here on, every watch that times out must be
+    // resumed from its last RV: the upstream sees no more pod lists (the default
+    // reflector's quorum list is forwarded) and the gateway answers no more (the
+    // any_semantic reflector's RV=0 list comes from its cache).
+    let upstream_lists = sim.handle().stats().lists("pods");
+    let gateway_lists = gateway_pod_lists(&gw).await;
+    assert!(
+        gateway_lists >= 2,
+        "both reflectors' initial lists went through the gateway ({gateway_lists} counted)"
+    );
 
     // Churn: updates of the seeded pods, creates and deletes of churn-N pods, 60 per
     // second for 6 s (three watch timeouts, so each reflector resumes a few times).
@@ -154,6 +185,22 @@ async fn kube_rs_reflectors_match_the_simulator_through_churn() {
     for t in tasks {
         t.abort();
     }
+    let errors = errors.lock().unwrap().clone();
+    assert!(
+        errors.is_empty(),
+        "the kube-rs watchers reported {} error(s) through the churn, the first: {:?}",
+        errors.len(),
+        &errors[..errors.len().min(5)]
+    );
+    assert_eq!(
+        (
+            sim.handle().stats().lists("pods"),
+            gateway_pod_lists(&gw).await
+        ),
+        (upstream_lists, gateway_lists),
+        "pod lists (upstream, through the gateway) after the churn vs after the initial \
+         sync: a reflector relisted, so a resume did not continue"
+    );
     // Their watches (and resumes) were served by the gateway's fan-out: the simulator saw
     // only the gateway reflector's one watch.
     let now = sim.handle().stats().watches("pods");

@@ -53,6 +53,10 @@ async fn env_with(history_bytes: usize, history_window: Duration) -> (SimServer,
     // Bookmarks every 100 ms: streams carry some (also while catching up), and the
     // checker verifies that none runs ahead of an event not sent yet.
     cfg.watch.bookmark_interval = Duration::from_millis(100);
+    // These tests are about the history: their stalled clients must not be cut by the
+    // write-stall deadline (watch_stalled_clients.rs tests that), however long a loaded
+    // machine makes them wait.
+    cfg.write_stall_timeout = Some(Duration::from_secs(600));
     let gw = start_gateway_with(cfg).await;
     (sim, gw)
 }
@@ -404,8 +408,9 @@ async fn a_watcher_stalled_within_the_history_catches_up_without_being_ended() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_watcher_stalled_beyond_the_history_is_ended_cleanly_and_its_resume_gets_410() {
     let _serial = SERIAL.lock().await;
-    // A 4 MB history: 16 big events (an event costs twice its object's size); 40 MB are
-    // written, as fast as the healthy reader takes them.
+    // A 4 MB history: about ten big events (an update holds its object, the previous
+    // state and the encoding the watchers get); 40 MB are written, as fast as the healthy
+    // reader takes them.
     let (sim, gw) = env(4 << 20).await;
     stalled_beyond_the_history(sim, gw, 320, Duration::ZERO).await;
 }

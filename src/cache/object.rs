@@ -38,6 +38,9 @@ pub struct CachedObject {
     /// Length of the namespace prefix in `key` (0 for cluster-scoped objects).
     ns_len: usize,
     pub resource_version: u64,
+    /// `metadata.uid`, as a 128-bit value (see [`Uid`]): what tells a deleted and
+    /// re-created object from an updated one when only the two states are known.
+    pub uid: Uid,
     pub labels: Box<[(Box<str>, Box<str>)]>,
     /// Values of the field-selector labels this object's type supports, by label
     /// (`spec.nodeName`, `status.phase`, …). `metadata.*` are answered from `key`.
@@ -78,6 +81,22 @@ impl CachedObject {
             out.extend_from_slice(type_prefix);
             out.extend_from_slice(&self.raw[1..]);
         }
+    }
+
+    /// The memory this object holds: itself, its JSON and its parsed header (for the
+    /// watch history's byte budget).
+    pub fn heap_bytes(&self) -> usize {
+        let labels: usize = self
+            .labels
+            .iter()
+            .map(|(k, v)| std::mem::size_of::<(Box<str>, Box<str>)>() + k.len() + v.len())
+            .sum();
+        let fields: usize = self
+            .fields
+            .iter()
+            .map(|(_, v)| std::mem::size_of::<(&str, Box<str>)>() + v.len())
+            .sum();
+        std::mem::size_of::<Self>() + self.raw.len() + self.key.len() + labels + fields
     }
 
     pub fn label(&self, key: &str) -> Option<&str> {
@@ -128,6 +147,7 @@ impl CachedObject {
             key: self.key.clone(),
             ns_len: self.ns_len,
             resource_version: rv,
+            uid: self.uid,
             labels: self.labels.clone(),
             fields: self.fields.clone(),
         }
@@ -139,7 +159,7 @@ impl CachedObject {
         raw: Bytes,
         field_labels: &[(&'static str, &'static str)],
     ) -> Result<Self, ObjectError> {
-        let (key, ns_len, resource_version, labels) = Self::parse_meta(&raw)?;
+        let (key, ns_len, resource_version, uid, labels) = Self::parse_meta(&raw)?;
         let fields = if field_labels.is_empty() {
             Box::default()
         } else {
@@ -153,16 +173,17 @@ impl CachedObject {
             key,
             ns_len,
             resource_version,
+            uid,
             labels,
             fields,
         })
     }
 
-    /// Reads the metadata header: (key, namespace length, resourceVersion, labels).
+    /// Reads the metadata header: (key, namespace length, resourceVersion, uid, labels).
     #[allow(clippy::type_complexity)]
     fn parse_meta(
         raw: &[u8],
-    ) -> Result<(Box<str>, usize, u64, Box<[(Box<str>, Box<str>)]>), ObjectError> {
+    ) -> Result<(Box<str>, usize, u64, Uid, Box<[(Box<str>, Box<str>)]>), ObjectError> {
         let header: Header<'_> = serde_json::from_slice(raw)?;
         let meta = header.metadata.ok_or(ObjectError::MissingName)?;
         let name = meta.name.ok_or(ObjectError::MissingName)?;
@@ -184,8 +205,53 @@ impl CachedObject {
             .into_iter()
             .map(|(k, v)| (Box::from(&*k), Box::from(&*v)))
             .collect();
-        Ok((key, ns.len(), resource_version, labels))
+        let uid = meta.uid.as_deref().map(Uid::of).unwrap_or_default();
+        Ok((key, ns.len(), resource_version, uid, labels))
     }
+}
+
+/// An object's `metadata.uid` in 16 bytes instead of a 36-byte string plus its pointer.
+/// The apiserver's uids are UUIDs, kept exactly; any other non-empty uid is kept as a
+/// 64-bit hash of its text (two different ones compare equal with probability 2^-64).
+/// The all-zero value means "no uid". Two `u64`s rather than a `u128`, whose 16-byte
+/// alignment would pad every cached object.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Uid([u64; 2]);
+
+impl Uid {
+    pub fn of(text: &str) -> Self {
+        if text.is_empty() {
+            return Self::default();
+        }
+        if let Some(v) = parse_uuid(text) {
+            return Self([(v >> 64) as u64, v as u64]);
+        }
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        text.hash(&mut h);
+        // The tag keeps a hashed uid from ever equalling the nil UUID, or "no uid".
+        Self([u64::MAX, h.finish()])
+    }
+
+    pub fn is_known(&self) -> bool {
+        *self != Self::default()
+    }
+}
+
+/// `xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx` (hex, either case) as a number.
+fn parse_uuid(text: &str) -> Option<u128> {
+    let b = text.as_bytes();
+    if b.len() != 36 || [8, 13, 18, 23].iter().any(|&i| b[i] != b'-') {
+        return None;
+    }
+    let mut v: u128 = 0;
+    for (i, &c) in b.iter().enumerate() {
+        if matches!(i, 8 | 13 | 18 | 23) {
+            continue;
+        }
+        v = (v << 4) | (c as char).to_digit(16)? as u128;
+    }
+    Some(v)
 }
 
 /// Finds the end of leading `"kind":"…",` / `"apiVersion":"…",` fields, the way the
@@ -233,6 +299,8 @@ struct Meta<'a> {
     namespace: Option<Cow<'a, str>>,
     #[serde(borrow)]
     resource_version: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    uid: Option<Cow<'a, str>>,
     #[serde(borrow)]
     labels: Option<std::collections::BTreeMap<Cow<'a, str>, Cow<'a, str>>>,
 }
@@ -289,6 +357,32 @@ mod tests {
         );
         assert_eq!(type_meta_end(br#"{"kind":"P\u0041","metadata":{}}"#), 1);
         assert_eq!(type_meta_end(b"{}"), 1);
+    }
+
+    #[test]
+    fn uids_are_kept_compactly_and_exactly() {
+        let parse = |uid: &str| {
+            let raw =
+                format!(r#"{{"metadata":{{"name":"a","resourceVersion":"1","uid":"{uid}"}}}}"#);
+            CachedObject::parse(Bytes::from(raw), &[]).unwrap().uid
+        };
+        let a = parse("6f1c2a4e-9b3d-4c5e-8f7a-0123456789ab");
+        assert_eq!(a, Uid([0x6f1c_2a4e_9b3d_4c5e, 0x8f7a_0123_4567_89ab]));
+        assert_eq!(a, parse("6F1C2A4E-9B3D-4C5E-8F7A-0123456789AB"));
+        assert_ne!(a, parse("6f1c2a4e-9b3d-4c5e-8f7a-0123456789ac"));
+        assert!(a.is_known());
+        // Not a UUID: hashed, still told apart, and never "no uid".
+        let (x, y) = (parse("uid-x"), parse("uid-y"));
+        assert!(x.is_known() && x != y && x == parse("uid-x"));
+        assert!(!parse("").is_known());
+        let none = CachedObject::parse(
+            Bytes::from_static(br#"{"metadata":{"name":"a","resourceVersion":"1"}}"#),
+            &[],
+        )
+        .unwrap();
+        assert!(!none.uid.is_known());
+        assert_eq!(none.with_resource_version(5).uid, none.uid);
+        assert!(std::mem::align_of::<CachedObject>() <= 8);
     }
 
     #[test]

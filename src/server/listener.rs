@@ -18,6 +18,7 @@ use tokio::net::{TcpListener, TcpStream};
 
 use super::coalesce;
 use super::drain::DrainWatch;
+use super::stall::StallGuard;
 use crate::body::Body;
 
 /// What a listener serves: one request in, one response out (errors are responses too).
@@ -27,6 +28,16 @@ pub type Handler = Arc<
 
 /// A client gets this long to send its request head: bounds slow-loris connections.
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How connections are served.
+#[derive(Debug, Clone, Copy)]
+pub struct ConnOptions {
+    /// Concurrent streams per HTTP/2 connection.
+    pub http2_max_streams: u32,
+    /// A connection whose writes accept no byte for this long is closed (`None`: never).
+    /// See `stall.rs`.
+    pub write_stall_timeout: Option<Duration>,
+}
 
 fn builder(max_streams: u32) -> auto::Builder<TokioExecutor> {
     let mut builder = auto::Builder::new(TokioExecutor::new());
@@ -55,9 +66,9 @@ pub async fn accept_loop(
     handler: Handler,
     drain: DrainWatch,
     name: &'static str,
-    max_streams: u32,
+    opts: ConnOptions,
 ) {
-    let builder = Arc::new(builder(max_streams));
+    let builder = Arc::new(builder(opts.http2_max_streams));
     let draining = drain.draining();
     tokio::pin!(draining);
     loop {
@@ -65,7 +76,8 @@ pub async fn accept_loop(
             _ = &mut draining => break,
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
-                    tokio::spawn(serve(stream, peer, builder.clone(), handler.clone(), drain.clone()));
+                    let io = StallGuard::new(stream, opts.write_stall_timeout);
+                    tokio::spawn(serve(io, peer, builder.clone(), handler.clone(), drain.clone()));
                 }
                 Err(err) => {
                     // Out of file descriptors and the like: back off instead of spinning.
@@ -79,20 +91,34 @@ pub async fn accept_loop(
 }
 
 async fn serve(
-    stream: TcpStream,
+    stream: StallGuard<TcpStream>,
     peer: SocketAddr,
     builder: Arc<auto::Builder<TokioExecutor>>,
     handler: Handler,
     drain: DrainWatch,
 ) {
     // Watch events are small writes that must leave at once.
-    let _ = stream.set_nodelay(true);
-    let svc = service_fn(move |req| {
-        let handler = handler.clone();
-        async move { Ok::<_, Infallible>(handler(req).await) }
-    });
+    let _ = stream.get_ref().set_nodelay(true);
+    let stall = stream.state();
+    let svc = {
+        let stall = stall.clone();
+        service_fn(move |req| {
+            let handler = handler.clone();
+            let stall = stall.clone();
+            async move {
+                let resp = handler(req).await;
+                // A tunnel (exec, attach, port-forward) may sit unread as long as its
+                // far end allows: the write-stall deadline is for responses.
+                if resp.status() == http::StatusCode::SWITCHING_PROTOCOLS {
+                    stall.exempt();
+                }
+                Ok::<_, Infallible>(resp)
+            }
+        })
+    };
     // HTTP/2 frames produced in one poll of the connection leave in one write (see
-    // `coalesce`): the flusher writes them out right after each poll.
+    // `coalesce`): the flusher writes them out right after each poll. The stall guard sits
+    // under it, on the socket's real writes.
     let (io, flusher) = coalesce::wrap(stream);
     let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), svc);
     tokio::pin!(conn);
@@ -122,7 +148,9 @@ async fn serve(
                 }
                 res
             }) => {
-                if let Err(err) = res {
+                if stall.was_cut() {
+                    tracing::info!(%peer, "connection closed: the client stopped reading (--write-stall-timeout)");
+                } else if let Err(err) = res {
                     tracing::debug!(%peer, error = %err, "connection ended with an error");
                 }
                 // What the connection's last poll buffered (a GOAWAY, the end of a stream),

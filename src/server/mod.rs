@@ -8,6 +8,7 @@ pub mod drain;
 mod instrument;
 mod listener;
 mod probe;
+pub mod stall;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -64,6 +65,7 @@ impl Gateway {
             registry.prewarm();
             registry
         });
+        let registry = cache.clone();
         let admin_state = admin::AdminState {
             upstream: probe::UpstreamProbe::new(upstream.clone()),
             cache: cache.clone(),
@@ -91,24 +93,29 @@ impl Gateway {
             let state = admin_state.clone();
             Box::pin(admin::handle(state, req))
         });
+        let conn = listener::ConnOptions {
+            http2_max_streams: cfg.http2_max_streams,
+            write_stall_timeout: cfg.write_stall_timeout,
+        };
         tokio::spawn(listener::accept_loop(
             api,
             api_handler,
             drain.watcher(),
             "api",
-            cfg.http2_max_streams,
+            conn,
         ));
         tokio::spawn(listener::accept_loop(
             admin,
             admin_handler,
             drain.watcher(),
             "admin",
-            cfg.http2_max_streams,
+            conn,
         ));
         tracing::info!(%addr, %admin_addr, upstream = %cfg.upstream.cluster_url, "serving");
         Ok(GatewayHandle {
             addr,
             admin_addr,
+            cache: registry,
             shutdown_timeout: cfg.shutdown_timeout,
             drain: Some(drain),
         })
@@ -120,6 +127,7 @@ impl Gateway {
 pub struct GatewayHandle {
     addr: SocketAddr,
     admin_addr: SocketAddr,
+    cache: Option<Arc<crate::cache::registry::Registry>>,
     shutdown_timeout: Duration,
     drain: Option<Drain>,
 }
@@ -138,6 +146,12 @@ impl GatewayHandle {
     /// The admin listener's address (/healthz, /livez, /readyz, /metrics).
     pub fn admin_addr(&self) -> SocketAddr {
         self.admin_addr
+    }
+
+    /// The caches (`None` with the cache disabled): in-process tests read the fan-out's
+    /// own counters here, more precisely than a scrape or the process's RSS can tell.
+    pub fn cache(&self) -> Option<&Arc<crate::cache::registry::Registry>> {
+        self.cache.as_ref()
     }
 
     /// Drain within the configured shutdown timeout: stop accepting, end watch streams

@@ -28,13 +28,14 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use crate::body::{self, Body, BoxError};
-use crate::request::{parse_resource_version, ApiRequest, ListOptions, ResourcePath};
+use crate::request::{parse_resource_version, ApiRequest, ListOptions, ResourcePath, WatchTimeout};
 use crate::sim::list::{check_field_labels, matches, wait_for_rv};
 use crate::sim::resources::ResourceType;
 use crate::sim::store::{EventType, HistoryError, ReadAt};
 use crate::sim::{table, wait_shutdown, Sim};
 use crate::status::Status;
 
+use crate::watch::body::deadline_after;
 pub use crate::watch::event::{value_line as event_line, INITIAL_EVENTS_END};
 
 /// Without timeoutSeconds the apiserver picks minRequestTimeout (1800 s) × [1, 2).
@@ -143,7 +144,7 @@ impl Watcher {
 
     async fn run(self, start: Start, timeout: Duration) {
         let started = Instant::now();
-        let deadline = started + timeout;
+        let deadline = deadline_after(started, timeout);
         let drop_at = self.sim.faults.drop_watch_after().map(|d| started + d);
         let mut drop_rx = self.sim.faults.drop_signal();
         drop_rx.borrow_and_update();
@@ -378,10 +379,11 @@ pub async fn handle(
             return error_stream(&too_old(n, compacted));
         }
     }
-    let timeout = match opts.timeout_seconds {
-        Some(n) if n < 0 => Duration::ZERO,
-        Some(0) | None => DEFAULT_TIMEOUT,
-        Some(n) => Duration::from_secs(n as u64),
+    // Go's conversion, overflow included (`ListOptions::watch_timeout`).
+    let timeout = match opts.watch_timeout() {
+        WatchTimeout::Expired => Duration::ZERO,
+        WatchTimeout::Default => DEFAULT_TIMEOUT,
+        WatchTimeout::After(d) => d,
     };
     let table = match table::WatchTable::for_request(headers, api.query_get("includeObject")) {
         Ok(t) => t,

@@ -10,8 +10,10 @@
 //! ```
 //!
 //! `Initial` streams the starting snapshot as ADDED events in key order (frames share the
-//! cached bytes). `CatchUp` reads the shared history in batches. `Live` takes the events
-//! the hub pushed into its queue.
+//! cached bytes). It holds the snapshot through a lease the hub takes back if the client
+//! stops reading for `stall_timeout` (see `hub::SnapshotLease`). `CatchUp` reads the
+//! shared history in batches. `Live` takes the events the hub pushed into its queue.
+//! A step of either kind queues at most `BATCH` items and `BATCH_BYTES` of objects.
 //!
 //! Write batching: a lone event leaves at once, as its own frame holding the shared
 //! encoded line (no copy). When several are ready together (a burst, a watcher that fell
@@ -36,14 +38,20 @@ use bytes::{Bytes, BytesMut};
 use http_body::{Body, Frame, SizeHint};
 use tokio::time::{Instant, Sleep};
 
-use super::hub::{CatchUp, Item, Registration, WatcherShared};
+use super::hub::{CatchUp, Item, Registration, SnapshotLease, WatcherShared};
 use super::queue;
 use super::stats::EndReason;
-use crate::cache::store::{Snapshot, Store};
+use crate::cache::store::Store;
 
 /// Objects or history events handled per step, so one watcher never holds the hub's lock
 /// (or the executor) for long.
 const BATCH: usize = 256;
+
+/// A step also stops once its objects or events add up to this many bytes: what one step
+/// queues in `pending` stays alive for as long as the client takes to read it, which for
+/// a stalled client is until its connection is closed. 256 large objects would otherwise
+/// pin hundreds of MB per watcher (etcd allows 1.5 MB each).
+const BATCH_BYTES: usize = 256 * 1024;
 
 /// Events ready together are sent as one frame of at most this many bytes.
 const FRAME_BYTES: usize = 64 * 1024;
@@ -52,9 +60,22 @@ const FRAME_BYTES: usize = 64 * 1024;
 /// the client can resume from it instead of from an older resourceVersion.
 const PRE_TIMEOUT_BOOKMARK: Duration = Duration::from_secs(2);
 
+/// Where a deadline that the clock cannot hold is put instead: tokio's own "far future".
+const FAR_FUTURE: Duration = Duration::from_secs(86400 * 365 * 30);
+
+/// `now + d`, which cannot panic: `Instant + Duration` panics on overflow, and `d` comes
+/// from a client (`timeoutSeconds` of up to about 292 years, see
+/// `ListOptions::watch_timeout`) or a flag. A deadline the clock cannot hold is never
+/// reached anyway.
+pub fn deadline_after(now: Instant, d: Duration) -> Instant {
+    now.checked_add(d)
+        .or_else(|| now.checked_add(FAR_FUTURE))
+        .unwrap_or(now)
+}
+
 enum Phase {
     Initial {
-        snap: Arc<Snapshot>,
+        lease: Arc<SnapshotLease>,
         after: Option<Box<str>>,
         cursor: u64,
     },
@@ -96,14 +117,14 @@ pub struct WatchBody {
 impl WatchBody {
     pub fn new(store: Arc<Store>, reg: Registration, params: WatchParams) -> Self {
         let now = Instant::now();
-        let deadline = now + params.timeout;
+        let deadline = deadline_after(now, params.timeout);
         let interval = store.hub().cfg.bookmark_interval;
         let pre_timeout = deadline
             .checked_sub(PRE_TIMEOUT_BOOKMARK)
             .filter(|t| *t > now && params.allow_bookmarks);
         let phase = match (reg.snapshot, reg.live.is_some()) {
-            (Some(snap), _) => Phase::Initial {
-                snap,
+            (Some(lease), _) => Phase::Initial {
+                lease,
                 after: None,
                 cursor: reg.cursor,
             },
@@ -118,7 +139,7 @@ impl WatchBody {
             pending: VecDeque::new(),
             params,
             deadline,
-            next_bookmark: now + interval,
+            next_bookmark: deadline_after(now, interval),
             pre_timeout,
             bookmark_due: false,
             timer: Box::pin(tokio::time::sleep_until(deadline)),
@@ -160,7 +181,7 @@ impl WatchBody {
             && (now >= self.next_bookmark || self.pre_timeout.is_some_and(|p| now >= p))
         {
             self.bookmark_due = true;
-            self.next_bookmark = now + self.store.hub().cfg.bookmark_interval;
+            self.next_bookmark = deadline_after(now, self.store.hub().cfg.bookmark_interval);
             if self.pre_timeout.is_some_and(|p| now >= p) {
                 self.pre_timeout = None;
             }
@@ -177,10 +198,15 @@ impl WatchBody {
         if matches!(self.phase, Phase::Done) {
             return;
         }
+        self.end_counted();
+        self.store.hub().count_end(reason);
+    }
+
+    /// Ends the stream whose end the hub has already counted.
+    fn end_counted(&mut self) {
         self.phase = Phase::Done;
         self.rx = None;
         self.store.hub().unregister(self.shared.id);
-        self.store.hub().count_end(reason);
     }
 
     /// The hub counts a watcher as lagging the moment its queue overflows (even if its
@@ -220,12 +246,22 @@ impl WatchBody {
 
     /// Sends the next batch of the starting snapshot; moves on when it is exhausted.
     fn step_initial(&mut self) {
-        let Phase::Initial {
-            snap,
-            after,
-            cursor,
-        } = &mut self.phase
-        else {
+        let Phase::Initial { lease, .. } = &self.phase else {
+            return;
+        };
+        let Some(snap) = lease.step() else {
+            // The hub took the snapshot back while the client was not reading, and has
+            // counted this end.
+            self.end_counted();
+            return;
+        };
+        if self.store.hub().restarted_since(&self.shared) {
+            // The snapshot is a state the history no longer continues from: stop sending
+            // it at once rather than after the last batch.
+            self.end(EndReason::Relist);
+            return;
+        }
+        let Phase::Initial { after, cursor, .. } = &mut self.phase else {
             return;
         };
         let ns = self.shared.filter.namespace.as_deref();
@@ -242,21 +278,25 @@ impl WatchBody {
         };
         let enc = &self.store.hub().enc;
         let mut seen = 0;
+        let mut bytes = 0;
         let mut last = None;
         let mut events = 0;
+        let mut full = false;
         for (k, o) in snap.objects.range::<_, str>((lower, upper)) {
             seen += 1;
             last = Some(k.clone());
             if self.shared.filter.matches(o) {
                 self.pending.extend(enc.added_frames(o));
                 events += 1;
+                bytes += o.raw.len();
             }
-            if seen == BATCH {
+            if seen == BATCH || bytes >= BATCH_BYTES {
+                full = true;
                 break;
             }
         }
         self.unflushed_events += events;
-        if seen == BATCH {
+        if full {
             *after = last;
             return;
         }
@@ -269,7 +309,8 @@ impl WatchBody {
                 .stats
                 .bookmarks
                 .fetch_add(1, Ordering::Relaxed);
-            self.next_bookmark = Instant::now() + self.store.hub().cfg.bookmark_interval;
+            self.next_bookmark =
+                deadline_after(Instant::now(), self.store.hub().cfg.bookmark_interval);
             self.arm_timer();
         }
         self.phase = Phase::CatchUp(cursor);
@@ -278,15 +319,15 @@ impl WatchBody {
     fn step_catch_up(&mut self, cursor: u64) {
         let store = self.store.clone();
         let hub = store.hub();
-        match hub.catch_up(&self.shared, cursor, BATCH) {
-            CatchUp::Expired => self.end(EndReason::Slow),
+        match hub.catch_up(&self.shared, cursor, BATCH, BATCH_BYTES) {
+            CatchUp::Expired(reason) => self.end(reason),
             CatchUp::Events { events, next, live } => {
                 for ev in &events {
                     if ev.rv <= self.params.min_rv {
                         continue;
                     }
                     if let Some(d) = ev.transition(|o| self.shared.filter.matches(o)) {
-                        self.push_event(ev.rv, ev.line(d, &hub.enc));
+                        self.push_event(ev.rv, ev.line(d, &hub.enc, &hub.encoded));
                     }
                 }
                 match live {
@@ -461,8 +502,11 @@ impl Body for WatchBody {
 
 impl Drop for WatchBody {
     fn drop(&mut self) {
-        if !matches!(self.phase, Phase::Done) {
-            self.end(EndReason::ClientGone);
+        match &self.phase {
+            Phase::Done => {}
+            // Already counted when the hub took its snapshot back.
+            Phase::Initial { lease, .. } if lease.released() => self.end_counted(),
+            _ => self.end(EndReason::ClientGone),
         }
         // Overflowed but never noticed (its client stalled until it went away).
         if self.shared.take_lag().is_some() {

@@ -5,6 +5,7 @@
 //! it: no per-watcher serialisation. Which kind a watcher gets depends on its selector
 //! (see [`Event::transition`]), so up to four encodings exist per event, and usually one.
 
+use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
@@ -47,6 +48,28 @@ pub struct Event {
     /// When it entered the history (for the time window and the oldest-age metric).
     pub at: Instant,
     lines: [OnceLock<Bytes>; 4],
+    /// What it keeps alive apart from its encodings (see [`Event::base_cost`]).
+    base_cost: usize,
+    /// Bytes of the encodings built so far; `RETIRED` once it has left the history.
+    encoded: AtomicUsize,
+}
+
+/// The flag in `Event::encoded` set when the event leaves the history: encodings built
+/// after that are no longer the history's (the watcher that asked holds them).
+const RETIRED: usize = 1 << (usize::BITS - 1);
+
+/// The bytes of wire encodings built for the events of one history while they are in it.
+/// Encodings are built on first use, by dispatch under the hub's lock or by a watcher
+/// reading the history outside it, so the count is an atomic that each event adds to when
+/// it encodes and subtracts its share from when it leaves ([`Event::retire`]). A race
+/// between the two can leave it briefly negative, never wrong for long.
+#[derive(Debug, Default)]
+pub struct EncodedBytes(AtomicI64);
+
+impl EncodedBytes {
+    pub fn get(&self) -> usize {
+        self.0.load(Ordering::Acquire).max(0) as usize
+    }
 }
 
 impl Event {
@@ -57,6 +80,10 @@ impl Event {
         object: Arc<CachedObject>,
         prev: Option<Arc<CachedObject>>,
     ) -> Self {
+        let base_cost = std::mem::size_of::<Self>()
+            + ARC_COUNTS
+            + object.heap_bytes()
+            + prev.as_deref().map_or(0, CachedObject::heap_bytes);
         Self {
             seq,
             rv,
@@ -65,6 +92,8 @@ impl Event {
             prev,
             at: Instant::now(),
             lines: Default::default(),
+            base_cost,
+            encoded: AtomicUsize::new(0),
         }
     }
 
@@ -85,28 +114,47 @@ impl Event {
         }
     }
 
-    /// The shared wire line for `delivery`, built on first use.
-    pub fn line(&self, delivery: Delivery, enc: &Encoder) -> Bytes {
+    /// The shared wire line for `delivery`, built on first use and counted in `encoded`
+    /// while the event is in the history.
+    pub fn line(&self, delivery: Delivery, enc: &Encoder, encoded: &EncodedBytes) -> Bytes {
         let slot = &self.lines[delivery as usize];
-        slot.get_or_init(|| match delivery {
-            Delivery::Added => enc.object_line("ADDED", &self.object),
-            Delivery::Modified => enc.object_line("MODIFIED", &self.object),
-            Delivery::Deleted => enc.object_line("DELETED", &self.object),
-            Delivery::DeletedPrevious => {
-                let prev = self.prev.as_ref().unwrap_or(&self.object);
-                enc.object_line("DELETED", &prev.with_resource_version(self.rv))
+        slot.get_or_init(|| {
+            let line = match delivery {
+                Delivery::Added => enc.object_line("ADDED", &self.object),
+                Delivery::Modified => enc.object_line("MODIFIED", &self.object),
+                Delivery::Deleted => enc.object_line("DELETED", &self.object),
+                Delivery::DeletedPrevious => {
+                    let prev = self.prev.as_ref().unwrap_or(&self.object);
+                    enc.object_line("DELETED", &prev.with_resource_version(self.rv))
+                }
+            };
+            let n = line.len();
+            if self.encoded.fetch_add(n, Ordering::AcqRel) & RETIRED == 0 {
+                encoded.0.fetch_add(n as i64, Ordering::AcqRel);
             }
+            line
         })
         .clone()
     }
 
-    /// Bytes this event keeps alive, for the history's budget: the object (the previous
-    /// state is usually an older event's object or still in the store) and, as an
-    /// estimate, one encoding of it.
-    pub fn cost(&self) -> usize {
-        2 * self.object.raw.len() + 128
+    /// What this event keeps alive apart from its encodings, for the history's budget:
+    /// itself, its object and its previous state (JSON and parsed header). An upper
+    /// bound: an object that is the new state of one event and the previous state of the
+    /// next (or still the store's) is counted by each.
+    pub fn base_cost(&self) -> usize {
+        self.base_cost
+    }
+
+    /// The event leaves the history: its encodings stop counting in `encoded`, and any
+    /// built later never start.
+    pub fn retire(&self, encoded: &EncodedBytes) {
+        let built = self.encoded.fetch_or(RETIRED, Ordering::AcqRel) & !RETIRED;
+        encoded.0.fetch_sub(built as i64, Ordering::AcqRel);
     }
 }
+
+/// An `Arc`'s strong and weak counts, beside the value it holds.
+const ARC_COUNTS: usize = 2 * std::mem::size_of::<usize>();
 
 /// Encodes events and bookmarks of one resource type.
 #[derive(Debug, Clone)]
@@ -252,7 +300,7 @@ mod tests {
             obj("p", 6, "b"),
             Some(obj("p", 5, "a")),
         );
-        let line = moved.line(Delivery::DeletedPrevious, &enc);
+        let line = moved.line(Delivery::DeletedPrevious, &enc, &EncodedBytes::default());
         let v: Value = serde_json::from_slice(&line).unwrap();
         assert_eq!(v["type"], "DELETED");
         assert_eq!(v["object"]["metadata"]["resourceVersion"], "6");
@@ -261,8 +309,37 @@ mod tests {
         assert_eq!(v["object"]["spec"]["x"], r#"{"resourceVersion":"5"}"#);
         assert!(line.ends_with(b"}\n"));
         // Encoded once, shared afterwards.
-        let again = moved.line(Delivery::DeletedPrevious, &enc);
+        let again = moved.line(Delivery::DeletedPrevious, &enc, &EncodedBytes::default());
         assert_eq!(line.as_ptr(), again.as_ptr());
+    }
+
+    #[test]
+    fn encodings_count_while_the_event_is_in_the_history() {
+        let enc = Encoder::new("Pod", "v1");
+        let counted = EncodedBytes::default();
+        let moved = Event::new(
+            0,
+            6,
+            Change::Upsert,
+            obj("p", 6, "b"),
+            Some(obj("p", 5, "a")),
+        );
+        // Both states, JSON and header, and the event itself.
+        assert!(
+            moved.base_cost() > moved.object.raw.len() + moved.prev.as_ref().unwrap().raw.len()
+        );
+        assert_eq!(counted.get(), 0, "nothing encoded yet");
+        let added = moved.line(Delivery::Added, &enc, &counted);
+        assert_eq!(counted.get(), added.len());
+        // Built once: asking again counts nothing more.
+        moved.line(Delivery::Added, &enc, &counted);
+        let gone = moved.line(Delivery::DeletedPrevious, &enc, &counted);
+        assert_eq!(counted.get(), added.len() + gone.len());
+        // Out of the history: its encodings stop counting, and later ones never start.
+        moved.retire(&counted);
+        assert_eq!(counted.get(), 0);
+        moved.line(Delivery::Modified, &enc, &counted);
+        assert_eq!(counted.0.load(Ordering::Relaxed), 0);
     }
 
     #[test]
@@ -270,7 +347,11 @@ mod tests {
         let enc = Encoder::new("Pod", "v1");
         let raw = r#"{"metadata":{"name":"p","resourceVersion":"3"}}"#;
         let o = Arc::new(CachedObject::parse(Bytes::from(raw), &[]).unwrap());
-        let line = Event::new(0, 3, Change::Upsert, o, None).line(Delivery::Added, &enc);
+        let line = Event::new(0, 3, Change::Upsert, o, None).line(
+            Delivery::Added,
+            &enc,
+            &EncodedBytes::default(),
+        );
         assert_eq!(
             &line[..],
             br#"{"type":"ADDED","object":{"kind":"Pod","apiVersion":"v1","metadata":{"name":"p","resourceVersion":"3"}}}

@@ -11,12 +11,12 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::event::{Change, Encoder, Event};
+use super::event::{Change, EncodedBytes, Encoder, Event};
 use super::filter::{WatchFilter, NAME};
 use super::index::{Index, WatcherId};
 use super::queue::{self, SendError};
@@ -44,6 +44,9 @@ pub struct WatcherShared {
     lag_seq: AtomicU64,
     /// Why the hub closed its queue, when it was not for lagging.
     closed_by: AtomicU8,
+    /// The history's epoch when it registered: a restart starts a new epoch, and nothing
+    /// from an older one may continue on the new history (see [`Hub::restart`]).
+    epoch: u64,
 }
 
 impl WatcherShared {
@@ -77,11 +80,66 @@ pub enum Start {
     After(u64),
 }
 
+/// A watcher's starting snapshot while its body sends it.
+///
+/// A body is only polled when its connection can take bytes, so a client that stops
+/// reading in the middle of its initial state would pin that version of the state (every
+/// object changed since, however much churn follows) for as long as it stalls, and its
+/// body could not let go. The hub holds a `Weak` to each lease and takes the snapshot back
+/// from a watcher that has asked for no batch for `stall_timeout` ([`Hub::sweep`]). The
+/// body finds it gone when (if ever) it is polled again, and its stream ends.
+#[derive(Debug)]
+pub struct SnapshotLease {
+    state: Mutex<LeaseState>,
+}
+
+#[derive(Debug)]
+struct LeaseState {
+    /// `None` once the hub took it back.
+    snap: Option<Arc<Snapshot>>,
+    /// When the body last took a batch.
+    progress_at: Instant,
+}
+
+impl SnapshotLease {
+    fn new(snap: Arc<Snapshot>) -> Self {
+        Self {
+            state: Mutex::new(LeaseState {
+                snap: Some(snap),
+                progress_at: Instant::now(),
+            }),
+        }
+    }
+
+    /// The snapshot for the next batch (asking is the body's progress); `None` once the
+    /// hub has taken it back.
+    pub fn step(&self) -> Option<Arc<Snapshot>> {
+        let mut st = self.state.lock().expect("lease lock");
+        st.progress_at = Instant::now();
+        st.snap.clone()
+    }
+
+    /// Whether the hub took the snapshot back (and counted the watcher's end).
+    pub fn released(&self) -> bool {
+        self.state.lock().expect("lease lock").snap.is_none()
+    }
+
+    /// Takes the snapshot back if the body has asked for nothing since `stalled_before`.
+    fn release_if_stalled(&self, stalled_before: Instant) -> bool {
+        let mut st = self.state.lock().expect("lease lock");
+        if st.snap.is_some() && st.progress_at <= stalled_before {
+            st.snap = None;
+            return true;
+        }
+        false
+    }
+}
+
 /// A registered watcher.
 pub struct Registration {
     pub shared: Arc<WatcherShared>,
     /// The state to send as ADDED events first (`Start::Initial`).
-    pub snapshot: Option<Arc<Snapshot>>,
+    pub snapshot: Option<Arc<SnapshotLease>>,
     /// The history position to continue from.
     pub cursor: u64,
     /// Set when the watcher joined live dispatch at once.
@@ -94,8 +152,9 @@ pub struct TooOld(pub u64, pub u64);
 
 /// One step of reading the history.
 pub enum CatchUp {
-    /// The history no longer holds the next event.
-    Expired,
+    /// The stream cannot continue: the history no longer holds its next event (`Slow`),
+    /// or it was restarted since the watcher registered (`Relist`).
+    Expired(EndReason),
     Events {
         events: Vec<Arc<Event>>,
         next: u64,
@@ -108,14 +167,25 @@ pub struct HubState {
     events: VecDeque<Arc<Event>>,
     /// History position of `events[0]` (or of the next event when empty).
     first_seq: u64,
+    /// The events' base costs; their encodings are in `Hub::encoded`.
     bytes: usize,
     /// The list resourceVersion the history starts after, or the last trimmed event's.
     floor_rv: u64,
     trimmed: bool,
+    /// Bumped by every restart. Sequence numbers keep counting across a restart, so a
+    /// watcher's position alone cannot tell the old history from the new one.
+    epoch: u64,
     watchers: HashMap<WatcherId, Entry>,
     index: Index,
     next_id: WatcherId,
     scratch: Vec<WatcherId>,
+    /// The snapshots of watchers sending their initial state (dead entries are theirs
+    /// that finished or went away, pruned by the sweep).
+    leases: Vec<Weak<SnapshotLease>>,
+    /// Live entries of `leases` at the last sweep: a sweep also runs, early, when the
+    /// vector has doubled since, so it never holds more than twice what is live.
+    leases_kept: usize,
+    next_sweep: Instant,
 }
 
 /// History sizes, for metrics.
@@ -128,6 +198,9 @@ pub struct HistoryStats {
 
 pub struct Hub {
     pub enc: Encoder,
+    /// Bytes of the history's events' wire encodings (built on first use, some by
+    /// watchers reading the history outside the lock).
+    pub encoded: EncodedBytes,
     pub cfg: WatchConfig,
     /// Field labels the index may bucket by: `metadata.name`, then the type's own.
     indexed: Vec<&'static str>,
@@ -135,6 +208,9 @@ pub struct Hub {
     /// The resourceVersion every live watcher has been handed all events up to (set
     /// after each dispatch): what an idle watcher's bookmark may carry.
     head_rv: AtomicU64,
+    /// `HubState::epoch`, readable without the lock (a body streaming its initial state
+    /// checks it between batches).
+    epoch: AtomicU64,
     pub stats: FanoutStats,
     dispatch_seconds: metrics::Histogram,
 }
@@ -156,6 +232,7 @@ impl Hub {
         indexed.extend(field_labels.iter().copied().filter(|l| *l != NAME));
         Self {
             enc,
+            encoded: EncodedBytes::default(),
             cfg,
             indexed,
             state: Mutex::new(HubState {
@@ -164,12 +241,17 @@ impl Hub {
                 bytes: 0,
                 floor_rv: 0,
                 trimmed: false,
+                epoch: 0,
                 watchers: HashMap::new(),
                 index: Index::default(),
                 next_id: 0,
                 scratch: Vec::new(),
+                leases: Vec::new(),
+                leases_kept: 0,
+                next_sweep: Instant::now(),
             }),
             head_rv: AtomicU64::new(0),
+            epoch: AtomicU64::new(0),
             stats: FanoutStats::default(),
             dispatch_seconds,
         }
@@ -185,6 +267,12 @@ impl Hub {
         self.head_rv.load(Ordering::Acquire)
     }
 
+    /// Whether the history was restarted since `shared` registered: its stream can then
+    /// not be continued.
+    pub fn restarted_since(&self, shared: &WatcherShared) -> bool {
+        self.epoch.load(Ordering::Acquire) != shared.epoch
+    }
+
     /// Appends one change and hands it to every live watcher it concerns.
     pub fn publish(
         &self,
@@ -197,7 +285,7 @@ impl Hub {
         let rv = object.resource_version;
         let seq = st.first_seq + st.events.len() as u64;
         let ev = Arc::new(Event::new(seq, rv, change, object, prev));
-        st.bytes += ev.cost();
+        st.bytes += ev.base_cost();
         st.events.push_back(ev.clone());
         self.dispatch(st, &ev);
         self.trim(st);
@@ -225,7 +313,7 @@ impl Hub {
             let Some(d) = ev.transition(|o| e.shared.filter.matches(o)) else {
                 continue;
             };
-            match e.tx.try_send((ev.rv, ev.line(d, &self.enc))) {
+            match e.tx.try_send((ev.rv, ev.line(d, &self.enc, &self.encoded))) {
                 Ok(()) => {}
                 Err(SendError::Full) => fallen.push((*id, true)),
                 Err(SendError::Closed) => fallen.push((*id, false)),
@@ -245,22 +333,63 @@ impl Hub {
         st.scratch = ids;
     }
 
+    /// What the history keeps alive: its events and the encodings built for them so far.
+    /// Encodings a watcher reading the history builds count from then on, so they are
+    /// held to the budget at the next append (see docs/watch.md).
+    fn history_bytes(&self, st: &HubState) -> usize {
+        st.bytes + self.encoded.get()
+    }
+
     /// Drops the oldest events while the history is over its byte budget or older than
-    /// its window.
+    /// its window, and sweeps stalled initial states.
     fn trim(&self, st: &mut HubState) {
         let now = Instant::now();
+        self.sweep(st, now);
         while let Some(front) = st.events.front() {
-            let over_budget = st.bytes > self.cfg.history_bytes;
+            let over_budget = self.history_bytes(st) > self.cfg.history_bytes;
             let too_old = now.saturating_duration_since(front.at) > self.cfg.history_window;
             if !over_budget && !too_old {
                 break;
             }
-            st.bytes -= front.cost();
+            st.bytes -= front.base_cost();
+            front.retire(&self.encoded);
             st.floor_rv = front.rv;
             st.trimmed = true;
             st.first_seq += 1;
             st.events.pop_front();
         }
+    }
+
+    /// Takes the snapshot back from every watcher that has sent no batch of its initial
+    /// state for `stall_timeout`, and counts its end (`slow`) now: its client may never
+    /// read again. Runs with every change, registration and metrics scrape (through
+    /// `trim`), at most every quarter of the timeout (or second), so a snapshot is released
+    /// within that much of the deadline once the state has moved on; while nothing
+    /// changes, a pinned snapshot shares all of its memory with the current state anyway.
+    fn sweep(&self, st: &mut HubState, now: Instant) {
+        let timeout = self.cfg.stall_timeout;
+        let crowded = st.leases.len() > 2 * st.leases_kept + 16;
+        if !crowded && (timeout.is_zero() || now < st.next_sweep) {
+            return;
+        }
+        st.next_sweep = now + (timeout / 4).min(Duration::from_secs(1));
+        let stalled_before = now.checked_sub(timeout);
+        st.leases.retain(|weak| {
+            let Some(lease) = weak.upgrade() else {
+                return false;
+            };
+            if timeout.is_zero() {
+                return true;
+            }
+            match stalled_before {
+                Some(t) if lease.release_if_stalled(t) => {
+                    self.stats.count_end(EndReason::Slow);
+                    false
+                }
+                _ => true,
+            }
+        });
+        st.leases_kept = st.leases.len();
     }
 
     /// kube-apiserver's bound (watch_cache.go `getAllEventsSinceLocked`): a watch from N
@@ -285,7 +414,11 @@ impl Hub {
         self.trim(&mut st);
         let next_seq = st.first_seq + st.events.len() as u64;
         let (snapshot, cursor) = match start {
-            Start::Initial => (Some(snapshot()), next_seq),
+            Start::Initial => {
+                let lease = Arc::new(SnapshotLease::new(snapshot()));
+                st.leases.push(Arc::downgrade(&lease));
+                (Some(lease), next_seq)
+            }
             Start::After(n) => {
                 let below = Self::oldest_minus_one(&st);
                 if n < below {
@@ -302,6 +435,7 @@ impl Hub {
             filter,
             lag_seq: AtomicU64::new(NO_LAG),
             closed_by: AtomicU8::new(0),
+            epoch: st.epoch,
         });
         // Nothing to replay: join live dispatch at once.
         let live = (snapshot.is_none() && cursor == next_seq).then(|| self.join(&mut st, &shared));
@@ -329,14 +463,31 @@ impl Hub {
         rx
     }
 
-    /// Reads up to `max` events from `cursor`; joins live dispatch when they were the last.
-    pub fn catch_up(&self, shared: &Arc<WatcherShared>, cursor: u64, max: usize) -> CatchUp {
+    /// Reads up to `max` events from `cursor`, and no more once their objects add up to
+    /// `max_bytes` (at least one); joins live dispatch when they were the last.
+    pub fn catch_up(
+        &self,
+        shared: &Arc<WatcherShared>,
+        cursor: u64,
+        max: usize,
+        max_bytes: usize,
+    ) -> CatchUp {
         let mut st = self.lock();
+        // Checked first: a watcher registered just before a restart, with no event
+        // published since, holds exactly the new history's first position.
+        if shared.epoch != st.epoch {
+            return CatchUp::Expired(EndReason::Relist);
+        }
         if cursor < st.first_seq {
-            return CatchUp::Expired;
+            return CatchUp::Expired(EndReason::Slow);
         }
         let start = ((cursor - st.first_seq) as usize).min(st.events.len());
-        let end = (start + max).min(st.events.len());
+        let mut end = start;
+        let mut bytes = 0;
+        while end < st.events.len() && end - start < max && bytes < max_bytes {
+            bytes += st.events[end].object.raw.len();
+            end += 1;
+        }
         let events: Vec<Arc<Event>> = st.events.range(start..end).cloned().collect();
         let next = st.first_seq + end as u64;
         let live = (end == st.events.len()).then(|| self.join(&mut st, shared));
@@ -353,14 +504,22 @@ impl Hub {
 
     /// The first state of the cache (or a relist that could not be continued): the
     /// history restarts after `list_rv`, and every watcher's stream ends, as
-    /// kube-apiserver's cacher ends them when it relists.
+    /// kube-apiserver's cacher ends them when it relists. That is every watcher registered
+    /// before now, not only the live ones: one still sending its initial state, or one
+    /// reading the history at its own pace, would otherwise carry on from a state the new
+    /// history does not continue. The live ones are closed here; the others learn it from
+    /// the new epoch when they next read (`catch_up`, `restarted_since`).
     pub fn restart(&self, st: &mut HubState, list_rv: u64) {
+        st.epoch += 1;
+        self.epoch.store(st.epoch, Ordering::Release);
         for (_, e) in st.watchers.drain() {
             e.shared.closed_by.store(1, Ordering::Release);
         }
         st.index = Index::default();
         st.first_seq += st.events.len() as u64;
-        st.events.clear();
+        for ev in st.events.drain(..) {
+            ev.retire(&self.encoded);
+        }
         st.bytes = 0;
         st.floor_rv = list_rv;
         st.trimmed = false;
@@ -372,13 +531,23 @@ impl Hub {
         self.trim(&mut st);
         HistoryStats {
             events: st.events.len(),
-            bytes: st.bytes,
+            bytes: self.history_bytes(&st),
             oldest_age: st
                 .events
                 .front()
                 .map(|e| Instant::now().saturating_duration_since(e.at))
                 .unwrap_or_default(),
         }
+    }
+
+    /// Starting snapshots held by watchers still sending their initial state (for tests).
+    pub fn pinned_snapshots(&self) -> usize {
+        let st = self.lock();
+        st.leases
+            .iter()
+            .filter_map(Weak::upgrade)
+            .filter(|l| !l.released())
+            .count()
     }
 
     /// Live watchers (for tests and metrics).

@@ -22,12 +22,22 @@ pub struct WatchConfig {
     /// blip resumes from its last resourceVersion instead of relisting. kube-apiserver
     /// keeps about 75 s; the default here is 5 minutes.
     pub history_window: Duration,
-    /// The history's byte budget (sum of the events' object sizes); the oldest events are
-    /// dropped first when it is exceeded, even if younger than `history_window`.
+    /// The history's byte budget: an upper bound on what its events keep alive (both
+    /// states of each change and every wire encoding built for it; see docs/watch.md).
+    /// The oldest events are dropped first when it is exceeded, even if younger than
+    /// `history_window`.
     pub history_bytes: usize,
     /// How often an idle watcher that asked for bookmarks gets one (kube-apiserver: 1 min).
     pub bookmark_interval: Duration,
+    /// A watcher that has sent no batch of its initial state for this long (its client
+    /// stopped reading) gives its snapshot back and ends; zero: never. The server's
+    /// `--write-stall-timeout` sets it, with the same bound on connections (docs/watch.md,
+    /// "Slow watchers and memory").
+    pub stall_timeout: Duration,
 }
+
+/// `--write-stall-timeout`'s default.
+pub const DEFAULT_STALL_TIMEOUT: Duration = Duration::from_secs(60);
 
 impl Default for WatchConfig {
     fn default() -> Self {
@@ -35,6 +45,7 @@ impl Default for WatchConfig {
             history_window: Duration::from_secs(300),
             history_bytes: 256 * 1024 * 1024,
             bookmark_interval: Duration::from_secs(60),
+            stall_timeout: DEFAULT_STALL_TIMEOUT,
         }
     }
 }

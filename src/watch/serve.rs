@@ -28,7 +28,7 @@ use crate::cache::registry::Registry;
 use crate::cache::serve::{fields_indexed, CATCH_UP_WAIT};
 use crate::proxy::headers::SOURCE_HEADER;
 use crate::proxy::DrainingBody;
-use crate::request::{self, ApiPath, Verb};
+use crate::request::{self, ApiPath, Verb, WatchTimeout};
 use crate::selector::field::Term;
 use crate::status::Status;
 
@@ -129,7 +129,7 @@ pub async fn try_watch(
         min_rv,
         allow_bookmarks: opts.allow_watch_bookmarks,
         initial_events_end,
-        timeout: watch_timeout(opts.timeout_seconds),
+        timeout: watch_timeout(opts.watch_timeout()),
     };
     let body = WatchBody::new(cache.store.clone(), reg, params);
     Some(stream_response(body::boxed(DrainingBody::new(
@@ -137,13 +137,14 @@ pub async fn try_watch(
     ))))
 }
 
-/// timeoutSeconds: honoured; negative ends the watch at once (a negative timer fires
-/// immediately in the apiserver); absent or 0 picks the randomised default.
-fn watch_timeout(seconds: Option<i64>) -> Duration {
-    match seconds {
-        Some(n) if n < 0 => Duration::ZERO,
-        Some(n) if n > 0 => Duration::from_secs(n as u64),
-        _ => MIN_REQUEST_TIMEOUT.mul_f64(rand::rng().random_range(1.0..2.0)),
+/// timeoutSeconds: honoured; negative (also after Go's overflow, see
+/// `ListOptions::watch_timeout`) ends the watch at once (a timer that has already fired in
+/// the apiserver); absent or 0 picks the randomised default.
+fn watch_timeout(t: WatchTimeout) -> Duration {
+    match t {
+        WatchTimeout::Expired => Duration::ZERO,
+        WatchTimeout::After(d) => d,
+        WatchTimeout::Default => MIN_REQUEST_TIMEOUT.mul_f64(rand::rng().random_range(1.0..2.0)),
     }
 }
 
@@ -188,6 +189,7 @@ fn error_stream(s: &Status) -> Response<Body> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::request::ListOptions;
 
     #[test]
     fn json_watches_only() {
@@ -210,10 +212,38 @@ mod tests {
 
     #[test]
     fn timeouts_follow_the_apiserver() {
-        assert_eq!(watch_timeout(Some(5)), Duration::from_secs(5));
-        assert_eq!(watch_timeout(Some(-1)), Duration::ZERO);
-        for t in [watch_timeout(None), watch_timeout(Some(0))] {
-            assert!(t >= Duration::from_secs(1800) && t < Duration::from_secs(3600));
+        let t = |seconds: i64| {
+            watch_timeout(
+                ListOptions {
+                    timeout_seconds: Some(seconds),
+                    ..Default::default()
+                }
+                .watch_timeout(),
+            )
+        };
+        assert_eq!(t(5), Duration::from_secs(5));
+        assert_eq!(t(-1), Duration::ZERO);
+        // The largest value Go's int64 nanoseconds hold: about 292 years.
+        assert_eq!(t(9_223_372_036), Duration::from_secs(9_223_372_036));
+        // Go's multiplication wraps: past that the duration is negative (-1 s for
+        // i64::MAX), so the watch ends at once...
+        for n in [9_223_372_037, i64::MAX, i64::MAX / 2] {
+            assert_eq!(t(n), Duration::ZERO, "{n}");
+        }
+        // A negative value that overflows wraps to a positive duration.
+        assert_eq!(
+            t(-9_223_372_037),
+            Duration::from_nanos(9_223_372_036_709_551_616)
+        );
+        // ...or exactly 0 (multiples of 2^55, i64::MIN among them): the default.
+        let default = |d: Duration| d >= Duration::from_secs(1800) && d < Duration::from_secs(3600);
+        for d in [
+            watch_timeout(ListOptions::default().watch_timeout()),
+            t(0),
+            t(1 << 55),
+            t(i64::MIN),
+        ] {
+            assert!(default(d), "{d:?}");
         }
     }
 }

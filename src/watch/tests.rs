@@ -392,3 +392,283 @@ async fn events_ready_together_leave_in_one_frame_and_a_lone_one_is_not_copied()
         .collect();
     assert_eq!(rvs, ["12", "13", "14"]);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_contradictory_relist_ends_every_watcher_registered_before_it() {
+    let cfg = WatchConfig {
+        history_window: Duration::from_secs(1),
+        ..Default::default()
+    };
+    let s = store(cfg, &[pod("a", 3, "n"), pod("b", 4, "n")], 10);
+    // Fell behind (its queue overflowed), and the events it missed then left the history.
+    let mut behind = open(&s, WatchFilter::default(), Start::After(10), params(10));
+    for i in 0..=QUEUE_LEN as u64 {
+        s.apply(Change::Upsert(pod(&format!("p{i}"), 11 + i, "n")));
+    }
+    tokio::time::advance(Duration::from_secs(2)).await;
+    s.apply(Change::Progress(100));
+    assert_eq!(s.hub().history_stats().events, 0, "the history was trimmed");
+    // Registered since, its initial state not sent yet, and nothing published after it:
+    // its position is exactly where the restarted history begins.
+    let mut initial = open(&s, WatchFilter::default(), Start::Initial, params(0));
+
+    // The upstream relists at an older RV: no continuous story exists.
+    let mut snap = Snapshot::default();
+    snap.insert(pod("z", 4, "n"));
+    snap.resource_version = 5;
+    s.replace(snap);
+    s.apply(Change::Upsert(pod("y", 6, "n")));
+
+    // Neither the old initial state nor the new history's events: the stream ends.
+    ends(&mut initial).await;
+    // The one behind gets what its queue held, then ends, for the relist: not as slow.
+    let got = read(&mut behind, QUEUE_LEN).await;
+    let last = QUEUE_LEN as u64 - 1;
+    assert_eq!(
+        got.last().unwrap(),
+        &ev("ADDED", &format!("p{last}"), 11 + last)
+    );
+    ends(&mut behind).await;
+    assert_eq!(s.hub().stats.terminated(EndReason::Relist), 2);
+    assert_eq!(s.hub().stats.terminated(EndReason::Slow), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_timeout_of_centuries_is_a_deadline_never_reached() {
+    let s = store(WatchConfig::default(), &[], 10);
+    // The longest timeoutSeconds kube-apiserver's conversion yields (about 292 years);
+    // `Instant + Duration` must not be what decides what happens to it.
+    let p = WatchParams {
+        timeout: Duration::from_nanos(i64::MAX as u64),
+        allow_bookmarks: true,
+        ..params(10)
+    };
+    let mut w = open(&s, WatchFilter::default(), Start::After(10), p);
+    s.apply(Change::Upsert(pod("a", 11, "n")));
+    assert_eq!(read(&mut w, 1).await, vec![ev("ADDED", "a", 11)]);
+    // Longer than any Instant holds: still no panic.
+    let p = WatchParams {
+        timeout: Duration::MAX,
+        ..params(11)
+    };
+    let mut w = open(&s, WatchFilter::default(), Start::After(11), p);
+    s.apply(Change::Upsert(pod("b", 12, "n")));
+    assert_eq!(read(&mut w, 1).await, vec![ev("ADDED", "b", 12)]);
+}
+
+#[tokio::test]
+async fn a_relist_reports_a_re_created_object_as_deleted_then_added() {
+    let uid_pod = |name: &str, rv: u64, uid: &str| {
+        let raw = format!(
+            r#"{{"kind":"Pod","apiVersion":"v1","metadata":{{"name":"{name}","namespace":"ns","resourceVersion":"{rv}","uid":"{uid}"}},"spec":{{"nodeName":"n"}}}}"#
+        );
+        Arc::new(
+            CachedObject::parse(Bytes::from(raw), &[("spec.nodeName", "spec.nodeName")]).unwrap(),
+        )
+    };
+    let s = store(
+        WatchConfig::default(),
+        &[uid_pod("a", 3, "uid-1"), uid_pod("b", 4, "uid-b")],
+        10,
+    );
+    let mut w = open(&s, WatchFilter::default(), Start::After(10), params(10));
+    // While the upstream watch was down, a was deleted and created again (new uid).
+    let mut snap = Snapshot::default();
+    snap.insert(uid_pod("a", 15, "uid-2"));
+    snap.insert(uid_pod("b", 4, "uid-b"));
+    snap.resource_version = 20;
+    s.replace(snap);
+    assert_eq!(
+        read(&mut w, 2).await,
+        vec![ev("DELETED", "a", 14), ev("ADDED", "a", 15)]
+    );
+    // A client that resumes from the deletion's RV gets the re-creation.
+    let mut resumed = open(&s, WatchFilter::default(), Start::After(14), params(14));
+    assert_eq!(read(&mut resumed, 1).await, vec![ev("ADDED", "a", 15)]);
+}
+
+#[tokio::test]
+async fn a_relist_at_the_same_rv_with_objects_missing_ends_the_watches() {
+    let s = store(
+        WatchConfig::default(),
+        &[pod("a", 3, "n"), pod("b", 4, "n")],
+        10,
+    );
+    let mut w = open(&s, WatchFilter::default(), Start::After(10), params(10));
+    // The same RV and less state: no RV is left for the deletion that a client resuming
+    // from 10 would see, so the streams end (the client relists).
+    let mut snap = Snapshot::default();
+    snap.insert(pod("a", 3, "n"));
+    snap.resource_version = 10;
+    s.replace(snap);
+    ends(&mut w).await;
+    assert_eq!(s.hub().stats.terminated(EndReason::Relist), 1);
+    // The new state is served: a new watcher's initial state lacks b.
+    let mut fresh = open(&s, WatchFilter::default(), Start::Initial, params(0));
+    assert_eq!(read(&mut fresh, 1).await, vec![ev("ADDED", "a", 3)]);
+    assert!(ready_frames(&mut fresh).is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_history_counts_each_encoding_it_holds() {
+    // The same event in a store with no watcher: nothing encoded.
+    let quiet = store(WatchConfig::default(), &[pod("a", 3, "n1")], 10);
+    quiet.apply(Change::Upsert(pod("a", 11, "n2")));
+    let base = quiet.hub().history_stats().bytes;
+    assert!(
+        base > pod("a", 3, "n1").raw.len() + pod("a", 11, "n2").raw.len(),
+        "the event holds both states: {base}"
+    );
+
+    let cfg = WatchConfig {
+        history_window: Duration::from_secs(1),
+        ..Default::default()
+    };
+    let s = store(cfg, &[pod("a", 3, "n1")], 10);
+    let mut all = open(&s, WatchFilter::default(), Start::After(10), params(10));
+    let on_n1 = WatchFilter {
+        fields: crate::selector::field::FieldSelector::parse("spec.nodeName=n1").unwrap(),
+        ..Default::default()
+    };
+    let mut on_n1 = open(&s, on_n1, Start::After(10), params(10));
+    // One event, two encodings: MODIFIED for one watcher, DELETED (the previous state)
+    // for the other.
+    s.apply(Change::Upsert(pod("a", 11, "n2")));
+    let modified: usize = ready_frames(&mut all).iter().map(Bytes::len).sum();
+    let deleted: usize = ready_frames(&mut on_n1).iter().map(Bytes::len).sum();
+    assert!(modified > 0 && deleted > 0);
+    assert_eq!(
+        s.hub().history_stats().bytes,
+        base + modified + deleted,
+        "the event and both of its encodings"
+    );
+    // Gone from the history, it leaves nothing counted behind.
+    tokio::time::advance(Duration::from_secs(2)).await;
+    s.apply(Change::Progress(12));
+    assert_eq!(s.hub().history_stats().events, 0);
+    assert_eq!(s.hub().history_stats().bytes, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_watcher_stalled_in_its_initial_state_gives_its_snapshot_back() {
+    let cfg = WatchConfig {
+        stall_timeout: Duration::from_secs(30),
+        ..Default::default()
+    };
+    // Three batches of initial events (256, 256, 88).
+    let objs: Vec<_> = (0..600).map(|i| pod(&format!("p{i:03}"), 3, "n")).collect();
+    let s = store(cfg, &objs, 10);
+    let pinned = s.snapshot();
+    let mut rv = 10;
+    let mut churn = |s: &Store| {
+        rv += 1;
+        s.apply(Change::Upsert(pod(&format!("p{:03}", rv % 600), rv, "n")));
+    };
+    // One never read, one that stops after its first batch, one that keeps reading
+    // (slowly: a batch every 25 s).
+    let mut never = open(&s, WatchFilter::default(), Start::Initial, params(0));
+    let mut half = open(&s, WatchFilter::default(), Start::Initial, params(0));
+    let mut steady = open(&s, WatchFilter::default(), Start::Initial, params(0));
+    assert_eq!(read(&mut half, 256).await.len(), 256);
+    assert_eq!(read(&mut steady, 256).await.len(), 256);
+    churn(&s);
+    tokio::time::advance(Duration::from_secs(25)).await;
+    assert_eq!(read(&mut steady, 256).await.len(), 256);
+    churn(&s);
+    assert_eq!(Arc::strong_count(&pinned), 4, "ours and three watchers'");
+    assert_eq!(s.hub().pinned_snapshots(), 3);
+    assert_eq!(s.hub().stats.terminated(EndReason::Slow), 0);
+
+    // 35 s: the two stalled since 0 s give the snapshot back (at the next change), and
+    // count as ended now, whether or not their clients ever read again.
+    tokio::time::advance(Duration::from_secs(10)).await;
+    churn(&s);
+    assert_eq!(
+        Arc::strong_count(&pinned),
+        2,
+        "ours and the steady reader's"
+    );
+    assert_eq!(s.hub().pinned_snapshots(), 1);
+    assert_eq!(s.hub().stats.terminated(EndReason::Slow), 2);
+
+    // The steady one finishes: its initial state is whole, then the changes follow.
+    tokio::time::advance(Duration::from_secs(15)).await;
+    let rest = read(&mut steady, 88 + 3).await;
+    assert_eq!(rest[87], ev("ADDED", "p599", 3));
+    assert_eq!(
+        rest[88..],
+        [
+            ev("MODIFIED", "p011", 11),
+            ev("MODIFIED", "p012", 12),
+            ev("MODIFIED", "p013", 13)
+        ]
+    );
+    assert_eq!(Arc::strong_count(&pinned), 1, "nobody pins it any more");
+    assert_eq!(s.hub().pinned_snapshots(), 0);
+
+    // The stalled ones end as soon as they are polled, with nothing more, and are
+    // counted once.
+    ends(&mut never).await;
+    ends(&mut half).await;
+    drop((never, half));
+    assert_eq!(s.hub().stats.terminated(EndReason::Slow), 2);
+    assert_eq!(s.hub().stats.terminated(EndReason::ClientGone), 0);
+    drop(steady);
+    assert_eq!(
+        s.hub()
+            .stats
+            .watchers
+            .load(std::sync::atomic::Ordering::Relaxed),
+        0
+    );
+}
+
+#[tokio::test]
+async fn a_step_queues_a_bounded_number_of_bytes() {
+    // Ten 100 KiB objects: 1 MB, far fewer than a batch's 256 objects.
+    let big = |name: &str| {
+        let raw = format!(
+            r#"{{"kind":"Pod","apiVersion":"v1","metadata":{{"name":"{name}","namespace":"ns","resourceVersion":"3","annotations":{{"pad":"{}"}}}}}}"#,
+            "x".repeat(100 * 1024)
+        );
+        Arc::new(CachedObject::parse(Bytes::from(raw), &[]).unwrap())
+    };
+    let objs: Vec<_> = (0..10).map(|i| big(&format!("p{i}"))).collect();
+    let s = store(WatchConfig::default(), &objs, 10);
+    let mut w = open(&s, WatchFilter::default(), Start::Initial, params(0));
+    // One frame taken, as by a client that then stops reading: what the body has queued
+    // is a few objects, not the whole state, so it still holds its snapshot lease...
+    use http_body_util::BodyExt;
+    let mut buf = w
+        .frame()
+        .await
+        .unwrap()
+        .unwrap()
+        .into_data()
+        .unwrap()
+        .to_vec();
+    assert_eq!(s.hub().pinned_snapshots(), 1);
+    // ...and reading on delivers everything, in order.
+    while buf.iter().filter(|b| **b == b'\n').count() < 10 {
+        let f = tokio::time::timeout(Duration::from_secs(5), w.frame())
+            .await
+            .expect("a frame")
+            .expect("not the end");
+        buf.extend_from_slice(f.unwrap().data_ref().unwrap());
+    }
+    let names: Vec<String> = buf
+        .split(|b| *b == b'\n')
+        .filter(|l| !l.is_empty())
+        .map(|l| {
+            let v: Value = serde_json::from_slice(l).unwrap();
+            assert_eq!(v["type"], "ADDED");
+            v["object"]["metadata"]["name"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    let want: Vec<String> = (0..10).map(|i| format!("p{i}")).collect();
+    assert_eq!(names, want);
+    assert_eq!(s.hub().pinned_snapshots(), 0);
+}
