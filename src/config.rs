@@ -180,6 +180,7 @@ impl GatewayConfig {
                 history_bytes: args.watch_history_bytes,
                 bookmark_interval: args.watch_bookmark_interval,
                 stall_timeout: args.write_stall_timeout,
+                record_dispatch: true,
             },
             http2_max_streams: args.http2_max_streams_per_connection,
             write_stall_timeout: Some(args.write_stall_timeout).filter(|t| !t.is_zero()),

@@ -84,6 +84,8 @@ pub struct Registry {
     watch: crate::watch::WatchConfig,
     slots: DashMap<Key, Slot>,
     reflector: ReflectorConfig,
+    /// Set by [`Registry::shutdown_watches`]: caches started later begin shut down too.
+    draining: std::sync::atomic::AtomicBool,
 }
 
 impl Registry {
@@ -109,6 +111,7 @@ impl Registry {
             watch,
             slots: DashMap::new(),
             reflector,
+            draining: Default::default(),
         })
     }
 
@@ -170,6 +173,9 @@ impl Registry {
 
     fn start_reflector(&self, info: Arc<ResourceInfo>) -> Arc<ResourceCache> {
         let store = Arc::new(Store::for_resource(&info, self.watch.clone()));
+        if self.draining.load(std::sync::atomic::Ordering::Acquire) {
+            store.hub().shutdown();
+        }
         let stats = Arc::new(ReflectorStats::default());
         let (synced_tx, synced) = watch::channel(false);
         let reflector = Reflector::new(
@@ -245,6 +251,16 @@ impl Registry {
     }
 
     /// Every started cache, for readiness and metrics.
+    /// The gateway is draining: every watch served from a cache ends at its next event
+    /// boundary, and watches asked for from now on end at once.
+    pub fn shutdown_watches(&self) {
+        self.draining
+            .store(true, std::sync::atomic::Ordering::Release);
+        for cache in self.caches() {
+            cache.store.hub().shutdown();
+        }
+    }
+
     pub fn caches(&self) -> Vec<Arc<ResourceCache>> {
         self.slots
             .iter()

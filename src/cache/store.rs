@@ -122,11 +122,15 @@ impl Store {
     /// The store of one resource type, with its watch fan-out.
     pub fn for_resource(info: &ResourceInfo, cfg: WatchConfig) -> Self {
         let labels: Vec<&'static str> = info.field_labels.iter().map(|(l, _)| *l).collect();
-        let dispatch = metrics::histogram!(
-            crate::metrics::WATCH_DISPATCH_DURATION,
-            "group" => info.group.clone(),
-            "resource" => info.resource.clone()
-        );
+        let dispatch = if cfg.record_dispatch {
+            metrics::histogram!(
+                crate::metrics::WATCH_DISPATCH_DURATION,
+                "group" => info.group.clone(),
+                "resource" => info.resource.clone()
+            )
+        } else {
+            metrics::Histogram::noop()
+        };
         Self::with_hub(Hub::new(
             Encoder::new(&info.kind, &info.api_version()),
             cfg,

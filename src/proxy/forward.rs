@@ -77,14 +77,8 @@ impl Proxy {
             {
                 return resp;
             }
-            if let Some(resp) = crate::watch::serve::try_watch(
-                cache,
-                req.method(),
-                req.uri(),
-                req.headers(),
-                self.drain.draining(),
-            )
-            .await
+            if let Some(resp) =
+                crate::watch::serve::try_watch(cache, req.method(), req.uri(), req.headers()).await
             {
                 return resp;
             }

@@ -59,13 +59,25 @@ impl Gateway {
             let registry = crate::cache::registry::Registry::with_reflector_config(
                 upstream.clone(),
                 policy,
-                cfg.watch.clone(),
+                crate::watch::WatchConfig {
+                    record_dispatch: cfg.metrics && cfg.watch.record_dispatch,
+                    ..cfg.watch.clone()
+                },
                 cfg.reflector.clone(),
             );
             registry.prewarm();
             registry
         });
         let registry = cache.clone();
+        if let Some(registry) = cache.clone() {
+            // Watches served from the caches end at an event boundary when the drain
+            // begins (their bodies do not each poll the drain).
+            let draining = drain.watcher().draining();
+            tokio::spawn(async move {
+                draining.await;
+                registry.shutdown_watches();
+            });
+        }
         let admin_state = admin::AdminState {
             upstream: probe::UpstreamProbe::new(upstream.clone()),
             cache: cache.clone(),

@@ -261,6 +261,10 @@ impl WatchBody {
             self.end(EndReason::Relist);
             return;
         }
+        if self.store.hub().is_shutting_down() {
+            self.end(EndReason::Shutdown);
+            return;
+        }
         let Phase::Initial { after, cursor, .. } = &mut self.phase else {
             return;
         };
@@ -319,6 +323,10 @@ impl WatchBody {
     fn step_catch_up(&mut self, cursor: u64) {
         let store = self.store.clone();
         let hub = store.hub();
+        if hub.is_shutting_down() {
+            self.end(EndReason::Shutdown);
+            return;
+        }
         match hub.catch_up(&self.shared, cursor, BATCH, BATCH_BYTES) {
             CatchUp::Expired(reason) => self.end(reason),
             CatchUp::Events { events, next, live } => {

@@ -10,7 +10,7 @@
 //! the history's window and byte budget plus `QUEUE_LEN` events per watcher.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
@@ -211,6 +211,8 @@ pub struct Hub {
     /// `HubState::epoch`, readable without the lock (a body streaming its initial state
     /// checks it between batches).
     epoch: AtomicU64,
+    /// Set once the gateway drains: every stream ends at its next event boundary.
+    shutting_down: AtomicBool,
     pub stats: FanoutStats,
     dispatch_seconds: metrics::Histogram,
 }
@@ -252,6 +254,7 @@ impl Hub {
             }),
             head_rv: AtomicU64::new(0),
             epoch: AtomicU64::new(0),
+            shutting_down: AtomicBool::new(false),
             stats: FanoutStats::default(),
             dispatch_seconds,
         }
@@ -450,6 +453,10 @@ impl Hub {
 
     fn join(&self, st: &mut HubState, shared: &Arc<WatcherShared>) -> queue::Receiver<Item> {
         let (tx, rx) = queue::channel(QUEUE_LEN);
+        if self.is_shutting_down() {
+            // Draining: the queue is born closed and the stream ends (reason: shutdown).
+            return rx;
+        }
         let key = shared.filter.index_key(&self.indexed);
         st.index.insert(key.clone(), shared.id);
         st.watchers.insert(
@@ -524,6 +531,23 @@ impl Hub {
         st.floor_rv = list_rv;
         st.trimmed = false;
         self.head_rv.store(list_rv, Ordering::Release);
+    }
+
+    /// The gateway is draining: every stream ends at its next event boundary (live
+    /// watchers' queues close now; the others see [`Hub::is_shutting_down`] at their next
+    /// step), as kube-apiserver ends its watches when it shuts down. One flag for the hub
+    /// instead of a drain future that every stream would poll with every event.
+    pub fn shutdown(&self) {
+        let mut st = self.lock();
+        self.shutting_down.store(true, Ordering::Release);
+        // Dropping the senders closes the queues and wakes their bodies; `closed_by` stays
+        // 0, which reads as `EndReason::Shutdown`.
+        st.watchers.clear();
+        st.index = Index::default();
+    }
+
+    pub fn is_shutting_down(&self) -> bool {
+        self.shutting_down.load(Ordering::Acquire)
     }
 
     pub fn history_stats(&self) -> HistoryStats {

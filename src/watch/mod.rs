@@ -34,6 +34,9 @@ pub struct WatchConfig {
     /// `--write-stall-timeout` sets it, with the same bound on connections (docs/watch.md,
     /// "Slow watchers and memory").
     pub stall_timeout: Duration,
+    /// Record `watchgate_watch_dispatch_duration_seconds` (off with the gateway's metrics,
+    /// so that the metrics on/off benchmark compares against no instrumentation at all).
+    pub record_dispatch: bool,
 }
 
 /// `--write-stall-timeout`'s default.
@@ -46,6 +49,7 @@ impl Default for WatchConfig {
             history_bytes: 256 * 1024 * 1024,
             bookmark_interval: Duration::from_secs(60),
             stall_timeout: DEFAULT_STALL_TIMEOUT,
+            record_dispatch: true,
         }
     }
 }

@@ -12,7 +12,6 @@
 //! options (the upstream's Status is the reference), non-JSON media types, field labels
 //! the cache does not carry, and resources whose cache is not synced yet.
 
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -27,7 +26,6 @@ use crate::body::{self, Body};
 use crate::cache::registry::Registry;
 use crate::cache::serve::{fields_indexed, CATCH_UP_WAIT};
 use crate::proxy::headers::SOURCE_HEADER;
-use crate::proxy::DrainingBody;
 use crate::request::{self, ApiPath, Verb, WatchTimeout};
 use crate::selector::field::Term;
 use crate::status::Status;
@@ -36,14 +34,13 @@ use crate::status::Status;
 /// that reconnects spread out (handlers/get.go).
 const MIN_REQUEST_TIMEOUT: Duration = Duration::from_secs(1800);
 
-/// Serves the watch from the cache if it can; `None` means "forward it". `drain`
-/// resolves when the gateway starts draining: the stream then ends at an event boundary.
+/// Serves the watch from the cache if it can; `None` means "forward it". When the gateway
+/// drains, the stream ends at an event boundary ([`Registry::shutdown_watches`]).
 pub async fn try_watch(
     registry: &Arc<Registry>,
     method: &Method,
     uri: &http::Uri,
     headers: &HeaderMap,
-    drain: impl Future<Output = ()> + Send + 'static,
 ) -> Option<Response<Body>> {
     if method != Method::GET || !accepts_json_watch(headers) {
         return None;
@@ -132,9 +129,7 @@ pub async fn try_watch(
         timeout: watch_timeout(opts.watch_timeout()),
     };
     let body = WatchBody::new(cache.store.clone(), reg, params);
-    Some(stream_response(body::boxed(DrainingBody::new(
-        body, drain, true,
-    ))))
+    Some(stream_response(body::boxed(body)))
 }
 
 /// timeoutSeconds: honoured; negative (also after Go's overflow, see
