@@ -288,6 +288,15 @@ mod tests {
         (serde_json::from_slice(&all).unwrap(), frames)
     }
 
+    fn names(list: &serde_json::Value) -> Vec<&str> {
+        list["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| o["metadata"]["name"].as_str().unwrap())
+            .collect()
+    }
+
     fn head(rv: u64) -> ListHead {
         ListHead {
             api_version: "v1".into(),
@@ -346,13 +355,7 @@ mod tests {
         store.apply(Change::Upsert(pod("a-b", "w", 4, 0)));
         let snap = store.snapshot();
         let (v, _) = collect(ListBody::new(head(4), snap.clone(), Some("a"), None)).await;
-        let names: Vec<&str> = v["items"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|o| o["metadata"]["name"].as_str().unwrap())
-            .collect();
-        assert_eq!(names, ["x", "y"]);
+        assert_eq!(names(&v), ["x", "y"]);
         let only_y: Filter = Box::new(|o| o.label("app") == Some("y"));
         let (v, _) = collect(ListBody::new(head(4), snap.clone(), None, Some(only_y))).await;
         assert_eq!(v["items"].as_array().unwrap().len(), 1);
@@ -412,12 +415,6 @@ mod tests {
             "{text}"
         );
         let v: serde_json::Value = serde_json::from_str(&text).unwrap();
-        let names: Vec<&str> = v["items"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|o| o["metadata"]["name"].as_str().unwrap())
-            .collect();
-        assert_eq!(names, ["x", "y"]);
+        assert_eq!(names(&v), ["x", "y"]);
     }
 }
