@@ -169,7 +169,9 @@ pub struct ListArgs {
     /// The collection to list.
     #[arg(long, default_value = "/api/v1/pods")]
     pub path: String,
-    /// The resourceVersion parameter of each list.
+    /// The resourceVersion parameter of each list. `0` (any, from a cache; `--limit` is
+    /// then ignored, as kube-apiserver's watch cache does); empty (`--resource-version=`)
+    /// for a consistent list, which is paged.
     #[arg(long, default_value = "0")]
     pub resource_version: String,
     #[arg(long)]
