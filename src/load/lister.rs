@@ -36,6 +36,11 @@ fn head_field(body: &[u8], name: &str) -> Option<String> {
     Some(String::from_utf8_lossy(&head[at..at + len]).into_owned())
 }
 
+/// The resourceVersion of a list body (its ListMeta's).
+pub fn list_rv(body: &[u8]) -> Option<u64> {
+    head_field(body, "resourceVersion")?.parse().ok()
+}
+
 /// The number of objects in the top-level `items` array of a list body (a Kubernetes
 /// list's items are always objects), or `None` if the body has none (not a list, or cut
 /// short).
@@ -97,7 +102,7 @@ pub async fn list_once(target: &Target, spec: &ListSpec, stats: &Stats) -> anyho
     let started = Instant::now();
     let started_ns = unix_ns();
     let mut cont: Option<String> = None;
-    let mut items = 0u64;
+    let (mut pages, mut items) = (0u64, 0u64);
     let rv = loop {
         // The serializer is not Send: build the query in a block.
         let mut q = {
@@ -124,7 +129,7 @@ pub async fn list_once(target: &Target, spec: &ListSpec, stats: &Stats) -> anyho
         let status = resp.status();
         let body = resp.into_body().collect().await?.to_bytes();
         Stats::add(&stats.c.list_bytes, body.len() as u64);
-        Stats::add(&stats.c.list_pages, 1);
+        pages += 1;
         if !status.is_success() {
             stats.error(format!("list {}", status.as_u16()));
             anyhow::bail!("list {}: {status}", spec.path);
@@ -142,7 +147,12 @@ pub async fn list_once(target: &Target, spec: &ListSpec, stats: &Stats) -> anyho
             break rv;
         }
     };
-    stats.record_list(started_ns, started.elapsed().as_micros() as u64, items);
+    stats.record_list(
+        started_ns,
+        started.elapsed().as_micros() as u64,
+        pages,
+        items,
+    );
     Ok(rv)
 }
 

@@ -78,7 +78,8 @@ pub struct Summary {
     pub lists: u64,
     pub lists_per_s: f64,
     pub list_mb_per_s: f64,
-    /// Responses the lists read (one per page).
+    /// Pages (responses) of the complete lists. (`list_mb_per_s` counts every byte read,
+    /// also of lists cut short by the end of the run.)
     pub list_pages: u64,
     /// Items of the complete lists, in all; and the fewest and most in one list.
     pub list_items: u64,

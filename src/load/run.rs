@@ -120,9 +120,16 @@ pub async fn execute(plan: &Plan) -> anyhow::Result<Summary> {
     let stats = Arc::new(Stats::new());
 
     warm_up(&target, "/api/v1/pods").await;
-    let start_rv = writer::create_pool(&write_target, &pool, 32)
+    let log = Arc::new(Mutex::new(WriterLog::default()));
+    let start_rv = writer::create_pool(&write_target, &pool, 32, &log)
         .await
         .context("creating the writer's pool")?;
+    if !writer::wait_until_seen(&target, &pool, start_rv, Duration::from_secs(15)).await {
+        eprintln!(
+            "warning: the target's RV=0 lists did not reach the pool's last creation (RV \
+             {start_rv}) within 15 s; informers may start from an older list"
+        );
+    }
     // After the pool: its objects in the target's cache are not watcher memory.
     let before = probe.sample().await;
 
@@ -162,7 +169,6 @@ pub async fn execute(plan: &Plan) -> anyhow::Result<Summary> {
     let idle = probe.sample().await;
 
     // The measured window.
-    let log = Arc::new(Mutex::new(WriterLog::default()));
     let writer_stop = CancellationToken::new();
     let started = Instant::now();
     stats.mark_start();

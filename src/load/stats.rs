@@ -45,7 +45,7 @@ pub struct Counters {
     /// Complete lists (every page read).
     pub lists: AtomicU64,
     pub list_bytes: AtomicU64,
-    /// Responses read by lists (one per page).
+    /// Pages (responses) of complete lists.
     pub list_pages: AtomicU64,
     /// Items of complete lists, summed over their pages.
     pub list_items: AtomicU64,
@@ -137,10 +137,10 @@ impl Stats {
         self.started_unix_ns.store(unix_ns(), Ordering::Relaxed);
     }
 
-    /// Records one complete list: its latency, and when it started (unix ns) so that the
+    /// Records one complete list: its latency, pages and items, and when it started (unix ns) so that the
     /// plot can show list latency over the run. Lists that started before the measured
     /// window (informers' first lists) count in the totals but not per second.
-    pub fn record_list(&self, started_ns: u64, us: u64, items: u64) {
+    pub fn record_list(&self, started_ns: u64, us: u64, pages: u64, items: u64) {
         let us = us.clamp(1, MAX_US);
         self.list_latency.lock().unwrap().saturating_record(us);
         let origin = self.started_unix_ns.load(Ordering::Relaxed);
@@ -154,6 +154,7 @@ impl Stats {
                 per[second].saturating_record(us);
             }
         }
+        Self::add(&self.c.list_pages, pages);
         Self::add(&self.c.list_items, items);
         self.c.list_items_min.fetch_min(items, Ordering::Relaxed);
         self.c.list_items_max.fetch_max(items, Ordering::Relaxed);
