@@ -155,6 +155,8 @@ async fn informers_list_then_watch_and_cost_the_upstream_one_list_and_one_watch(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lists_in_a_closed_loop_read_every_page_and_report_their_throughput() {
     let (_sim, gw) = servers().await;
+    let dir = tempfile::tempdir().unwrap();
+    let plot = dir.path().join("lists.svg");
     // A consistent list (no resourceVersion) honours --limit: 100 pods in pages of 30 is 4
     // pages, each list read to its last page.
     let s = run(&[
@@ -175,6 +177,8 @@ async fn lists_in_a_closed_loop_read_every_page_and_report_their_throughput() {
         "--duration",
         "2s",
         "--keep-objects",
+        "--plot",
+        plot.to_str().unwrap(),
     ])
     .await;
     assert!(s.ok && s.errors.is_empty(), "{:?}", s.errors);
@@ -212,6 +216,14 @@ async fn lists_in_a_closed_loop_read_every_page_and_report_their_throughput() {
         (1.0..=2.02).contains(&in_flight),
         "{in_flight:.2} lists in flight on average with --concurrency 2"
     );
+    // A run without watchers plots what it measured: list latency, not an empty
+    // delivery plot.
+    let svg = std::fs::read_to_string(&plot).expect("the plot was written");
+    assert!(
+        svg.contains("list latency over the run") && svg.contains("list latency CDF"),
+        "{svg}"
+    );
+    assert!(!svg.contains("delivery latency"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
