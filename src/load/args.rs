@@ -174,8 +174,10 @@ pub struct ListArgs {
     /// for a consistent list, which is paged.
     #[arg(long, default_value = "0")]
     pub resource_version: String,
+    /// Label selector of every list (e.g. `load-shard=3`).
     #[arg(long)]
     pub label_selector: Option<String>,
+    /// Field selector of every list (e.g. `spec.nodeName=load-node-1`).
     #[arg(long)]
     pub field_selector: Option<String>,
 }
