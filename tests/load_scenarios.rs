@@ -391,3 +391,56 @@ async fn watch_fanout_over_http2_multiplexes_the_asked_streams_per_connection() 
     assert_eq!(s.checked_events, 40 * s.writes);
     assert_eq!(s.delivery.count, s.checked_events);
 }
+
+/// An informer whose RV=0 list came from a cache that had not yet seen the whole pool
+/// watches from that older RV and receives the later creations as ADDED events. The runs
+/// above wait until the target shows the whole pool, so here the case is built directly:
+/// the pool's creations are in the writer's log, and a stream that starts before them and
+/// receives them is correct (it would be "unexpected" events without them), while one that
+/// misses a creation has a gap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pool_creations_are_in_the_writers_log_for_informers_that_start_before_them() {
+    use std::sync::Mutex;
+    use watchgate::load::checker::{EventType, StreamCheck, Violation, WriterLog};
+    use watchgate::load::pool::Pool;
+    use watchgate::load::target::Target;
+    use watchgate::load::writer;
+
+    let sim = start_sim_with(cluster_config()).await;
+    let target = Target::resolve(Some(sim.url()), None, None, 1)
+        .await
+        .unwrap();
+    let pool = Pool {
+        run: "r1".into(),
+        namespace: "watchgate-load".into(),
+        size: 5,
+        nodes: 1,
+        node_prefix: "load-node".into(),
+        shards: 1,
+        object_size: 0,
+    };
+    let log = Mutex::new(WriterLog::default());
+    let last = writer::create_pool(&target, &pool, 2, &log).await.unwrap();
+    let log = log.into_inner().unwrap();
+    let created: Vec<u64> = log.range(0, None).map(|r| r.rv).collect();
+    assert_eq!(created.len(), 5);
+    assert_eq!(created.last(), Some(&last));
+    assert!(log.range(0, None).all(|r| r.event == EventType::Added));
+
+    // Listed after the first two creations, then watched from there.
+    let from = created[1];
+    let mut informer = StreamCheck::new(0, from);
+    for &rv in &created[2..] {
+        informer.observe(rv, EventType::Added);
+    }
+    assert_eq!(informer.verify(&log, |_| true), vec![]);
+    let mut missed = StreamCheck::new(1, from);
+    for &rv in &created[3..] {
+        missed.observe(rv, EventType::Added);
+    }
+    assert!(
+        matches!(missed.verify(&log, |_| true)[..], [Violation::Gap { .. }]),
+        "{:?}",
+        missed.verify(&log, |_| true)
+    );
+}
