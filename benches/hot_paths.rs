@@ -2,11 +2,13 @@
 //! framing, list assembly from cached bytes, upstream event parsing, and dispatch of one
 //! event to 10,000 indexed watchers.
 //!
-//!     cargo bench --bench hot_paths                          # full (about 2 minutes)
-//!     WATCHGATE_BENCH_QUICK=1 cargo bench --bench hot_paths  # short measurements
+//!     cargo bench --bench hot_paths                          # full: ~1 min 40 s of running
+//!     WATCHGATE_BENCH_QUICK=1 cargo bench --bench hot_paths  # short measurements: ~10 s
 //!     cargo test --benches                                   # CI smoke: each bench once
 //!
-//! Objects are the simulator's seeded pods (realistic, padded to ~4 KiB).
+//! Objects are the simulator's seeded pods (realistic, padded to ~4 KiB). The times are
+//! wall clock on the 2-core development machine when quiet, after the release build
+//! (which takes longer than the run when it starts from nothing).
 
 use std::sync::Arc;
 use std::time::Duration;

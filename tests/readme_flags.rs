@@ -1,11 +1,26 @@
 //! The README's flag table stays true to the code: every flag that `watchgate <command>
 //! --help` lists appears in the README's table for that command, and the table names no
-//! flag the binary does not have.
+//! flag the binary does not have. `watchgate load` has one table of the flags every
+//! scenario takes and one per scenario with its own: each scenario's `--help` must list
+//! exactly the union of the two.
 
 use std::collections::BTreeSet;
 use std::process::Command;
 
 const COMMANDS: [&str; 3] = ["serve", "sim", "demo"];
+
+/// The scenarios of `watchgate load`.
+const LOAD_SCENARIOS: [&str; 5] = ["watch-fanout", "kubelets", "informers", "lists", "mixed"];
+
+fn help(args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_watchgate"))
+        .args(args)
+        .arg("--help")
+        .output()
+        .expect("run watchgate --help");
+    assert!(out.status.success(), "watchgate {args:?} --help failed");
+    String::from_utf8(out.stdout).unwrap()
+}
 
 /// The long flags in a `--help` text (`--foo`, `--foo-bar`), without --help/--version.
 fn flags_in_help(help: &str) -> BTreeSet<String> {
@@ -50,12 +65,7 @@ fn readme_flag_tables_match_help() {
     let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
         .expect("README.md");
     for command in COMMANDS {
-        let out = Command::new(env!("CARGO_BIN_EXE_watchgate"))
-            .args([command, "--help"])
-            .output()
-            .expect("run watchgate --help");
-        assert!(out.status.success(), "watchgate {command} --help failed");
-        let help = String::from_utf8(out.stdout).unwrap();
+        let help = help(&[command]);
         let want = flags_in_help(&help);
         if command == "serve" {
             // Guards the parser itself: serve always has flags.
@@ -65,6 +75,43 @@ fn readme_flag_tables_match_help() {
         assert_eq!(
             have, want,
             "README.md's table for `watchgate {command}` differs from its --help (fix: `cargo build && scripts/flags-table --write`):\n{help}"
+        );
+    }
+}
+
+#[test]
+fn readme_load_flag_tables_match_help() {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
+        .expect("README.md");
+    // Every scenario of `watchgate load --help` is one of these (a new one needs a table).
+    let listed = help(&["load"]);
+    let commands = listed
+        .split("Commands:")
+        .nth(1)
+        .expect("watchgate load --help lists its scenarios");
+    let scenarios: Vec<&str> = commands
+        .lines()
+        .skip(1)
+        .map_while(|l| l.strip_prefix("  ")?.split_whitespace().next())
+        .filter(|s| *s != "help")
+        .collect();
+    assert_eq!(scenarios, LOAD_SCENARIOS, "from:\n{listed}");
+
+    let common = flags_in_readme(&readme, "load");
+    assert!(common.contains("--server"), "no common flags parsed");
+    for scenario in LOAD_SCENARIOS {
+        let help = help(&["load", scenario]);
+        let want = flags_in_help(&help);
+        let own = flags_in_readme(&readme, &format!("load {scenario}"));
+        assert!(
+            own.is_disjoint(&common),
+            "README.md's table for `watchgate load {scenario}` repeats common flags: {:?}",
+            own.intersection(&common).collect::<Vec<_>>()
+        );
+        let have: BTreeSet<String> = common.union(&own).cloned().collect();
+        assert_eq!(
+            have, want,
+            "README.md's tables for `watchgate load` and `watchgate load {scenario}` differ from its --help (fix: `cargo build && scripts/flags-table --write`):\n{help}"
         );
     }
 }

@@ -169,11 +169,15 @@ pub struct ListArgs {
     /// The collection to list.
     #[arg(long, default_value = "/api/v1/pods")]
     pub path: String,
-    /// The resourceVersion parameter of each list.
+    /// The resourceVersion parameter of each list. `0` (any, from a cache; `--limit` is
+    /// then ignored, as kube-apiserver's watch cache does); empty (`--resource-version=`)
+    /// for a consistent list, which is paged.
     #[arg(long, default_value = "0")]
     pub resource_version: String,
+    /// Label selector of every list (e.g. `load-shard=3`).
     #[arg(long)]
     pub label_selector: Option<String>,
+    /// Field selector of every list (e.g. `spec.nodeName=load-node-1`).
     #[arg(long)]
     pub field_selector: Option<String>,
 }

@@ -10,7 +10,7 @@ use http_body_util::BodyExt;
 use memchr::memmem;
 use tokio_util::sync::CancellationToken;
 
-use super::stats::Stats;
+use super::stats::{unix_ns, Stats};
 use super::target::Target;
 
 /// What a list scenario reads.
@@ -22,7 +22,8 @@ pub struct ListSpec {
     pub query: String,
     /// Page size (0: one response).
     pub limit: usize,
-    /// The resourceVersion parameter (`0` for the cache-friendly list).
+    /// The resourceVersion parameter (`0` for the cache-friendly list; empty: none is
+    /// sent, a consistent list, which honours `limit`).
     pub resource_version: String,
 }
 
@@ -35,15 +36,78 @@ fn head_field(body: &[u8], name: &str) -> Option<String> {
     Some(String::from_utf8_lossy(&head[at..at + len]).into_owned())
 }
 
+/// The resourceVersion of a list body (its ListMeta's).
+pub fn list_rv(body: &[u8]) -> Option<u64> {
+    head_field(body, "resourceVersion")?.parse().ok()
+}
+
+/// The number of objects in the top-level `items` array of a list body (a Kubernetes
+/// list's items are always objects), or `None` if the body has none (not a list, or cut
+/// short).
+///
+/// A structural scan rather than a parse: the load tool reads lists at gigabytes per second
+/// and must not become the bottleneck it measures. Only string boundaries and nesting are
+/// tracked; string contents (most of a pod's bytes) are skipped with memchr.
+pub fn count_items(body: &[u8]) -> Option<u64> {
+    let mut depth = 0usize;
+    // Whether the last key read at depth 1 was `items`, and whether we are inside its array.
+    let mut key_is_items = false;
+    let mut in_items = false;
+    let mut items = None;
+    let mut i = 0;
+    while i < body.len() {
+        match body[i] {
+            b'"' => {
+                // Find the closing quote, skipping escaped ones.
+                let start = i + 1;
+                let mut j = start;
+                loop {
+                    j += memchr::memchr2(b'"', b'\\', body.get(j..)?)?;
+                    if body[j] == b'\\' {
+                        j += 2;
+                        continue;
+                    }
+                    break;
+                }
+                if depth == 1 {
+                    key_is_items = &body[start..j] == b"items";
+                }
+                i = j + 1;
+                continue;
+            }
+            b'{' | b'[' => {
+                if depth == 1 && body[i] == b'[' && key_is_items {
+                    in_items = true;
+                    items = Some(0);
+                } else if depth == 2 && in_items {
+                    items = items.map(|n| n + 1);
+                }
+                depth += 1;
+            }
+            b'}' | b']' => {
+                depth = depth.checked_sub(1)?;
+                if depth == 1 {
+                    in_items = false;
+                }
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    (depth == 0).then_some(items).flatten()
+}
+
 /// Reads one list (all pages); returns its resourceVersion (of the last page).
 pub async fn list_once(target: &Target, spec: &ListSpec, stats: &Stats) -> anyhow::Result<u64> {
     let started = Instant::now();
+    let started_ns = unix_ns();
     let mut cont: Option<String> = None;
+    let (mut pages, mut items) = (0u64, 0u64);
     let rv = loop {
         // The serializer is not Send: build the query in a block.
         let mut q = {
             let mut q = form_urlencoded::Serializer::new(String::new());
-            if cont.is_none() {
+            if cont.is_none() && !spec.resource_version.is_empty() {
                 q.append_pair("resourceVersion", &spec.resource_version);
             }
             if spec.limit > 0 {
@@ -65,10 +129,16 @@ pub async fn list_once(target: &Target, spec: &ListSpec, stats: &Stats) -> anyho
         let status = resp.status();
         let body = resp.into_body().collect().await?.to_bytes();
         Stats::add(&stats.c.list_bytes, body.len() as u64);
+        pages += 1;
         if !status.is_success() {
             stats.error(format!("list {}", status.as_u16()));
             anyhow::bail!("list {}: {status}", spec.path);
         }
+        let Some(n) = count_items(&body) else {
+            stats.error("list: not a list");
+            anyhow::bail!("list {}: the body has no items array", spec.path);
+        };
+        items += n;
         let rv = head_field(&body, "resourceVersion")
             .and_then(|s| s.parse().ok())
             .unwrap_or(0);
@@ -77,8 +147,12 @@ pub async fn list_once(target: &Target, spec: &ListSpec, stats: &Stats) -> anyho
             break rv;
         }
     };
-    stats.record_list(started.elapsed().as_micros() as u64);
-    Stats::add(&stats.c.lists, 1);
+    stats.record_list(
+        started_ns,
+        started.elapsed().as_micros() as u64,
+        pages,
+        items,
+    );
     Ok(rv)
 }
 
@@ -155,5 +229,20 @@ mod tests {
         let body = br#"{"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":"42","continue":"abc"},"items":[{"metadata":{"resourceVersion":"7"}}]}"#;
         assert_eq!(head_field(body, "resourceVersion").as_deref(), Some("42"));
         assert_eq!(head_field(body, "continue").as_deref(), Some("abc"));
+    }
+
+    #[test]
+    fn counts_the_items_of_a_list() {
+        // Nested arrays and objects, brackets and quotes inside strings, an `items` key
+        // deeper down, and whitespace: only the top-level items count.
+        let body = br#"{"kind":"PodList","metadata":{"resourceVersion":"42","items":"x"},
+            "items": [ {"metadata":{"name":"a]}\"[{","labels":{"items":"[1,2]"}},"spec":{"containers":[{"a":1},{"b":[2,3]}]}},
+                       {"metadata":{"name":"b"}} , {"items":[{},{}]} ],
+            "trailer":[{},{}]}"#;
+        assert_eq!(count_items(body), Some(3));
+        assert_eq!(count_items(br#"{"kind":"PodList","items":[]}"#), Some(0));
+        // Not a list, or cut short: no count rather than a wrong one.
+        assert_eq!(count_items(br#"{"kind":"Status","code":410}"#), None);
+        assert_eq!(count_items(br#"{"items":[{"a":1},{"b""#), None);
     }
 }

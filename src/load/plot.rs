@@ -1,5 +1,7 @@
-//! `--plot out.svg`: delivery latency over the run (p50/p99/max per second of write time)
-//! and its CDF, drawn as SVG (text stays text: no font files needed).
+//! `--plot out.svg`: latency over the run (p50/p99/max per second) and its CDF, drawn as
+//! SVG (text stays text: no font files needed). Watch runs plot delivery latency (per
+//! second of write time); runs that only list plot list latency (per second of the list's
+//! start).
 
 use std::path::Path;
 
@@ -7,8 +9,33 @@ use anyhow::Context as _;
 use hdrhistogram::Histogram;
 use plotters::prelude::*;
 
+/// What a plot's latencies are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PlotKind {
+    /// Write to watcher, by the second the write was made.
+    Delivery,
+    /// One complete list (all pages), by the second it started.
+    List,
+}
+
+impl PlotKind {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Delivery => "delivery latency",
+            Self::List => "list latency",
+        }
+    }
+    fn x_desc(self) -> &'static str {
+        match self {
+            Self::Delivery => "second of the run (write time)",
+            Self::List => "second of the run (list start)",
+        }
+    }
+}
+
 /// Plot data: per second (p50, p99, max) in ms, and the CDF points (ms, fraction).
 pub struct PlotData {
+    pub kind: PlotKind,
     pub title: String,
     pub per_second: Vec<(f64, f64, f64, f64)>,
     pub cdf: Vec<(f64, f64)>,
@@ -16,6 +43,7 @@ pub struct PlotData {
 
 impl PlotData {
     pub fn from_histograms(
+        kind: PlotKind,
         title: String,
         per_second: &[Histogram<u64>],
         total: &Histogram<u64>,
@@ -42,6 +70,7 @@ impl PlotData {
             cdf.push((ms(v.value_iterated_to()).max(0.001), seen as f64 / n));
         }
         Self {
+            kind,
             title,
             per_second,
             cdf,
@@ -61,13 +90,16 @@ pub fn write_svg(path: &Path, data: &PlotData) -> anyhow::Result<()> {
     let t_max = data.per_second.last().map(|p| p.0 + 1.0).unwrap_or(1.0);
     let y_max = data.per_second.iter().map(|p| p.3).fold(1.0f64, f64::max) * 1.1;
     let mut c = ChartBuilder::on(&left)
-        .caption("delivery latency over the run", ("sans-serif", 15))
+        .caption(
+            format!("{} over the run", data.kind.name()),
+            ("sans-serif", 15),
+        )
         .margin(10)
         .x_label_area_size(35)
         .y_label_area_size(55)
         .build_cartesian_2d(0f64..t_max, (0.01f64..y_max).log_scale())?;
     c.configure_mesh()
-        .x_desc("second of the run (write time)")
+        .x_desc(data.kind.x_desc())
         .y_desc("ms")
         .draw()?;
     let series = [
@@ -99,7 +131,7 @@ pub fn write_svg(path: &Path, data: &PlotData) -> anyhow::Result<()> {
 
     let x_max = data.cdf.last().map(|p| p.0).unwrap_or(1.0).max(0.02) * 1.2;
     let mut c = ChartBuilder::on(&right)
-        .caption("delivery latency CDF", ("sans-serif", 15))
+        .caption(format!("{} CDF", data.kind.name()), ("sans-serif", 15))
         .margin(10)
         .x_label_area_size(35)
         .y_label_area_size(45)
@@ -128,14 +160,27 @@ mod tests {
             total.record(us).unwrap();
             per[(us % 2) as usize].record(us).unwrap();
         }
-        let data = PlotData::from_histograms("t".into(), &per, &total);
+        let data = PlotData::from_histograms(PlotKind::Delivery, "t".into(), &per, &total);
         assert_eq!(data.cdf.last().unwrap().1, 1.0);
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("x/plot.svg");
         write_svg(&p, &data).unwrap();
         let svg = std::fs::read_to_string(&p).unwrap();
         assert!(
-            svg.starts_with("<svg") && svg.contains("delivery latency CDF"),
+            svg.starts_with("<svg")
+                && svg.contains("delivery latency over the run")
+                && svg.contains("delivery latency CDF"),
+            "{}",
+            &svg[..200]
+        );
+        let data = PlotData::from_histograms(PlotKind::List, "t".into(), &per, &total);
+        write_svg(&p, &data).unwrap();
+        let svg = std::fs::read_to_string(&p).unwrap();
+        assert!(
+            svg.contains("list latency over the run")
+                && svg.contains("list latency CDF")
+                && svg.contains("list start")
+                && !svg.contains("delivery"),
             "{}",
             &svg[..200]
         );

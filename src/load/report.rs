@@ -13,6 +13,7 @@ use super::probe::Sample;
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Latency {
     pub count: u64,
+    pub mean_ms: f64,
     pub p50_ms: f64,
     pub p90_ms: f64,
     pub p99_ms: f64,
@@ -27,6 +28,7 @@ impl Latency {
         let ms = |us: u64| us as f64 / 1000.0;
         Self {
             count: h.len(),
+            mean_ms: h.mean() / 1000.0,
             p50_ms: ms(h.value_at_quantile(0.50)),
             p90_ms: ms(h.value_at_quantile(0.90)),
             p99_ms: ms(h.value_at_quantile(0.99)),
@@ -46,7 +48,9 @@ pub struct TargetCost {
     pub cpu_us_per_delivery: Option<f64>,
     /// CPU time of the target per write the writer made (µs): per upstream event.
     pub cpu_us_per_write: Option<f64>,
-    /// RSS growth from before the watchers connected to the end, per watcher (bytes).
+    /// RSS growth per watcher (bytes): from just before the watchers connect to the
+    /// moment every watcher is connected, before any write. Idle watchers only, so that
+    /// queued events and the writer's load do not count as the watchers' own memory.
     pub rss_per_watcher_bytes: Option<f64>,
 }
 
@@ -66,10 +70,21 @@ pub struct Summary {
     pub events_per_s: f64,
     pub bookmarks: u64,
     pub watch_requests: u64,
+    /// HTTP/2 connections the watches were multiplexed on (`--protocol http2`; 0 over
+    /// HTTP/1.1, where each watch has its own connection).
+    pub h2_connections: usize,
     pub watch_mb_per_s: f64,
+    /// Complete lists (all pages read), including informers' and relists.
     pub lists: u64,
     pub lists_per_s: f64,
     pub list_mb_per_s: f64,
+    /// Pages (responses) of the complete lists. (`list_mb_per_s` counts every byte read,
+    /// also of lists cut short by the end of the run.)
+    pub list_pages: u64,
+    /// Items of the complete lists, in all; and the fewest and most in one list.
+    pub list_items: u64,
+    pub list_items_min: u64,
+    pub list_items_max: u64,
     pub delivery: Latency,
     pub list_latency: Latency,
     pub write_latency: Latency,
@@ -139,8 +154,21 @@ impl Summary {
                 &mut s,
                 "lists",
                 format!(
-                    "{} ({:.1} lists/s, {:.1} MB/s); p50 {:.1} ms  p99 {:.1} ms  max {:.1} ms",
-                    self.lists, self.lists_per_s, self.list_mb_per_s, d.p50_ms, d.p99_ms, d.max_ms
+                    "{} ({:.1} lists/s, {:.1} MB/s, {} pages, {} items per list); \
+                     p50 {:.1} ms  p90 {:.1} ms  p99 {:.1} ms  max {:.1} ms",
+                    self.lists,
+                    self.lists_per_s,
+                    self.list_mb_per_s,
+                    self.list_pages,
+                    if self.list_items_min == self.list_items_max {
+                        self.list_items_min.to_string()
+                    } else {
+                        format!("{}-{}", self.list_items_min, self.list_items_max)
+                    },
+                    d.p50_ms,
+                    d.p90_ms,
+                    d.p99_ms,
+                    d.max_ms
                 ),
             );
         }
@@ -155,8 +183,15 @@ impl Summary {
             &mut s,
             "watch requests",
             format!(
-                "{} (time to headers p50 {:.2} ms  p99 {:.2} ms)",
-                self.watch_requests, c.p50_ms, c.p99_ms
+                "{}{} (time to headers p50 {:.2} ms  p99 {:.2} ms)",
+                self.watch_requests,
+                if self.h2_connections > 0 {
+                    format!(" on {} HTTP/2 connections", self.h2_connections)
+                } else {
+                    String::new()
+                },
+                c.p50_ms,
+                c.p99_ms
             ),
         );
         l(&mut s, "bookmarks", self.bookmarks.to_string());
@@ -219,5 +254,49 @@ impl Summary {
             if self.ok { "ok" } else { "FAILED" }
         );
         s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_table_shows_every_list_percentile_and_the_list_shape() {
+        let s = Summary {
+            lists: 12,
+            lists_per_s: 6.0,
+            list_mb_per_s: 1.5,
+            list_pages: 48,
+            list_items: 1200,
+            list_items_min: 100,
+            list_items_max: 100,
+            list_latency: Latency {
+                count: 12,
+                mean_ms: 3.0,
+                p50_ms: 2.5,
+                p90_ms: 7.5,
+                p99_ms: 9.5,
+                max_ms: 11.0,
+            },
+            ..Summary::default()
+        };
+        let table = s.table();
+        let line = table
+            .lines()
+            .find(|l| l.trim_start().starts_with("lists "))
+            .unwrap_or_else(|| panic!("no lists line in:\n{table}"));
+        assert!(
+            line.ends_with(
+                "12 (6.0 lists/s, 1.5 MB/s, 48 pages, 100 items per list); \
+                 p50 2.5 ms  p90 7.5 ms  p99 9.5 ms  max 11.0 ms"
+            ),
+            "{line}"
+        );
+        let varied = Summary {
+            list_items_min: 90,
+            ..s
+        };
+        assert!(varied.table().contains("90-100 items per list"));
     }
 }

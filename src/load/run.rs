@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 use super::args::LoadArgs;
 use super::checker::WriterLog;
 use super::plan::Plan;
-use super::plot::{write_svg, PlotData};
+use super::plot::{write_svg, PlotData, PlotKind};
 use super::pool::Pool;
 use super::probe::{Probe, Sample};
 use super::report::{Latency, Summary, TargetCost};
@@ -120,9 +120,16 @@ pub async fn execute(plan: &Plan) -> anyhow::Result<Summary> {
     let stats = Arc::new(Stats::new());
 
     warm_up(&target, "/api/v1/pods").await;
-    let start_rv = writer::create_pool(&write_target, &pool, 32)
+    let log = Arc::new(Mutex::new(WriterLog::default()));
+    let start_rv = writer::create_pool(&write_target, &pool, 32, &log)
         .await
         .context("creating the writer's pool")?;
+    if !writer::wait_until_seen(&target, &pool, start_rv, Duration::from_secs(15)).await {
+        eprintln!(
+            "warning: the target's RV=0 lists did not reach the pool's last creation (RV \
+             {start_rv}) within 15 s; informers may start from an older list"
+        );
+    }
     // After the pool: its objects in the target's cache are not watcher memory.
     let before = probe.sample().await;
 
@@ -162,7 +169,6 @@ pub async fn execute(plan: &Plan) -> anyhow::Result<Summary> {
     let idle = probe.sample().await;
 
     // The measured window.
-    let log = Arc::new(Mutex::new(WriterLog::default()));
     let writer_stop = CancellationToken::new();
     let started = Instant::now();
     stats.mark_start();
@@ -298,10 +304,15 @@ pub async fn execute(plan: &Plan) -> anyhow::Result<Summary> {
         events_per_s: events_in_window as f64 / secs,
         bookmarks: Stats::get(&stats.c.bookmarks),
         watch_requests: Stats::get(&stats.c.watch_requests),
+        h2_connections: target.h2_connections().await,
         watch_mb_per_s: Stats::get(&stats.c.watch_bytes) as f64 / 1e6 / secs,
         lists: Stats::get(&stats.c.lists),
         lists_per_s: Stats::get(&stats.c.lists) as f64 / secs,
         list_mb_per_s: Stats::get(&stats.c.list_bytes) as f64 / 1e6 / secs,
+        list_pages: Stats::get(&stats.c.list_pages),
+        list_items: Stats::get(&stats.c.list_items),
+        list_items_min: stats.list_items_range().0,
+        list_items_max: stats.list_items_range().1,
         delivery: Latency::of(&stats.delivery()),
         list_latency: Latency::of(&stats.list_latency()),
         write_latency: Latency::of(&stats.write_latency()),
@@ -316,17 +327,34 @@ pub async fn execute(plan: &Plan) -> anyhow::Result<Summary> {
         ok: violation_count == 0 && connected >= total_watchers,
     };
     if let Some(path) = &c.plot {
-        let data = PlotData::from_histograms(
-            format!(
-                "watchgate load {}: {} watchers, {} writes/s, {}",
-                plan.name,
-                total_watchers,
-                c.rate,
-                target.url()
-            ),
-            &stats.delivery_per_second(),
-            &stats.delivery(),
-        );
+        // A run without watchers (`lists`) has no deliveries to draw: its plot shows what
+        // it measured, list latency.
+        let data = if total_watchers == 0 {
+            PlotData::from_histograms(
+                PlotKind::List,
+                format!(
+                    "watchgate load {}: {} list workers, {}",
+                    plan.name,
+                    plan.lists.as_ref().map_or(0, |l| l.concurrency),
+                    target.url()
+                ),
+                &stats.list_latency_per_second(),
+                &stats.list_latency(),
+            )
+        } else {
+            PlotData::from_histograms(
+                PlotKind::Delivery,
+                format!(
+                    "watchgate load {}: {} watchers, {} writes/s, {}",
+                    plan.name,
+                    total_watchers,
+                    c.rate,
+                    target.url()
+                ),
+                &stats.delivery_per_second(),
+                &stats.delivery(),
+            )
+        };
         write_svg(path, &data).with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(summary)

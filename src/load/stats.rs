@@ -42,8 +42,16 @@ pub struct Counters {
     pub terminated: AtomicU64,
     /// ERROR events or responses with 410 Gone (each is followed by a relist).
     pub gone: AtomicU64,
+    /// Complete lists (every page read).
     pub lists: AtomicU64,
     pub list_bytes: AtomicU64,
+    /// Pages (responses) of complete lists.
+    pub list_pages: AtomicU64,
+    /// Items of complete lists, summed over their pages.
+    pub list_items: AtomicU64,
+    /// Fewest and most items in one complete list (min starts at `u64::MAX`: no list yet).
+    pub list_items_min: AtomicU64,
+    pub list_items_max: AtomicU64,
     pub writes: AtomicU64,
     /// Writes the ticker could not start because too many were in flight.
     pub writes_behind: AtomicU64,
@@ -52,11 +60,15 @@ pub struct Counters {
 pub struct Stats {
     pub started: Instant,
     /// Unix time (ns) of the measured window's start (set by [`Stats::mark_start`]), to
-    /// turn stamps into run-relative seconds for the plot.
+    /// turn stamps into run-relative seconds for the plot. `u64::MAX` until then, so that
+    /// nothing before the window (informers' first lists) is placed in it.
     started_unix_ns: AtomicU64,
     pub c: Counters,
     delivery: Vec<Mutex<Shard>>,
     list_latency: Mutex<Histogram<u64>>,
+    /// List latency per second of the run (by the list's start), for the plot of a run
+    /// that only lists.
+    list_per_second: Mutex<Vec<Histogram<u64>>>,
     write_latency: Mutex<Histogram<u64>>,
     watch_connect_latency: Mutex<Histogram<u64>>,
     errors: Mutex<BTreeMap<String, u64>>,
@@ -79,8 +91,11 @@ impl Stats {
     pub fn new() -> Self {
         Self {
             started: Instant::now(),
-            started_unix_ns: AtomicU64::new(unix_ns()),
-            c: Counters::default(),
+            started_unix_ns: AtomicU64::new(u64::MAX),
+            c: Counters {
+                list_items_min: AtomicU64::new(u64::MAX),
+                ..Counters::default()
+            },
             delivery: (0..SHARDS)
                 .map(|_| {
                     Mutex::new(Shard {
@@ -90,6 +105,7 @@ impl Stats {
                 })
                 .collect(),
             list_latency: Mutex::new(histogram()),
+            list_per_second: Mutex::new(Vec::new()),
             write_latency: Mutex::new(histogram()),
             watch_connect_latency: Mutex::new(histogram()),
             errors: Mutex::new(BTreeMap::new()),
@@ -121,12 +137,30 @@ impl Stats {
         self.started_unix_ns.store(unix_ns(), Ordering::Relaxed);
     }
 
-    pub fn record_list(&self, us: u64) {
-        self.list_latency
-            .lock()
-            .unwrap()
-            .saturating_record(us.clamp(1, MAX_US));
+    /// Records one complete list: its latency, pages and items, and when it started (unix ns) so that the
+    /// plot can show list latency over the run. Lists that started before the measured
+    /// window (informers' first lists) count in the totals but not per second.
+    pub fn record_list(&self, started_ns: u64, us: u64, pages: u64, items: u64) {
+        let us = us.clamp(1, MAX_US);
+        self.list_latency.lock().unwrap().saturating_record(us);
+        let origin = self.started_unix_ns.load(Ordering::Relaxed);
+        if let Some(since) = started_ns.checked_sub(origin) {
+            let second = (since / 1_000_000_000) as usize;
+            if second < 24 * 3600 {
+                let mut per = self.list_per_second.lock().unwrap();
+                while per.len() <= second {
+                    per.push(histogram());
+                }
+                per[second].saturating_record(us);
+            }
+        }
+        Self::add(&self.c.list_pages, pages);
+        Self::add(&self.c.list_items, items);
+        self.c.list_items_min.fetch_min(items, Ordering::Relaxed);
+        self.c.list_items_max.fetch_max(items, Ordering::Relaxed);
+        Self::add(&self.c.lists, 1);
     }
+
     pub fn record_write(&self, us: u64) {
         self.write_latency
             .lock()
@@ -174,6 +208,16 @@ impl Stats {
 
     pub fn list_latency(&self) -> Histogram<u64> {
         self.list_latency.lock().unwrap().clone()
+    }
+    pub fn list_latency_per_second(&self) -> Vec<Histogram<u64>> {
+        self.list_per_second.lock().unwrap().clone()
+    }
+    /// (fewest, most) items in one complete list; (0, 0) before any list.
+    pub fn list_items_range(&self) -> (u64, u64) {
+        match Self::get(&self.c.list_items_min) {
+            u64::MAX => (0, 0),
+            min => (min, Self::get(&self.c.list_items_max)),
+        }
     }
     pub fn write_latency(&self) -> Histogram<u64> {
         self.write_latency.lock().unwrap().clone()

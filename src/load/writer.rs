@@ -52,7 +52,17 @@ async fn send_json(
 }
 
 /// Creates the namespace (if missing) and the pool; returns the highest RV it wrote.
-pub async fn create_pool(target: &Target, pool: &Pool, concurrency: usize) -> anyhow::Result<u64> {
+///
+/// Every creation goes into the writer's log as an ADDED record. Watchers that start
+/// from the returned RV never expect them, but an informer whose RV=0 list was served
+/// from a cache that had not yet seen the whole pool legitimately watches from an older
+/// RV and receives the later creations: the checker must know them to accept them.
+pub async fn create_pool(
+    target: &Target,
+    pool: &Pool,
+    concurrency: usize,
+    log: &Mutex<WriterLog>,
+) -> anyhow::Result<u64> {
     let ns = serde_json::json!({"apiVersion": "v1", "kind": "Namespace",
                                 "metadata": {"name": pool.namespace}});
     let (status, body) = send_json(
@@ -71,30 +81,70 @@ pub async fn create_pool(target: &Target, pool: &Pool, concurrency: usize) -> an
         String::from_utf8_lossy(&body)
     );
     let path = format!("/api/v1/namespaces/{}/pods", pool.namespace);
-    let results: Vec<anyhow::Result<u64>> = stream::iter(0..pool.size)
+    let results: Vec<(usize, anyhow::Result<u64>)> = stream::iter(0..pool.size)
         .map(|i| {
             let obj = pool.object(i, &stamp(&pool.run));
             let path = path.clone();
             async move {
-                let (status, body) =
-                    send_json(target, Method::POST, &path, "application/json", &obj).await?;
-                anyhow::ensure!(
-                    status.is_success(),
-                    "creating {}: {status} {}",
-                    pool.name(i),
-                    String::from_utf8_lossy(&body)
-                );
-                rv_of(&body).context("a created object without a resourceVersion")
+                let created = async {
+                    let (status, body) =
+                        send_json(target, Method::POST, &path, "application/json", &obj).await?;
+                    anyhow::ensure!(
+                        status.is_success(),
+                        "creating {}: {status} {}",
+                        pool.name(i),
+                        String::from_utf8_lossy(&body)
+                    );
+                    rv_of(&body).context("a created object without a resourceVersion")
+                };
+                (i, created.await)
             }
         })
         .buffer_unordered(concurrency.max(1))
         .collect()
         .await;
     let mut max = 0;
-    for r in results {
-        max = max.max(r?);
+    let mut log = log.lock().unwrap();
+    for (object, r) in results {
+        let rv = r?;
+        log.insert(WriteRecord {
+            rv,
+            object,
+            event: EventType::Added,
+        });
+        max = max.max(rv);
     }
     Ok(max)
+}
+
+/// Waits (bounded) until the target's RV=0 reads of the pool's namespace are at least at
+/// `rv`, the pool's last creation: a caching target (a watchgate, kube-apiserver's watch
+/// cache) then holds the whole pool before the clock starts, so informers list all of it
+/// and the run measures steady state, not the cache catching up. The list selects nothing
+/// (an impossible shard), so each poll is small whatever the pool's size. Returns whether
+/// the target got there; a run that goes on without it is still checked correctly.
+pub async fn wait_until_seen(target: &Target, pool: &Pool, rv: u64, timeout: Duration) -> bool {
+    let path = format!(
+        "/api/v1/namespaces/{}/pods?resourceVersion=0&labelSelector={}%3Dnone",
+        pool.namespace,
+        super::pool::SHARD_LABEL
+    );
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Ok(resp) = target.send(Method::GET, &path, None).await {
+            let ok = resp.status().is_success();
+            if let Ok(body) = resp.into_body().collect().await {
+                let seen = super::lister::list_rv(&body.to_bytes());
+                if ok && seen.is_some_and(|seen| seen >= rv) {
+                    return true;
+                }
+            }
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// Deletes the pool (best effort; the run's result does not depend on it).
