@@ -221,6 +221,7 @@ async fn json_output_has_the_documented_fields_and_metrics_url_fills_in_the_targ
         "list_workers",
         "lists",
         "lists_per_s",
+        "load_cost",
         "ok",
         "protocol",
         "scenario",
@@ -265,6 +266,14 @@ async fn json_output_has_the_documented_fields_and_metrics_url_fills_in_the_targ
             "rss_start_bytes",
         ]
     );
+
+    assert_eq!(keys(&j["load_cost"]), ["cpu_seconds", "cpu_us_per_event"]);
+    // The tool's own CPU over the window, from /proc/self: it received every event.
+    assert!(
+        j["load_cost"]["cpu_seconds"].as_f64().unwrap() > 0.0,
+        "{j:#}"
+    );
+    assert!(j["load_cost"]["cpu_us_per_event"].as_f64().unwrap() > 0.0);
 
     // The run itself.
     assert_eq!(j["scenario"], "watch-fanout");

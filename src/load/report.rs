@@ -54,6 +54,15 @@ pub struct TargetCost {
     pub rss_per_watcher_bytes: Option<f64>,
 }
 
+/// What the load tool itself spent over the measured window: it shares the machine with
+/// the target, so its share says how much of the CPU the target could have had.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct LoadCost {
+    pub cpu_seconds: Option<f64>,
+    /// Its CPU time per event it received and checked (µs).
+    pub cpu_us_per_event: Option<f64>,
+}
+
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Summary {
     pub scenario: String,
@@ -95,6 +104,7 @@ pub struct Summary {
     pub violations: Vec<Violation>,
     pub violation_count: u64,
     pub target_cost: TargetCost,
+    pub load_cost: LoadCost,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub target_samples: Vec<Sample>,
     pub ok: bool,
@@ -220,6 +230,15 @@ impl Summary {
                 opt(t.cpu_seconds, |v| format!("{v:.2} s")),
                 opt(t.cpu_us_per_delivery, |v| format!("{v:.2} µs")),
                 opt(t.cpu_us_per_write, |v| format!("{v:.0} µs")),
+            ),
+        );
+        l(
+            &mut s,
+            "load tool CPU",
+            format!(
+                "{} ({} per event received)",
+                opt(self.load_cost.cpu_seconds, |v| format!("{v:.2} s")),
+                opt(self.load_cost.cpu_us_per_event, |v| format!("{v:.2} µs")),
             ),
         );
         l(

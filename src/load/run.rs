@@ -14,7 +14,7 @@ use super::plan::Plan;
 use super::plot::{write_svg, PlotData, PlotKind};
 use super::pool::Pool;
 use super::probe::{Probe, Sample};
-use super::report::{Latency, Summary, TargetCost};
+use super::report::{Latency, LoadCost, Summary, TargetCost};
 use super::stats::Stats;
 use super::target::Target;
 use super::watcher::{self, Ctx};
@@ -174,6 +174,7 @@ pub async fn execute(plan: &Plan) -> anyhow::Result<Summary> {
     stats.mark_start();
     let events0 = Stats::get(&stats.c.events);
     let cpu0 = probe.sample().await;
+    let own0 = super::probe::proc_sample(std::process::id());
     let probe_stop = CancellationToken::new();
     let sampler = probe
         .is_set()
@@ -228,6 +229,7 @@ pub async fn execute(plan: &Plan) -> anyhow::Result<Summary> {
     let window = started.elapsed();
     let events_in_window = Stats::get(&stats.c.events) - events0;
     let cpu1 = probe.sample().await;
+    let own1 = super::probe::proc_sample(std::process::id());
     probe_stop.cancel();
     let samples = match sampler {
         Some(t) => t.await.unwrap_or_default(),
@@ -323,6 +325,7 @@ pub async fn execute(plan: &Plan) -> anyhow::Result<Summary> {
         violations,
         violation_count,
         target_cost: cost,
+        load_cost: load_cost(own0, own1, events_in_window),
         target_samples: samples,
         ok: violation_count == 0 && connected >= total_watchers,
     };
@@ -358,6 +361,18 @@ pub async fn execute(plan: &Plan) -> anyhow::Result<Summary> {
         write_svg(path, &data).with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(summary)
+}
+
+/// The load tool's own CPU over the window (from /proc/self, like `--target-pid`).
+fn load_cost(start: Option<(f64, f64)>, end: Option<(f64, f64)>, events: u64) -> LoadCost {
+    let cpu = match (start, end) {
+        (Some((a, _)), Some((b, _))) => Some(b - a),
+        _ => None,
+    };
+    LoadCost {
+        cpu_seconds: cpu,
+        cpu_us_per_event: cpu.filter(|_| events > 0).map(|s| s * 1e6 / events as f64),
+    }
 }
 
 #[allow(clippy::too_many_arguments)]
