@@ -9,7 +9,7 @@ use std::time::Instant;
 use bytes::Bytes;
 use http::Response;
 use http_body::{Body as HttpBody, Frame, SizeHint};
-use metrics::{counter, gauge, histogram, Gauge};
+use metrics::{counter, gauge, histogram, Counter, Gauge, Histogram};
 
 use crate::body::{self, Body, BoxError};
 use crate::metrics as m;
@@ -90,25 +90,16 @@ pub fn observe(
         long_running,
     } = labels;
     let (group, resource) = known().bound(group, resource, code.is_success());
-    let code_label = code.as_str().to_owned();
-    counter!(m::REQUESTS_TOTAL,
-        "verb" => verb, "group" => group.clone(), "resource" => resource.clone(),
-        "scope" => scope, "code" => code_label.clone(), "source" => source)
-    .increment(1);
+    let series = Series::of((verb, group, resource, scope, code.as_u16(), source));
+    series.total.increment(1);
 
     let done = if long_running && code.is_success() {
-        let open = gauge!(m::LONG_RUNNING, "group" => group, "resource" => resource);
-        open.increment(1.0);
-        Done::LongRunning(open)
+        series.long_running.increment(1.0);
+        Done::LongRunning(series.long_running)
     } else {
         Done::Request {
             started,
-            verb,
-            group,
-            resource,
-            scope,
-            code: code_label,
-            source,
+            duration: series.duration,
         }
     };
     let (parts, inner) = resp.into_parts();
@@ -173,28 +164,76 @@ pub struct InFlight;
 
 impl InFlight {
     pub fn start() -> Self {
-        gauge!(m::REQUESTS_IN_FLIGHT).increment(1.0);
+        in_flight().increment(1.0);
         InFlight
     }
 }
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        gauge!(m::REQUESTS_IN_FLIGHT).decrement(1.0);
+        in_flight().decrement(1.0);
     }
+}
+
+/// The in-flight gauge's handle, looked up once (see [`Series`]).
+fn in_flight() -> &'static Gauge {
+    static GAUGE: std::sync::OnceLock<Gauge> = std::sync::OnceLock::new();
+    GAUGE.get_or_init(|| gauge!(m::REQUESTS_IN_FLIGHT))
 }
 
 enum Done {
     LongRunning(Gauge),
     Request {
         started: Instant,
-        verb: &'static str,
-        group: String,
-        resource: String,
-        scope: &'static str,
-        code: String,
-        source: &'static str,
+        duration: Histogram,
     },
+}
+
+/// The label values of one request's series.
+type SeriesKey = (
+    &'static str,
+    String,
+    String,
+    &'static str,
+    u16,
+    &'static str,
+);
+
+/// The metric handles of one label set, looked up in the recorder once and kept. Building
+/// a metrics `Key` (six labels, allocations, a hash) and finding it in the recorder's
+/// registry for the counter, the histogram and the gauge of every request cost a few
+/// microseconds, which a small cached get (tens of µs) notices. The set of keys is as
+/// bounded as the series themselves (see [`KnownResources`]).
+#[derive(Clone)]
+struct Series {
+    total: Counter,
+    duration: Histogram,
+    /// Only used by long-running requests (watches), whose labels are group and resource.
+    long_running: Gauge,
+}
+
+impl Series {
+    fn of(key: SeriesKey) -> Series {
+        static CACHE: std::sync::OnceLock<dashmap::DashMap<SeriesKey, Series>> =
+            std::sync::OnceLock::new();
+        let cache = CACHE.get_or_init(dashmap::DashMap::new);
+        if let Some(s) = cache.get(&key) {
+            return s.clone();
+        }
+        let (verb, group, resource, scope, code, source) = key.clone();
+        let code = code.to_string();
+        let s = Series {
+            total: counter!(m::REQUESTS_TOTAL,
+                "verb" => verb, "group" => group.clone(), "resource" => resource.clone(),
+                "scope" => scope, "code" => code.clone(), "source" => source),
+            duration: histogram!(m::REQUEST_DURATION,
+                "verb" => verb, "group" => group.clone(), "resource" => resource.clone(),
+                "scope" => scope, "code" => code, "source" => source),
+            long_running: gauge!(m::LONG_RUNNING, "group" => group, "resource" => resource),
+        };
+        cache.insert(key, s.clone());
+        s
+    }
 }
 
 struct Guard(Option<Done>);
@@ -203,19 +242,8 @@ impl Drop for Guard {
     fn drop(&mut self) {
         match self.0.take() {
             Some(Done::LongRunning(open)) => open.decrement(1.0),
-            Some(Done::Request {
-                started,
-                verb,
-                group,
-                resource,
-                scope,
-                code,
-                source,
-            }) => {
-                histogram!(m::REQUEST_DURATION,
-                    "verb" => verb, "group" => group, "resource" => resource,
-                    "scope" => scope, "code" => code, "source" => source)
-                .record(started.elapsed().as_secs_f64());
+            Some(Done::Request { started, duration }) => {
+                duration.record(started.elapsed().as_secs_f64());
             }
             None => {}
         }
