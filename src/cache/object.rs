@@ -10,6 +10,8 @@ use std::borrow::Cow;
 use bytes::Bytes;
 use serde::Deserialize;
 
+use crate::selector::label::LabelDigest;
+
 /// Why an upstream object could not enter the cache.
 #[derive(Debug, thiserror::Error)]
 pub enum ObjectError {
@@ -42,6 +44,9 @@ pub struct CachedObject {
     /// re-created object from an updated one when only the two states are known.
     pub uid: Uid,
     pub labels: Box<[(Box<str>, Box<str>)]>,
+    /// A digest of `labels` that rules most objects out of a label selector without
+    /// reading them (see [`LabelDigest`]).
+    pub label_digest: LabelDigest,
     /// Values of the field-selector labels this object's type supports, by label
     /// (`spec.nodeName`, `status.phase`, …). `metadata.*` are answered from `key`.
     pub fields: super::fields::FieldValues,
@@ -149,6 +154,7 @@ impl CachedObject {
             resource_version: rv,
             uid: self.uid,
             labels: self.labels.clone(),
+            label_digest: self.label_digest,
             fields: self.fields.clone(),
         }
     }
@@ -167,6 +173,7 @@ impl CachedObject {
             // scans past everything off the wanted paths (src/cache/fields.rs).
             super::fields::read(&raw, field_labels)?
         };
+        let label_digest = LabelDigest::of(labels.iter().map(|(k, v)| (&**k, &**v)));
         Ok(Self {
             body_start: type_meta_end(&raw),
             raw,
@@ -175,6 +182,7 @@ impl CachedObject {
             resource_version,
             uid,
             labels,
+            label_digest,
             fields,
         })
     }

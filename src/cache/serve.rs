@@ -181,7 +181,8 @@ fn matcher(opts: &ListOptions) -> Option<Filter> {
     let labels = opts.label_selector.clone();
     let fields = opts.field_selector.clone();
     Some(Box::new(move |o: &CachedObject| {
-        labels.matches_fn(|k| o.label(k))
+        o.label_digest.may_match(&labels)
+            && labels.matches_fn(|k| o.label(k))
             && fields.matches_with(|f| o.field(f).unwrap_or_default().to_string())
     }))
 }

@@ -23,7 +23,8 @@ impl WatchFilter {
                 return false;
             }
         }
-        self.labels.matches_fn(|k| o.label(k))
+        o.label_digest.may_match(&self.labels)
+            && self.labels.matches_fn(|k| o.label(k))
             && self
                 .fields
                 .matches_with(|f| o.field(f).unwrap_or_default().to_string())
