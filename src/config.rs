@@ -76,8 +76,9 @@ pub struct ServeArgs {
     pub http2_max_streams_per_connection: u32,
     /// A client connection that accepts no byte of the gateway's writes for this long is
     /// closed, and a watch whose initial state stops moving for this long gives it up
-    /// (its stream ends). A client that keeps reading, however slowly, is never cut. 0
-    /// disables both.
+    /// (its stream ends). A client that keeps reading, however slowly, is never cut; nor
+    /// is an HTTP/2 stream whose client stops reading only that stream (its memory stays
+    /// bounded). 0 disables both
     #[arg(long, default_value = "60s", value_parser = parse_duration)]
     pub write_stall_timeout: Duration,
     /// How caches get their initial state: `auto` streams it with a watch-list

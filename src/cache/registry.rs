@@ -147,8 +147,7 @@ impl Registry {
             loop {
                 match this.discovery.resource(g, v, r).await {
                     Ok(Some(info)) => {
-                        let cache = this.start_reflector(info);
-                        this.slots.insert(key, Slot::Ready(cache));
+                        this.install(key, info);
                     }
                     Ok(None) => {
                         tracing::debug!(group = %g, version = %v, resource = %r, "not cacheable; forwarding");
@@ -171,11 +170,21 @@ impl Registry {
         });
     }
 
+    /// Starts the cache of a discovered resource and makes it the slot's.
+    fn install(&self, key: Key, info: Arc<ResourceInfo>) -> Arc<ResourceCache> {
+        let cache = self.start_reflector(info);
+        self.slots.insert(key, Slot::Ready(cache.clone()));
+        // After the insert: a drain that began meanwhile either finds the cache in
+        // `shutdown_watches` or its flag is visible here (the shard lock orders the two),
+        // so no hub escapes the shutdown.
+        if self.draining.load(std::sync::atomic::Ordering::Acquire) {
+            cache.store.hub().shutdown();
+        }
+        cache
+    }
+
     fn start_reflector(&self, info: Arc<ResourceInfo>) -> Arc<ResourceCache> {
         let store = Arc::new(Store::for_resource(&info, self.watch.clone()));
-        if self.draining.load(std::sync::atomic::Ordering::Acquire) {
-            store.hub().shutdown();
-        }
         let stats = Arc::new(ReflectorStats::default());
         let (synced_tx, synced) = watch::channel(false);
         let reflector = Reflector::new(
@@ -288,5 +297,32 @@ mod tests {
         };
         assert!(p.excludes("", "secrets"));
         assert!(!p.excludes("", "configmaps"));
+    }
+    #[tokio::test]
+    async fn a_cache_installed_after_the_drain_began_starts_shut_down() {
+        // An unreachable upstream: the reflector never syncs, which does not matter here.
+        let upstream = crate::upstream::Upstream::new(
+            &kube::Config::new("http://127.0.0.1:9".parse().unwrap()),
+            std::time::Duration::from_secs(1),
+        )
+        .unwrap();
+        let reg = Registry::new(upstream, CachePolicy::default(), Default::default());
+        let key = (String::new(), "v1".to_string(), "pods".to_string());
+        // Discovery is still running when the drain begins: the walk finds no cache.
+        reg.slots.insert(key.clone(), Slot::Starting);
+        reg.shutdown_watches();
+        let info = Arc::new(ResourceInfo {
+            group: String::new(),
+            version: "v1".into(),
+            resource: "pods".into(),
+            kind: "Pod".into(),
+            namespaced: true,
+            field_labels: vec![],
+        });
+        let cache = reg.install(key, info);
+        assert!(
+            cache.store.hub().is_shutting_down(),
+            "watches of a cache that appeared during the drain would never end"
+        );
     }
 }

@@ -3,6 +3,7 @@
 //! records the duration (or ends the long-running request) when the body is done.
 
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Instant;
 
@@ -94,13 +95,10 @@ pub fn observe(
     series.total.increment(1);
 
     let done = if long_running && code.is_success() {
-        series.long_running.increment(1.0);
-        Done::LongRunning(series.long_running)
+        series.long_running().increment(1.0);
+        Done::LongRunning(series)
     } else {
-        Done::Request {
-            started,
-            duration: series.duration,
-        }
+        Done::Request { started, series }
     };
     let (parts, inner) = resp.into_parts();
     Response::from_parts(
@@ -182,10 +180,10 @@ fn in_flight() -> &'static Gauge {
 }
 
 enum Done {
-    LongRunning(Gauge),
+    LongRunning(Arc<Series>),
     Request {
         started: Instant,
-        duration: Histogram,
+        series: Arc<Series>,
     },
 }
 
@@ -203,36 +201,50 @@ type SeriesKey = (
 /// a metrics `Key` (six labels, allocations, a hash) and finding it in the recorder's
 /// registry for the counter, the histogram and the gauge of every request cost a few
 /// microseconds, which a small cached get (tens of µs) notices. The set of keys is as
-/// bounded as the series themselves (see [`KnownResources`]).
-#[derive(Clone)]
+/// bounded as the series themselves (see [`KnownResources`]). The duration histogram and
+/// the long-running gauge are created on first use, so that a label set only has the
+/// series its requests use (gets and lists no open-watches gauge, watches no durations).
 struct Series {
+    key: SeriesKey,
     total: Counter,
-    duration: Histogram,
-    /// Only used by long-running requests (watches), whose labels are group and resource.
-    long_running: Gauge,
+    duration: std::sync::OnceLock<Histogram>,
+    long_running: std::sync::OnceLock<Gauge>,
 }
 
 impl Series {
-    fn of(key: SeriesKey) -> Series {
-        static CACHE: std::sync::OnceLock<dashmap::DashMap<SeriesKey, Series>> =
+    fn of(key: SeriesKey) -> Arc<Series> {
+        static CACHE: std::sync::OnceLock<dashmap::DashMap<SeriesKey, Arc<Series>>> =
             std::sync::OnceLock::new();
         let cache = CACHE.get_or_init(dashmap::DashMap::new);
         if let Some(s) = cache.get(&key) {
             return s.clone();
         }
         let (verb, group, resource, scope, code, source) = key.clone();
-        let code = code.to_string();
-        let s = Series {
+        let s = Arc::new(Series {
             total: counter!(m::REQUESTS_TOTAL,
-                "verb" => verb, "group" => group.clone(), "resource" => resource.clone(),
-                "scope" => scope, "code" => code.clone(), "source" => source),
-            duration: histogram!(m::REQUEST_DURATION,
-                "verb" => verb, "group" => group.clone(), "resource" => resource.clone(),
-                "scope" => scope, "code" => code, "source" => source),
-            long_running: gauge!(m::LONG_RUNNING, "group" => group, "resource" => resource),
-        };
-        cache.insert(key, s.clone());
-        s
+                "verb" => verb, "group" => group, "resource" => resource,
+                "scope" => scope, "code" => code.to_string(), "source" => source),
+            duration: std::sync::OnceLock::new(),
+            long_running: std::sync::OnceLock::new(),
+            key: key.clone(),
+        });
+        cache.entry(key).or_insert(s).clone()
+    }
+
+    fn duration(&self) -> &Histogram {
+        self.duration.get_or_init(|| {
+            let (verb, group, resource, scope, code, source) = self.key.clone();
+            histogram!(m::REQUEST_DURATION,
+                "verb" => verb, "group" => group, "resource" => resource,
+                "scope" => scope, "code" => code.to_string(), "source" => source)
+        })
+    }
+
+    fn long_running(&self) -> &Gauge {
+        self.long_running.get_or_init(|| {
+            let (_, group, resource, ..) = self.key.clone();
+            gauge!(m::LONG_RUNNING, "group" => group, "resource" => resource)
+        })
     }
 }
 
@@ -241,9 +253,9 @@ struct Guard(Option<Done>);
 impl Drop for Guard {
     fn drop(&mut self) {
         match self.0.take() {
-            Some(Done::LongRunning(open)) => open.decrement(1.0),
-            Some(Done::Request { started, duration }) => {
-                duration.record(started.elapsed().as_secs_f64());
+            Some(Done::LongRunning(series)) => series.long_running().decrement(1.0),
+            Some(Done::Request { started, series }) => {
+                series.duration().record(started.elapsed().as_secs_f64());
             }
             None => {}
         }

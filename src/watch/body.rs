@@ -195,11 +195,16 @@ impl WatchBody {
     }
 
     fn end(&mut self, reason: EndReason) {
-        if matches!(self.phase, Phase::Done) {
-            return;
-        }
+        let counted_by_hub = match &self.phase {
+            Phase::Done => return,
+            // The hub may have taken the snapshot back (and counted) meanwhile.
+            Phase::Initial { lease, .. } => !lease.finish(),
+            _ => false,
+        };
         self.end_counted();
-        self.store.hub().count_end(reason);
+        if !counted_by_hub {
+            self.store.hub().count_end(reason);
+        }
     }
 
     /// Ends the stream whose end the hub has already counted.
@@ -510,12 +515,8 @@ impl Body for WatchBody {
 
 impl Drop for WatchBody {
     fn drop(&mut self) {
-        match &self.phase {
-            Phase::Done => {}
-            // Already counted when the hub took its snapshot back.
-            Phase::Initial { lease, .. } if lease.released() => self.end_counted(),
-            _ => self.end(EndReason::ClientGone),
-        }
+        // `end` knows when the hub already counted this watch (its snapshot taken back).
+        self.end(EndReason::ClientGone);
         // Overflowed but never noticed (its client stalled until it went away).
         if self.shared.take_lag().is_some() {
             self.lagging = true;

@@ -124,6 +124,14 @@ impl SnapshotLease {
         self.state.lock().expect("lease lock").snap.is_none()
     }
 
+    /// The body ends: gives the snapshot up. `true` when this call did it, so the body
+    /// counts its end; `false` when the hub had taken it back first and counted the end
+    /// already (as `slow`). One of the two wins, under the lease's lock, so each watch is
+    /// counted once.
+    pub fn finish(&self) -> bool {
+        self.state.lock().expect("lease lock").snap.take().is_some()
+    }
+
     /// Takes the snapshot back if the body has asked for nothing since `stalled_before`.
     fn release_if_stalled(&self, stalled_before: Instant) -> bool {
         let mut st = self.state.lock().expect("lease lock");

@@ -672,3 +672,31 @@ async fn a_step_queues_a_bounded_number_of_bytes() {
     assert_eq!(names, want);
     assert_eq!(s.hub().pinned_snapshots(), 0);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_watcher_whose_snapshot_was_taken_back_is_counted_once() {
+    // Its client stalls in the initial state: the hub takes the snapshot back (counted as
+    // slow). When the client reads again, after its timeout, the stream ends without a
+    // second count (timeout).
+    let cfg = WatchConfig {
+        stall_timeout: Duration::from_secs(30),
+        ..Default::default()
+    };
+    let objs: Vec<_> = (0..600).map(|i| pod(&format!("p{i:03}"), 3, "n")).collect();
+    let s = store(cfg, &objs, 10);
+    let mut p = params(0);
+    p.timeout = Duration::from_secs(40);
+    let mut w = open(&s, WatchFilter::default(), Start::Initial, p);
+    assert_eq!(read(&mut w, 256).await.len(), 256);
+    tokio::time::advance(Duration::from_secs(35)).await;
+    s.apply(Change::Upsert(pod("p000", 11, "n"))); // the change runs the sweep
+    assert_eq!(s.hub().stats.terminated(EndReason::Slow), 1);
+    tokio::time::advance(Duration::from_secs(10)).await; // past the deadline
+    ends(&mut w).await;
+    drop(w);
+    let total: u64 = EndReason::ALL
+        .iter()
+        .map(|r| s.hub().stats.terminated(*r))
+        .sum();
+    assert_eq!(total, 1, "one watch, one end");
+}
