@@ -2,33 +2,20 @@
 //! object in a list is skipped, a malformed watch event makes the reflector relist, and
 //! neither crashes it nor leaves a stale or broken object in the cache.
 
-mod gateway_support;
 mod support;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use gateway_support::{channel_body, handler, Stub};
 use http::{Response, StatusCode};
-use serde_json::{json, Value};
+use serde_json::json;
+use support::stub::{channel_body, handler, json_response, pods_only_discovery, stub_pod, Stub};
 use support::Http;
 use watchgate::body;
 use watchgate::cache::reflector::WatchListMode;
 use watchgate::config::GatewayConfig;
 use watchgate::server::Gateway;
-
-fn pod(name: &str, rv: u64) -> Value {
-    json!({"metadata": {"name": name, "namespace": "ns", "resourceVersion": rv.to_string()},
-           "spec": {"nodeName": "n1"}, "status": {"phase": "Running"}})
-}
-
-fn json_response(v: Value) -> Response<body::Body> {
-    let mut r = Response::new(body::full(v.to_string()));
-    r.headers_mut()
-        .insert("content-type", "application/json".parse().unwrap());
-    r
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn malformed_upstream_objects_are_skipped_or_relisted_never_cached() {
@@ -40,17 +27,14 @@ async fn malformed_upstream_objects_are_skipped_or_relisted_never_cached() {
         async move {
             let q = req.uri().query().unwrap_or("").to_string();
             match req.uri().path() {
-                "/api/v1" => json_response(json!({
-                    "kind": "APIResourceList", "groupVersion": "v1",
-                    "resources": [{"name": "pods", "namespaced": true, "kind": "Pod",
-                                   "verbs": ["get", "list", "watch"]}]})),
+                "/api/v1" => pods_only_discovery(),
                 "/api/v1/pods" if q.contains("watch=true") => {
                     let n = watches.fetch_add(1, Ordering::SeqCst);
                     let (tx, body) = channel_body(8);
                     tokio::spawn(async move {
                         if n == 0 {
                             // One good event, then one the reflector cannot understand.
-                            let good = json!({"type": "MODIFIED", "object": pod("a", 11)});
+                            let good = json!({"type": "MODIFIED", "object": stub_pod("a", 11)});
                             let _ = tx.send(format!("{good}\n").into()).await;
                             let bad = json!({"type": "MODIFIED", "object": {"metadata": {"name": "a"}}});
                             let _ = tx.send(format!("{bad}\n").into()).await;
@@ -73,12 +57,12 @@ async fn malformed_upstream_objects_are_skipped_or_relisted_never_cached() {
                     };
                     let (rv, items) = if n == 0 {
                         // A list with one item that has no resourceVersion.
-                        ("10", json!([pod("a", 5), {"metadata": {"name": "bad", "namespace": "ns"}}, pod("b", 6)]))
+                        ("10", json!([stub_pod("a", 5), {"metadata": {"name": "bad", "namespace": "ns"}}, stub_pod("b", 6)]))
                     } else {
                         // The relist: a moved on, b is gone, c is new.
-                        ("20", json!([pod("a", 12), pod("c", 15)]))
+                        ("20", json!([stub_pod("a", 12), stub_pod("c", 15)]))
                     };
-                    json_response(json!({"kind": "PodList", "apiVersion": "v1",
+                    json_response(StatusCode::OK, json!({"kind": "PodList", "apiVersion": "v1",
                                          "metadata": {"resourceVersion": rv}, "items": items}))
                 }
                 _ => {

@@ -2,16 +2,15 @@
 //! and its fallback to the paged list when the upstream rejects or ignores it (issue 4).
 //! The simulator supports watch-list; stub upstreams play the apiservers that do not.
 
-mod gateway_support;
 mod support;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use gateway_support::{channel_body, handler, Stub};
 use http::{Response, StatusCode};
 use serde_json::{json, Value};
+use support::stub::{channel_body, handler, json_response, pods_only_discovery, stub_pod, Stub};
 use support::Http;
 use watchgate::body;
 use watchgate::cache::reflector::WatchListMode;
@@ -166,19 +165,6 @@ struct Seen {
     lists: AtomicUsize,
 }
 
-fn pod(name: &str, rv: u64) -> Value {
-    json!({"metadata": {"name": name, "namespace": "ns", "resourceVersion": rv.to_string()},
-           "spec": {"nodeName": "n1"}, "status": {"phase": "Running"}})
-}
-
-fn json_response(code: StatusCode, v: Value) -> Response<body::Body> {
-    let mut r = Response::new(body::full(v.to_string()));
-    *r.status_mut() = code;
-    r.headers_mut()
-        .insert("content-type", "application/json".parse().unwrap());
-    r
-}
-
 /// A stub apiserver without watch-list. Its state is pods a and b at RV 10. Plain
 /// watches: the first one sends an ERROR 410 (so the reflector resyncs once more), later
 /// ones stay open and quiet.
@@ -188,13 +174,7 @@ async fn old_apiserver(kind: OldApiserver, seen: Arc<Seen>) -> Stub {
         async move {
             let q = req.uri().query().unwrap_or("").to_string();
             match req.uri().path() {
-                "/api/v1" => json_response(
-                    StatusCode::OK,
-                    json!({
-                    "kind": "APIResourceList", "groupVersion": "v1",
-                    "resources": [{"name": "pods", "namespaced": true, "kind": "Pod",
-                                   "verbs": ["get", "list", "watch"]}]}),
-                ),
+                "/api/v1" => pods_only_discovery(),
                 "/api/v1/pods" if q.contains("sendInitialEvents=true") => {
                     seen.watch_lists.fetch_add(1, Ordering::SeqCst);
                     if let OldApiserver::Rejects = kind {
@@ -208,7 +188,7 @@ async fn old_apiserver(kind: OldApiserver, seen: Arc<Seen>) -> Stub {
                     let (tx, body) = channel_body(8);
                     tokio::spawn(async move {
                         for (name, rv) in [("a", 5), ("b", 6)] {
-                            let ev = json!({"type": "ADDED", "object": pod(name, rv)});
+                            let ev = json!({"type": "ADDED", "object": stub_pod(name, rv)});
                             let _ = tx.send(format!("{ev}\n").into()).await;
                         }
                         if let OldApiserver::IgnoresAndStaysOpen = kind {
@@ -241,7 +221,7 @@ async fn old_apiserver(kind: OldApiserver, seen: Arc<Seen>) -> Stub {
                         StatusCode::OK,
                         json!({"kind": "PodList", "apiVersion": "v1",
                                "metadata": {"resourceVersion": "10"},
-                               "items": [pod("a", 5), pod("b", 6)]}),
+                               "items": [stub_pod("a", 5), stub_pod("b", 6)]}),
                     )
                 }
                 _ => json_response(StatusCode::NOT_FOUND, json!({})),
@@ -307,20 +287,14 @@ async fn flaky_modern_apiserver(seen: Arc<Seen>) -> Stub {
             let q = req.uri().query().unwrap_or("").to_string();
             let line = |v: Value| bytes::Bytes::from(format!("{v}\n"));
             match req.uri().path() {
-                "/api/v1" => json_response(
-                    StatusCode::OK,
-                    json!({
-                    "kind": "APIResourceList", "groupVersion": "v1",
-                    "resources": [{"name": "pods", "namespaced": true, "kind": "Pod",
-                                   "verbs": ["get", "list", "watch"]}]}),
-                ),
+                "/api/v1" => pods_only_discovery(),
                 "/api/v1/pods" if q.contains("sendInitialEvents=true") => {
                     let n = seen.watch_lists.fetch_add(1, Ordering::SeqCst);
                     let (tx, body) = channel_body(16);
                     tokio::spawn(async move {
                         if n == 0 {
                             let _ = tx
-                                .send(line(json!({"type": "ADDED", "object": pod("a", 3)})))
+                                .send(line(json!({"type": "ADDED", "object": stub_pod("a", 3)})))
                                 .await;
                             let err = json!({"type": "ERROR", "object": {
                                 "kind": "Status", "apiVersion": "v1", "metadata": {},
@@ -333,13 +307,13 @@ async fn flaky_modern_apiserver(seen: Arc<Seen>) -> Stub {
                             "resourceVersion": "8",
                             "annotations": {"k8s.io/initial-events-end": "true"}}});
                         for ev in [
-                            json!({"type": "ADDED", "object": pod("a", 5)}),
-                            json!({"type": "ADDED", "object": pod("b", 6)}),
-                            json!({"type": "DELETED", "object": pod("a", 7)}),
-                            json!({"type": "MODIFIED", "object": pod("b", 8)}),
+                            json!({"type": "ADDED", "object": stub_pod("a", 5)}),
+                            json!({"type": "ADDED", "object": stub_pod("b", 6)}),
+                            json!({"type": "DELETED", "object": stub_pod("a", 7)}),
+                            json!({"type": "MODIFIED", "object": stub_pod("b", 8)}),
                             json!({"type": "BOOKMARK", "object": end}),
                             // After the bookmark: the same stream is the watch.
-                            json!({"type": "MODIFIED", "object": pod("b", 9)}),
+                            json!({"type": "MODIFIED", "object": stub_pod("b", 9)}),
                         ] {
                             let _ = tx.send(line(ev)).await;
                         }
@@ -363,7 +337,7 @@ async fn flaky_modern_apiserver(seen: Arc<Seen>) -> Stub {
                         StatusCode::OK,
                         json!({"kind": "PodList", "apiVersion": "v1",
                                "metadata": {"resourceVersion": "4"},
-                               "items": [pod("a", 3)]}),
+                               "items": [stub_pod("a", 3)]}),
                     )
                 }
                 _ => json_response(StatusCode::NOT_FOUND, json!({})),

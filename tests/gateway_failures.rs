@@ -2,14 +2,16 @@
 //! and the gateway recovers when the upstream returns; malformed or abandoned requests
 //! get the right answer and never disturb other clients.
 
-mod gateway_support;
+mod support;
 
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use gateway_support::*;
 use http::{Request, Response};
 use http_body_util::BodyExt;
+use support::raw::*;
+use support::servers::gateway;
+use support::stub::*;
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use watchgate::body;
@@ -303,12 +305,7 @@ async fn a_client_leaving_a_watch_releases_the_upstream_stream() {
     let gw = gateway(&stub.url()).await;
     let mut send = h1(gw.addr()).await;
     let resp = send
-        .send_request(
-            Request::get("/api/v1/pods?watch=1")
-                .header("host", "x")
-                .body(body::empty())
-                .unwrap(),
-        )
+        .send_request(get_request("/api/v1/pods?watch=1"))
         .await
         .unwrap();
     let upstream = rx_slot.recv().await.unwrap();

@@ -2,14 +2,16 @@
 //! unchanged; hop-by-hop headers are removed in both directions; upstream errors come back
 //! byte for byte; HTTP/2 prior-knowledge clients work.
 
-mod gateway_support;
+mod support;
 
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
-use gateway_support::*;
 use http::{HeaderMap, Request, Response, StatusCode};
 use http_body_util::BodyExt;
+use support::raw::*;
+use support::servers::gateway;
+use support::stub::*;
 use watchgate::body;
 
 #[derive(Debug, Clone)]

@@ -2,74 +2,26 @@
 //! body with bounded memory (measured as the process's peak RSS), warns loudly when bound
 //! beyond loopback, and drains on SIGTERM with a clean end of open watches.
 
-mod gateway_support;
+mod support;
 
-use std::io::{BufRead, BufReader};
-use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use gateway_support::*;
 use http::{Request, Response};
 use http_body_util::BodyExt;
+use support::raw::*;
+use support::serve::Served;
+use support::stub::*;
 use watchgate::body::{self, Body};
 
-struct Proc {
-    child: Child,
-    addr: SocketAddr,
-    admin: SocketAddr,
-    stderr: std::process::ChildStderr,
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Start `watchgate serve` on free ports and wait for its "Starting to serve" line.
-fn spawn_gateway(upstream: &str, extra: &[&str]) -> Proc {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_watchgate"))
-        .args([
-            "serve",
-            "--server",
-            upstream,
-            "--port",
-            "0",
-            "--admin-port",
-            "0",
-        ])
-        .args(extra)
-        .env("RUST_LOG", "warn")
-        .env("KUBECONFIG", "/nonexistent")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn watchgate");
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let mut field = |prefix: &str| -> String {
-        let line = lines
-            .next()
-            .expect("watchgate printed its address")
-            .unwrap();
-        line.strip_prefix(prefix)
-            .unwrap_or_else(|| panic!("unexpected line {line:?}"))
-            .to_string()
-    };
-    let addr: SocketAddr = field("Starting to serve on ").parse().unwrap();
-    let admin = field("Admin endpoints on http://");
-    let admin: SocketAddr = admin.trim_end_matches("/healthz").parse().unwrap();
-    let addr = SocketAddr::from(([127, 0, 0, 1], addr.port()));
-    let admin = SocketAddr::from(([127, 0, 0, 1], admin.port()));
-    let stderr = child.stderr.take().unwrap();
-    Proc {
-        child,
-        addr,
-        admin,
-        stderr,
-    }
+/// `watchgate serve` in front of `upstream` on free ports, logging warnings only.
+async fn spawn_gateway(upstream: &str, extra: &[&str]) -> Served {
+    let args: Vec<&str> = ["--server", upstream]
+        .iter()
+        .chain(extra)
+        .copied()
+        .collect();
+    Served::start_with_env(&args, &[("RUST_LOG", "warn")]).await
 }
 
 /// `VmRSS` and `VmHWM` (peak RSS) of a process, in KiB.
@@ -116,25 +68,16 @@ async fn a_50mb_body_streams_through_the_process_with_bounded_memory() {
             .unwrap()
     }))
     .await;
-    let gw = spawn_gateway(&stub.url(), &[]);
-    let pid = gw.child.id();
+    let gw = spawn_gateway(&stub.url(), &[]).await;
+    let pid = gw.pid();
 
     // Warm up (connection pools, first allocations), then take the baseline.
-    let (parts, bytes) = get(gw.addr, "/api/v1/pods?limit=1").await;
+    let (parts, bytes) = get(gw.addr(), "/api/v1/pods?limit=1").await;
     assert_eq!(parts.status, 200);
     assert_eq!(bytes.len(), CHUNK);
     let (rss_before, peak_before) = rss_kib(pid);
 
-    let resp = h1(gw.addr)
-        .await
-        .send_request(
-            Request::get("/api/v1/pods")
-                .header("host", "x")
-                .body(body::empty())
-                .unwrap(),
-        )
-        .await
-        .unwrap();
+    let resp = h1_get(gw.addr(), "/api/v1/pods").await;
     let mut body = resp.into_body();
     let mut received = 0u64;
     while let Some(frame) = body.frame().await {
@@ -169,20 +112,11 @@ async fn sigterm_drains_open_watches_cleanly_and_exits_by_the_deadline() {
         }
     }))
     .await;
-    let mut gw = spawn_gateway(&stub.url(), &["--shutdown-timeout", "5s"]);
-    let (parts, bytes) = get(gw.admin, "/healthz").await;
+    let gw = spawn_gateway(&stub.url(), &["--shutdown-timeout", "5s"]).await;
+    let (parts, bytes) = get(gw.admin_addr(), "/healthz").await;
     assert_eq!((parts.status.as_u16(), &bytes[..]), (200, &b"ok"[..]));
 
-    let resp = h1(gw.addr)
-        .await
-        .send_request(
-            Request::get("/api/v1/pods?watch=true")
-                .header("host", "x")
-                .body(body::empty())
-                .unwrap(),
-        )
-        .await
-        .unwrap();
+    let resp = h1_get(gw.addr(), "/api/v1/pods?watch=true").await;
     let upstream = rx_slot.recv().await.unwrap();
     let event = Bytes::from_static(b"{\"type\":\"ADDED\",\"object\":{\"kind\":\"Pod\"}}\n");
     upstream.send(event.clone()).await.unwrap();
@@ -191,11 +125,7 @@ async fn sigterm_drains_open_watches_cleanly_and_exits_by_the_deadline() {
     assert_eq!(first, event);
 
     let signalled = Instant::now();
-    let killed = Command::new("kill")
-        .args(["-TERM", &gw.child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(killed.success());
+    gw.sigterm().await;
 
     // A clean end of the chunked stream: no error, no more data.
     let end = tokio::time::timeout(Duration::from_secs(5), body.frame())
@@ -204,22 +134,8 @@ async fn sigterm_drains_open_watches_cleanly_and_exits_by_the_deadline() {
     assert!(end.is_none(), "clean end of stream, got {end:?}");
 
     // The process exits successfully, well within its 5 s deadline.
-    let status = tokio::task::spawn_blocking(move || {
-        let deadline = Instant::now() + Duration::from_secs(7);
-        loop {
-            if let Some(status) = gw.child.try_wait().unwrap() {
-                return Some(status);
-            }
-            if Instant::now() > deadline {
-                return None;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    })
-    .await
-    .unwrap()
-    .expect("watchgate exited after SIGTERM");
-    assert!(status.success(), "exit status {status:?}");
+    let exit = gw.wait_exit(Duration::from_secs(7)).await;
+    assert!(exit.success(), "{exit}");
     assert!(signalled.elapsed() < Duration::from_secs(5));
 }
 
@@ -229,8 +145,8 @@ async fn binding_beyond_loopback_prints_a_loud_warning() {
         Response::new(body::full("{}"))
     }))
     .await;
-    let mut gw = spawn_gateway(&stub.url(), &["--address", "0.0.0.0"]);
-    let stderr = gw.stderr.take_lines(3);
+    let gw = spawn_gateway(&stub.url(), &["--address", "0.0.0.0"]).await;
+    let stderr = gw.first_stderr_lines(3).await;
     assert!(
         stderr
             .iter()
@@ -238,25 +154,5 @@ async fn binding_beyond_loopback_prints_a_loud_warning() {
         "{stderr:?}"
     );
     // It still works (over loopback).
-    assert_eq!(get(gw.addr, "/api").await.0.status, 200);
-}
-
-trait TakeLines {
-    fn take_lines(&mut self, n: usize) -> Vec<String>;
-}
-
-impl TakeLines for std::process::ChildStderr {
-    /// The first `n` non-empty stderr lines.
-    fn take_lines(&mut self, n: usize) -> Vec<String> {
-        let mut out = Vec::new();
-        let mut reader = BufReader::new(self);
-        let mut line = String::new();
-        while out.len() < n && reader.read_line(&mut line).unwrap_or(0) > 0 {
-            if !line.trim().is_empty() {
-                out.push(line.trim_end().to_string());
-            }
-            line.clear();
-        }
-        out
-    }
+    assert_eq!(get(gw.addr(), "/api").await.0.status, 200);
 }

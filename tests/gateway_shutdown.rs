@@ -1,14 +1,16 @@
 //! Graceful drain: open watches end with a clean end of stream, in-flight requests
 //! finish, new connections are refused, and the drain is over by its deadline.
 
-mod gateway_support;
+mod support;
 
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use gateway_support::*;
 use http::{Request, Response};
 use http_body_util::BodyExt;
+use support::raw::*;
+use support::servers::gateway;
+use support::stub::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
@@ -67,16 +69,7 @@ async fn drain_ends_watches_cleanly_and_lets_in_flight_requests_finish() {
     let addr = gw.addr();
 
     // An HTTP/1.1 watch, an HTTP/2 watch and a slow in-flight request.
-    let h1_watch = h1(addr)
-        .await
-        .send_request(
-            Request::get("/api/v1/pods?watch=true")
-                .header("host", "x")
-                .body(body::empty())
-                .unwrap(),
-        )
-        .await
-        .unwrap();
+    let h1_watch = h1_get(addr, "/api/v1/pods?watch=true").await;
     let up1 = watches.recv().await.unwrap();
     let h2_watch = h2(addr)
         .await
@@ -90,15 +83,7 @@ async fn drain_ends_watches_cleanly_and_lets_in_flight_requests_finish() {
     let up2 = watches.recv().await.unwrap();
     let mut slow_conn = h1(addr).await;
     let slow = tokio::spawn(async move {
-        let resp = slow_conn
-            .send_request(
-                Request::get("/slow")
-                    .header("host", "x")
-                    .body(body::empty())
-                    .unwrap(),
-            )
-            .await
-            .unwrap();
+        let resp = slow_conn.send_request(get_request("/slow")).await.unwrap();
         resp.into_body().collect().await.unwrap().to_bytes()
     });
     let release_slow = slows.recv().await.unwrap();

@@ -1,14 +1,15 @@
 //! The gateway in front of the simulated apiserver: a forwarded watch delivers each
 //! write's event within 100 ms and in order; lists come back byte-identical.
 
-mod gateway_support;
+mod support;
 
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use gateway_support::*;
 use http::Request;
 use http_body_util::BodyExt;
+use support::raw::*;
+use support::servers::gateway;
 use watchgate::body;
 use watchgate::sim::store::Mutation;
 
@@ -58,18 +59,11 @@ async fn watch_events_arrive_through_the_gateway_within_100ms_in_order() {
         .unwrap();
     let gw = gateway(&sim.url()).await;
 
-    let resp = h1(gw.addr())
-        .await
-        .send_request(
-            Request::get(
-                "/api/v1/namespaces/default/configmaps?watch=true&allowWatchBookmarks=false",
-            )
-            .header("host", "x")
-            .body(body::empty())
-            .unwrap(),
-        )
-        .await
-        .unwrap();
+    let resp = h1_get(
+        gw.addr(),
+        "/api/v1/namespaces/default/configmaps?watch=true&allowWatchBookmarks=false",
+    )
+    .await;
     assert_eq!(resp.status(), 200);
     assert_eq!(resp.headers()["x-watchgate-source"], "upstream");
     let mut stream = resp.into_body();
@@ -274,16 +268,7 @@ async fn followed_logs_stream_through_the_gateway() {
         pod["namespace"].as_str().unwrap(),
         pod["name"].as_str().unwrap()
     );
-    let resp = h1(gw.addr())
-        .await
-        .send_request(
-            Request::get(path)
-                .header("host", "x")
-                .body(body::empty())
-                .unwrap(),
-        )
-        .await
-        .unwrap();
+    let resp = h1_get(gw.addr(), &path).await;
     assert_eq!(resp.status(), 200);
     let mut body = resp.into_body();
     let mut buf = BytesMut::new();

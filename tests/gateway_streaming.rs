@@ -1,15 +1,17 @@
 //! Responses stream through frame by frame as they arrive: each chunk reaches the client
 //! before the upstream sends the next, and a watch event arrives within 100 ms.
 
-mod gateway_support;
+mod support;
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use gateway_support::*;
 use http::{Request, Response};
 use http_body_util::BodyExt;
+use support::raw::*;
+use support::servers::gateway;
+use support::stub::*;
 use tokio::sync::mpsc;
 use watchgate::body;
 
@@ -47,12 +49,7 @@ async fn each_chunk_arrives_before_the_upstream_sends_the_next() {
     let gw = gateway(&stub.url()).await;
     let mut send = h1(gw.addr()).await;
     let resp = send
-        .send_request(
-            Request::get("/api/v1/namespaces/a/pods/p/log?follow=true")
-                .header("host", "gw")
-                .body(body::empty())
-                .unwrap(),
-        )
+        .send_request(get_request("/api/v1/namespaces/a/pods/p/log?follow=true"))
         .await
         .unwrap();
     assert_eq!(resp.status(), 200);

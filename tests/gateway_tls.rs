@@ -2,16 +2,17 @@
 //! kube's config inference, and the upstream connection uses HTTP/2 when the server offers
 //! it through ALPN. Upgrades still go over HTTP/1.1.
 
-mod gateway_support;
+mod support;
 
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 
 use base64::Engine as _;
-use gateway_support::*;
 use http::{Request, Response, StatusCode, Version};
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
+use support::raw::*;
+use support::servers::gateway;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::rustls;

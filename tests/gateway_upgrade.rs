@@ -1,14 +1,16 @@
 //! Upgrade tunnels (exec/attach/port-forward): SPDY/3.1 and websocket `v5.channel.k8s.io`
 //! round-trip bytes both ways through the gateway until either side closes.
 
-mod gateway_support;
+mod support;
 
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
-use gateway_support::*;
 use http::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
+use support::raw::*;
+use support::servers::gateway;
+use support::stub::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;

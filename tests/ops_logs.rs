@@ -12,7 +12,6 @@
 //! - Text: the `watchgate serve` binary, with `--kubeconfig` and `-v 9`, its stderr
 //!   captured to the end.
 
-mod gateway_support;
 mod support;
 
 use std::io::Write;
@@ -20,9 +19,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use base64::Engine;
-use gateway_support::{handler, Stub};
 use http::{Method, Request, Response};
 use serde_json::json;
+use support::stub::{handler, Stub};
 use watchgate::cache::registry::CachePolicy;
 use watchgate::config::GatewayConfig;
 use watchgate::logging::{self, LogArgs, LogFormat};

@@ -24,7 +24,6 @@
 //! `watchgate_upstream_up` is process-wide: tests/ops_upstream.rs checks it in a process
 //! of its own.
 
-mod gateway_support;
 mod support;
 
 use std::collections::BTreeMap;
@@ -722,11 +721,11 @@ async fn a_gateway_without_caches_becomes_ready_once_the_upstream_answers() {
 /// A stub upstream that answers every path under `/apis/made.up.example/` and `madeup*`
 /// with the next of 403, 401, 400, 404, 500 and 422 (a Status each), and
 /// `/apis/real.example/v1/gadgets` with 200 the first time and 403 after.
-async fn refusing_stub() -> gateway_support::Stub {
+async fn refusing_stub() -> support::stub::Stub {
     use std::sync::atomic::{AtomicUsize, Ordering};
     let n = std::sync::Arc::new(AtomicUsize::new(0));
     let gadgets = std::sync::Arc::new(AtomicUsize::new(0));
-    gateway_support::Stub::start(gateway_support::handler(
+    support::stub::Stub::start(support::stub::handler(
         move |req: http::Request<hyper::body::Incoming>| {
             let (n, gadgets) = (n.clone(), gadgets.clone());
             async move {

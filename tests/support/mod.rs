@@ -6,9 +6,12 @@
 //! - [`kubectl`]: a kubectl bound to one server through its own temporary kubeconfig.
 //! - [`python`]: run a script from `tests/python/` with the venv's Python.
 //! - [`http`]: a tiny raw HTTP client for JSON requests and watch streams.
+//! - [`raw`]: hyper connections that send requests exactly as built, and raw TCP exchanges.
 //! - [`metrics`]: samples of a Prometheus text exposition.
 //! - [`serve`]: the `watchgate serve` binary as a child process, its log captured.
 //! - [`servers`]: the simulator and the gateway, started in-process on `127.0.0.1:0`.
+//! - [`stub`]: stub upstreams whose every answer a test writes (apiservers the simulator
+//!   cannot play).
 //! - [`wait`]: bounded polling with a clear failure message (no sleep-and-hope).
 //! - [`watch`]: watch streams read event by event with their exact bytes and headers.
 //! - [`kubectl_scenarios`] and [`python_scenarios`]: end-to-end steps that run unchanged
@@ -24,8 +27,10 @@ pub mod metrics;
 pub mod process;
 pub mod python;
 pub mod python_scenarios;
+pub mod raw;
 pub mod serve;
 pub mod servers;
+pub mod stub;
 pub mod tools;
 pub mod wait;
 pub mod watch;

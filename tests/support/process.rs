@@ -138,6 +138,8 @@ pub struct Spawned {
     /// Every stdout line received so far, for assertions and failure messages.
     seen: Vec<String>,
     stderr: Arc<Mutex<String>>,
+    /// The stderr reader, joined by [`Spawned::wait`] so that the log it returns is whole.
+    stderr_done: Option<JoinHandle<()>>,
 }
 
 impl Spawned {
@@ -166,7 +168,7 @@ impl Spawned {
         let stderr = Arc::new(Mutex::new(String::new()));
         let sink = stderr.clone();
         let err = child.stderr.take().expect("piped stderr");
-        tokio::spawn(async move {
+        let stderr_done = tokio::spawn(async move {
             let mut r = BufReader::new(err).lines();
             while let Ok(Some(line)) = r.next_line().await {
                 let mut s = sink.lock().unwrap();
@@ -182,6 +184,7 @@ impl Spawned {
             lines,
             seen: Vec::new(),
             stderr,
+            stderr_done: Some(stderr_done),
         }
     }
 
@@ -256,6 +259,22 @@ impl Spawned {
         self.stdin = None;
     }
 
+    /// The process id (while it runs).
+    pub fn pid(&self) -> u32 {
+        self.child.id().expect("the process is still running")
+    }
+
+    /// Sends SIGTERM, as a kubelet or a terminal's Ctrl-C would, and returns at once.
+    pub async fn sigterm(&self) {
+        let pid = self.pid().to_string();
+        let status = Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .await
+            .expect("run kill");
+        assert!(status.success(), "kill -TERM {pid}");
+    }
+
     /// Whether the process is still running.
     pub fn is_running(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))
@@ -276,6 +295,13 @@ impl Spawned {
             tokio::time::timeout(Duration::from_secs(5), self.lines.recv()).await
         {
             self.seen.push(line);
+        }
+        // Likewise stderr: the last lines of a log often say how the process ended.
+        if let Some(done) = self.stderr_done.take() {
+            tokio::time::timeout(Duration::from_secs(10), done)
+                .await
+                .expect("stderr closes when the process exits")
+                .expect("stderr reader");
         }
         let mut stdout = self.seen.join("\n");
         if !stdout.is_empty() {

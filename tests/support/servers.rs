@@ -79,6 +79,12 @@ pub async fn start_gateway(upstream: &str) -> GatewayServer {
     start_gateway_with(cfg).await
 }
 
+/// [`start_gateway`]'s handle alone, for tests that drive the gateway itself (its
+/// addresses, a drain).
+pub async fn gateway(upstream: &str) -> GatewayHandle {
+    start_gateway(upstream).await.into_handle()
+}
+
 /// Starts the gateway with `cfg`.
 pub async fn start_gateway_with(cfg: GatewayConfig) -> GatewayServer {
     let handle = Gateway::start(cfg)

@@ -1,0 +1,125 @@
+//! Stub upstreams in-process: an HTTP/1.1 + h2c server whose every answer a test writes
+//! itself, for playing apiservers the simulator cannot (broken, slow, old, malicious).
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{Request, Response, StatusCode};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use serde_json::{json, Value};
+use tokio::net::TcpListener;
+use tokio::task::JoinSet;
+use watchgate::body::Body;
+pub type StubHandler = Arc<
+    dyn Fn(Request<Incoming>) -> Pin<Box<dyn Future<Output = Response<Body>> + Send>> + Send + Sync,
+>;
+
+/// Wrap an async closure as a stub handler.
+pub fn handler<F, Fut>(f: F) -> StubHandler
+where
+    F: Fn(Request<Incoming>) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Response<Body>> + Send + 'static,
+{
+    Arc::new(move |req| Box::pin(f(req)))
+}
+
+/// A stub upstream: HTTP/1.1 and h2c, upgrades enabled. Dropping it closes the listener
+/// and every open connection, like an apiserver that went away.
+pub struct Stub {
+    pub addr: SocketAddr,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Stub {
+    pub async fn start(h: StubHandler) -> Stub {
+        Self::start_on("127.0.0.1:0".parse().unwrap(), h).await
+    }
+
+    pub async fn start_on(addr: SocketAddr, h: StubHandler) -> Stub {
+        let listener = TcpListener::bind(addr).await.expect("bind stub");
+        let addr = listener.local_addr().unwrap();
+        let task = tokio::spawn(async move {
+            let mut conns = JoinSet::new();
+            loop {
+                tokio::select! {
+                    Ok((stream, _)) = listener.accept() => {
+                        let h = h.clone();
+                        conns.spawn(async move {
+                            let svc = service_fn(move |req| {
+                                let h = h.clone();
+                                async move { Ok::<_, Infallible>(h(req).await) }
+                            });
+                            let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+                                .serve_connection_with_upgrades(TokioIo::new(stream), svc)
+                                .await;
+                        });
+                    }
+                    Some(_) = conns.join_next() => {}
+                }
+            }
+        });
+        Stub { addr, task }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+}
+
+impl Drop for Stub {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// A body fed by a bounded channel: the test decides when each chunk leaves the stub.
+pub fn channel_body(capacity: usize) -> (tokio::sync::mpsc::Sender<Bytes>, Body) {
+    let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(capacity);
+    let stream = futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv()
+            .await
+            .map(|b| (Ok::<_, Infallible>(http_body::Frame::data(b)), rx))
+    });
+    (
+        tx,
+        watchgate::body::boxed(http_body_util::StreamBody::new(stream)),
+    )
+}
+
+/// A free loopback port with nothing listening on it.
+pub async fn dead_addr() -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    l.local_addr().unwrap()
+}
+
+/// A JSON answer with `code`, as an apiserver sends it.
+pub fn json_response(code: StatusCode, v: Value) -> Response<Body> {
+    let mut r = Response::new(watchgate::body::full(v.to_string()));
+    *r.status_mut() = code;
+    r.headers_mut()
+        .insert("content-type", "application/json".parse().unwrap());
+    r
+}
+
+/// `GET /api/v1` of an apiserver that serves pods alone: what a reflector's discovery needs.
+pub fn pods_only_discovery() -> Response<Body> {
+    json_response(
+        StatusCode::OK,
+        json!({
+            "kind": "APIResourceList", "groupVersion": "v1",
+            "resources": [{"name": "pods", "namespaced": true, "kind": "Pod",
+                           "verbs": ["get", "list", "watch"]}]}),
+    )
+}
+
+/// A minimal pod in namespace `ns` at `rv`, as a stub upstream lists or streams it.
+pub fn stub_pod(name: &str, rv: u64) -> Value {
+    json!({"metadata": {"name": name, "namespace": "ns", "resourceVersion": rv.to_string()},
+           "spec": {"nodeName": "n1"}, "status": {"phase": "Running"}})
+}
