@@ -1,11 +1,11 @@
 //! Malformed requests to the simulator's read paths: each gets kube-apiserver's Status
 //! code, reason and message (and nothing panics or hangs).
 
-mod sim_common;
+mod support;
 
-use http::Method;
 use serde_json::json;
-use sim_common::*;
+use support::sim::*;
+use support::watch::put_pod;
 
 const NOT_FOUND: &str = "the server could not find the requested resource";
 
@@ -39,7 +39,7 @@ async fn unknown_paths_and_resources_are_404_status() {
 #[tokio::test]
 async fn malformed_queries_get_the_apiservers_status() {
     let h = sim().await;
-    put_pod(&h, "ns1", "a", json!({"app": "web"}), "Running");
+    put_pod(&h, "ns1", "a", json!({"app": "web"}), "node-1", "Running");
     let pods = "/api/v1/namespaces/ns1/pods";
     let cms = "/api/v1/namespaces/ns1/configmaps";
     let nodes = "/api/v1/nodes";
@@ -121,16 +121,9 @@ async fn odd_requests_never_panic_or_hang() {
         ("/api/v1/pods?watch=1&timeoutSeconds=-1", 200),
         ("/api/v1/pods?resourceVersion=18446744073709551616", 400),
     ] {
-        let resp = send(&h, Method::GET, path).await;
-        assert_eq!(resp.status().as_u16(), want, "{path}");
-        let body = tokio::time::timeout(
-            std::time::Duration::from_secs(5),
-            http_body_util::BodyExt::collect(resp.into_body()),
-        )
-        .await
-        .unwrap_or_else(|_| panic!("{path}: body did not end"))
-        .unwrap()
-        .to_bytes();
+        let mut resp = watch(&h, path).await;
+        assert_eq!(resp.status.as_u16(), want, "{path}");
+        let body = resp.rest(std::time::Duration::from_secs(5)).await;
         if want >= 400 {
             let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
             assert_eq!(v["kind"], "Status", "{path}");

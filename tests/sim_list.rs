@@ -6,23 +6,36 @@
 // The store's closures return `Result<_, Status>` by design.
 #![allow(clippy::result_large_err)]
 
-mod sim_common;
+mod support;
 
 use std::time::{Duration, Instant};
 
 use http::StatusCode;
 use serde_json::{json, Value};
-use sim_common::*;
+use support::sim::*;
+use support::watch::{pods, put_pod, rv_of};
 
 /// A cluster whose history is known:
 /// rv2 a created, rv3 b created  (MID = 3: state {a@2, b@3})
 /// rv4 a modified, rv5 c created (current = 5: {a@4, b@3, c@5})
 async fn fixture() -> watchgate::sim::SimHandle {
     let h = sim().await;
-    assert_eq!(put_pod(&h, "ns1", "a", json!({"app": "web"}), "Pending"), 2);
-    assert_eq!(put_pod(&h, "ns1", "b", json!({"app": "db"}), "Running"), 3);
-    assert_eq!(put_pod(&h, "ns1", "a", json!({"app": "web"}), "Running"), 4);
-    assert_eq!(put_pod(&h, "ns1", "c", json!({"app": "web"}), "Running"), 5);
+    assert_eq!(
+        put_pod(&h, "ns1", "a", json!({"app": "web"}), "node-1", "Pending"),
+        2
+    );
+    assert_eq!(
+        put_pod(&h, "ns1", "b", json!({"app": "db"}), "node-1", "Running"),
+        3
+    );
+    assert_eq!(
+        put_pod(&h, "ns1", "a", json!({"app": "web"}), "node-1", "Running"),
+        4
+    );
+    assert_eq!(
+        put_pod(&h, "ns1", "c", json!({"app": "web"}), "node-1", "Running"),
+        5
+    );
     h
 }
 const MID: u64 = 3;
@@ -177,8 +190,15 @@ async fn unset_continue_rv_unset_is_continue_exact() {
     let h = fixture().await;
     let cont = first_page(&h).await;
     // Writes after the first page are not visible in later pages.
-    put_pod(&h, "ns1", "b", json!({"app": "changed"}), "Failed");
-    put_pod(&h, "ns1", "bb", json!({}), "Running");
+    put_pod(
+        &h,
+        "ns1",
+        "b",
+        json!({"app": "changed"}),
+        "node-1",
+        "Failed",
+    );
+    put_pod(&h, "ns1", "bb", json!({}), "node-1", "Running");
     let v = ok(&h, &format!("limit=5&continue={cont}")).await;
     assert_eq!(names(&v), ["b", "c"]);
     assert_eq!(list_rv(&v), CUR);
@@ -190,7 +210,7 @@ async fn unset_continue_rv_unset_is_continue_exact() {
 async fn unset_continue_rv0_is_treated_as_continue_exact() {
     let h = fixture().await;
     let cont = first_page(&h).await;
-    put_pod(&h, "ns1", "bb", json!({}), "Running");
+    put_pod(&h, "ns1", "bb", json!({}), "node-1", "Running");
     let v = ok(&h, &format!("limit=5&resourceVersion=0&continue={cont}")).await;
     assert_eq!(names(&v), ["b", "c"]);
     assert_eq!(list_rv(&v), CUR);
@@ -419,7 +439,7 @@ async fn a_continue_token_expires_with_the_compaction_of_its_revision() {
     let h = fixture().await;
     let cont = first_page(&h).await;
     // Still valid after a write, as long as the revision is kept.
-    put_pod(&h, "ns1", "d", json!({}), "Running");
+    put_pod(&h, "ns1", "d", json!({}), "node-1", "Running");
     let v = ok(&h, &format!("limit=1&continue={cont}")).await;
     assert_eq!(names(&v), ["b"]);
     h.store().compact_now();
@@ -496,7 +516,7 @@ async fn too_large_rv_waits_three_seconds_then_504() {
 #[tokio::test]
 async fn too_large_rv_for_every_match_mode() {
     let h = sim_with(|c| c.too_large_rv_wait = Duration::from_millis(200)).await;
-    put_pod(&h, "ns1", "a", json!({}), "Running");
+    put_pod(&h, "ns1", "a", json!({}), "node-1", "Running");
     for q in [
         "resourceVersion=50",
         "resourceVersion=50&resourceVersionMatch=NotOlderThan",
@@ -537,10 +557,10 @@ async fn write_during_the_wait_satisfies_it() {
 #[tokio::test]
 async fn namespace_scope_and_etcd_key_order() {
     let h = sim().await;
-    put_pod(&h, "a", "z", json!({}), "Running");
-    put_pod(&h, "a-b", "y", json!({}), "Running");
-    put_pod(&h, "a", "x", json!({}), "Running");
-    put_pod(&h, "b", "w", json!({}), "Running");
+    put_pod(&h, "a", "z", json!({}), "node-1", "Running");
+    put_pod(&h, "a-b", "y", json!({}), "node-1", "Running");
+    put_pod(&h, "a", "x", json!({}), "node-1", "Running");
+    put_pod(&h, "b", "w", json!({}), "node-1", "Running");
     // etcd orders keys bytewise: "a-b/y" < "a/x" because '-' < '/'.
     let (_, v) = get(&h, "/api/v1/pods").await;
     assert_eq!(names(&v), ["y", "x", "z", "w"]);
@@ -619,7 +639,7 @@ async fn stats_count_lists_per_resource() {
 #[tokio::test]
 async fn get_with_resource_version() {
     let h = sim_with(|c| c.too_large_rv_wait = Duration::from_millis(200)).await;
-    put_pod(&h, "ns1", "a", json!({}), "Running");
+    put_pod(&h, "ns1", "a", json!({}), "node-1", "Running");
     for q in ["", "?resourceVersion=0", "?resourceVersion=2"] {
         let (code, v) = get(&h, &format!("/api/v1/namespaces/ns1/pods/a{q}")).await;
         assert_eq!(code, StatusCode::OK, "{q}: {v}");

@@ -6,23 +6,26 @@
 // The store's closures return `Result<_, Status>` by design.
 #![allow(clippy::result_large_err)]
 
-mod sim_common;
+mod support;
 
 use std::time::Duration;
 
-use http::StatusCode;
+use bytes::Bytes;
+use http::{Method, StatusCode};
 use serde_json::json;
-use sim_common::*;
+use support::sim::*;
+use support::watch::{delete_pod, pods, put_pod, rv_of, Watch};
+use support::Http;
 
 const PODS: &str = "/api/v1/namespaces/ns1/pods";
 
 /// rv2 a, rv3 b, rv4 a modified, rv5 c.
 async fn fixture_with(f: impl FnOnce(&mut watchgate::sim::SimConfig)) -> watchgate::sim::SimHandle {
     let h = sim_with(f).await;
-    put_pod(&h, "ns1", "a", json!({"app": "web"}), "Pending");
-    put_pod(&h, "ns1", "b", json!({"app": "db"}), "Running");
-    put_pod(&h, "ns1", "a", json!({"app": "web"}), "Running");
-    put_pod(&h, "ns1", "c", json!({"app": "web"}), "Running");
+    put_pod(&h, "ns1", "a", json!({"app": "web"}), "node-1", "Pending");
+    put_pod(&h, "ns1", "b", json!({"app": "db"}), "node-1", "Running");
+    put_pod(&h, "ns1", "a", json!({"app": "web"}), "node-1", "Running");
+    put_pod(&h, "ns1", "c", json!({"app": "web"}), "node-1", "Running");
     assert_eq!(h.store().current_rv(), 5);
     h
 }
@@ -35,16 +38,23 @@ fn t(kind: &str, name: &str) -> (String, String) {
     (kind.to_string(), name.to_string())
 }
 
-async fn assert_live_changes(h: &watchgate::sim::SimHandle, w: &mut WatchStream) {
-    put_pod(h, "ns1", "d", json!({}), "Running");
-    assert_eq!(w.next_typed().await, t("ADDED", "d"));
-    put_pod(h, "ns1", "a", json!({"app": "web", "v": "2"}), "Running");
-    let e = w.next().await;
+async fn assert_live_changes(h: &watchgate::sim::SimHandle, w: &mut Watch) {
+    put_pod(h, "ns1", "d", json!({}), "node-1", "Running");
+    assert_eq!(w.next("an event").await.typed(), t("ADDED", "d"));
+    put_pod(
+        h,
+        "ns1",
+        "a",
+        json!({"app": "web", "v": "2"}),
+        "node-1",
+        "Running",
+    );
+    let e = w.next("an event").await.json;
     assert_eq!(e["type"], "MODIFIED");
     assert_eq!(e["object"]["metadata"]["labels"]["v"], "2");
     assert_eq!(e["object"]["kind"], "Pod");
     let rv = delete_pod(h, "ns1", "b");
-    let e = w.next().await;
+    let e = w.next("an event").await.json;
     assert_eq!(e["type"], "DELETED");
     assert_eq!(e["object"]["metadata"]["name"], "b");
     assert_eq!(rv_of(&e["object"]), rv, "DELETED carries the deletion RV");
@@ -56,9 +66,9 @@ async fn rv_unset_gets_state_then_changes() {
     let mut w = watch(&h, &format!("{PODS}?watch=1")).await;
     assert_eq!(w.status, StatusCode::OK);
     for n in ["a", "b", "c"] {
-        assert_eq!(w.next_typed().await, t("ADDED", n));
+        assert_eq!(w.next("an event").await.typed(), t("ADDED", n));
     }
-    w.expect_quiet(200).await;
+    w.expect_quiet(Duration::from_millis(200)).await;
     assert_live_changes(&h, &mut w).await;
 }
 
@@ -66,15 +76,15 @@ async fn rv_unset_gets_state_then_changes() {
 async fn rv_0_gets_state_then_changes() {
     let h = fixture().await;
     let mut w = watch(&h, &format!("{PODS}?watch=1&resourceVersion=0")).await;
-    let e = w.next().await;
+    let e = w.next("an event").await.json;
     assert_eq!(e["type"], "ADDED");
     assert_eq!(
         rv_of(&e["object"]),
         4,
         "initial ADDED carries the object's own RV"
     );
-    assert_eq!(w.next_typed().await, t("ADDED", "b"));
-    assert_eq!(w.next_typed().await, t("ADDED", "c"));
+    assert_eq!(w.next("an event").await.typed(), t("ADDED", "b"));
+    assert_eq!(w.next("an event").await.typed(), t("ADDED", "c"));
     assert_live_changes(&h, &mut w).await;
 }
 
@@ -82,17 +92,17 @@ async fn rv_0_gets_state_then_changes() {
 async fn rv_n_starts_after_n_without_initial_state() {
     let h = fixture().await;
     let mut w = watch(&h, &format!("{PODS}?watch=1&resourceVersion=3")).await;
-    let e = w.next().await;
+    let e = w.next("an event").await.json;
     assert_eq!(
         (e["type"].as_str(), rv_of(&e["object"])),
         (Some("MODIFIED"), 4)
     );
-    let e = w.next().await;
+    let e = w.next("an event").await.json;
     assert_eq!(
         (e["type"].as_str(), rv_of(&e["object"])),
         (Some("ADDED"), 5)
     );
-    w.expect_quiet(200).await;
+    w.expect_quiet(Duration::from_millis(200)).await;
     assert_live_changes(&h, &mut w).await;
 }
 
@@ -100,7 +110,7 @@ async fn rv_n_starts_after_n_without_initial_state() {
 async fn rv_current_sends_only_new_changes() {
     let h = fixture().await;
     let mut w = watch(&h, &format!("{PODS}?watch=1&resourceVersion=5")).await;
-    w.expect_quiet(200).await;
+    w.expect_quiet(Duration::from_millis(200)).await;
     assert_live_changes(&h, &mut w).await;
 }
 
@@ -110,17 +120,17 @@ async fn compacted_rv_is_200_then_one_410_error_event() {
     h.store().compact(4);
     let mut w = watch(&h, &format!("{PODS}?watch=1&resourceVersion=2")).await;
     assert_eq!(w.status, StatusCode::OK);
-    let e = w.next().await;
+    let e = w.next("an event").await.json;
     assert_eq!(
         e,
         json!({"type": "ERROR", "object": {"kind": "Status", "apiVersion": "v1", "metadata": {},
                "status": "Failure", "message": "too old resource version: 2 (4)",
                "reason": "Expired", "code": 410}})
     );
-    w.expect_end(5).await;
+    w.expect_end(Duration::from_secs(5)).await;
     // The compaction point itself is still watchable.
     let mut w = watch(&h, &format!("{PODS}?watch=1&resourceVersion=4")).await;
-    assert_eq!(w.next_typed().await, t("ADDED", "c"));
+    assert_eq!(w.next("an event").await.typed(), t("ADDED", "c"));
 }
 
 #[tokio::test]
@@ -128,11 +138,11 @@ async fn watcher_behind_the_history_window_gets_410() {
     // History of 3 events: a watcher starting at RV 2 while 5 more writes land is behind.
     let h = fixture_with(|c| c.store.history_events = 3).await;
     let mut w = watch(&h, &format!("{PODS}?watch=1&resourceVersion=1")).await;
-    let e = w.next().await;
+    let e = w.next("an event").await.json;
     assert_eq!(e["type"], "ERROR");
     assert_eq!(e["object"]["code"], 410);
     assert_eq!(e["object"]["message"], "too old resource version: 1 (2)");
-    w.expect_end(5).await;
+    w.expect_end(Duration::from_secs(5)).await;
 }
 
 #[tokio::test]
@@ -143,20 +153,20 @@ async fn bookmarks_are_periodic_when_allowed() {
         &format!("{PODS}?watch=1&resourceVersion=5&allowWatchBookmarks=true"),
     )
     .await;
-    let e = w.next_within(3).await.unwrap();
+    let e = w.next_within(Duration::from_secs(3)).await.unwrap().json;
     assert_eq!(
         e,
         json!({"type": "BOOKMARK", "object": {"kind": "Pod", "apiVersion": "v1",
                "metadata": {"resourceVersion": "5"}}})
     );
     // A write moves the next bookmark's RV, even for another namespace's object.
-    put_pod(&h, "other", "x", json!({}), "Running");
-    let e = w.next_within(3).await.unwrap();
+    put_pod(&h, "other", "x", json!({}), "node-1", "Running");
+    let e = w.next_within(Duration::from_secs(3)).await.unwrap().json;
     assert_eq!(e["type"], "BOOKMARK");
     assert_eq!(e["object"]["metadata"]["resourceVersion"], "6");
     // Without allowWatchBookmarks: none.
     let mut w = watch(&h, &format!("{PODS}?watch=1&resourceVersion=6")).await;
-    w.expect_quiet(700).await;
+    w.expect_quiet(Duration::from_millis(700)).await;
 }
 
 #[tokio::test]
@@ -169,10 +179,10 @@ async fn send_initial_events_ends_with_annotated_bookmark() {
     .await;
     assert_eq!(w.status, StatusCode::OK);
     for n in ["a", "b", "c"] {
-        assert_eq!(w.next_typed().await, t("ADDED", n));
+        assert_eq!(w.next("an event").await.typed(), t("ADDED", n));
     }
     assert_eq!(
-        w.next().await,
+        w.next("an event").await.json,
         json!({"type": "BOOKMARK", "object": {"kind": "Pod", "apiVersion": "v1",
                "metadata": {"resourceVersion": "5",
                             "annotations": {"k8s.io/initial-events-end": "true"}}}})
@@ -187,14 +197,14 @@ async fn send_initial_events_with_rv_n_waits_for_n() {
         "watch=1&sendInitialEvents=true&allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan";
     let mut w = watch(&h, &format!("{PODS}?{q}&resourceVersion=3")).await;
     for n in ["a", "b", "c"] {
-        assert_eq!(w.next_typed().await, t("ADDED", n));
+        assert_eq!(w.next("an event").await.typed(), t("ADDED", n));
     }
-    let e = w.next().await;
+    let e = w.next("an event").await.json;
     assert_eq!(e["object"]["metadata"]["resourceVersion"], "5");
     // An RV that never comes: the 504 arrives as an ERROR event.
     let mut w = watch(&h, &format!("{PODS}?{q}&resourceVersion=99")).await;
     assert_eq!(w.status, StatusCode::OK);
-    let e = w.next().await;
+    let e = w.next("an event").await.json;
     assert_eq!(e["type"], "ERROR");
     assert_eq!(e["object"]["code"], 504);
     assert_eq!(
@@ -209,9 +219,9 @@ async fn watch_rv_unset_defaults_to_watch_list_but_legacy_path_does_not() {
     // kube-apiserver 1.32+ SetListOptionsDefaults: watch=1 with RV unset/0 is a watch-list.
     let mut w = watch(&h, &format!("{PODS}?watch=1&allowWatchBookmarks=true")).await;
     for n in ["a", "b", "c"] {
-        assert_eq!(w.next_typed().await, t("ADDED", n));
+        assert_eq!(w.next("an event").await.typed(), t("ADDED", n));
     }
-    let e = w.next().await;
+    let e = w.next("an event").await.json;
     assert_eq!(e["type"], "BOOKMARK");
     assert_eq!(
         e["object"]["metadata"]["annotations"]["k8s.io/initial-events-end"],
@@ -224,9 +234,9 @@ async fn watch_rv_unset_defaults_to_watch_list_but_legacy_path_does_not() {
     )
     .await;
     for n in ["a", "b", "c"] {
-        assert_eq!(w.next_typed().await, t("ADDED", n));
+        assert_eq!(w.next("an event").await.typed(), t("ADDED", n));
     }
-    w.expect_quiet(300).await;
+    w.expect_quiet(Duration::from_millis(300)).await;
     assert_live_changes(&h, &mut w).await;
 }
 
@@ -259,7 +269,7 @@ async fn timeout_seconds_ends_the_stream_cleanly() {
         &format!("{PODS}?watch=1&resourceVersion=5&timeoutSeconds=1"),
     )
     .await;
-    w.expect_end(5).await;
+    w.expect_end(Duration::from_secs(5)).await;
     let took = started.elapsed();
     assert!(took >= Duration::from_millis(900), "{took:?}");
 }
@@ -273,26 +283,40 @@ async fn label_selector_transitions() {
     )
     .await;
     // b starts matching → ADDED.
-    put_pod(&h, "ns1", "b", json!({"app": "web"}), "Running");
-    assert_eq!(w.next_typed().await, t("ADDED", "b"));
+    put_pod(&h, "ns1", "b", json!({"app": "web"}), "node-1", "Running");
+    assert_eq!(w.next("an event").await.typed(), t("ADDED", "b"));
     // a stops matching → DELETED carrying the PREVIOUS state at the event's RV
     // (cache_watcher.go convertToWatchEvent).
     let before = h.store().get(pods(), "ns1", "a").unwrap();
-    let rv = put_pod(&h, "ns1", "a", json!({"app": "db"}), "Running");
-    let e = w.next().await;
+    let rv = put_pod(&h, "ns1", "a", json!({"app": "db"}), "node-1", "Running");
+    let e = w.next("an event").await.json;
     assert_eq!(e["type"], "DELETED");
     let mut want = before.as_ref().clone();
     want["metadata"]["resourceVersion"] = json!(rv.to_string());
     assert_eq!(e["object"], want);
     assert_eq!(e["object"]["metadata"]["labels"]["app"], "web");
     // Changes of non-matching objects are invisible; matching before and after → MODIFIED.
-    put_pod(&h, "ns1", "a", json!({"app": "db", "x": "1"}), "Running");
-    put_pod(&h, "ns1", "c", json!({"app": "web", "x": "1"}), "Running");
-    assert_eq!(w.next_typed().await, t("MODIFIED", "c"));
+    put_pod(
+        &h,
+        "ns1",
+        "a",
+        json!({"app": "db", "x": "1"}),
+        "node-1",
+        "Running",
+    );
+    put_pod(
+        &h,
+        "ns1",
+        "c",
+        json!({"app": "web", "x": "1"}),
+        "node-1",
+        "Running",
+    );
+    assert_eq!(w.next("an event").await.typed(), t("MODIFIED", "c"));
     delete_pod(&h, "ns1", "a");
     delete_pod(&h, "ns1", "c");
-    assert_eq!(w.next_typed().await, t("DELETED", "c"));
-    w.expect_quiet(200).await;
+    assert_eq!(w.next("an event").await.typed(), t("DELETED", "c"));
+    w.expect_quiet(Duration::from_millis(200)).await;
 }
 
 #[tokio::test]
@@ -304,10 +328,10 @@ async fn field_selector_transitions_and_initial_state() {
     )
     .await;
     // Initial state: nobody is Pending.
-    put_pod(&h, "ns1", "b", json!({"app": "db"}), "Pending");
-    assert_eq!(w.next_typed().await, t("ADDED", "b"));
-    let rv = put_pod(&h, "ns1", "b", json!({"app": "db"}), "Running");
-    let e = w.next().await;
+    put_pod(&h, "ns1", "b", json!({"app": "db"}), "node-1", "Pending");
+    assert_eq!(w.next("an event").await.typed(), t("ADDED", "b"));
+    let rv = put_pod(&h, "ns1", "b", json!({"app": "db"}), "node-1", "Running");
+    let e = w.next("an event").await.json;
     assert_eq!(e["type"], "DELETED");
     assert_eq!(
         e["object"]["status"]["phase"], "Pending",
@@ -326,16 +350,16 @@ async fn single_object_watches() {
     )
     .await;
     for w in [&mut legacy, &mut by_field] {
-        let e = w.next().await;
+        let e = w.next("an event").await.json;
         assert_eq!(
             (e["type"].as_str(), rv_of(&e["object"])),
             (Some("MODIFIED"), 4)
         );
     }
-    put_pod(&h, "ns1", "b", json!({}), "Running");
-    put_pod(&h, "ns1", "a", json!({"n": "2"}), "Running");
+    put_pod(&h, "ns1", "b", json!({}), "node-1", "Running");
+    put_pod(&h, "ns1", "a", json!({"n": "2"}), "node-1", "Running");
     for w in [&mut legacy, &mut by_field] {
-        assert_eq!(w.next_typed().await, t("MODIFIED", "a"));
+        assert_eq!(w.next("an event").await.typed(), t("MODIFIED", "a"));
     }
     let (code, v) = get(
         &h,
@@ -354,12 +378,12 @@ async fn namespace_scope_and_all_namespaces() {
     let h = fixture().await;
     let mut all = watch(&h, "/api/v1/pods?watch=1&resourceVersion=5").await;
     let mut ns2 = watch(&h, "/api/v1/namespaces/ns2/pods?watch=1&resourceVersion=5").await;
-    put_pod(&h, "ns1", "x", json!({}), "Running");
-    put_pod(&h, "ns2", "y", json!({}), "Running");
-    assert_eq!(all.next_typed().await, t("ADDED", "x"));
-    assert_eq!(all.next_typed().await, t("ADDED", "y"));
-    assert_eq!(ns2.next_typed().await, t("ADDED", "y"));
-    ns2.expect_quiet(200).await;
+    put_pod(&h, "ns1", "x", json!({}), "node-1", "Running");
+    put_pod(&h, "ns2", "y", json!({}), "node-1", "Running");
+    assert_eq!(all.next("an event").await.typed(), t("ADDED", "x"));
+    assert_eq!(all.next("an event").await.typed(), t("ADDED", "y"));
+    assert_eq!(ns2.next("an event").await.typed(), t("ADDED", "y"));
+    ns2.expect_quiet(Duration::from_millis(200)).await;
 }
 
 #[tokio::test]
@@ -367,20 +391,20 @@ async fn faults_force_410_and_drop_streams() {
     let h = fixture().await;
     h.faults().force_410_next_watch(1);
     let mut w = watch(&h, &format!("{PODS}?watch=1&resourceVersion=5")).await;
-    let e = w.next().await;
+    let e = w.next("an event").await.json;
     assert_eq!(e["type"], "ERROR");
     assert_eq!(e["object"]["code"], 410);
-    w.expect_end(5).await;
+    w.expect_end(Duration::from_secs(5)).await;
     // Only the next one.
     let mut w = watch(&h, &format!("{PODS}?watch=1&resourceVersion=5")).await;
-    w.expect_quiet(200).await;
+    w.expect_quiet(Duration::from_millis(200)).await;
     h.faults().drop_watches_now();
-    w.expect_end(5).await;
+    w.expect_end(Duration::from_secs(5)).await;
     // Periodic drops.
     h.faults()
         .set_drop_watch_after(Some(Duration::from_millis(300)));
     let mut w = watch(&h, &format!("{PODS}?watch=1&resourceVersion=5")).await;
-    w.expect_end(5).await;
+    w.expect_end(Duration::from_secs(5)).await;
 }
 
 #[tokio::test]
@@ -403,11 +427,12 @@ async fn many_writes_arrive_in_order_without_loss() {
             "ns1",
             &format!("p{}", i % 50),
             json!({"i": i.to_string()}),
+            "node-1",
             "Running",
         ));
     }
     for rv in want {
-        let e = w.next().await;
+        let e = w.next("an event").await.json;
         assert_eq!(rv_of(&e["object"]), rv);
     }
 }
@@ -415,15 +440,25 @@ async fn many_writes_arrive_in_order_without_loss() {
 #[tokio::test]
 async fn fault_http_endpoints_and_latency() {
     let h = fixture().await;
-    let resp = send(&h, http::Method::POST, "/debug/sim/faults/watch-410").await;
-    assert_eq!(resp.status(), StatusCode::OK);
+    let http = Http::new(&h.url());
+    let resp = http
+        .request(
+            Method::POST,
+            "/debug/sim/faults/watch-410",
+            &[],
+            Bytes::new(),
+        )
+        .await;
+    assert_eq!(resp.status, StatusCode::OK);
     let mut w = watch(&h, &format!("{PODS}?watch=1&resourceVersion=5")).await;
-    assert_eq!(w.next().await["object"]["code"], 410);
-    let resp = send(&h, http::Method::POST, "/debug/sim/faults/compact").await;
-    assert_eq!(resp.status(), StatusCode::OK);
-    put_pod(&h, "ns1", "z", json!({}), "Running");
+    assert_eq!(w.next("an event").await.json["object"]["code"], 410);
+    let resp = http
+        .request(Method::POST, "/debug/sim/faults/compact", &[], Bytes::new())
+        .await;
+    assert_eq!(resp.status, StatusCode::OK);
+    put_pod(&h, "ns1", "z", json!({}), "node-1", "Running");
     let mut w = watch(&h, &format!("{PODS}?watch=1&resourceVersion=4")).await;
-    let e = w.next().await;
+    let e = w.next("an event").await.json;
     assert_eq!(e["object"]["message"], "too old resource version: 4 (5)");
     h.faults().set_latency(Duration::from_millis(300));
     let started = std::time::Instant::now();
@@ -465,11 +500,11 @@ async fn watch_over_h2c() {
 async fn shutdown_ends_watch_streams() {
     let h = fixture().await;
     let mut w = watch(&h, &format!("{PODS}?watch=1&resourceVersion=5")).await;
-    w.expect_quiet(100).await;
+    w.expect_quiet(Duration::from_millis(100)).await;
     tokio::time::timeout(Duration::from_secs(10), h.shutdown())
         .await
         .expect("shutdown within 10s");
-    w.expect_end(5).await;
+    w.expect_end(Duration::from_secs(5)).await;
 }
 
 #[tokio::test]
@@ -479,7 +514,7 @@ async fn stalled_watcher_that_falls_behind_compaction_gets_410() {
     // prefix of events, then the 410 ERROR, then the end — never a silent gap.
     let h = fixture_with(|c| c.store.history_events = 20).await;
     let mut w = watch(&h, &format!("{PODS}?watch=1&resourceVersion=5")).await;
-    w.expect_quiet(100).await;
+    w.expect_quiet(Duration::from_millis(100)).await;
     let big = "x".repeat(16 * 1024);
     let mut last = 0;
     for i in 0..1500 {
@@ -498,9 +533,10 @@ async fn stalled_watcher_that_falls_behind_compaction_gets_410() {
     let mut expect_rv = 6;
     loop {
         let e = w
-            .next_within(20)
+            .next_within(Duration::from_secs(20))
             .await
-            .expect("stream ends only after the ERROR");
+            .expect("stream ends only after the ERROR")
+            .json;
         if e["type"] == "ERROR" {
             assert_eq!(e["object"]["code"], 410);
             let msg = e["object"]["message"].as_str().unwrap().to_string();
@@ -527,7 +563,7 @@ async fn stalled_watcher_that_falls_behind_compaction_gets_410() {
         expect_rv < last,
         "the watcher fell behind (got up to {expect_rv} of {last})"
     );
-    w.expect_end(5).await;
+    w.expect_end(Duration::from_secs(5)).await;
 }
 
 #[tokio::test]
@@ -551,14 +587,14 @@ async fn bookmarks_keep_coming_under_constant_churn() {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
     });
-    let e = w.next_within(3).await.unwrap();
+    let e = w.next_within(Duration::from_secs(3)).await.unwrap().json;
     assert_eq!(e["type"], "BOOKMARK");
     let first: u64 = e["object"]["metadata"]["resourceVersion"]
         .as_str()
         .unwrap()
         .parse()
         .unwrap();
-    let e = w.next_within(3).await.unwrap();
+    let e = w.next_within(Duration::from_secs(3)).await.unwrap().json;
     assert_eq!(e["type"], "BOOKMARK");
     let second: u64 = e["object"]["metadata"]["resourceVersion"]
         .as_str()

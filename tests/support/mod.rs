@@ -10,6 +10,7 @@
 //! - [`metrics`]: samples of a Prometheus text exposition.
 //! - [`serve`]: the `watchgate serve` binary as a child process, its log captured.
 //! - [`servers`]: the simulator and the gateway, started in-process on `127.0.0.1:0`.
+//! - [`sim`]: a bare simulator and JSON reads of it, for the simulator's own tests.
 //! - [`stub`]: stub upstreams whose every answer a test writes (apiservers the simulator
 //!   cannot play).
 //! - [`wait`]: bounded polling with a clear failure message (no sleep-and-hope).
@@ -30,6 +31,7 @@ pub mod python_scenarios;
 pub mod raw;
 pub mod serve;
 pub mod servers;
+pub mod sim;
 pub mod stub;
 pub mod tools;
 pub mod wait;

@@ -104,16 +104,7 @@ pub async fn open(base: &str, path: &str) -> Watch {
         Ok(Err(e)) => panic!("watch {what}: {e:?}"),
         Err(_) => panic!("watch {what}: no response headers within {HEADERS_TIMEOUT:?}"),
     };
-    let (parts, body) = resp.into_parts();
-    Watch {
-        what,
-        status: parts.status,
-        headers: parts.headers,
-        body,
-        buf: BytesMut::new(),
-        ended: false,
-        seen: Vec::new(),
-    }
+    Watch::from_response(what, resp)
 }
 
 /// [`open`], asserting a 200.
@@ -180,9 +171,15 @@ impl Watch {
         loop {
             if let Some(pos) = self.buf.iter().position(|b| *b == b'\n') {
                 let line = self.buf.split_to(pos + 1).freeze().slice(..pos);
-                if line.iter().all(u8::is_ascii_whitespace) {
-                    continue;
-                }
+                // kube-apiserver frames every event as one JSON line: a blank line is a
+                // framing error, not something a client should skip.
+                assert!(
+                    !line.iter().all(u8::is_ascii_whitespace),
+                    "watch {}: a blank line in the stream ({:?})\n{}",
+                    self.what,
+                    String::from_utf8_lossy(&line),
+                    self.context()
+                );
                 let json = serde_json::from_slice(&line).unwrap_or_else(|e| {
                     panic!(
                         "watch {}: event is not JSON ({e}): {:?}",
@@ -196,7 +193,7 @@ impl Watch {
             }
             if self.ended {
                 assert!(
-                    self.buf.iter().all(u8::is_ascii_whitespace),
+                    self.buf.is_empty(),
                     "watch {}: stream ended inside an event\n{}",
                     self.what,
                     self.context()
@@ -252,6 +249,20 @@ impl Watch {
         if let Some(e) = self.next_within(timeout).await {
             panic!(
                 "watch {}: expected the end of the stream, got {e:?}\n{}",
+                self.what,
+                self.context()
+            );
+        }
+    }
+
+    /// Asserts that nothing (no event, no end) arrives for `quiet`: the stream stays open
+    /// and idle.
+    pub async fn expect_quiet(&mut self, quiet: Duration) {
+        // A bound far beyond `quiet`, so that only `quiet` decides.
+        let next = self.next_within(quiet + Duration::from_secs(3600));
+        if let Ok(got) = tokio::time::timeout(quiet, next).await {
+            panic!(
+                "watch {}: expected {quiet:?} of quiet, got {got:?}\n{}",
                 self.what,
                 self.context()
             );
@@ -344,7 +355,8 @@ pub fn pod(ns: &str, name: &str, labels: Value, node: &str, phase: &str) -> Valu
     })
 }
 
-fn rv_of(v: &Value) -> u64 {
+/// An object's metadata.resourceVersion as a number; panics if it has none.
+pub fn rv_of(v: &Value) -> u64 {
     v["metadata"]["resourceVersion"]
         .as_str()
         .and_then(|s| s.parse().ok())
