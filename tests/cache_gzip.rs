@@ -6,19 +6,19 @@
 mod support;
 
 use std::io::Read;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use flate2::read::GzDecoder;
 use http::Method;
 use serde_json::{json, Value};
 
+use support::servers::gateway;
+use support::watch::{put_object, resource, wait_until_cached};
 use support::Http;
 use watchgate::codec::gzip::GZIP_THRESHOLD;
-use watchgate::config::GatewayConfig;
-use watchgate::server::{Gateway, GatewayHandle};
-use watchgate::sim::resources::find;
-use watchgate::sim::{start, Mutation, SimConfig, SimHandle};
+use watchgate::server::GatewayHandle;
+use watchgate::sim::{start, SimConfig, SimHandle};
 
 fn put_configmap(sim: &SimHandle, ns: &str, name: &str, data_len: usize) -> u64 {
     let obj = json!({
@@ -26,17 +26,7 @@ fn put_configmap(sim: &SimHandle, ns: &str, name: &str, data_len: usize) -> u64 
         "metadata": {"name": name, "namespace": ns, "labels": {"size": if data_len > 1000 { "big" } else { "small" }}},
         "data": {"blob": "x".repeat(data_len)},
     });
-    let cms = find("", "v1", "configmaps").unwrap();
-    let out = sim
-        .store()
-        .mutate(cms, ns, name, |_| Ok(Mutation::Put(obj)))
-        .unwrap()
-        .unwrap();
-    out["metadata"]["resourceVersion"]
-        .as_str()
-        .unwrap()
-        .parse()
-        .unwrap()
+    put_object(sim, resource("", "v1", "configmaps"), ns, obj)
 }
 
 struct Answer {
@@ -86,10 +76,7 @@ async fn fetch(base: &str, path: &str, gzip: bool) -> Answer {
             .get_all("vary")
             .iter()
             .any(|v| v.to_str().unwrap().contains("Accept-Encoding")),
-        source: resp
-            .headers
-            .get("x-watchgate-source")
-            .map(|v| v.to_str().unwrap().to_string()),
+        source: resp.source().map(str::to_string),
         plain,
     }
 }
@@ -103,25 +90,14 @@ async fn seeded() -> (SimHandle, GatewayHandle) {
     put_configmap(&sim, "big", "huge", 200 * 1024);
     put_configmap(&sim, "small", "a", 10);
     put_configmap(&sim, "small", "b", 10);
-    let gw = Gateway::start(GatewayConfig::for_upstream_url(&sim.url()).unwrap())
-        .await
-        .unwrap();
+    let gw = gateway(&sim.url()).await;
     (sim, gw)
-}
-
-/// Asks until the cache answers `path` (the first cacheable read starts the reflector).
-async fn warm(gw: &GatewayHandle, path: &str) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while fetch(&gw.url(), path, false).await.source.as_deref() != Some("cache") {
-        assert!(Instant::now() < deadline, "{path}: cache did not sync");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn large_answers_are_gzipped_by_the_simulator_and_the_cache_alike() {
     let (sim, gw) = seeded().await;
-    warm(&gw, "/api/v1/configmaps?resourceVersion=0").await;
+    wait_until_cached(&gw.url(), "/api/v1/configmaps?resourceVersion=0").await;
     for (path, big) in [
         ("/api/v1/configmaps?resourceVersion=0", true),
         ("/api/v1/namespaces/big/configmaps?resourceVersion=0", true),
@@ -200,7 +176,7 @@ async fn size_exactly(sim: &SimHandle, gw: &GatewayHandle, path: &str, target: u
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gzip_starts_above_128_kib_exactly() {
     let (sim, gw) = seeded().await;
-    warm(&gw, "/api/v1/configmaps?resourceVersion=0").await;
+    wait_until_cached(&gw.url(), "/api/v1/configmaps?resourceVersion=0").await;
     for path in [
         "/api/v1/namespaces/small/configmaps/edge?resourceVersion=0",
         "/api/v1/namespaces/small/configmaps?resourceVersion=0",
@@ -221,7 +197,7 @@ async fn gzip_starts_above_128_kib_exactly() {
 async fn kubectl_and_the_python_client_read_gzipped_cache_answers() {
     let (sim, gw) = seeded().await;
     let path = "/api/v1/configmaps?resourceVersion=0";
-    warm(&gw, path).await;
+    wait_until_cached(&gw.url(), path).await;
     let direct: Value =
         serde_json::from_slice(&fetch(&sim.url(), path, false).await.plain).unwrap();
     assert!(fetch(&gw.url(), path, true).await.gzipped);

@@ -9,11 +9,11 @@ use bytes::Bytes;
 use http::{Method, StatusCode};
 use serde_json::{json, Value};
 
+use support::servers::{cluster_config, gateway};
+use support::watch::{delete_pod, put_pod};
 use support::Http;
-use watchgate::config::GatewayConfig;
-use watchgate::server::{Gateway, GatewayHandle};
-use watchgate::sim::resources::find;
-use watchgate::sim::{start, Mutation, SimConfig, SimHandle};
+use watchgate::server::GatewayHandle;
+use watchgate::sim::{start, SimHandle};
 
 struct Answer {
     status: StatusCode,
@@ -30,10 +30,7 @@ async fn call(base: &str, method: Method, path: &str, body: Option<Value>) -> An
     let resp = Http::new(base).request(method, path, &headers, body).await;
     Answer {
         status: resp.status,
-        source: resp
-            .headers
-            .get("x-watchgate-source")
-            .map(|v| v.to_str().unwrap().to_string()),
+        source: resp.source().map(str::to_string),
         body: resp.json(),
     }
 }
@@ -42,42 +39,10 @@ async fn get(base: &str, path: &str) -> Answer {
     call(base, Method::GET, path, None).await
 }
 
-fn put_pod(sim: &SimHandle, ns: &str, name: &str, labels: Value, node: &str, phase: &str) -> u64 {
-    let obj = json!({
-        "kind": "Pod", "apiVersion": "v1",
-        "metadata": {"name": name, "namespace": ns, "labels": labels},
-        "spec": {"nodeName": node, "containers": [{"name": "c", "image": "busybox"}]},
-        "status": {"phase": phase},
-    });
-    let pods = find("", "v1", "pods").unwrap();
-    let out = sim
-        .store()
-        .mutate(pods, ns, name, |_| Ok(Mutation::Put(obj)))
-        .unwrap()
-        .unwrap();
-    out["metadata"]["resourceVersion"]
-        .as_str()
-        .unwrap()
-        .parse()
-        .unwrap()
-}
-
-fn delete_pod(sim: &SimHandle, ns: &str, name: &str) {
-    let pods = find("", "v1", "pods").unwrap();
-    sim.store()
-        .mutate(pods, ns, name, |_| Ok(Mutation::Delete))
-        .unwrap();
-}
-
 /// Namespaces whose names are prefixes of each other, so that ordering and namespace
 /// scoping are really exercised.
 async fn seeded() -> (SimHandle, GatewayHandle) {
-    let sim = start(SimConfig {
-        bootstrap_namespaces: true,
-        ..SimConfig::default()
-    })
-    .await
-    .unwrap();
+    let sim = start(cluster_config()).await.unwrap();
     let mut i = 0;
     for ns in ["a", "a-b", "ab", "default"] {
         for (name, app, tier, phase) in [
@@ -96,9 +61,7 @@ async fn seeded() -> (SimHandle, GatewayHandle) {
             );
         }
     }
-    let gw = Gateway::start(GatewayConfig::for_upstream_url(&sim.url()).unwrap())
-        .await
-        .unwrap();
+    let gw = gateway(&sim.url()).await;
     (sim, gw)
 }
 

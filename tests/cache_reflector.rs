@@ -85,11 +85,7 @@ async fn malformed_upstream_objects_are_skipped_or_relisted_never_cached() {
     let mut seen_first_state = false;
     loop {
         let resp = http.get("/api/v1/pods?resourceVersion=0").await;
-        let source = resp
-            .headers
-            .get("x-watchgate-source")
-            .map(|v| v.to_str().unwrap().to_string());
-        if source.as_deref() == Some("cache") {
+        if resp.source() == Some("cache") {
             let v = resp.json();
             let got: Vec<(String, String)> = v["items"]
                 .as_array()

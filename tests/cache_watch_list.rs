@@ -16,27 +16,11 @@ use watchgate::body;
 use watchgate::cache::reflector::WatchListMode;
 use watchgate::config::GatewayConfig;
 use watchgate::server::{Gateway, GatewayHandle};
-use watchgate::sim::resources::find;
-use watchgate::sim::{start, Mutation, SimConfig, SimHandle};
+use watchgate::sim::{start, SimConfig, SimHandle};
 
+/// Pod `name` labelled app=`name`, on node n1, running.
 fn put_pod(sim: &SimHandle, ns: &str, name: &str) -> u64 {
-    let obj = json!({
-        "kind": "Pod", "apiVersion": "v1",
-        "metadata": {"name": name, "namespace": ns, "labels": {"app": name}},
-        "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "busybox"}]},
-        "status": {"phase": "Running"},
-    });
-    let pods = find("", "v1", "pods").unwrap();
-    let out = sim
-        .store()
-        .mutate(pods, ns, name, |_| Ok(Mutation::Put(obj)))
-        .unwrap()
-        .unwrap();
-    out["metadata"]["resourceVersion"]
-        .as_str()
-        .unwrap()
-        .parse()
-        .unwrap()
+    support::watch::put_pod(sim, ns, name, json!({"app": name}), "n1", "Running")
 }
 
 async fn gateway(upstream: &str, mode: WatchListMode, idle: Duration) -> GatewayHandle {
@@ -54,11 +38,8 @@ async fn wait_for_cache(gw: &GatewayHandle, want_names: &[&str], want_rv: Option
     let mut last;
     loop {
         let resp = http.get("/api/v1/pods?resourceVersion=0").await;
-        let source = resp
-            .headers
-            .get("x-watchgate-source")
-            .map(|v| v.to_str().unwrap().to_string());
-        if source.as_deref() == Some("cache") {
+        let source = resp.source();
+        if source == Some("cache") {
             let v = resp.json();
             let names: Vec<&str> = v["items"]
                 .as_array()
@@ -85,16 +66,7 @@ async fn wait_for_cache(gw: &GatewayHandle, want_names: &[&str], want_rv: Option
 /// Starts the pods cache with gets (which the simulator does not count as lists) and
 /// waits until it answers, so that the simulator's list counter sees only the reflector.
 async fn warm_with_a_get(gw: &GatewayHandle, path: &str) {
-    let http = Http::new(&gw.url());
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let resp = http.get(path).await;
-        if resp.headers.get("x-watchgate-source").map(|v| v.as_bytes()) == Some(b"cache") {
-            return;
-        }
-        assert!(Instant::now() < deadline, "{path}: the cache did not sync");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    support::watch::wait_until_cached(&gw.url(), path).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -125,8 +125,7 @@ async fn serve_the_secret_from_the_cache(http: &Http) {
         EVENT_TIMEOUT,
         || async move {
             let resp = http_ref.request(Method::GET, get, headers_ref, "").await;
-            resp.status == 200
-                && resp.headers.get("x-watchgate-source").map(|v| v.as_bytes()) == Some(b"cache")
+            resp.status == 200 && resp.source() == Some("cache")
         },
     )
     .await;

@@ -111,8 +111,8 @@ async fn rv0_lists_count_as_cache_requests_and_reach_upstream_at_most_once() {
         let resp = http.get("/api/v1/pods?resourceVersion=0").await;
         assert_eq!(resp.status, 200, "list {i}: {}", resp.text());
         assert_eq!(
-            resp.headers.get("x-watchgate-source").map(|v| v.as_bytes()),
-            Some(&b"cache"[..]),
+            resp.source(),
+            Some("cache"),
             "list {i} was not served from the cache"
         );
     }

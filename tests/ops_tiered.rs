@@ -124,11 +124,7 @@ async fn an_edge_in_front_of_an_origin_answers_like_the_apiserver() {
         };
         assert_eq!(resp.json()["items"], want["items"], "{path}");
         assert_eq!(resp.json()["kind"], "PodList", "{path}");
-        let source = resp
-            .headers
-            .get("x-watchgate-source")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("");
+        let source = resp.source().unwrap_or("");
         let expected = if path == PODS { "upstream" } else { "cache" };
         assert_eq!(source, expected, "{path}");
     }

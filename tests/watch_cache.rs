@@ -5,30 +5,18 @@
 
 mod support;
 
-use std::time::Duration;
-
 use serde_json::{json, Value};
 
 use support::Env;
 
 async fn cache_rv(env: &Env, path: &str) -> String {
-    // Lists with RV=0 start the resource's cache; poll (bounded) until one is answered
-    // from it.
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        let r = env.http.get(path).await;
-        if r.headers.get("x-watchgate-source").map(|v| v.as_bytes()) == Some(b"cache") {
-            return r.json()["metadata"]["resourceVersion"]
-                .as_str()
-                .unwrap()
-                .to_string();
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{path} was not served from the cache within 20 s"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    // Lists with RV=0 start the resource's cache.
+    support::watch::wait_until_cached(env.url(), path)
+        .await
+        .json()["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .to_string()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

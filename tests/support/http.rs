@@ -37,7 +37,20 @@ pub struct Resp {
     pub body: Bytes,
 }
 
+/// The gateway's `x-watchgate-source` header: `cache` or `upstream` (or none, for an
+/// answer the gateway did not give).
+pub fn source(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get("x-watchgate-source")
+        .and_then(|v| v.to_str().ok())
+}
+
 impl Resp {
+    /// Who answered, by the gateway's `x-watchgate-source` header; see [`source`].
+    pub fn source(&self) -> Option<&str> {
+        source(&self.headers)
+    }
+
     /// The body parsed as JSON; panics with the body text if it is not JSON.
     pub fn json(&self) -> Value {
         serde_json::from_slice(&self.body).unwrap_or_else(|e| {

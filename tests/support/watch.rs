@@ -139,9 +139,7 @@ impl Watch {
 
     /// The `x-watchgate-source` header (`cache` or `upstream`), if any.
     pub fn source(&self) -> Option<&str> {
-        self.headers
-            .get("x-watchgate-source")
-            .and_then(|v| v.to_str().ok())
+        super::http::source(&self.headers)
     }
 
     /// Asserts that the gateway served this watch from its cache.
@@ -415,12 +413,7 @@ pub async fn gateway_list_caught_up(gateway: &str, list_path: &str, rv: u64) {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let resp = http.get(&format!("{list_path}?resourceVersion=0")).await;
-        let source = resp
-            .headers
-            .get("x-watchgate-source")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("")
-            .to_string();
+        let source = resp.source().unwrap_or("").to_string();
         let list_rv = if resp.status == StatusCode::OK {
             resp.json()["metadata"]["resourceVersion"]
                 .as_str()
@@ -436,6 +429,27 @@ pub async fn gateway_list_caught_up(gateway: &str, list_path: &str, rv: u64) {
             Instant::now() < deadline,
             "the gateway's cache of {list_path} did not reach RV {rv} within 20 s (last answer: {} from {source:?}, list RV {list_rv})",
             resp.status
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Reads `path` on the gateway until it answers 200 from its cache (the first cacheable
+/// read starts the resource's reflector; until it has synced, reads are forwarded), and
+/// returns that answer. Panics after 20 s with the last answer.
+pub async fn wait_until_cached(gateway: &str, path: &str) -> super::http::Resp {
+    let http = super::Http::new(gateway);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let resp = http.get(path).await;
+        if resp.status == StatusCode::OK && resp.source() == Some("cache") {
+            return resp;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{path} was not served from the gateway's cache within 20 s (last: {} from {:?})",
+            resp.status,
+            resp.source()
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }

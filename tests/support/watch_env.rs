@@ -130,25 +130,7 @@ pub fn sim_state_where(
 /// Reads pods until the gateway answers from its cache (the first cacheable read starts
 /// the reflector), then waits for the reflector's upstream watch to be open.
 pub async fn warm(gateway_url: &str, sim: &SimHandle) {
-    let http = crate::support::Http::new(gateway_url);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let resp = http.get("/api/v1/pods?resourceVersion=0").await;
-        let source = resp
-            .headers
-            .get("x-watchgate-source")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_string);
-        if resp.status == 200 && source.as_deref() == Some("cache") {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the gateway's pod cache did not sync within 20 s (last: {} {source:?})",
-            resp.status
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    crate::support::watch::wait_until_cached(gateway_url, "/api/v1/pods?resourceVersion=0").await;
     let stats = sim.stats().clone();
     crate::support::wait_until(
         "the reflector's upstream pod watch is open",
