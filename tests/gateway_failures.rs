@@ -292,16 +292,7 @@ async fn malformed_and_abandoned_requests_are_answered_and_harm_no_one() {
 
 #[tokio::test]
 async fn a_client_leaving_a_watch_releases_the_upstream_stream() {
-    let (tx_slot, mut rx_slot) = tokio::sync::mpsc::channel(1);
-    let stub = Stub::start(handler(move |_req: Request<hyper::body::Incoming>| {
-        let tx_slot = tx_slot.clone();
-        async move {
-            let (tx, body) = channel_body(1);
-            tx_slot.send(tx).await.unwrap();
-            Response::new(body)
-        }
-    }))
-    .await;
+    let (stub, mut rx_slot) = channel_stub(None).await;
     let gw = gateway(&stub.url()).await;
     let mut send = h1(gw.addr()).await;
     let resp = send

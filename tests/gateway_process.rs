@@ -102,16 +102,7 @@ async fn a_50mb_body_streams_through_the_process_with_bounded_memory() {
 
 #[tokio::test]
 async fn sigterm_drains_open_watches_cleanly_and_exits_by_the_deadline() {
-    let (tx_slot, mut rx_slot) = tokio::sync::mpsc::channel(1);
-    let stub = Stub::start(handler(move |_req: Request<hyper::body::Incoming>| {
-        let tx_slot = tx_slot.clone();
-        async move {
-            let (tx, body) = channel_body(1);
-            tx_slot.send(tx).await.unwrap();
-            Response::new(body)
-        }
-    }))
-    .await;
+    let (stub, mut rx_slot) = channel_stub(None).await;
     let gw = spawn_gateway(&stub.url(), &["--shutdown-timeout", "5s"]).await;
     let (parts, bytes) = get(gw.admin_addr(), "/healthz").await;
     assert_eq!((parts.status.as_u16(), &bytes[..]), (200, &b"ok"[..]));

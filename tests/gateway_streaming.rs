@@ -3,38 +3,15 @@
 
 mod support;
 
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http::{Request, Response};
+use http::Request;
 use http_body_util::BodyExt;
 use support::raw::*;
 use support::servers::gateway;
 use support::stub::*;
-use tokio::sync::mpsc;
 use watchgate::body;
-
-/// A stub whose every response body is a channel handed to the test.
-async fn channel_stub() -> (Stub, mpsc::Receiver<mpsc::Sender<Bytes>>) {
-    let (senders_tx, senders_rx) = mpsc::channel(4);
-    let senders_tx = Arc::new(Mutex::new(senders_tx));
-    let stub = Stub::start(handler(move |_req: Request<hyper::body::Incoming>| {
-        let senders_tx = senders_tx.clone();
-        async move {
-            // Capacity 1: the stub holds at most one chunk the gateway has not taken.
-            let (tx, body) = channel_body(1);
-            let s = senders_tx.lock().unwrap().clone();
-            s.send(tx).await.unwrap();
-            Response::builder()
-                .header("content-type", "application/json")
-                .body(body)
-                .unwrap()
-        }
-    }))
-    .await;
-    (stub, senders_rx)
-}
 
 async fn next_data(body: &mut hyper::body::Incoming) -> Option<Bytes> {
     let frame = tokio::time::timeout(Duration::from_secs(5), body.frame())
@@ -45,7 +22,7 @@ async fn next_data(body: &mut hyper::body::Incoming) -> Option<Bytes> {
 
 #[tokio::test]
 async fn each_chunk_arrives_before_the_upstream_sends_the_next() {
-    let (stub, mut senders) = channel_stub().await;
+    let (stub, mut senders) = channel_stub(Some("application/json")).await;
     let gw = gateway(&stub.url()).await;
     let mut send = h1(gw.addr()).await;
     let resp = send
@@ -71,7 +48,7 @@ async fn each_chunk_arrives_before_the_upstream_sends_the_next() {
 
 #[tokio::test]
 async fn a_watch_event_arrives_within_100ms_in_order() {
-    let (stub, mut senders) = channel_stub().await;
+    let (stub, mut senders) = channel_stub(Some("application/json")).await;
     let gw = gateway(&stub.url()).await;
     // Both protocols a client may use towards the gateway. The watch has no
     // resourceVersion, so it is forwarded (watches with one are served from the cache).

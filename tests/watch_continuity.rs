@@ -30,7 +30,7 @@ use support::servers::{
 };
 use support::wait_until;
 use watch_checker::{Sig, StateChecker, StreamChecker};
-use watch_clients::{h1_watch, H2Conn};
+use watch_clients::{h1_watch, read_sigs_until, H2Conn};
 use watch_env::{delete, pod, put, sim_state_where, update, warm};
 use watchgate::config::GatewayConfig;
 use watchgate::sim::Store;
@@ -133,26 +133,9 @@ async fn watchers(addr: SocketAddr, from: u64) -> Vec<Watcher> {
         let w = w.unwrap_or_else(|e| panic!("watcher {id}: {e}"));
         assert_eq!(w.status, 200, "watcher {id}");
         let mut lines = w.lines;
+        // Until the sentinel, whatever its event type: a wrong one is the checker's to name.
         let task = tokio::spawn(async move {
-            let mut out = Vec::new();
-            loop {
-                let line = match lines.next_line_within(EVENT_TIMEOUT).await {
-                    Ok(Some(l)) => l,
-                    Ok(None) => {
-                        return Err(format!(
-                            "the stream ended (after {} events): watchers must stay connected",
-                            out.len()
-                        ))
-                    }
-                    Err(e) => return Err(format!("{e} (after {} events)", out.len())),
-                };
-                let sig = Sig::from_line(&line)?;
-                let done = sig.key == SENTINEL;
-                out.push(sig);
-                if done {
-                    return Ok(out);
-                }
-            }
+            read_sigs_until(&mut lines, EVENT_TIMEOUT, |sig| sig.key == SENTINEL).await
         });
         out.push(Watcher { id, scope, task });
     }

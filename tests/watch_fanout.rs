@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use support::servers::{cluster_config, start_gateway, start_gateway_with, start_sim_with};
 use watch_checker::{Sig, StreamChecker, Violation};
-use watch_clients::{h1_watch, H2Conn, LineReader};
+use watch_clients::{h1_watch, read_sigs_until, H2Conn, LineReader};
 use watch_env::{delete, pod, put, update, warm};
 use watchgate::config::GatewayConfig;
 
@@ -80,25 +80,10 @@ fn shape_matches(shape: usize, p: &serde_json::Value) -> bool {
 
 /// Reads a stream until the sentinel's ADDED, returning every event's signature.
 async fn read_until_sentinel(lines: &mut LineReader) -> Result<Vec<Sig>, String> {
-    let mut out = Vec::new();
-    loop {
-        let line = match lines.next_line_within(EVENT_TIMEOUT).await {
-            Ok(Some(l)) => l,
-            Ok(None) => {
-                return Err(format!(
-                    "stream ended after {} events, before the sentinel",
-                    out.len()
-                ))
-            }
-            Err(e) => return Err(format!("{e} (after {} events)", out.len())),
-        };
-        let sig = Sig::from_line(&line)?;
-        let done = sig.key == SENTINEL && sig.kind == "ADDED";
-        out.push(sig);
-        if done {
-            return Ok(out);
-        }
-    }
+    read_sigs_until(lines, EVENT_TIMEOUT, |sig| {
+        sig.key == SENTINEL && sig.kind == "ADDED"
+    })
+    .await
 }
 
 /// What one watcher saw.

@@ -92,6 +92,34 @@ pub fn channel_body(capacity: usize) -> (tokio::sync::mpsc::Sender<Bytes>, Body)
     )
 }
 
+/// A stub whose every answer streams a body the test feeds (capacity 1: it holds at most
+/// one chunk the gateway has not taken). Each request's sender arrives on the returned
+/// receiver, in request order. `content_type`, if any, is the answer's: it decides
+/// whether the gateway treats the stream as line-delimited (e.g. when draining).
+pub async fn channel_stub(
+    content_type: Option<&'static str>,
+) -> (
+    Stub,
+    tokio::sync::mpsc::Receiver<tokio::sync::mpsc::Sender<Bytes>>,
+) {
+    let (senders_tx, senders_rx) = tokio::sync::mpsc::channel(4);
+    let stub = Stub::start(handler(move |_req| {
+        let senders_tx = senders_tx.clone();
+        async move {
+            let (tx, body) = channel_body(1);
+            senders_tx.send(tx).await.unwrap();
+            let mut resp = Response::new(body);
+            if let Some(ct) = content_type {
+                resp.headers_mut()
+                    .insert("content-type", ct.parse().unwrap());
+            }
+            resp
+        }
+    }))
+    .await;
+    (stub, senders_rx)
+}
+
 /// A free loopback port with nothing listening on it.
 pub async fn dead_addr() -> SocketAddr {
     let l = TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -31,10 +31,38 @@ pub struct Watch {
 impl Watch {
     /// The `x-watchgate-source` header (`cache` or `upstream`), if any.
     pub fn source(&self) -> Option<String> {
-        self.headers
-            .get("x-watchgate-source")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_string)
+        crate::support::http::source(&self.headers).map(str::to_string)
+    }
+}
+
+/// Reads events as [`Sig`]s up to and including the first for which `last` holds (e.g. a
+/// sentinel object written after everything a test checks). A stream that ends, or stays
+/// silent for `timeout` between two lines, before that is an error naming how far it got.
+///
+/// [`Sig`]: crate::watch_checker::Sig
+pub async fn read_sigs_until(
+    lines: &mut LineReader,
+    timeout: Duration,
+    last: impl Fn(&crate::watch_checker::Sig) -> bool,
+) -> Result<Vec<crate::watch_checker::Sig>, String> {
+    let mut out = Vec::new();
+    loop {
+        let line = match lines.next_line_within(timeout).await {
+            Ok(Some(l)) => l,
+            Ok(None) => {
+                return Err(format!(
+                    "the stream ended after {} events, before the last expected one",
+                    out.len()
+                ))
+            }
+            Err(e) => return Err(format!("{e} (after {} events)", out.len())),
+        };
+        let sig = crate::watch_checker::Sig::from_line(&line)?;
+        let done = last(&sig);
+        out.push(sig);
+        if done {
+            return Ok(out);
+        }
     }
 }
 
