@@ -22,8 +22,8 @@ use support::servers::{
 };
 use support::watch::{
     assert_same_bytes, assert_same_events, delete_object, delete_pod, gateway_caught_up,
-    gateway_list_caught_up, open_ok, put_object, put_pod, resource, stored_pod, typed, Event,
-    Watch,
+    gateway_list_caught_up, open_ok, put_object, put_pod, resource, rv_of, stored_pod, typed,
+    Event, Watch,
 };
 use watchgate::config::GatewayConfig;
 use watchgate::sim::{Mutation, SimHandle};
@@ -1220,11 +1220,7 @@ async fn watch_lists_started_during_churn_are_consistent() {
         .map(|o| {
             (
                 o["metadata"]["name"].as_str().unwrap().to_string(),
-                o["metadata"]["resourceVersion"]
-                    .as_str()
-                    .unwrap()
-                    .parse()
-                    .unwrap(),
+                rv_of(o),
             )
         })
         .collect();

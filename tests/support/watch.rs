@@ -22,7 +22,7 @@ use serde_json::{json, Value};
 use tokio::time::Instant;
 
 use watchgate::sim::resources::find;
-use watchgate::sim::{Mutation, ResourceType, SimHandle};
+use watchgate::sim::{Mutation, ResourceType, SimHandle, Store};
 
 use super::EVENT_TIMEOUT;
 
@@ -358,7 +358,7 @@ pub fn rv_of(v: &Value) -> u64 {
     v["metadata"]["resourceVersion"]
         .as_str()
         .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| panic!("no resourceVersion in {v}"))
+        .unwrap_or_else(|| panic!("no numeric resourceVersion in {v}"))
 }
 
 /// Creates or replaces a pod in the simulator's store (another client's write); returns
@@ -371,13 +371,7 @@ pub fn put_pod(
     node: &str,
     phase: &str,
 ) -> u64 {
-    let obj = pod(ns, name, labels, node, phase);
-    let out = sim
-        .store()
-        .mutate(pods(), ns, name, |_| Ok(Mutation::Put(obj)))
-        .expect("store write")
-        .expect("stored object");
-    rv_of(&out)
+    put_object(sim, pods(), ns, pod(ns, name, labels, node, phase))
 }
 
 /// Deletes a pod in the simulator's store; returns the deletion's RV.
@@ -458,12 +452,16 @@ pub async fn wait_until_cached(gateway: &str, path: &str) -> super::http::Resp {
 /// Creates or replaces any object in the simulator's store (`ns` empty for cluster-scoped
 /// types); returns the write's RV.
 pub fn put_object(sim: &SimHandle, rt: &ResourceType, ns: &str, obj: Value) -> u64 {
+    store_put(sim.store(), rt, ns, obj)
+}
+
+/// [`put_object`] on the store itself, for writer tasks that hold it without the handle.
+pub fn store_put(store: &Store, rt: &ResourceType, ns: &str, obj: Value) -> u64 {
     let name = obj["metadata"]["name"]
         .as_str()
         .expect("metadata.name")
         .to_string();
-    let out = sim
-        .store()
+    let out = store
         .mutate(rt, ns, &name, |_| Ok(Mutation::Put(obj)))
         .expect("store write")
         .expect("stored object");

@@ -11,14 +11,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use watchgate::sim::resources::{find, ResourceType};
 use watchgate::sim::{Mutation, SimHandle, Store};
 
+use crate::support::watch::store_put;
+pub use crate::support::watch::{pods, rv_of};
 use crate::watch_checker::{key_of, Sig};
-
-pub fn pods() -> &'static ResourceType {
-    find("", "v1", "pods").expect("pods are served")
-}
 
 /// A small pod; `pad` bytes of annotation make it as large as needed.
 pub fn pod(ns: &str, name: &str, app: &str, node: &str, pad: usize) -> Value {
@@ -38,12 +35,7 @@ pub fn pod(ns: &str, name: &str, app: &str, node: &str, pad: usize) -> Value {
 /// Creates or replaces a pod; returns the write's RV.
 pub fn put(store: &Store, obj: Value) -> u64 {
     let ns = obj["metadata"]["namespace"].as_str().unwrap().to_string();
-    let name = obj["metadata"]["name"].as_str().unwrap().to_string();
-    let out = store
-        .mutate(pods(), &ns, &name, |_| Ok(Mutation::Put(obj)))
-        .expect("write the pod")
-        .expect("the pod exists after a put");
-    rv_of(&out)
+    store_put(store, pods(), &ns, obj)
 }
 
 /// Changes a pod in place (no-op if it is gone); returns the write's RV, if any.
@@ -79,13 +71,6 @@ pub fn delete(store: &Store, ns: &str, name: &str) -> Option<u64> {
         })
         .expect("delete the pod");
     out.filter(|_| existed).map(|o| rv_of(&o))
-}
-
-pub fn rv_of(obj: &Value) -> u64 {
-    obj["metadata"]["resourceVersion"]
-        .as_str()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| panic!("object without a numeric RV: {obj}"))
 }
 
 /// The simulator's log of pod events after `from`, restricted to `ns` if given.
