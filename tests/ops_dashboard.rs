@@ -340,12 +340,12 @@ async fn every_dashboard_and_alert_query_names_existing_metrics() {
     let path = format!("{PODS}?watch=true&resourceVersion={rv}&allowWatchBookmarks=true");
     let mut staying = http.watch(&path).await;
     let leaving = http.watch(&path).await;
-    let ev = staying.next_event().await;
+    let ev = staying.next("an event").await.json;
     assert_eq!(ev["object"]["metadata"]["name"], "second", "{ev}");
     drop(leaving);
     assert_eq!(direct.post_json(PODS, &pod("third")).await.status, 201);
     // The simulator schedules new pods (a MODIFIED follows each ADDED): read up to "third".
-    while staying.next_event().await["object"]["metadata"]["name"] != "third" {}
+    while staying.next("an event").await.json["object"]["metadata"]["name"] != "third" {}
 
     // Every name must show up; series such as the bookmark counter appear when the first
     // bookmark is sent, so poll (bounded) and report what is missing.

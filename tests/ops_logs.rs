@@ -149,7 +149,7 @@ async fn serve_the_secret_from_the_cache(http: &Http) {
     let mut watch = http
         .watch("/api/v1/namespaces/default/secrets?watch=true&resourceVersion=0")
         .await;
-    let event = watch.next_event().await;
+    let event = watch.next("an event").await.json;
     assert_eq!(event["type"], "ADDED", "{event}");
     assert_eq!(event["object"]["data"]["password"], secret_b64());
 }

@@ -859,7 +859,7 @@ async fn fan_out_counters_move_and_watchers_end_by_timeout_and_client_gone() {
             "{PATH}?watch=true&resourceVersion=0&timeoutSeconds=1"
         ))
         .await;
-    while let Some(ev) = short.next_event_within(EVENT_TIMEOUT).await {
+    while let Some(ev) = short.next_within(EVENT_TIMEOUT).await.map(|e| e.json) {
         assert_eq!(
             ev["type"], "BOOKMARK",
             "nothing else happens meanwhile: {ev}"
@@ -900,7 +900,7 @@ async fn fan_out_counters_move_and_watchers_end_by_timeout_and_client_gone() {
     }
     let (mut added, mut bookmarks) = (0, 0);
     while added < 3 || bookmarks == 0 {
-        let ev = w.next_event().await;
+        let ev = w.next("an event").await.json;
         match ev["type"].as_str() {
             Some("ADDED") => added += 1,
             Some("BOOKMARK") => bookmarks += 1,

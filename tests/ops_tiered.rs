@@ -197,7 +197,7 @@ async fn an_edge_in_front_of_an_origin_answers_like_the_apiserver() {
     for (i, path) in paths.iter().enumerate() {
         let mut want = Vec::new();
         loop {
-            let ev = direct_watches[i].next_event().await;
+            let ev = direct_watches[i].next("an event").await.json;
             let last = ev["type"] == "DELETED" && ev["object"]["metadata"]["name"] == "p4";
             want.push(ev);
             if last {
@@ -206,7 +206,7 @@ async fn an_edge_in_front_of_an_origin_answers_like_the_apiserver() {
         }
         let mut got = Vec::new();
         for _ in 0..want.len() {
-            got.push(edge_watches[i].next_event().await);
+            got.push(edge_watches[i].next("an event").await.json);
         }
         assert_eq!(
             summary(&got),
@@ -284,7 +284,7 @@ async fn only_the_origin_watches_the_apiserver() {
     let resp = direct.post_json(PODS, &pod("late", None)).await;
     assert_eq!(resp.status, 201, "{}", resp.text());
     for w in &mut watches {
-        let ev = w.next_event().await;
+        let ev = w.next("an event").await.json;
         assert_eq!(
             (
                 ev["type"].as_str(),

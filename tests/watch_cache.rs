@@ -54,7 +54,7 @@ async fn many_watchers_one_upstream_watch_every_event_once_in_order() {
     for w in &mut watches {
         let mut got = Vec::new();
         for _ in 0..10 {
-            let ev: Value = w.next_event().await;
+            let ev: Value = w.next("an event").await.json;
             assert_eq!(ev["type"], "ADDED", "{ev}");
             got.push(ev["object"]["metadata"]["resourceVersion"].clone());
         }

@@ -5,15 +5,12 @@
 
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
-use http::{header, HeaderMap, Method, Request, StatusCode};
+use bytes::Bytes;
+use http::{HeaderMap, Method, Request, StatusCode};
 use http_body_util::{BodyExt, Full};
-use hyper::body::Incoming;
 use hyper_util::client::legacy::{connect::HttpConnector, Client};
 use hyper_util::rt::TokioExecutor;
 use serde_json::Value;
-
-use super::EVENT_TIMEOUT;
 
 /// The bound for one plain request.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
@@ -188,99 +185,8 @@ impl Http {
     }
 
     /// Opens a watch (`path` must carry `watch=true` or be a legacy `/watch/` path) and
-    /// asserts that it answers 200 with a stream.
-    pub async fn watch(&self, path: &str) -> WatchStream {
-        let req = self.build(Method::GET, path, &[("accept", JSON)], Bytes::new());
-        let resp = match tokio::time::timeout(REQUEST_TIMEOUT, self.client.request(req)).await {
-            Ok(r) => r.unwrap_or_else(|e| panic!("watch {path}: {e:?}")),
-            Err(_) => panic!("watch {path}: no response headers within {REQUEST_TIMEOUT:?}"),
-        };
-        let status = resp.status();
-        if status != StatusCode::OK {
-            let body = resp.into_body().collect().await.map(|c| c.to_bytes());
-            panic!("watch {path}: status {status}, body {body:?}");
-        }
-        let content_type = resp
-            .headers()
-            .get(header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("")
-            .to_string();
-        WatchStream {
-            path: path.to_string(),
-            content_type,
-            body: resp.into_body(),
-            buf: BytesMut::new(),
-            ended: false,
-        }
-    }
-}
-
-/// A watch response read one newline-delimited JSON event at a time.
-pub struct WatchStream {
-    path: String,
-    pub content_type: String,
-    body: Incoming,
-    buf: BytesMut,
-    ended: bool,
-}
-
-impl WatchStream {
-    /// The next event, or `None` at a clean end of stream. Panics after `timeout`.
-    pub async fn next_event_within(&mut self, timeout: Duration) -> Option<Value> {
-        match tokio::time::timeout(timeout, self.next_raw()).await {
-            Ok(ev) => ev,
-            Err(_) => panic!(
-                "watch {}: no event within {timeout:?} (buffered: {:?})",
-                self.path,
-                String::from_utf8_lossy(&self.buf)
-            ),
-        }
-    }
-
-    /// The next event, panicking if none comes within the default event timeout or the
-    /// stream ends.
-    pub async fn next_event(&mut self) -> Value {
-        let path = self.path.clone();
-        self.next_event_within(EVENT_TIMEOUT)
-            .await
-            .unwrap_or_else(|| panic!("watch {path}: stream ended, expected an event"))
-    }
-
-    async fn next_raw(&mut self) -> Option<Value> {
-        loop {
-            if let Some(pos) = self.buf.iter().position(|b| *b == b'\n') {
-                let line = self.buf.split_to(pos + 1);
-                let line = &line[..line.len() - 1];
-                if line.iter().all(u8::is_ascii_whitespace) {
-                    continue;
-                }
-                return Some(serde_json::from_slice(line).unwrap_or_else(|e| {
-                    panic!(
-                        "watch {}: event is not JSON: {e}: {:?}",
-                        self.path,
-                        String::from_utf8_lossy(line)
-                    )
-                }));
-            }
-            if self.ended {
-                assert!(
-                    self.buf.iter().all(u8::is_ascii_whitespace),
-                    "watch {}: stream ended inside an event: {:?}",
-                    self.path,
-                    String::from_utf8_lossy(&self.buf)
-                );
-                return None;
-            }
-            match self.body.frame().await {
-                Some(Ok(frame)) => {
-                    if let Ok(data) = frame.into_data() {
-                        self.buf.extend_from_slice(&data);
-                    }
-                }
-                Some(Err(e)) => panic!("watch {}: stream error: {e}", self.path),
-                None => self.ended = true,
-            }
-        }
+    /// asserts that it answers 200 with a stream, read event by event.
+    pub async fn watch(&self, path: &str) -> super::watch::Watch {
+        super::watch::open_ok(&self.base, path).await
     }
 }
