@@ -18,7 +18,7 @@ pub(super) async fn forward(
     drain: &DrainWatch,
     mut req: Request<Incoming>,
 ) -> Response<Body> {
-    let downstream = hyper::upgrade::on(&mut req);
+    let downstream = crate::server::upgrade::on(&mut req);
     let (mut parts, incoming) = req.into_parts();
     headers::upstream_request(&mut parts.headers, true);
     parts.version = Version::HTTP_11;
@@ -41,6 +41,7 @@ pub(super) async fn forward(
     }
 
     let upstream_io = hyper::upgrade::on(&mut resp);
+    let upstream_io = async move { upstream_io.await.map_err(crate::body::BoxError::from) };
     let (mut parts, _) = resp.into_parts();
     headers::downstream_response(&mut parts.headers, true);
     let drain = drain.clone();
@@ -53,7 +54,7 @@ pub(super) async fn forward(
                 return;
             }
         };
-        let (mut down, mut up) = (TokioIo::new(down), TokioIo::new(up));
+        let (mut down, mut up) = (down, TokioIo::new(up));
         tokio::select! {
             res = tokio::io::copy_bidirectional(&mut down, &mut up) => match res {
                 Ok((to_up, to_down)) => tracing::debug!(to_up, to_down, "tunnel closed"),

@@ -26,7 +26,7 @@ use std::task::{Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 /// The HTTP/2 client connection preface (RFC 9113 §3.4).
-const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+pub const H2_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
 /// Above this many buffered bytes a flush from h2 writes at once instead of waiting for the
 /// end of the poll: a long burst streams out instead of growing the buffer.

@@ -1,5 +1,5 @@
-//! The accept loop and per-connection serving: HTTP/1.1 and HTTP/2 prior knowledge (h2c)
-//! on one port via hyper-util's auto builder, upgrades enabled, drain-aware.
+//! The accept loop and per-connection serving: HTTP/1.1 (`h1.rs`) and HTTP/2 prior
+//! knowledge (h2c) on one port, told apart by the HTTP/2 client preface; drain-aware.
 
 use std::convert::Infallible;
 use std::future::{poll_fn, Future};
@@ -11,13 +11,16 @@ use std::time::Duration;
 
 use http::{Request, Response};
 use hyper::body::Incoming;
+use hyper::server::conn::{http1, http2};
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::conn::auto;
+use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::net::{TcpListener, TcpStream};
 
-use super::coalesce;
+use super::coalesce::{self, H2_PREFACE};
 use super::drain::DrainWatch;
+use super::h1;
+use super::rewind::Rewind;
 use super::stall::StallGuard;
 use crate::body::Body;
 
@@ -39,24 +42,29 @@ pub struct ConnOptions {
     pub write_stall_timeout: Option<Duration>,
 }
 
-fn builder(max_streams: u32) -> auto::Builder<TokioExecutor> {
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder
-        .http1()
+/// One builder per protocol: the listener tells them apart by the HTTP/2 preface.
+struct Builders {
+    http1: http1::Builder,
+    http2: http2::Builder<TokioExecutor>,
+}
+
+fn builders(max_streams: u32) -> Builders {
+    let mut http1 = http1::Builder::new();
+    http1
         .timer(TokioTimer::new())
         .header_read_timeout(HEADER_READ_TIMEOUT)
         // Many small writes (watch events) must not wait for Nagle-style coalescing in
         // hyper's buffer either.
         .writev(true);
-    builder
-        .http2()
+    let mut http2 = http2::Builder::new(TokioExecutor::new());
+    http2
         .timer(TokioTimer::new())
         // Many watches multiplexed on one connection (kube-apiserver's
         // --http2-max-streams-per-connection; see docs/watch.md).
         .max_concurrent_streams(max_streams)
         .keep_alive_interval(Some(Duration::from_secs(30)))
         .keep_alive_timeout(Duration::from_secs(20));
-    builder
+    Builders { http1, http2 }
 }
 
 /// Accept connections until the drain begins; each connection is served in its own task
@@ -68,7 +76,7 @@ pub async fn accept_loop(
     name: &'static str,
     opts: ConnOptions,
 ) {
-    let builder = Arc::new(builder(opts.http2_max_streams));
+    let builders = Arc::new(builders(opts.http2_max_streams));
     let draining = drain.draining();
     tokio::pin!(draining);
     loop {
@@ -77,7 +85,7 @@ pub async fn accept_loop(
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
                     let io = StallGuard::new(stream, opts.write_stall_timeout);
-                    tokio::spawn(serve(io, peer, builder.clone(), handler.clone(), drain.clone()));
+                    tokio::spawn(serve(io, peer, builders.clone(), handler.clone(), drain.clone()));
                 }
                 Err(err) => {
                     // Out of file descriptors and the like: back off instead of spinning.
@@ -93,34 +101,36 @@ pub async fn accept_loop(
 async fn serve(
     stream: StallGuard<TcpStream>,
     peer: SocketAddr,
-    builder: Arc<auto::Builder<TokioExecutor>>,
+    builders: Arc<Builders>,
     handler: Handler,
     drain: DrainWatch,
 ) {
     // Watch events are small writes that must leave at once.
     let _ = stream.get_ref().set_nodelay(true);
     let stall = stream.state();
-    let svc = {
-        let stall = stall.clone();
-        service_fn(move |req| {
-            let handler = handler.clone();
-            let stall = stall.clone();
-            async move {
-                let resp = handler(req).await;
-                // A tunnel (exec, attach, port-forward) may sit unread as long as its
-                // far end allows: the write-stall deadline is for responses.
-                if resp.status() == http::StatusCode::SWITCHING_PROTOCOLS {
-                    stall.exempt();
-                }
-                Ok::<_, Infallible>(resp)
-            }
-        })
-    };
     // HTTP/2 frames produced in one poll of the connection leave in one write (see
     // `coalesce`): the flusher writes them out right after each poll. The stall guard sits
     // under it, on the socket's real writes.
-    let (io, flusher) = coalesce::wrap(stream);
-    let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), svc);
+    let (mut io, flusher) = coalesce::wrap(stream);
+    let sniffed = tokio::select! {
+        s = tokio::time::timeout(HEADER_READ_TIMEOUT, sniff(&mut io)) => match s {
+            Ok(Ok(s)) => s,
+            // Silent or gone before its first bytes: nothing to answer (hyper would close
+            // the same way at its header read timeout).
+            Ok(Err(_)) | Err(_) => return,
+        },
+        _ = drain.draining() => return,
+    };
+    let http2 = sniffed.http2;
+    let io = Rewind::new(io, &sniffed.bytes[..sniffed.len]);
+    if !http2 {
+        return h1::serve(io, peer, &builders.http1, handler, drain, stall).await;
+    }
+    let svc = service_fn(move |req| {
+        let handler = handler.clone();
+        async move { Ok::<_, Infallible>(handler(req).await) }
+    });
+    let conn = builders.http2.serve_connection(TokioIo::new(io), svc);
     tokio::pin!(conn);
     let draining = drain.draining();
     let stopped = drain.stopped();
@@ -161,7 +171,7 @@ async fn serve(
                 }
                 break;
             }
-            // HTTP/1.1: finish the current response, then close; HTTP/2: GOAWAY.
+            // GOAWAY, then the open streams finish.
             _ = &mut draining, if !graceful => {
                 conn.as_mut().graceful_shutdown();
                 graceful = true;
@@ -172,4 +182,32 @@ async fn serve(
             }
         }
     }
+}
+
+/// A connection's first bytes: up to the length of the HTTP/2 preface, and only as many as
+/// it takes to tell the two protocols apart (one read, for any HTTP/1.1 request).
+struct Sniffed {
+    bytes: [u8; H2_PREFACE.len()],
+    len: usize,
+    http2: bool,
+}
+
+async fn sniff<T: AsyncRead + Unpin>(io: &mut T) -> std::io::Result<Sniffed> {
+    let mut s = Sniffed {
+        bytes: [0; H2_PREFACE.len()],
+        len: 0,
+        http2: false,
+    };
+    while s.len < H2_PREFACE.len() {
+        let n = io.read(&mut s.bytes[s.len..]).await?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        s.len += n;
+        if s.bytes[..s.len] != H2_PREFACE[..s.len] {
+            return Ok(s);
+        }
+    }
+    s.http2 = true;
+    Ok(s)
 }

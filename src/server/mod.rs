@@ -3,12 +3,16 @@
 //! [`Gateway::start`] is what `watchgate serve`, the demo and the tests use in-process.
 
 mod admin;
+mod chunked;
 mod coalesce;
 pub mod drain;
+mod h1;
 mod instrument;
 mod listener;
 mod probe;
+mod rewind;
 pub mod stall;
+pub mod upgrade;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -24,6 +28,7 @@ use drain::{Drain, DrainOutcome};
 use listener::Handler;
 
 pub use drain::DrainWatch;
+pub use h1::Detachable;
 
 /// The gateway: an API listener forwarding to the upstream, and an admin listener.
 pub struct Gateway;

@@ -27,7 +27,6 @@
 
 use futures_util::{SinkExt, StreamExt};
 use http::{header, HeaderValue, Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
 use serde_json::{json, Value};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
@@ -343,11 +342,11 @@ fn spdy_echo<B: Send + 'static>(mut req: Request<B>) -> Response<Body> {
     let version = header_list(req.headers(), "x-stream-protocol-version")
         .into_iter()
         .next();
-    let on_upgrade = hyper::upgrade::on(&mut req);
+    let on_upgrade = crate::server::upgrade::on(&mut req);
     tokio::spawn(async move {
         if let Ok(upgraded) = on_upgrade.await {
             // Raw echo, not SPDY framing (see the module docs).
-            let (mut r, mut w) = tokio::io::split(TokioIo::new(upgraded));
+            let (mut r, mut w) = tokio::io::split(upgraded);
             let _ = tokio::io::copy(&mut r, &mut w).await;
             let _ = tokio::io::AsyncWriteExt::shutdown(&mut w).await;
         }
@@ -387,16 +386,11 @@ where
             .into_response();
         };
         let accept = derive_accept_key(key.as_bytes());
-        let on_upgrade = hyper::upgrade::on(&mut req);
+        let on_upgrade = crate::server::upgrade::on(&mut req);
         tokio::spawn(async move {
             match on_upgrade.await {
                 Ok(upgraded) => {
-                    let ws = WebSocketStream::from_raw_socket(
-                        TokioIo::new(upgraded),
-                        Role::Server,
-                        None,
-                    )
-                    .await;
+                    let ws = WebSocketStream::from_raw_socket(upgraded, Role::Server, None).await;
                     if let Err(e) = serve_ws(ws, proto, params, pod_name, attach).await {
                         tracing::debug!(error = %e, "exec websocket session ended with error");
                     }

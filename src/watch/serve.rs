@@ -129,7 +129,10 @@ pub async fn try_watch(
         timeout: watch_timeout(opts.watch_timeout()),
     };
     let body = WatchBody::new(cache.store.clone(), reg, params);
-    Some(stream_response(body::boxed(body)))
+    let mut resp = stream_response(body::boxed(body));
+    // Over HTTP/1.1 the connection streams it outside hyper (server/h1.rs).
+    resp.extensions_mut().insert(crate::server::Detachable);
+    Some(resp)
 }
 
 /// timeoutSeconds: honoured; negative (also after Go's overflow, see

@@ -1,0 +1,111 @@
+//! Protocol upgrades (exec, attach, port-forward) on the gateway's own listeners.
+//!
+//! HTTP/1.1 connections are served with hyper's plain connection, not its upgradeable one,
+//! because a watch's connection leaves hyper and comes back (`h1.rs`), which only the plain
+//! connection allows. hyper then hands an upgraded connection's socket back to its owner
+//! instead of to the handler, so the listener fulfils the upgrade itself: it puts an
+//! [`OnUpgrade`] in the request, and once hyper has written the 101 it sends the socket,
+//! with any bytes hyper read past the request, to the handler waiting in [`on`].
+
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+
+use http::Request;
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::sync::oneshot;
+
+use super::rewind::Rewind;
+use crate::body::BoxError;
+
+/// A socket of any kind.
+pub trait Io: AsyncRead + AsyncWrite + Send + Unpin {}
+impl<T: AsyncRead + AsyncWrite + Send + Unpin> Io for T {}
+
+/// The client's side of a connection after `101 Switching Protocols`.
+pub struct Upgraded {
+    io: Rewind<Box<dyn Io>>,
+}
+
+impl Upgraded {
+    pub(super) fn new(io: Rewind<Box<dyn Io>>) -> Self {
+        Upgraded { io }
+    }
+}
+
+/// Where the listener delivers a request's upgraded connection.
+#[derive(Clone)]
+pub(super) struct OnUpgrade(Arc<Mutex<Option<oneshot::Receiver<Upgraded>>>>);
+
+impl OnUpgrade {
+    pub(super) fn pair() -> (oneshot::Sender<Upgraded>, Self) {
+        let (tx, rx) = oneshot::channel();
+        (tx, OnUpgrade(Arc::new(Mutex::new(Some(rx)))))
+    }
+}
+
+/// The upgraded connection of `req`, once its 101 has been written. Works on the gateway's
+/// HTTP/1.1 connections and, through hyper's own mechanism, on any other hyper server.
+pub fn on<B>(
+    req: &mut Request<B>,
+) -> Pin<Box<dyn Future<Output = Result<Upgraded, BoxError>> + Send>> {
+    if let Some(ours) = req.extensions_mut().remove::<OnUpgrade>() {
+        let rx = ours.0.lock().unwrap_or_else(|p| p.into_inner()).take();
+        return Box::pin(async move {
+            match rx {
+                Some(rx) => rx
+                    .await
+                    .map_err(|_| "the connection was not upgraded".into()),
+                None => Err("the upgrade was already taken".into()),
+            }
+        });
+    }
+    let theirs = hyper::upgrade::on(req);
+    Box::pin(async move {
+        let io: Box<dyn Io> = Box::new(TokioIo::new(theirs.await?));
+        Ok(Upgraded::new(Rewind::new(io, &[])))
+    })
+}
+
+impl AsyncRead for Upgraded {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Upgraded {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}
