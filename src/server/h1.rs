@@ -96,7 +96,8 @@ pub async fn serve<T>(
         };
         // Boxed: the task keeps only a pointer to hyper's state, which it frees on detach.
         let mut conn = Box::new(builder.serve_connection(TokioIo::new(tracked), svc));
-        let phase = hyper_phase(&mut conn, &shared, &drain).await;
+        // Boxed too: its drain futures are only needed while hyper serves.
+        let phase = Box::pin(hyper_phase(&mut conn, &shared, &drain)).await;
         let parts = match &phase {
             Phase::Cut => {
                 tracing::debug!(%peer, "connection cut at the drain deadline");
