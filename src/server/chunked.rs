@@ -23,6 +23,11 @@ use crate::body::Body;
 /// `writev`): a long backlog streams out in bounded writes.
 const FRAMES_PER_WRITE: usize = 16;
 
+/// No more frames are taken once this many bytes wait: hyper's own bound on what it
+/// queues for a connection (its default maximum buffer size), so a client that stops
+/// reading pins no more here than it did in hyper.
+const MAX_PENDING: usize = 8192 + 4096 * 100;
+
 /// How the body's streaming ended.
 #[derive(Debug, PartialEq, Eq)]
 pub enum End {
@@ -78,7 +83,7 @@ where
                 return Poll::Ready(End::Finished);
             }
             let mut frames = 0;
-            while frames < FRAMES_PER_WRITE {
+            while frames < FRAMES_PER_WRITE && out.len() < MAX_PENDING {
                 match Pin::new(&mut body).poll_frame(cx) {
                     Poll::Ready(Some(Ok(frame))) => {
                         // Trailers are not sent (hyper sends them only when the client
@@ -199,6 +204,30 @@ mod tests {
         let mut got = [0u8; 14];
         io.read_exact(&mut got).await.unwrap();
         assert_eq!(&got, b"GET /pipelined");
+    }
+
+    #[tokio::test]
+    async fn a_client_that_stops_reading_pins_at_most_hypers_bound() {
+        // The client reads nothing: the socket takes 64 KiB, then every write waits.
+        let (_client, server) = tokio::io::duplex(64 * 1024);
+        let mut io = Rewind::new(server, &[]);
+        let (tx, rx) = mpsc::channel::<Sent>(100);
+        let frame = Bytes::from(vec![b'x'; 64 * 1024]);
+        for _ in 0..100 {
+            tx.try_send(Ok(Frame::data(frame.clone()))).unwrap();
+        }
+        let frames = futures_util::stream::unfold(rx, |mut rx| async move {
+            rx.recv().await.map(|f| (f, rx))
+        });
+        let mut task = Box::pin(stream(&mut io, StreamBody::new(frames).boxed_unsync()));
+        // One poll takes frames until the socket is full and the write waits.
+        assert!(futures_util::poll!(task.as_mut()).is_pending());
+        let taken = tx.capacity() * frame.len();
+        assert!(taken > 0, "frames are taken");
+        assert!(
+            taken <= MAX_PENDING + frame.len(),
+            "{taken} bytes taken from the body for a client that reads nothing"
+        );
     }
 
     #[tokio::test]

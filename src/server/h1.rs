@@ -131,7 +131,7 @@ pub async fn serve<T>(
             // or hyper wrote a 101 and the socket belongs to the upgrade now.
             if let Some(tx) = lock(&shared.upgrade).take() {
                 let io: Box<dyn upgrade::Io> = Box::new(io);
-                let _ = tx.send(Upgraded::new(Rewind::new(io, &[])));
+                let _ = tx.send(Rewind::new(io, &[]));
                 return;
             }
             tokio::select! {
@@ -447,23 +447,34 @@ mod tests {
         (client, task)
     }
 
+    /// Sends a watch request and waits until its head is read and hyper has let go of the
+    /// connection; returns the watch's event sender.
+    async fn open_watch(
+        client: &mut DuplexStream,
+        streams: &mut mpsc::UnboundedReceiver<mpsc::Sender<Sent>>,
+        handler: &Handler,
+    ) -> mpsc::Sender<Sent> {
+        client
+            .write_all(b"GET /watch HTTP/1.1\r\nhost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let events = streams.recv().await.unwrap();
+        let head = read_until(client, b"\r\n\r\n").await;
+        assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{head}");
+        assert!(head.contains("transfer-encoding: chunked\r\n"), "{head}");
+        // hyper's connection (and with it its buffers and its service) is gone while the
+        // watch is open.
+        handler_refs(handler, 2).await;
+        events
+    }
+
     #[tokio::test]
     async fn a_watch_leaves_hyper_after_its_head_and_the_connection_returns_to_hyper_after_it() {
         let (handler, mut streams) = handler();
         let drain = Drain::new();
         let (mut client, task) = start(&handler, &drain);
 
-        client
-            .write_all(b"GET /watch HTTP/1.1\r\nhost: x\r\n\r\n")
-            .await
-            .unwrap();
-        let events = streams.recv().await.unwrap();
-        let head = read_until(&mut client, b"\r\n\r\n").await;
-        assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{head}");
-        assert!(head.contains("transfer-encoding: chunked\r\n"), "{head}");
-        // hyper's connection (and with it its buffers and its service) is gone while the
-        // watch is open.
-        handler_refs(&handler, 2).await;
+        let events = open_watch(&mut client, &mut streams, &handler).await;
 
         events
             .send(Ok(Frame::data(Bytes::from_static(
@@ -507,13 +518,7 @@ mod tests {
         // Gone: the watch's body is dropped (its sender sees the receiver closed) and the
         // connection's task ends.
         let (mut client, task) = start(&handler, &drain);
-        client
-            .write_all(b"GET /watch HTTP/1.1\r\nhost: x\r\n\r\n")
-            .await
-            .unwrap();
-        let events = streams.recv().await.unwrap();
-        read_until(&mut client, b"\r\n\r\n").await;
-        handler_refs(&handler, 2).await;
+        let events = open_watch(&mut client, &mut streams, &handler).await;
         drop(client);
         tokio::time::timeout(Duration::from_secs(10), events.closed())
             .await
@@ -525,13 +530,7 @@ mod tests {
 
         // Pipelined behind the watch: answered once the watch ends, in order.
         let (mut client, task) = start(&handler, &drain);
-        client
-            .write_all(b"GET /watch HTTP/1.1\r\nhost: x\r\n\r\n")
-            .await
-            .unwrap();
-        let events = streams.recv().await.unwrap();
-        read_until(&mut client, b"\r\n\r\n").await;
-        handler_refs(&handler, 2).await;
+        let events = open_watch(&mut client, &mut streams, &handler).await;
         client
             .write_all(b"GET /next HTTP/1.1\r\nhost: x\r\n\r\n")
             .await
@@ -556,13 +555,7 @@ mod tests {
         let (handler, mut streams) = handler();
         let drain = Drain::new();
         let (mut client, task) = start(&handler, &drain);
-        client
-            .write_all(b"GET /watch HTTP/1.1\r\nhost: x\r\n\r\n")
-            .await
-            .unwrap();
-        let events = streams.recv().await.unwrap();
-        read_until(&mut client, b"\r\n\r\n").await;
-        handler_refs(&handler, 2).await;
+        let events = open_watch(&mut client, &mut streams, &handler).await;
         let draining = tokio::spawn(drain.run(Duration::from_secs(30)));
         // The hub ends cached watches at the drain; here the test does.
         drop(events);

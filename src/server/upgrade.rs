@@ -8,14 +8,12 @@
 //! with any bytes hyper read past the request, to the handler waiting in [`on`].
 
 use std::future::Future;
-use std::io;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
 
 use http::Request;
 use hyper_util::rt::TokioIo;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::oneshot;
 
 use super::rewind::Rewind;
@@ -25,16 +23,9 @@ use crate::body::BoxError;
 pub trait Io: AsyncRead + AsyncWrite + Send + Unpin {}
 impl<T: AsyncRead + AsyncWrite + Send + Unpin> Io for T {}
 
-/// The client's side of a connection after `101 Switching Protocols`.
-pub struct Upgraded {
-    io: Rewind<Box<dyn Io>>,
-}
-
-impl Upgraded {
-    pub(super) fn new(io: Rewind<Box<dyn Io>>) -> Self {
-        Upgraded { io }
-    }
-}
+/// The client's side of a connection after `101 Switching Protocols`: its socket, with the
+/// bytes read past the request in front.
+pub type Upgraded = Rewind<Box<dyn Io>>;
 
 /// Where the listener delivers a request's upgraded connection.
 #[derive(Clone)]
@@ -66,46 +57,6 @@ pub fn on<B>(
     let theirs = hyper::upgrade::on(req);
     Box::pin(async move {
         let io: Box<dyn Io> = Box::new(TokioIo::new(theirs.await?));
-        Ok(Upgraded::new(Rewind::new(io, &[])))
+        Ok(Rewind::new(io, &[]))
     })
-}
-
-impl AsyncRead for Upgraded {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.io).poll_read(cx, buf)
-    }
-}
-
-impl AsyncWrite for Upgraded {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.io).poll_write(cx, buf)
-    }
-
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.io.is_write_vectored()
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.io).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.io).poll_shutdown(cx)
-    }
 }
