@@ -135,8 +135,8 @@ mod tests {
 
     type Sent = Result<Frame<Bytes>, crate::body::BoxError>;
 
-    fn channel_body() -> (mpsc::Sender<Sent>, Body) {
-        let (tx, rx) = mpsc::channel::<Sent>(8);
+    fn channel_body(capacity: usize) -> (mpsc::Sender<Sent>, Body) {
+        let (tx, rx) = mpsc::channel::<Sent>(capacity);
         let frames = futures_util::stream::unfold(rx, |mut rx| async move {
             rx.recv().await.map(|frame| (frame, rx))
         });
@@ -153,7 +153,7 @@ mod tests {
     async fn frames_become_hypers_chunks_and_the_end_is_the_last_chunk() {
         let (mut client, server) = tokio::io::duplex(1 << 16);
         let mut io = Rewind::new(server, &[]);
-        let (tx, body) = channel_body();
+        let (tx, body) = channel_body(8);
         let task = tokio::spawn(async move {
             let end = stream(&mut io, body).await;
             (end, io)
@@ -184,13 +184,13 @@ mod tests {
     async fn a_client_that_closes_ends_the_stream_and_pipelined_bytes_are_kept() {
         let (client, server) = tokio::io::duplex(1 << 16);
         let mut io = Rewind::new(server, &[]);
-        let (_tx, body) = channel_body();
+        let (_tx, body) = channel_body(8);
         drop(client);
         assert_eq!(stream(&mut io, body).await, End::ClientGone);
 
         let (mut client, server) = tokio::io::duplex(1 << 16);
         let mut io = Rewind::new(server, &[]);
-        let (tx, body) = channel_body();
+        let (tx, body) = channel_body(8);
         client.write_all(b"GET /pipelined").await.unwrap();
         let task = tokio::spawn(async move {
             let end = stream(&mut io, body).await;
@@ -211,15 +211,12 @@ mod tests {
         // The client reads nothing: the socket takes 64 KiB, then every write waits.
         let (_client, server) = tokio::io::duplex(64 * 1024);
         let mut io = Rewind::new(server, &[]);
-        let (tx, rx) = mpsc::channel::<Sent>(100);
+        let (tx, body) = channel_body(100);
         let frame = Bytes::from(vec![b'x'; 64 * 1024]);
         for _ in 0..100 {
             tx.try_send(Ok(Frame::data(frame.clone()))).unwrap();
         }
-        let frames = futures_util::stream::unfold(rx, |mut rx| async move {
-            rx.recv().await.map(|f| (f, rx))
-        });
-        let mut task = Box::pin(stream(&mut io, StreamBody::new(frames).boxed_unsync()));
+        let mut task = Box::pin(stream(&mut io, body));
         // One poll takes frames until the socket is full and the write waits.
         assert!(futures_util::poll!(task.as_mut()).is_pending());
         let taken = tx.capacity() * frame.len();
@@ -234,7 +231,7 @@ mod tests {
     async fn a_failing_body_cuts_the_response() {
         let (_client, server) = tokio::io::duplex(1 << 16);
         let mut io = Rewind::new(server, &[]);
-        let (tx, body) = channel_body();
+        let (tx, body) = channel_body(8);
         tx.send(Err("boom".into())).await.unwrap();
         assert_eq!(stream(&mut io, body).await, End::BodyFailed);
     }

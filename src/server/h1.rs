@@ -238,8 +238,12 @@ impl hyper::service::Service<Request<Incoming>> for Service {
             req.extensions_mut().insert(on);
             tx
         });
-        // Only a GET over HTTP/1.1 is streamed in chunks that the task can take over.
-        let detachable = req.version() == Version::HTTP_11 && req.method() == Method::GET;
+        // Only a GET over HTTP/1.1 is streamed in chunks that the task can take over, and
+        // only without a request body: hyper must have read the whole request, or the
+        // rest of its body would be taken for the next request.
+        let detachable = req.version() == Version::HTTP_11
+            && req.method() == Method::GET
+            && req.body().is_end_stream();
         let keep_alive = !crate::proxy::headers::connection_has(req.headers(), "close");
         let handler = self.handler.clone();
         let shared = self.shared.clone();
@@ -548,6 +552,26 @@ mod tests {
             .await
             .unwrap()
             .unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_watch_request_with_a_body_stays_with_hyper() {
+        let (handler, mut streams) = handler();
+        let drain = Drain::new();
+        let (mut client, _task) = start(&handler, &drain);
+        client
+            .write_all(b"GET /watch HTTP/1.1\r\nhost: x\r\ncontent-length: 5\r\n\r\nhello")
+            .await
+            .unwrap();
+        let events = streams.recv().await.unwrap();
+        read_until(&mut client, b"\r\n\r\n").await;
+        events
+            .send(Ok(Frame::data(Bytes::from_static(b"e\n"))))
+            .await
+            .unwrap();
+        assert_eq!(read_until(&mut client, b"e\n\r\n").await, "2\r\ne\n\r\n");
+        // hyper still owns the connection (and its service) while the watch streams.
+        assert_eq!(Arc::strong_count(&handler), 3);
     }
 
     #[tokio::test]
