@@ -23,6 +23,9 @@ use crate::body::Body;
 /// `writev`): a long backlog streams out in bounded writes.
 const FRAMES_PER_WRITE: usize = 16;
 
+/// Write-and-refill rounds per poll (hyper's connection loops 16 times per poll too).
+const ROUNDS_PER_POLL: usize = 16;
+
 /// No more frames are taken once this many bytes wait: hyper's own bound on what it
 /// queues for a connection (its default maximum buffer size), so a client that stops
 /// reading pins no more here than it did in hyper.
@@ -57,7 +60,9 @@ where
                 Poll::Ready(Ok(_)) | Poll::Pending => {}
             }
         }
-        loop {
+        // Like hyper's connection, give the thread back after a bounded number of rounds
+        // even if the body and the socket are always ready.
+        for _ in 0..ROUNDS_PER_POLL {
             while written < out.len() {
                 match Pin::new(&mut *io).poll_write(cx, &out[written..]) {
                     Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => {
@@ -112,6 +117,8 @@ where
                 return Poll::Pending;
             }
         }
+        cx.waker().wake_by_ref();
+        Poll::Pending
     })
     .await
 }

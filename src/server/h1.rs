@@ -98,27 +98,40 @@ pub async fn serve<T>(
         let mut conn = Box::new(builder.serve_connection(TokioIo::new(tracked), svc));
         // Boxed too: its drain futures are only needed while hyper serves.
         let phase = Box::pin(hyper_phase(&mut conn, &shared, &drain)).await;
-        let parts = match &phase {
+        match phase {
             Phase::Cut => {
                 tracing::debug!(%peer, "connection cut at the drain deadline");
                 return;
             }
             Phase::Failed(err) => {
-                log_end(peer, &stall, Some(err));
+                log_end(peer, &stall, Some(&err));
                 return;
             }
-            Phase::Done | Phase::Detach => conn.into_parts(),
-        };
-        let detached = match phase {
-            Phase::Detach => lock(&shared.detached).take(),
-            _ => None,
-        };
+            Phase::Done if lock(&shared.upgrade).is_none() => {
+                // The client closed the connection or the drain ended it. hyper may still
+                // hold the end of the last response (a drain closes a connection whose
+                // response is written but not yet flushed): poll it once more with
+                // shutdown, which flushes first, as hyper's own connection future does.
+                tokio::select! {
+                    res = &mut *conn => {
+                        if let Err(err) = res {
+                            log_end(peer, &stall, Some(&err));
+                            return;
+                        }
+                    }
+                    _ = drain.stopped() => {}
+                }
+                log_end(peer, &stall, None);
+                return;
+            }
+            Phase::Done | Phase::Detach => {}
+        }
         let http1::Parts {
             io: tracked,
             read_buf,
             service,
             ..
-        } = parts;
+        } = conn.into_parts();
         drop(service);
         io = tracked.into_inner().io;
         // Bytes hyper read past the request (a pipelined request). Copied by `unread`, so
@@ -126,19 +139,13 @@ pub async fn serve<T>(
         io.unread(&read_buf);
         drop(read_buf);
 
-        let Some(Detached { body, keep_alive }) = detached else {
-            // hyper is done with the connection: the client closed it, the drain ended it,
-            // or hyper wrote a 101 and the socket belongs to the upgrade now.
+        let Some(Detached { body, keep_alive }) = lock(&shared.detached).take() else {
+            // hyper wrote a 101 (its write side closes only once that is flushed) and the
+            // socket belongs to the upgrade now.
             if let Some(tx) = lock(&shared.upgrade).take() {
                 let io: Box<dyn upgrade::Io> = Box::new(io);
                 let _ = tx.send(Rewind::new(io, &[]));
-                return;
             }
-            tokio::select! {
-                _ = io.shutdown() => {}
-                _ = drain.stopped() => {}
-            }
-            log_end(peer, &stall, None);
             return;
         };
         let end = tokio::select! {
@@ -259,6 +266,9 @@ impl hyper::service::Service<Request<Incoming>> for Service {
                 }
             }
             if detachable && streams_in_chunks(&resp) {
+                // hyper closes after a response that says `Connection: close` too.
+                let keep_alive =
+                    keep_alive && !crate::proxy::headers::connection_has(resp.headers(), "close");
                 let (parts, body) = resp.into_parts();
                 let placeholder = Placeholder {
                     body: Some(body),
@@ -375,6 +385,9 @@ mod tests {
 
     type Sent = Result<Frame<Bytes>, BoxError>;
 
+    /// Larger than the test socket's buffer, so that hyper holds part of it unflushed.
+    const BIG: usize = 200_000;
+
     /// A handler whose `/watch` answers with a detachable stream fed by the returned
     /// channel (one per request) and whose other paths answer `ok` in full.
     fn handler() -> (Handler, mpsc::UnboundedReceiver<mpsc::Sender<Sent>>) {
@@ -382,8 +395,10 @@ mod tests {
         let handler: Handler = Arc::new(move |req: Request<Incoming>| {
             let streams_tx = streams_tx.clone();
             Box::pin(async move {
-                if req.uri().path() != "/watch" {
-                    return Response::new(body::full("ok"));
+                match req.uri().path() {
+                    "/watch" => {}
+                    "/big" => return Response::new(body::full(vec![b'x'; BIG])),
+                    _ => return Response::new(body::full("ok")),
                 }
                 let (tx, rx) = mpsc::channel::<Sent>(8);
                 streams_tx.send(tx).unwrap();
@@ -572,6 +587,29 @@ mod tests {
         assert_eq!(read_until(&mut client, b"e\n\r\n").await, "2\r\ne\n\r\n");
         // hyper still owns the connection (and its service) while the watch streams.
         assert_eq!(Arc::strong_count(&handler), 3);
+    }
+
+    #[tokio::test]
+    async fn the_drain_lets_hyper_flush_a_closing_connections_last_response() {
+        let (handler, _streams) = handler();
+        let drain = Drain::new();
+        let (mut client, task) = start(&handler, &drain);
+        client
+            .write_all(b"GET /big HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        // The head is out and the rest waits in hyper: the socket holds 64 KiB.
+        let head = read_until(&mut client, b"\r\n\r\n").await;
+        let draining = tokio::spawn(drain.run(Duration::from_secs(30)));
+        let mut rest = Vec::new();
+        tokio::time::timeout(Duration::from_secs(10), client.read_to_end(&mut rest))
+            .await
+            .expect("the connection closes")
+            .unwrap();
+        let body_start = head.find("\r\n\r\n").unwrap() + 4;
+        assert_eq!(head.len() - body_start + rest.len(), BIG, "the whole body");
+        task.await.unwrap();
+        draining.await.unwrap();
     }
 
     #[tokio::test]
