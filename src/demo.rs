@@ -185,14 +185,17 @@ fn instructions(args: &DemoArgs, demo: &Demo, pod: Option<(String, String)>) -> 
 
 /// `watchgate demo`: runs until Ctrl-C or SIGTERM, then drains.
 pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
+    // Installed before anything is served, so that a signal sent as soon as the demo
+    // answers drains it instead of killing it.
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
     let demo = start(&args).await?;
     let pod = some_pod(&demo.url()).await;
     println!("{}", instructions(&args, &demo, pod));
 
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate())?;
     tokio::select! {
-        r = tokio::signal::ctrl_c() => r?,
+        _ = int.recv() => {}
         _ = term.recv() => {}
     }
     eprintln!("stopping: draining the gateway");

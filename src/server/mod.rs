@@ -202,13 +202,15 @@ fn warn_if_exposed(addr: &SocketAddr, which: &str) {
 /// `watchgate serve`: run until SIGTERM/SIGINT, then drain. A second signal cuts the
 /// drain short.
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
+    // Before anything is served: a SIGTERM that arrives once clients can connect must
+    // drain, not kill the process with its default action (a race that cut open watches).
+    let mut signals = Signals::new()?;
     let cfg = GatewayConfig::from_args(&args).await?;
     let gateway = Gateway::start(cfg).await?;
     // kubectl proxy's wording, so scripts that wait for it keep working.
     println!("Starting to serve on {}", gateway.addr());
     println!("Admin endpoints on http://{}/healthz", gateway.admin_addr());
 
-    let mut signals = Signals::new()?;
     signals.next().await;
     tracing::info!("shutdown signal received; draining");
     tokio::select! {
