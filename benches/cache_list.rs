@@ -13,8 +13,6 @@
 //! Figures go to docs/benchmarks.md. Medians of several rounds; both paths are measured
 //! alternately in the same process so that the ratio survives a noisy machine.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -30,35 +28,13 @@ use watchgate::sim::{start, SimConfig};
 type HttpClient = Client<HttpConnector, Empty<Bytes>>;
 
 /// Counts live heap bytes, so the cache's own footprint can be told apart from the
-/// simulator's in one process (RSS would mix them, and keeps freed pages).
-struct CountingAlloc;
-
-static LIVE: AtomicUsize = AtomicUsize::new(0);
-
-// SAFETY: defers every call to the system allocator unchanged; only counts sizes. This is
-// the one measured reason for `unsafe` in the project: memory per cached object.
-unsafe impl GlobalAlloc for CountingAlloc {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        LIVE.fetch_add(layout.size(), Ordering::Relaxed);
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
-        LIVE.fetch_add(new_size, Ordering::Relaxed);
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
+/// simulator's in one process.
+#[path = "../tests/support/counting_alloc.rs"]
+mod counting_alloc;
+use counting_alloc::{live_bytes, CountingAlloc};
 
 #[global_allocator]
 static ALLOC: CountingAlloc = CountingAlloc;
-
-fn live_bytes() -> usize {
-    LIVE.load(Ordering::Relaxed)
-}
 
 /// Fetches `url` and reads the whole body; returns (bytes, elapsed, source header).
 async fn fetch(client: &HttpClient, url: &str) -> (usize, Duration, String) {

@@ -309,58 +309,35 @@ async fn mixed_runs_every_kind_of_client_at_once() {
     assert_eq!((s.list_items_min, s.list_items_max), (40, 40));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn watch_fanout_with_a_label_selector_sees_only_its_shard() {
+/// 20 selective watchers over a pool of 100 pods written at 40/s for 2 s: every watcher
+/// gets every write to a pod `pick` selects, and nothing else.
+async fn fanout_with_selector(selector: [&str; 4], pick: impl Fn(u64) -> bool) {
     let (_sim, gw) = servers().await;
-    let s = run(&[
-        "watch-fanout",
-        "--server",
-        gw.url(),
-        "--watchers",
-        "20",
-        "--label-selector",
-        "load-shard=3",
-        "--shards",
-        "10",
-        "--pool",
-        "100",
-        "--rate",
-        "40",
-        "--duration",
-        "2s",
-    ])
-    .await;
+    let mut args = vec!["watch-fanout", "--server", gw.url(), "--watchers", "20"];
+    args.extend(selector);
+    args.extend(["--pool", "100", "--rate", "40", "--duration", "2s"]);
+    let s = run(&args).await;
     assert_clean(&s);
-    let matching = writes_matching(s.writes, 100, |i| i % 10 == 3);
+    let matching = writes_matching(s.writes, 100, pick);
     assert!(matching > 0);
     assert_eq!(s.checked_events, 20 * matching, "writes: {}", s.writes);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_fanout_with_a_label_selector_sees_only_its_shard() {
+    let selector = ["--label-selector", "load-shard=3", "--shards", "10"];
+    fanout_with_selector(selector, |i| i % 10 == 3).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watch_fanout_with_a_field_selector_sees_only_its_node() {
-    let (_sim, gw) = servers().await;
-    let s = run(&[
-        "watch-fanout",
-        "--server",
-        gw.url(),
-        "--watchers",
-        "20",
+    let selector = [
         "--field-selector",
         "spec.nodeName=load-node-2",
         "--nodes",
         "5",
-        "--pool",
-        "100",
-        "--rate",
-        "40",
-        "--duration",
-        "2s",
-    ])
-    .await;
-    assert_clean(&s);
-    let matching = writes_matching(s.writes, 100, |i| i % 5 == 2);
-    assert!(matching > 0);
-    assert_eq!(s.checked_events, 20 * matching, "writes: {}", s.writes);
+    ];
+    fanout_with_selector(selector, |i| i % 5 == 2).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

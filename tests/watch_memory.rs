@@ -8,8 +8,6 @@
 
 mod support;
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -17,28 +15,9 @@ use tokio::net::TcpStream;
 
 use support::servers::{start_gateway, start_sim};
 
-/// Counts live heap bytes of the whole process (simulator, gateway and clients).
-struct CountingAlloc;
-
-static LIVE: AtomicUsize = AtomicUsize::new(0);
-
-// SAFETY: defers every call to the system allocator unchanged; only counts sizes. The
-// measured reason for `unsafe` here is the per-watcher memory target.
-unsafe impl GlobalAlloc for CountingAlloc {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        LIVE.fetch_add(layout.size(), Ordering::Relaxed);
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
-        LIVE.fetch_add(new_size, Ordering::Relaxed);
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
+#[path = "support/counting_alloc.rs"]
+mod counting_alloc;
+use counting_alloc::{live_bytes, CountingAlloc};
 
 #[global_allocator]
 static ALLOC: CountingAlloc = CountingAlloc;
@@ -84,7 +63,7 @@ async fn an_idle_http1_watch_costs_a_few_kib() {
     for _ in 0..10 {
         warm.push(open_watch(&addr).await);
     }
-    let before = LIVE.load(Ordering::Relaxed);
+    let before = live_bytes();
     let mut watches = Vec::with_capacity(WATCHERS);
     for _ in 0..WATCHERS {
         watches.push(open_watch(&addr).await);
@@ -92,7 +71,7 @@ async fn an_idle_http1_watch_costs_a_few_kib() {
     // The hand-over follows the head's flush at once; poll (bounded) for it to settle.
     let deadline = Instant::now() + Duration::from_secs(10);
     let per_watch = loop {
-        let per_watch = LIVE.load(Ordering::Relaxed).saturating_sub(before) / WATCHERS;
+        let per_watch = live_bytes().saturating_sub(before) / WATCHERS;
         if per_watch <= MAX_PER_WATCH || Instant::now() > deadline {
             break per_watch;
         }
