@@ -8,28 +8,38 @@
 //!     LONE_MODES=h1,floor-h1 cargo bench --bench lone_delivery  # some of h1 h2 floor-h1 floor-h2
 //!     WATCHGATE_BENCH_QUICK=1 cargo bench --bench lone_delivery  # 40 watchers, 10 events, 1 round
 //!
-//! One process, three runtimes, each on its own threads: the gateway (`gw-*`: two
-//! workers, as on the 2-core machine), the simulator it syncs from (`sim-*`), and the
-//! clients (`client-*`). Events are injected into the gateway's configmap store the way
-//! its reflector applies them (`Store::apply`, from a task on the gateway's runtime), so
-//! the gateway's CPU covers dispatch, wake-ups, framing and the socket writes, and nothing
-//! of the upstream. Each event is applied only once every watcher has read the previous
-//! one and the gateway has been idle for `LONE_GAP_MS` (10 ms): every delivery is a lone
-//! event reaching an idle watcher, the common case of real fan-out.
+//! The gateway runs in this process on a runtime of its own (`gw-*`: two workers, as on
+//! the 2-core machine), in front of an in-process simulator it syncs from (`sim-*`). The
+//! watch clients run in a child process (this binary again), as the load kit does, so
+//! that they share the cores but not the gateway's accounting. Events are injected into
+//! the gateway's configmap store the way its reflector applies them (`Store::apply`, from
+//! a task on the gateway's runtime): the gateway's CPU covers dispatch, wake-ups, framing
+//! and the socket writes, and nothing of the upstream. Each event is applied only once
+//! every watcher has read the previous one and `LONE_GAP_MS` (10 ms) have passed, so every
+//! delivery is a lone event reaching an idle watcher: the common case of real fan-out.
 //!
 //! CPU is the gateway threads' own time on the CPU (`/proc/self/task/*/schedstat`, in
-//! nanoseconds) over the measured events, divided by the deliveries; the modes run in
-//! turn, round after round, and each figure is the median of its rounds, so a drift of
-//! the machine's speed hits every mode alike. Latency is from `Store::apply` to a client
-//! reading the event.
+//! nanoseconds) over the measured events, divided by the deliveries. The modes run in
+//! turn, round after round, and each figure is the median of its rounds, so a drift of the
+//! machine's speed hits every mode alike. "fan-out" is the time from `Store::apply` until
+//! the client process has seen the event on every watch (it then tells this process over
+//! a control socket: one more loopback hop).
 //!
 //! - `h1`: one HTTP/1.1 connection per watch (the detached chunked writer, server/h1.rs);
 //! - `h2`: 100 watches per HTTP/2 connection (as client-go multiplexes), coalesced writes;
 //! - `floor-h1`: one `write` of the event's chunk (`{len}\r\n{line}\r\n`) per socket;
 //! - `floor-h2`: one `write` per connection of 100 DATA frames (9-byte head + line).
+//!
+//! Instructions, deterministically (user space only; the kernel's share is not counted):
+//!
+//!     valgrind --tool=callgrind --zero-before='*window_starts' --dump-after='*window_ends' \
+//!         target/release/deps/lone_delivery-* # with LONE_MODES=h1 LONE_ROUNDS=1 …
+//!
+//! dumps one profile per measured round of this process (gateway, simulator and driver;
+//! the clients are in the child).
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -38,7 +48,6 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::runtime::Runtime;
-use tokio::sync::Notify;
 
 use watchgate::cache::object::CachedObject;
 use watchgate::cache::registry::CachePolicy;
@@ -52,7 +61,7 @@ use watchgate::sim::{start, SimConfig};
 const H1_NAMESPACE: &str = "default";
 const H2_NAMESPACE: &str = "kube-public";
 const STREAMS_PER_CONNECTION: usize = 100;
-/// The configmap's data value: events of about 1.1 KB, like the load kit's pods.
+/// The configmap's data value: events of about 1.2 KB, like the load kit's pods.
 const DATA_BYTES: usize = 1000;
 
 fn env_usize(name: &str, default: usize) -> usize {
@@ -60,6 +69,10 @@ fn env_usize(name: &str, default: usize) -> usize {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
+}
+
+fn env(name: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| panic!("{name} is set for the client process"))
 }
 
 fn runtime(name: &'static str, workers: usize) -> Runtime {
@@ -101,54 +114,7 @@ fn threads_cpu(prefix: &str) -> (u64, u64) {
     (ns, switches)
 }
 
-/// What the clients of one mode report to the driver.
-struct Progress {
-    epoch: Instant,
-    received: AtomicU64,
-    /// The driver is woken when `received` reaches this.
-    target: AtomicU64,
-    done: Notify,
-    /// When the current event was applied (ns since `epoch`).
-    sent_at: AtomicU64,
-    /// Delivery latencies (µs) while measuring.
-    latencies: Mutex<Vec<u32>>,
-    measuring: std::sync::atomic::AtomicBool,
-}
-
-impl Progress {
-    fn new() -> Arc<Self> {
-        Arc::new(Self {
-            epoch: Instant::now(),
-            received: AtomicU64::new(0),
-            target: AtomicU64::new(u64::MAX),
-            done: Notify::new(),
-            sent_at: AtomicU64::new(0),
-            latencies: Mutex::new(Vec::new()),
-            measuring: Default::default(),
-        })
-    }
-
-    fn now_ns(&self) -> u64 {
-        self.epoch.elapsed().as_nanos() as u64
-    }
-
-    fn got(&self, events: u64) {
-        if events == 0 {
-            return;
-        }
-        if self.measuring.load(Ordering::Acquire) {
-            let lat = (self.now_ns() - self.sent_at.load(Ordering::Acquire)) / 1000;
-            let mut l = self.latencies.lock().unwrap();
-            for _ in 0..events {
-                l.push(lat as u32);
-            }
-        }
-        let now = self.received.fetch_add(events, Ordering::AcqRel) + events;
-        if now >= self.target.load(Ordering::Acquire) {
-            self.done.notify_one();
-        }
-    }
-}
+// ---- the client process ---------------------------------------------------------------
 
 /// Counts event lines (`…}\n`) in a byte stream read in pieces.
 #[derive(Default)]
@@ -159,20 +125,52 @@ struct LineCounter {
 impl LineCounter {
     fn count(&mut self, bytes: &[u8]) -> u64 {
         let mut n = 0;
-        let mut prev = self.last;
-        for &b in bytes {
-            if b == b'\n' && prev == b'}' {
-                n += 1;
-            }
-            prev = b;
+        for i in memchr::memchr_iter(b'\n', bytes) {
+            let prev = if i == 0 { self.last } else { bytes[i - 1] };
+            n += u64::from(prev == b'}');
         }
-        self.last = prev;
+        if let Some(&b) = bytes.last() {
+            self.last = b;
+        }
         n
     }
 }
 
-/// An HTTP/1.1 watch read from a raw socket, or (`path` = None) a bare socket of the floor.
-async fn raw_reader(mut s: TcpStream, path: Option<String>, ready: Arc<Ready>, p: Arc<Progress>) {
+/// What the client process's watches share: every event line seen, and the control
+/// socket on which each completed event (seen on every watch) is reported.
+struct Seen {
+    lines: AtomicU64,
+    fanout: u64,
+    report: tokio::sync::mpsc::UnboundedSender<()>,
+    started: AtomicU64,
+    ready: tokio::sync::Notify,
+}
+
+impl Seen {
+    fn got(&self, n: u64) {
+        if n == 0 {
+            return;
+        }
+        let before = self.lines.fetch_add(n, Ordering::AcqRel);
+        for _ in before / self.fanout..(before + n) / self.fanout {
+            let _ = self.report.send(());
+        }
+    }
+
+    fn started(&self) {
+        self.started.fetch_add(1, Ordering::AcqRel);
+        self.ready.notify_one();
+    }
+}
+
+/// An HTTP/1.1 watch read from a raw socket, or (`path` = None) a bare socket of a floor.
+async fn raw_reader(
+    addr: String,
+    path: Option<String>,
+    seen: Arc<Seen>,
+    permit: tokio::sync::OwnedSemaphorePermit,
+) {
+    let mut s = TcpStream::connect(&addr).await.expect("connect");
     s.set_nodelay(true).unwrap();
     let mut buf = vec![0u8; 64 * 1024];
     let mut lines = LineCounter::default();
@@ -196,29 +194,30 @@ async fn raw_reader(mut s: TcpStream, path: Option<String>, ready: Arc<Ready>, p
         assert!(text.starts_with("http/1.1 200"), "{text}");
         assert!(text.contains("x-watchgate-source: cache"), "{text}");
         assert!(text.contains("transfer-encoding: chunked"), "{text}");
-        p.got(lines.count(&head[end..]));
+        seen.got(lines.count(&head[end..]));
     }
-    ready.one();
+    drop(permit);
+    seen.started();
     loop {
         let n = match s.read(&mut buf).await {
             Ok(0) | Err(_) => return,
             Ok(n) => n,
         };
-        p.got(lines.count(&buf[..n]));
+        seen.got(lines.count(&buf[..n]));
     }
 }
 
-/// `streams` HTTP/2 watches on one connection.
+/// `streams` HTTP/2 watches on one connection, as the load kit opens them
+/// (src/load/target.rs).
 async fn h2_connection(
     addr: String,
     path: String,
     streams: usize,
-    ready: Arc<Ready>,
-    p: Arc<Progress>,
+    seen: Arc<Seen>,
+    permit: tokio::sync::OwnedSemaphorePermit,
 ) {
-    let tcp = TcpStream::connect(&addr).await.unwrap();
+    let tcp = TcpStream::connect(&addr).await.expect("connect");
     tcp.set_nodelay(true).unwrap();
-    // As the load kit's HTTP/2 connections (src/load/target.rs).
     let (sender, conn) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
         .adaptive_window(true)
         .handshake::<_, Empty<Bytes>>(TokioIo::new(tcp))
@@ -240,20 +239,75 @@ async fn h2_connection(
                 .map(|v| v.as_bytes()),
             Some(&b"cache"[..])
         );
-        let p = p.clone();
-        let ready = ready.clone();
+        let seen = seen.clone();
         tokio::spawn(async move {
             let mut body = resp.into_body();
             let mut lines = LineCounter::default();
-            ready.one();
+            seen.started();
             while let Some(Ok(frame)) = body.frame().await {
                 if let Ok(data) = frame.into_data() {
-                    p.got(lines.count(&data));
+                    seen.got(lines.count(&data));
                 }
             }
         });
     }
+    drop(permit);
 }
+
+/// The child: opens the watches (or bare sockets) it is told to, says `R` on the control
+/// socket once all have started, then `E` for every event seen on all of them, until the
+/// control socket closes.
+fn client_process() {
+    let kind = env("LONE_CLIENT");
+    let addr = env("LONE_CLIENT_ADDR");
+    let path = std::env::var("LONE_CLIENT_PATH").ok();
+    let conns = env_usize("LONE_CLIENT_CONNS", 0);
+    let streams = env_usize("LONE_CLIENT_STREAMS", 1);
+    let control = env("LONE_CLIENT_CONTROL");
+    let watches = conns * streams;
+    let rt = runtime("client-worker", 2);
+    rt.block_on(async move {
+        let mut ctl = TcpStream::connect(&control).await.expect("control socket");
+        ctl.set_nodelay(true).unwrap();
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let seen = Arc::new(Seen {
+            lines: AtomicU64::new(0),
+            fanout: watches as u64,
+            report: tx,
+            started: AtomicU64::new(0),
+            ready: tokio::sync::Notify::new(),
+        });
+        // Connections are opened 128 at a time: a storm beyond the listen backlog would
+        // only measure SYN retries.
+        let gate = Arc::new(tokio::sync::Semaphore::new(128));
+        for _ in 0..conns {
+            let (addr, path, seen) = (addr.clone(), path.clone(), seen.clone());
+            let permit = gate.clone().acquire_owned().await.unwrap();
+            match kind.as_str() {
+                "h2" => tokio::spawn(h2_connection(addr, path.unwrap(), streams, seen, permit)),
+                _ => tokio::spawn(raw_reader(addr, path, seen, permit)),
+            };
+        }
+        while seen.started.load(Ordering::Acquire) < watches as u64 {
+            seen.ready.notified().await;
+        }
+        ctl.write_all(b"R").await.unwrap();
+        let (mut rd, mut wr) = ctl.into_split();
+        tokio::spawn(async move {
+            while rx.recv().await.is_some() {
+                if wr.write_all(b"E").await.is_err() {
+                    return;
+                }
+            }
+        });
+        // The parent closes the control socket when it is done.
+        let mut b = [0u8; 1];
+        let _ = rd.read(&mut b).await;
+    });
+    rt.shutdown_background();
+}
+
+// ---- the gateway process --------------------------------------------------------------
 
 /// A configmap of about 1.1 KB at `rv`.
 fn configmap(namespace: &str, i: usize, rv: u64) -> Arc<CachedObject> {
@@ -292,7 +346,9 @@ struct Mode {
     name: &'static str,
     what: String,
     emit: Emit,
-    progress: Arc<Progress>,
+    /// The client process's control socket: one byte per event seen by every watcher.
+    control: tokio::sync::Mutex<TcpStream>,
+    child: std::process::Child,
     /// Deliveries per event.
     fanout: u64,
 }
@@ -301,17 +357,32 @@ struct Mode {
 struct Round {
     cpu_us_per_delivery: f64,
     switches_per_event: f64,
-    p50_ms: f64,
-    p99_ms: f64,
+    fanout_p50_ms: f64,
+    fanout_p99_ms: f64,
 }
 
-fn pct(v: &mut [u32], p: f64) -> f64 {
+fn pct(v: &mut [f64], p: f64) -> f64 {
     if v.is_empty() {
         return 0.0;
     }
-    v.sort_unstable();
-    v[((v.len() - 1) as f64 * p) as usize] as f64 / 1000.0
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v[((v.len() - 1) as f64 * p) as usize]
 }
+
+/// Called as a measured round starts and ends, for callgrind's `--zero-before` and
+/// `--dump-after` (see the top of this file).
+#[inline(never)]
+fn window_starts() {
+    WINDOWS.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Not the same body as `window_starts`, so that the two are never folded into one symbol.
+#[inline(never)]
+fn window_ends() {
+    WINDOWS.fetch_add(1 << 32, Ordering::Relaxed);
+}
+
+static WINDOWS: AtomicU64 = AtomicU64::new(0);
 
 /// Emits `events` lone events through `mode`; the CPU of the gateway's threads per delivery.
 async fn run_round(
@@ -321,15 +392,15 @@ async fn run_round(
     gap: Duration,
     measure: bool,
 ) -> Round {
-    let p = &mode.progress;
-    p.latencies.lock().unwrap().clear();
-    p.measuring.store(measure, Ordering::Release);
+    let mut control = mode.control.lock().await;
+    let mut fanout_ms = Vec::with_capacity(events);
+    if measure {
+        window_starts();
+    }
     let (cpu0, sw0) = threads_cpu("gw-");
     for i in 0..events {
-        let base = p.received.load(Ordering::Acquire);
-        p.target.store(base + mode.fanout, Ordering::Release);
         let r = rv.fetch_add(1, Ordering::AcqRel) + 1;
-        p.sent_at.store(p.now_ns(), Ordering::Release);
+        let sent = Instant::now();
         match &mode.emit {
             Emit::Store(store, ns) => store.apply(Change::Upsert(configmap(ns, i % 16, r))),
             Emit::Sockets(socks, bytes) => {
@@ -348,30 +419,27 @@ async fn run_round(
                 }
             }
         }
-        let waited = tokio::time::timeout(Duration::from_secs(60), async {
-            while p.received.load(Ordering::Acquire) < base + mode.fanout {
-                p.done.notified().await;
-            }
-        })
-        .await;
+        let mut b = [0u8; 1];
+        let seen = tokio::time::timeout(Duration::from_secs(60), control.read_exact(&mut b)).await;
         assert!(
-            waited.is_ok(),
-            "{}: event {i} reached {} of {} watchers in 60 s",
+            matches!(seen, Ok(Ok(_))) && b[0] == b'E',
+            "{}: event {i} did not reach all {} watchers within 60 s",
             mode.name,
-            p.received.load(Ordering::Acquire) - base,
             mode.fanout
         );
+        fanout_ms.push(sent.elapsed().as_secs_f64() * 1e3);
         tokio::time::sleep(gap).await;
     }
     let (cpu1, sw1) = threads_cpu("gw-");
-    p.measuring.store(false, Ordering::Release);
-    let mut lat = std::mem::take(&mut *p.latencies.lock().unwrap());
+    if measure {
+        window_ends();
+    }
     let deliveries = (events as u64 * mode.fanout) as f64;
     Round {
         cpu_us_per_delivery: (cpu1 - cpu0) as f64 / 1000.0 / deliveries,
         switches_per_event: (sw1 - sw0) as f64 / events as f64,
-        p50_ms: pct(&mut lat, 0.5),
-        p99_ms: pct(&mut lat, 0.99),
+        fanout_p50_ms: pct(&mut fanout_ms, 0.5),
+        fanout_p99_ms: pct(&mut fanout_ms, 0.99),
     }
 }
 
@@ -380,31 +448,53 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-/// Counts the watches (or sockets) that have started.
-#[derive(Default)]
-struct Ready {
-    n: AtomicU64,
-    changed: Notify,
-}
-
-impl Ready {
-    fn one(&self) {
-        self.n.fetch_add(1, Ordering::AcqRel);
-        self.changed.notify_one();
+/// Starts the client process for one mode and waits until all its watches have started.
+fn spawn_clients(
+    rt: &Runtime,
+    kind: &str,
+    addr: &str,
+    path: Option<&str>,
+    conns: usize,
+    streams: usize,
+) -> (TcpStream, std::process::Child) {
+    let control = rt.block_on(TcpListener::bind("127.0.0.1:0")).unwrap();
+    let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
+    cmd.env("LONE_CLIENT", kind)
+        .env("LONE_CLIENT_ADDR", addr)
+        .env("LONE_CLIENT_CONNS", conns.to_string())
+        .env("LONE_CLIENT_STREAMS", streams.to_string())
+        .env(
+            "LONE_CLIENT_CONTROL",
+            control.local_addr().unwrap().to_string(),
+        );
+    if let Some(p) = path {
+        cmd.env("LONE_CLIENT_PATH", p);
     }
-}
-
-async fn wait_ready(ready: &Ready, n: usize) {
-    tokio::time::timeout(Duration::from_secs(120), async {
-        while ready.n.load(Ordering::Acquire) < n as u64 {
-            ready.changed.notified().await;
-        }
-    })
-    .await
-    .expect("every watch starts");
+    let child = cmd.spawn().expect("the client process");
+    eprintln!("  (starting {conns} {kind} connections)");
+    let mut ctl = rt.block_on(async {
+        let (s, _) = tokio::time::timeout(Duration::from_secs(30), control.accept())
+            .await
+            .expect("the client process connects")
+            .unwrap();
+        s
+    });
+    ctl.set_nodelay(true).unwrap();
+    let mut b = [0u8; 1];
+    rt.block_on(async {
+        tokio::time::timeout(Duration::from_secs(180), ctl.read_exact(&mut b))
+            .await
+            .expect("every watch starts within 180 s")
+            .expect("the client process reports");
+    });
+    assert_eq!(b[0], b'R');
+    (ctl, child)
 }
 
 fn main() {
+    if std::env::var_os("LONE_CLIENT").is_some() {
+        return client_process();
+    }
     let quick = std::env::var_os("WATCHGATE_BENCH_QUICK").is_some();
     let watchers = env_usize("LONE_WATCHERS", if quick { 40 } else { 1000 });
     let events = env_usize("LONE_EVENTS", if quick { 10 } else { 200 });
@@ -423,10 +513,8 @@ fn main() {
     );
     let _ = rlimit::increase_nofile_limit(u64::MAX);
 
-    // The gateway's runtime is created first and named, so its threads can be told apart.
     let gw_rt = runtime("gw-worker", 2);
     let sim_rt = runtime("sim-worker", 1);
-    let client_rt = runtime("client-worker", 2);
 
     let sim = sim_rt.block_on(async {
         start(SimConfig {
@@ -457,84 +545,70 @@ fn main() {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     });
-    // Synthetic events go well above the simulator's resourceVersions.
-    let rv = Arc::new(AtomicU64::new(store.resource_version() + 1_000_000));
-    let line = event_line(&configmap(H1_NAMESPACE, 0, rv.load(Ordering::Acquire) + 1));
-    // From the store's current resourceVersion: no initial events, only the injected ones.
-    let watch_path = |ns: &str| {
-        format!(
-            "/api/v1/namespaces/{ns}/configmaps?watch=1&resourceVersion={}",
-            store.resource_version()
-        )
-    };
+    // Synthetic events go well above the simulator's resourceVersions; watches start from
+    // the store's current one, so they get no initial events, only the injected ones.
+    let start_rv = store.resource_version();
+    let rv = Arc::new(AtomicU64::new(start_rv + 1_000_000));
+    let line = event_line(&configmap(H1_NAMESPACE, 0, start_rv + 1_000_001));
+    let watch_path =
+        |ns: &str| format!("/api/v1/namespaces/{ns}/configmaps?watch=1&resourceVersion={start_rv}");
     let addr = gw.addr().to_string();
 
     let mut built: Vec<Mode> = Vec::new();
-    if want("h1") {
-        let p = Progress::new();
-        let ready = Arc::new(Ready::default());
-        for _ in 0..watchers {
-            let (addr, p, ready) = (addr.clone(), p.clone(), ready.clone());
-            let path = watch_path(H1_NAMESPACE);
-            client_rt.spawn(async move {
-                let s = TcpStream::connect(&addr).await.unwrap();
-                raw_reader(s, Some(path), ready, p).await
-            });
-        }
-        client_rt.block_on(wait_ready(&ready, watchers));
-        built.push(Mode {
-            name: "h1",
-            what: "HTTP/1.1, one connection per watch (detached chunked writer)".into(),
-            emit: Emit::Store(store.clone(), H1_NAMESPACE),
-            progress: p,
+    let gateway_mode = |name, what: String, ns: &'static str, kind, conns, streams| {
+        let (control, child) =
+            spawn_clients(&gw_rt, kind, &addr, Some(&watch_path(ns)), conns, streams);
+        Mode {
+            name,
+            what,
+            emit: Emit::Store(store.clone(), ns),
+            control: tokio::sync::Mutex::new(control),
+            child,
             fanout: watchers as u64,
-        });
+        }
+    };
+    if want("h1") {
+        built.push(gateway_mode(
+            "h1",
+            "HTTP/1.1, one connection per watch (detached chunked writer)".into(),
+            H1_NAMESPACE,
+            "h1",
+            watchers,
+            1,
+        ));
     }
     if want("h2") {
-        let p = Progress::new();
-        let ready = Arc::new(Ready::default());
-        for _ in 0..watchers / per_conn {
-            client_rt.spawn(h2_connection(
-                addr.clone(),
-                watch_path(H2_NAMESPACE),
-                per_conn,
-                ready.clone(),
-                p.clone(),
-            ));
-        }
-        client_rt.block_on(wait_ready(&ready, watchers));
-        built.push(Mode {
-            name: "h2",
-            what: format!("HTTP/2, {per_conn} watches per connection"),
-            emit: Emit::Store(store.clone(), H2_NAMESPACE),
-            progress: p,
-            fanout: watchers as u64,
-        });
+        built.push(gateway_mode(
+            "h2",
+            format!("HTTP/2, {per_conn} watches per connection"),
+            H2_NAMESPACE,
+            "h2",
+            watchers / per_conn,
+            per_conn,
+        ));
     }
     // The floors: bare sockets accepted on the gateway's runtime, read by the same readers.
-    let floor = |conns: usize, bytes: Vec<u8>, fanout: u64, name: &'static str, what: String| {
-        let p = Progress::new();
-        let ready = Arc::new(Ready::default());
+    let floor = |conns: usize, bytes: Vec<u8>, name: &'static str, what: String| {
         let listener = gw_rt.block_on(TcpListener::bind("127.0.0.1:0")).unwrap();
-        let local = listener.local_addr().unwrap();
-        let mut socks = Vec::with_capacity(conns);
-        for _ in 0..conns {
-            let (p, ready) = (p.clone(), ready.clone());
-            client_rt.spawn(async move {
-                let s = TcpStream::connect(local).await.unwrap();
-                raw_reader(s, None, ready, p).await
-            });
-            let (s, _) = gw_rt.block_on(listener.accept()).unwrap();
-            s.set_nodelay(true).unwrap();
-            socks.push(s);
-        }
-        client_rt.block_on(wait_ready(&ready, conns));
+        let local = listener.local_addr().unwrap().to_string();
+        let accepting = gw_rt.spawn(async move {
+            let mut socks = Vec::with_capacity(conns);
+            for _ in 0..conns {
+                let (s, _) = listener.accept().await.unwrap();
+                s.set_nodelay(true).unwrap();
+                socks.push(s);
+            }
+            socks
+        });
+        let (control, child) = spawn_clients(&gw_rt, "raw", &local, None, conns, 1);
+        let socks = gw_rt.block_on(accepting).unwrap();
         Mode {
             name,
             what,
             emit: Emit::Sockets(socks, bytes),
-            progress: p,
-            fanout,
+            control: tokio::sync::Mutex::new(control),
+            child,
+            fanout: conns as u64,
         }
     };
     if want("floor-h1") {
@@ -544,7 +618,6 @@ fn main() {
         built.push(floor(
             watchers,
             chunk,
-            watchers as u64,
             "floor-h1",
             "floor: one write of the event's chunk per socket".into(),
         ));
@@ -558,13 +631,15 @@ fn main() {
             frames.extend_from_slice(&[0, 0, 0, 0, 0, 1]);
             frames.extend_from_slice(&line);
         }
-        built.push(floor(
+        let mut m = floor(
             watchers / per_conn,
             frames,
-            watchers as u64,
             "floor-h2",
             format!("floor: one write of {per_conn} DATA frames per connection"),
-        ));
+        );
+        // Each of the connection's frames ends with a line: `per_conn` deliveries each.
+        m.fanout = watchers as u64;
+        built.push(m);
     }
 
     println!(
@@ -597,7 +672,7 @@ fn main() {
         let c = median(rs.iter().map(|r| r.cpu_us_per_delivery).collect());
         cpu.insert(m.name, c);
         println!(
-            "  {:<9} {:>7.2} µs CPU per delivery (rounds: {}), {:>6.1} gateway context switches per event, latency p50 {:.2} ms p99 {:.2} ms  [{}]",
+            "  {:<9} {:>6.2} µs CPU per delivery (rounds: {}); {:>6.1} gateway context switches per event; fan-out p50 {:.2} ms p99 {:.2} ms  [{}]",
             m.name,
             c,
             rs.iter()
@@ -605,8 +680,8 @@ fn main() {
                 .collect::<Vec<_>>()
                 .join(" "),
             median(rs.iter().map(|r| r.switches_per_event).collect()),
-            median(rs.iter().map(|r| r.p50_ms).collect()),
-            median(rs.iter().map(|r| r.p99_ms).collect()),
+            median(rs.iter().map(|r| r.fanout_p50_ms).collect()),
+            median(rs.iter().map(|r| r.fanout_p99_ms).collect()),
             m.what,
         );
     }
@@ -615,10 +690,13 @@ fn main() {
             println!("  {a} / {b}: {:.2}×", x / y);
         }
     }
-    drop(built);
+    let built = Arc::into_inner(built).expect("the driver is done");
+    for mut m in built {
+        drop(m.control);
+        let _ = m.child.wait();
+    }
     drop(gw);
     drop(sim);
-    client_rt.shutdown_background();
     gw_rt.shutdown_background();
     sim_rt.shutdown_background();
 }
