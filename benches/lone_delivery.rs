@@ -336,8 +336,9 @@ fn event_line(obj: &CachedObject) -> Vec<u8> {
 
 /// How one mode puts an event on the wire.
 enum Emit {
-    /// Apply it to the gateway's store, in this namespace (the gateway does the rest).
-    Store(Arc<Store>, &'static str),
+    /// Apply one of these objects (of the mode's namespace) at the next resourceVersion to
+    /// the gateway's store, as its reflector would; the gateway does the rest.
+    Store(Arc<Store>, Vec<Arc<CachedObject>>),
     /// Write these bytes to each socket with one `write` (or as few as it takes).
     Sockets(Vec<TcpStream>, Vec<u8>),
 }
@@ -402,7 +403,9 @@ async fn run_round(
         let r = rv.fetch_add(1, Ordering::AcqRel) + 1;
         let sent = Instant::now();
         match &mode.emit {
-            Emit::Store(store, ns) => store.apply(Change::Upsert(configmap(ns, i % 16, r))),
+            Emit::Store(store, objs) => store.apply(Change::Upsert(Arc::new(
+                objs[i % objs.len()].with_resource_version(r),
+            ))),
             Emit::Sockets(socks, bytes) => {
                 for s in socks {
                     // One `write` each, unless the socket cannot take it all at once.
@@ -512,6 +515,12 @@ fn main() {
         "LONE_WATCHERS must be a multiple of {STREAMS_PER_CONNECTION} for the HTTP/2 modes"
     );
     let _ = rlimit::increase_nofile_limit(u64::MAX);
+    // The subscriber `watchgate serve` installs (text, info): with none, every disabled
+    // trace span of h2 and hyper would still be built, which the gateway never pays.
+    watchgate::logging::init(&watchgate::logging::LogArgs {
+        log_format: watchgate::logging::LogFormat::Text,
+        verbosity: 0,
+    });
 
     let gw_rt = runtime("gw-worker", 2);
     let sim_rt = runtime("sim-worker", 1);
@@ -561,7 +570,10 @@ fn main() {
         Mode {
             name,
             what,
-            emit: Emit::Store(store.clone(), ns),
+            emit: Emit::Store(
+                store.clone(),
+                (0..16).map(|i| configmap(ns, i, start_rv)).collect(),
+            ),
             control: tokio::sync::Mutex::new(control),
             child,
             fanout: watchers as u64,
