@@ -10,9 +10,11 @@
 //! as hyper stops reading once it holds unread bytes.
 
 use std::future::poll_fn;
+use std::io::IoSlice;
 use std::pin::Pin;
-use std::task::Poll;
+use std::task::{Context, Poll};
 
+use bytes::Bytes;
 use http_body::Body as _;
 use tokio::io::{AsyncRead, AsyncWrite};
 
@@ -31,6 +33,9 @@ const ROUNDS_PER_POLL: usize = 16;
 /// reading pins no more here than it did in hyper.
 const MAX_PENDING: usize = 8192 + 4096 * 100;
 
+/// The last chunk.
+const END: &[u8] = b"0\r\n\r\n";
+
 /// How the body's streaming ended.
 #[derive(Debug, PartialEq, Eq)]
 pub enum End {
@@ -48,9 +53,8 @@ pub async fn stream<T>(io: &mut Rewind<T>, mut body: Body) -> End
 where
     T: AsyncRead + AsyncWrite + Unpin,
 {
-    // Encoded chunks not yet written; released once written, so an idle watch holds none.
-    let mut out: Vec<u8> = Vec::new();
-    let mut written = 0;
+    // Chunks not yet written; released once written, so an idle watch holds none.
+    let mut out = Chunks::default();
     let mut unflushed = false;
     let mut ended = false;
     poll_fn(|cx| {
@@ -63,19 +67,12 @@ where
         // Like hyper's connection, give the thread back after a bounded number of rounds
         // even if the body and the socket are always ready.
         for _ in 0..ROUNDS_PER_POLL {
-            while written < out.len() {
-                match Pin::new(&mut *io).poll_write(cx, &out[written..]) {
-                    Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => {
-                        return Poll::Ready(End::ClientGone)
-                    }
-                    Poll::Ready(Ok(n)) => written += n,
+            if !out.is_empty() {
+                match out.poll_write(io, cx) {
+                    Poll::Ready(Ok(())) => unflushed = true,
+                    Poll::Ready(Err(_)) => return Poll::Ready(End::ClientGone),
                     Poll::Pending => return Poll::Pending,
                 }
-            }
-            if !out.is_empty() {
-                out = Vec::new();
-                written = 0;
-                unflushed = true;
             }
             if unflushed {
                 match Pin::new(&mut *io).poll_flush(cx) {
@@ -88,14 +85,14 @@ where
                 return Poll::Ready(End::Finished);
             }
             let mut frames = 0;
-            while frames < FRAMES_PER_WRITE && out.len() < MAX_PENDING {
+            while frames < FRAMES_PER_WRITE && out.bytes < MAX_PENDING {
                 match Pin::new(&mut body).poll_frame(cx) {
                     Poll::Ready(Some(Ok(frame))) => {
                         // Trailers are not sent (hyper sends them only when the client
                         // asked with `TE: trailers`; no watch has any).
                         if let Ok(data) = frame.into_data() {
                             if !data.is_empty() {
-                                encode_chunk(&mut out, &data);
+                                out.push_chunk(data);
                                 frames += 1;
                             }
                         }
@@ -105,7 +102,7 @@ where
                         return Poll::Ready(End::BodyFailed);
                     }
                     Poll::Ready(None) => {
-                        out.extend_from_slice(b"0\r\n\r\n");
+                        out.push(Piece::Static(END));
                         ended = true;
                         break;
                     }
@@ -123,12 +120,125 @@ where
     .await
 }
 
-/// One chunk, as hyper encodes it.
-fn encode_chunk(out: &mut Vec<u8>, data: &[u8]) {
-    use std::io::Write as _;
-    let _ = write!(out, "{:X}\r\n", data.len());
-    out.extend_from_slice(data);
-    out.extend_from_slice(b"\r\n");
+/// One slice of the output: a chunk's head, its data (the body's own bytes, not copied),
+/// or a constant.
+enum Piece {
+    /// `{len:X}\r\n`: at most 16 hex digits and the line end.
+    Head {
+        buf: [u8; 18],
+        len: u8,
+    },
+    Data(Bytes),
+    Static(&'static [u8]),
+}
+
+impl Piece {
+    fn head(len: usize) -> Self {
+        let mut buf = [0u8; 18];
+        let digits = (usize::BITS - len.leading_zeros()).div_ceil(4).max(1) as usize;
+        for (i, b) in buf[..digits].iter_mut().enumerate() {
+            let nibble = (len >> (4 * (digits - 1 - i))) & 0xf;
+            *b = b"0123456789ABCDEF"[nibble];
+        }
+        buf[digits..digits + 2].copy_from_slice(b"\r\n");
+        Piece::Head {
+            buf,
+            len: (digits + 2) as u8,
+        }
+    }
+
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Piece::Head { buf, len } => &buf[..*len as usize],
+            Piece::Data(b) => b,
+            Piece::Static(s) => s,
+        }
+    }
+}
+
+/// Chunks waiting to be written, written with one `writev` of their pieces: a frame is
+/// never copied, and a chunk costs its head (a few bytes, built in place) and two slices.
+/// hyper writes its chunks the same way (`writev` of head, data and line end).
+#[derive(Default)]
+struct Chunks {
+    pieces: Vec<Piece>,
+    /// Bytes of `pieces[0]` already written.
+    offset: usize,
+    /// Bytes waiting, for the bound on what is taken from the body.
+    bytes: usize,
+}
+
+/// Slices per `writev`: a full round of frames (three each) and the last chunk.
+const MAX_SLICES: usize = 3 * FRAMES_PER_WRITE + 1;
+
+impl Chunks {
+    fn is_empty(&self) -> bool {
+        self.pieces.is_empty()
+    }
+
+    fn push(&mut self, piece: Piece) {
+        self.bytes += piece.bytes().len();
+        self.pieces.push(piece);
+    }
+
+    /// `data` as one chunk, exactly as hyper encodes it.
+    fn push_chunk(&mut self, data: Bytes) {
+        if self.pieces.is_empty() {
+            // A lone frame, the common case, takes one allocation of its exact size.
+            self.pieces.reserve_exact(3);
+        }
+        self.push(Piece::head(data.len()));
+        self.push(Piece::Data(data));
+        self.push(Piece::Static(b"\r\n"));
+    }
+
+    /// Writes until everything is out (`Ready(Ok)`), the socket is full (`Pending`) or
+    /// fails. Written pieces are dropped as they go; the vector is released at the end,
+    /// so an idle connection keeps no allocation.
+    fn poll_write<T: AsyncWrite + Unpin>(
+        &mut self,
+        io: &mut T,
+        cx: &mut Context<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        while !self.pieces.is_empty() {
+            let n = {
+                let mut slices = [IoSlice::new(&[]); MAX_SLICES];
+                let mut count = 0;
+                for (i, p) in self.pieces.iter().take(MAX_SLICES).enumerate() {
+                    let b = p.bytes();
+                    slices[i] = IoSlice::new(if i == 0 { &b[self.offset..] } else { b });
+                    count += 1;
+                }
+                match Pin::new(&mut *io).poll_write_vectored(cx, &slices[..count]) {
+                    Poll::Ready(Ok(0)) => {
+                        return Poll::Ready(Err(std::io::ErrorKind::WriteZero.into()))
+                    }
+                    Poll::Ready(Ok(n)) => n,
+                    Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                    Poll::Pending => return Poll::Pending,
+                }
+            };
+            self.advance(n);
+        }
+        self.pieces = Vec::new();
+        Poll::Ready(Ok(()))
+    }
+
+    fn advance(&mut self, mut n: usize) {
+        self.bytes -= n;
+        let mut done = 0;
+        for p in &self.pieces {
+            let left = p.bytes().len() - self.offset;
+            if n < left {
+                self.offset += n;
+                break;
+            }
+            n -= left;
+            self.offset = 0;
+            done += 1;
+        }
+        self.pieces.drain(..done);
+    }
 }
 
 #[cfg(test)]
@@ -232,6 +342,117 @@ mod tests {
             taken <= MAX_PENDING + frame.len(),
             "{taken} bytes taken from the body for a client that reads nothing"
         );
+    }
+
+    #[test]
+    fn chunk_heads_are_hypers() {
+        for len in [
+            1,
+            9,
+            10,
+            15,
+            16,
+            255,
+            256,
+            1257,
+            4095,
+            65536,
+            1 << 40,
+            usize::MAX,
+        ] {
+            assert_eq!(
+                Piece::head(len).bytes(),
+                format!("{len:X}\r\n").as_bytes(),
+                "{len}"
+            );
+        }
+    }
+
+    /// A socket that takes at most `limit` bytes per write, with `writev`, and records
+    /// the size of each.
+    struct Trickle {
+        got: Vec<u8>,
+        writes: Vec<usize>,
+        limit: usize,
+    }
+
+    impl AsyncWrite for Trickle {
+        fn poll_write(
+            self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+            buf: &[u8],
+        ) -> Poll<std::io::Result<usize>> {
+            self.poll_write_vectored(cx, &[IoSlice::new(buf)])
+        }
+
+        fn poll_write_vectored(
+            mut self: Pin<&mut Self>,
+            _cx: &mut Context<'_>,
+            bufs: &[IoSlice<'_>],
+        ) -> Poll<std::io::Result<usize>> {
+            let mut n = 0;
+            for b in bufs {
+                let take = b.len().min(self.limit - n);
+                self.got.extend_from_slice(&b[..take]);
+                n += take;
+            }
+            self.writes.push(n);
+            Poll::Ready(Ok(n))
+        }
+
+        fn is_write_vectored(&self) -> bool {
+            true
+        }
+
+        fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+
+        fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    #[test]
+    fn chunks_leave_in_one_writev_and_a_short_write_resumes_where_it_stopped() {
+        let frames: Vec<Bytes> = (0..16u8)
+            .map(|i| Bytes::from(vec![b'a' + i; 100 + i as usize]))
+            .collect();
+        let mut want = Vec::new();
+        for f in &frames {
+            want.extend_from_slice(format!("{:X}\r\n", f.len()).as_bytes());
+            want.extend_from_slice(f);
+            want.extend_from_slice(b"\r\n");
+        }
+        want.extend_from_slice(END);
+        let waker = futures_util::task::noop_waker();
+        let mut cx = Context::from_waker(&waker);
+        for limit in [usize::MAX, 1, 7, 100, 1000] {
+            let mut out = Chunks::default();
+            for f in &frames {
+                out.push_chunk(f.clone());
+            }
+            out.push(Piece::Static(END));
+            assert_eq!(out.bytes, want.len());
+            let mut io = Trickle {
+                got: Vec::new(),
+                writes: Vec::new(),
+                limit,
+            };
+            assert!(matches!(
+                out.poll_write(&mut io, &mut cx),
+                Poll::Ready(Ok(()))
+            ));
+            assert_eq!(io.got, want, "limit {limit}");
+            assert!(out.is_empty() && out.bytes == 0 && out.pieces.capacity() == 0);
+            if limit == usize::MAX {
+                assert_eq!(
+                    io.writes,
+                    vec![want.len()],
+                    "one writev for the whole round"
+                );
+            }
+        }
     }
 
     #[tokio::test]
