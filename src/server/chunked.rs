@@ -12,12 +12,14 @@
 use std::future::poll_fn;
 use std::io::IoSlice;
 use std::pin::Pin;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use http_body::Body as _;
 use tokio::io::{AsyncRead, AsyncWrite};
 
+use super::express::{Sent, Sink, TryWrite};
 use super::rewind::Rewind;
 use crate::body::Body;
 
@@ -48,8 +50,10 @@ pub enum End {
     BodyFailed,
 }
 
-/// Streams `body` to `io` until it ends, the client goes, or a write fails.
-pub async fn stream<T>(io: &mut Rewind<T>, mut body: Body) -> End
+/// Streams `body` to `io` until it ends, the client goes, or a write fails. With a `sink`
+/// (the express lane, `express.rs`), the body's producer may write chunks itself while
+/// this task is idle.
+pub async fn stream<T>(io: &mut Rewind<T>, mut body: Body, sink: Option<&ChunkSink>) -> End
 where
     T: AsyncRead + AsyncWrite + Unpin,
 {
@@ -57,7 +61,16 @@ where
     let mut out = Chunks::default();
     let mut unflushed = false;
     let mut ended = false;
+    // However the stream ends (even dropped at the drain's deadline), no producer writes
+    // to this socket afterwards: it may carry the next response.
+    let _closing = sink.map(SinkGuard);
     poll_fn(|cx| {
+        if let Some(sink) = sink {
+            // Running: nothing a producer writes may interleave with this task's writes.
+            if let Some(rest) = sink.pause() {
+                out.push(Piece::Data(rest));
+            }
+        }
         if !io.has_unread() {
             match io.poll_fill(cx) {
                 Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => return Poll::Ready(End::ClientGone),
@@ -110,7 +123,11 @@ where
                 }
             }
             if out.is_empty() {
-                // The body has nothing ready and has registered for when it does.
+                // The body has nothing ready and has registered for when it does; all
+                // that was taken from it is written and flushed: idle.
+                if let Some(sink) = sink {
+                    sink.resume();
+                }
                 return Poll::Pending;
             }
         }
@@ -119,6 +136,121 @@ where
     })
     .await
 }
+
+/// The express lane's sink of one detached watch (`express.rs`): while this connection's
+/// task is idle, the fan-out writes an event's chunk straight to the socket, exactly as
+/// the task would have written it.
+pub struct ChunkSink {
+    writer: Arc<dyn TryWrite>,
+    state: Mutex<SinkState>,
+}
+
+#[derive(Default)]
+struct SinkState {
+    /// The task is idle: all it took from the body is written and flushed, and the body
+    /// waits for its next event.
+    open: bool,
+    /// The stream is over: the socket may already carry the next response.
+    closed: bool,
+    /// What a producer's short write left, for the task to write before anything else.
+    rest: Option<Bytes>,
+}
+
+impl ChunkSink {
+    pub fn new(writer: Arc<dyn TryWrite>) -> Self {
+        Self {
+            writer,
+            state: Mutex::default(),
+        }
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, SinkState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The task runs: producers write nothing until it is idle again. Returns what a
+    /// producer's short write left.
+    fn pause(&self) -> Option<Bytes> {
+        let mut st = self.state();
+        st.open = false;
+        st.rest.take()
+    }
+
+    fn resume(&self) {
+        let mut st = self.state();
+        st.open = !st.closed;
+    }
+
+    fn close(&self) {
+        let mut st = self.state();
+        st.closed = true;
+        st.open = false;
+    }
+}
+
+impl Sink for ChunkSink {
+    fn try_send(&self, frame: &[u8]) -> Sent {
+        if frame.is_empty() {
+            // An empty frame is no chunk (it would read as the last one).
+            return Sent::All;
+        }
+        let mut st = self.state();
+        if !st.open {
+            return Sent::Nothing;
+        }
+        // The chunk in one buffer (head, frame, line end): one `send(2)`, cheaper than a
+        // `writev(2)` of the three pieces. The buffer is the dispatching thread's own.
+        let written = CHUNK.with_borrow_mut(|chunk| {
+            chunk.clear();
+            chunk.extend_from_slice(Piece::head(frame.len()).bytes());
+            chunk.extend_from_slice(frame);
+            chunk.extend_from_slice(CRLF);
+            let r = self.writer.try_write(chunk);
+            let rest = match r {
+                // The socket is nearly full: the task writes the rest, and everything
+                // after it, as usual.
+                Ok(n) if n > 0 && n < chunk.len() => Some(Bytes::copy_from_slice(&chunk[n..])),
+                _ => None,
+            };
+            if chunk.capacity() > KEEP_CHUNK {
+                *chunk = Vec::new();
+            }
+            (r, rest)
+        });
+        match written {
+            (Ok(n), None) if n > 0 => Sent::All,
+            (Ok(_), Some(rest)) => {
+                st.rest = Some(rest);
+                st.open = false;
+                Sent::Part
+            }
+            // Would block, or failed (the task meets the error on its own write).
+            _ => {
+                st.open = false;
+                Sent::Nothing
+            }
+        }
+    }
+}
+
+thread_local! {
+    /// The express lane's chunk buffer, per dispatching thread.
+    static CHUNK: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// A larger chunk buffer is released after use (one large object must not pin it).
+const KEEP_CHUNK: usize = 64 * 1024;
+
+/// Closes the sink when the stream is over, however it ends.
+struct SinkGuard<'a>(&'a ChunkSink);
+
+impl Drop for SinkGuard<'_> {
+    fn drop(&mut self) {
+        self.0.close();
+    }
+}
+
+const CRLF: &[u8] = b"\r\n";
 
 /// One slice of the output: a chunk's head, its data (the body's own bytes, not copied),
 /// or a constant.
@@ -189,7 +321,7 @@ impl Chunks {
         }
         self.push(Piece::head(data.len()));
         self.push(Piece::Data(data));
-        self.push(Piece::Static(b"\r\n"));
+        self.push(Piece::Static(CRLF));
     }
 
     /// Writes until everything is out (`Ready(Ok)`), the socket is full (`Pending`) or
@@ -272,7 +404,7 @@ mod tests {
         let mut io = Rewind::new(server, &[]);
         let (tx, body) = channel_body(8);
         let task = tokio::spawn(async move {
-            let end = stream(&mut io, body).await;
+            let end = stream(&mut io, body, None).await;
             (end, io)
         });
         let line = Bytes::from(vec![b'x'; 300]);
@@ -303,14 +435,14 @@ mod tests {
         let mut io = Rewind::new(server, &[]);
         let (_tx, body) = channel_body(8);
         drop(client);
-        assert_eq!(stream(&mut io, body).await, End::ClientGone);
+        assert_eq!(stream(&mut io, body, None).await, End::ClientGone);
 
         let (mut client, server) = tokio::io::duplex(1 << 16);
         let mut io = Rewind::new(server, &[]);
         let (tx, body) = channel_body(8);
         client.write_all(b"GET /pipelined").await.unwrap();
         let task = tokio::spawn(async move {
-            let end = stream(&mut io, body).await;
+            let end = stream(&mut io, body, None).await;
             (end, io)
         });
         drop(tx);
@@ -333,7 +465,7 @@ mod tests {
         for _ in 0..100 {
             tx.try_send(Ok(Frame::data(frame.clone()))).unwrap();
         }
-        let mut task = Box::pin(stream(&mut io, body));
+        let mut task = Box::pin(stream(&mut io, body, None));
         // One poll takes frames until the socket is full and the write waits.
         assert!(futures_util::poll!(task.as_mut()).is_pending());
         let taken = tx.capacity() * frame.len();
@@ -455,12 +587,104 @@ mod tests {
         }
     }
 
+    use crate::server::express::Sent as Express;
+
+    /// A shared socket for the express lane that takes at most `limit` bytes per write.
+    #[derive(Default)]
+    struct Shared {
+        got: std::sync::Mutex<Vec<u8>>,
+        limit: std::sync::atomic::AtomicUsize,
+    }
+
+    impl TryWrite for Shared {
+        fn try_write(&self, buf: &[u8]) -> std::io::Result<usize> {
+            let n = buf
+                .len()
+                .min(self.limit.load(std::sync::atomic::Ordering::Relaxed));
+            if n == 0 {
+                return Err(std::io::ErrorKind::WouldBlock.into());
+            }
+            self.got.lock().unwrap().extend_from_slice(&buf[..n]);
+            Ok(n)
+        }
+    }
+
+    #[test]
+    fn the_sink_writes_whole_chunks_only_while_the_task_is_idle_and_never_after_the_end() {
+        let socket = Arc::new(Shared::default());
+        socket
+            .limit
+            .store(usize::MAX, std::sync::atomic::Ordering::Relaxed);
+        let sink = ChunkSink::new(socket.clone());
+        // Not idle yet: the task has not gone idle once.
+        assert_eq!(sink.try_send(b"{\"a\":1}\n"), Express::Nothing);
+        sink.resume();
+        assert_eq!(sink.try_send(b"{\"a\":1}\n"), Express::All);
+        assert_eq!(
+            sink.try_send(b""),
+            Express::All,
+            "an empty frame is no chunk"
+        );
+        assert_eq!(&socket.got.lock().unwrap()[..], b"8\r\n{\"a\":1}\n\r\n");
+        // The task runs: nothing is written until it is idle again.
+        assert_eq!(sink.pause(), None);
+        assert_eq!(sink.try_send(b"x"), Express::Nothing);
+        sink.resume();
+        // A socket that would block: the event goes to the task, and the lane stays shut
+        // until the task has run.
+        socket.limit.store(0, std::sync::atomic::Ordering::Relaxed);
+        assert_eq!(sink.try_send(b"y"), Express::Nothing);
+        socket
+            .limit
+            .store(usize::MAX, std::sync::atomic::Ordering::Relaxed);
+        assert_eq!(sink.try_send(b"y"), Express::Nothing);
+        // A short write: the task gets the rest first, and the lane is shut meanwhile.
+        sink.resume();
+        socket.limit.store(2, std::sync::atomic::Ordering::Relaxed);
+        assert_eq!(sink.try_send(b"hello"), Express::Part);
+        assert_eq!(sink.try_send(b"later"), Express::Nothing);
+        assert_eq!(sink.pause().as_deref(), Some(&b"\nhello\r\n"[..]));
+        assert_eq!(socket.got.lock().unwrap()[13..], *b"5\r");
+        // Closed with its stream: the socket may carry the next response.
+        sink.close();
+        sink.resume();
+        socket
+            .limit
+            .store(usize::MAX, std::sync::atomic::Ordering::Relaxed);
+        assert_eq!(sink.try_send(b"z"), Express::Nothing);
+    }
+
+    #[tokio::test]
+    async fn the_task_writes_what_a_short_express_write_left_before_anything_else() {
+        let (mut client, server) = tokio::io::duplex(1 << 16);
+        let mut io = Rewind::new(server, &[]);
+        let socket = Arc::new(Shared::default());
+        socket.limit.store(3, std::sync::atomic::Ordering::Relaxed);
+        let sink = ChunkSink::new(socket.clone());
+        let (tx, body) = channel_body(8);
+        let mut task = Box::pin(stream(&mut io, body, Some(&sink)));
+        // One poll: the body waits, nothing is pending, the task is idle: the lane opens.
+        assert!(futures_util::poll!(task.as_mut()).is_pending());
+        assert!(sink.state().open);
+        // A producer's short write: "5\r\n" reached the (other) socket, "hello\r\n" is
+        // left for the task, which is then woken (here: by the next frame).
+        assert_eq!(sink.try_send(b"hello"), Express::Part);
+        tx.send(Ok(Frame::data(Bytes::from_static(b"next"))))
+            .await
+            .unwrap();
+        drop(tx);
+        let (end, got) = tokio::join!(task, read_exactly(&mut client, 7 + 9 + 5));
+        assert_eq!(got, b"hello\r\n4\r\nnext\r\n0\r\n\r\n");
+        assert_eq!(end, End::Finished);
+        assert!(sink.state().closed, "closed with its stream");
+    }
+
     #[tokio::test]
     async fn a_failing_body_cuts_the_response() {
         let (_client, server) = tokio::io::duplex(1 << 16);
         let mut io = Rewind::new(server, &[]);
         let (tx, body) = channel_body(8);
         tx.send(Err("boom".into())).await.unwrap();
-        assert_eq!(stream(&mut io, body).await, End::BodyFailed);
+        assert_eq!(stream(&mut io, body, None).await, End::BodyFailed);
     }
 }

@@ -12,6 +12,8 @@ use std::task::{Context, Poll};
 use bytes::{Buf, BytesMut};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
+use super::express::{DirectWrite, TryWrite};
+
 /// How much one [`Rewind::poll_fill`] reads: the next request's head, usually whole.
 const FILL_CHUNK: usize = 4096;
 
@@ -44,6 +46,12 @@ impl<T> Rewind<T> {
     /// Whether bytes wait to be replayed.
     pub fn has_unread(&self) -> bool {
         !self.pre.is_empty()
+    }
+}
+
+impl<T: DirectWrite> DirectWrite for Rewind<T> {
+    fn direct_writer(&self) -> Option<std::sync::Arc<dyn TryWrite>> {
+        self.io.direct_writer()
     }
 }
 

@@ -42,6 +42,7 @@ use super::hub::{CatchUp, Item, Registration, SnapshotLease, WatcherShared};
 use super::queue;
 use super::stats::EndReason;
 use crate::cache::store::Store;
+use crate::server::express::Lane;
 
 /// Objects or history events handled per step, so one watcher never holds the hub's lock
 /// (or the executor) for long.
@@ -112,6 +113,12 @@ pub struct WatchBody {
     last_rv: u64,
     unflushed_events: u64,
     unflushed_bytes: u64,
+    /// The express lane to this watch's connection, once the connection offers it
+    /// (`server::express`): the hub then writes lone events itself while the queue is
+    /// empty and the connection idle.
+    lane: Arc<Lane>,
+    /// Whether the current queue has been armed with the lane's sink.
+    armed: bool,
 }
 
 impl WatchBody {
@@ -147,9 +154,30 @@ impl WatchBody {
             last_rv: 0,
             unflushed_events: 0,
             unflushed_bytes: 0,
+            lane: Arc::default(),
+            armed: false,
         };
         body.arm_timer();
         body
+    }
+
+    /// The lane a connection that streams this body itself may connect its sink to
+    /// (`server::Detachable`).
+    pub fn lane(&self) -> Arc<Lane> {
+        self.lane.clone()
+    }
+
+    /// Live and idle: once the connection has connected its sink, lets the hub write
+    /// events through it while the queue is empty (the connection's side decides whether
+    /// it is idle; see `server::express`).
+    fn arm_express(&mut self) {
+        if self.armed {
+            return;
+        }
+        if let (Some(rx), Some(sink)) = (self.rx.as_ref(), self.lane.sink()) {
+            rx.arm(sink.clone(), self.params.min_rv);
+            self.armed = true;
+        }
     }
 
     fn next_wake(&self) -> Instant {
@@ -346,6 +374,7 @@ impl WatchBody {
                 match live {
                     Some(rx) => {
                         self.rx = Some(rx);
+                        self.armed = false;
                         self.phase = Phase::Live;
                         self.stop_lagging();
                     }
@@ -427,7 +456,7 @@ impl WatchBody {
         let head = self.store.hub().head_rv();
         // The hub queues an event before it publishes the new head, so this stream may
         // already hold an event newer than `head`: a bookmark must never go behind it.
-        let head = head.max(self.last_rv);
+        let mut head = head.max(self.last_rv);
         if let Some(rx) = self.rx.as_mut() {
             match rx.try_recv() {
                 Some(Some(item)) => {
@@ -439,6 +468,10 @@ impl WatchBody {
                 Some(None) => return true,
                 None => {}
             }
+            // Nor behind an event the hub wrote through the lane. The connection's task is
+            // running (it is polling this body), so the lane is shut: no event can be
+            // written after this read and before the bookmark.
+            head = head.max(rx.written_rv());
         }
         self.bookmark_due = false;
         if head >= self.params.min_rv && head > 0 {
@@ -496,6 +529,7 @@ impl Body for WatchBody {
                                 continue;
                             }
                             this.flush_counters();
+                            this.arm_express();
                             return Poll::Pending;
                         }
                     }
