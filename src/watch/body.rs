@@ -405,23 +405,6 @@ impl WatchBody {
         }
     }
 
-    /// Live: takes what the queue already holds (without waiting), so that events that
-    /// are ready together leave together.
-    fn top_up(&mut self) {
-        if !matches!(self.phase, Phase::Live) {
-            return;
-        }
-        let mut bytes: usize = self.pending.iter().map(Bytes::len).sum();
-        while bytes < FRAME_BYTES {
-            // `Some(None)` (closed) is left for `poll_recv` to report.
-            let Some(Some(item)) = self.rx.as_mut().and_then(|rx| rx.try_recv()) else {
-                break;
-            };
-            bytes += item.1.len();
-            self.take_item(item);
-        }
-    }
-
     /// The next frame: the first pending chunk, joined with those behind it while they
     /// fit in `FRAME_BYTES`. A lone chunk is passed on as it is (shared, not copied).
     fn next_frame(&mut self) -> Option<Bytes> {
@@ -499,7 +482,6 @@ impl Body for WatchBody {
         let this = &mut *self;
         loop {
             if !this.pending.is_empty() {
-                this.top_up();
                 let b = this.next_frame().expect("pending is not empty");
                 this.unflushed_bytes += b.len() as u64;
                 return Poll::Ready(Some(Ok(Frame::data(b))));
@@ -521,8 +503,25 @@ impl Body for WatchBody {
                         this.queue_closed();
                         continue;
                     };
-                    match rx.poll_recv(cx) {
-                        Poll::Ready(Some(item)) => this.take_item(item),
+                    // Everything ready, up to a frame's worth, under one lock: events that
+                    // are ready together leave together.
+                    let min_rv = this.params.min_rv;
+                    let (pending, events, last_rv) = (
+                        &mut this.pending,
+                        &mut this.unflushed_events,
+                        &mut this.last_rv,
+                    );
+                    let drained = rx.poll_drain(cx, FRAME_BYTES, |(rv, line)| {
+                        let len = line.len();
+                        if rv > min_rv {
+                            pending.push_back(line);
+                            *events += 1;
+                            *last_rv = (*last_rv).max(rv);
+                        }
+                        len
+                    });
+                    match drained {
+                        Poll::Ready(Some(())) => {}
                         Poll::Ready(None) => this.queue_closed(),
                         Poll::Pending => {
                             if this.maybe_bookmark() {

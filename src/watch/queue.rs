@@ -223,6 +223,39 @@ impl<T> Receiver<T> {
         }
     }
 
+    /// Takes what the queue holds, in order, handing each item to `take` (which returns
+    /// its size) until they add up to `max_bytes`, under one lock. `Ready(Some(()))` when
+    /// it took any, `Ready(None)` once the sender is gone and the queue is empty; else the
+    /// waker is registered (under the same lock, so an item sent after it wakes it).
+    pub fn poll_drain(
+        &mut self,
+        cx: &mut Context<'_>,
+        max_bytes: usize,
+        mut take: impl FnMut(T) -> usize,
+    ) -> Poll<Option<()>> {
+        let mut st = self.shared.state.lock().expect("queue lock");
+        let mut bytes = 0;
+        let mut took = false;
+        while bytes < max_bytes {
+            let Some(item) = st.items.pop_front() else {
+                break;
+            };
+            bytes += take(item);
+            took = true;
+        }
+        if took {
+            if st.items.is_empty() && st.items.capacity() > KEEP_CAPACITY {
+                st.items.shrink_to(KEEP_CAPACITY);
+            }
+            return Poll::Ready(Some(()));
+        }
+        if st.closed {
+            return Poll::Ready(None);
+        }
+        self.shared.waker.register(cx.waker());
+        Poll::Pending
+    }
+
     /// `Some(Some(item))`, `Some(None)` when closed and drained, `None` when empty.
     pub fn try_recv(&mut self) -> Option<Option<T>> {
         let mut st = self.shared.state.lock().expect("queue lock");
