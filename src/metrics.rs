@@ -7,7 +7,7 @@
 //! scope, code, source, reason. Never namespace, name, user or resourceVersion: each of
 //! those would create a series per object or per client. Group and resource, which come
 //! from the client's URL, are kept only for resources served successfully
-//! (`server::instrument::KnownResources`).
+//! (`stack::instrument::KnownResources`).
 //!
 //! The recorder is process-global (the `metrics` facade allows one), installed lazily by
 //! [`install`]. Tests start many gateways in one process, so every counter is cumulative

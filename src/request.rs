@@ -326,6 +326,85 @@ impl ApiRequest {
     }
 }
 
+/// How many requests the gateway has parsed ([`Parsed::new`]): the tests prove with it
+/// that a request is parsed exactly once on its way through the stack.
+static PARSED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// The number of [`Parsed`] built so far in this process.
+pub fn parsed_count() -> u64 {
+    PARSED.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// A request as the gateway sees it: parsed once, by the first layer of the API stack
+/// (`stack::parse`), and kept in the request's extensions as `Arc<Parsed>`. Every later
+/// layer (metrics, routing, the cache, the fan-out, forwarding) reads it from there and
+/// never parses the path, query or Accept header again.
+#[derive(Debug)]
+pub struct Parsed {
+    pub api: ApiRequest,
+    /// For GET/HEAD on a resource path: the decoded and validated list/watch/get options,
+    /// or the Status the apiserver gives for them.
+    pub options: Option<Result<ListOptions, Status>>,
+    /// The first `Accept` header, as Go's `Header.Get` reads it (None when absent or not
+    /// visible ASCII).
+    pub accept: Option<String>,
+    /// The apiserver would pretty-print the answer: `pretty` in the query
+    /// (strconv.ParseBool), else a browser or command-line User-Agent
+    /// (negotiation.isPrettyPrint: `curl`, `Wget`, `Mozilla/5.0`).
+    pub pretty: bool,
+    /// Watches and followed logs: they run until a side ends them.
+    pub long_running: bool,
+    /// `Accept-Encoding` has a `gzip` token (large answers are then gzipped).
+    pub accepts_gzip: bool,
+}
+
+impl Parsed {
+    pub fn new(method: &Method, uri: &http::Uri, headers: &http::HeaderMap) -> Self {
+        PARSED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let api = parse(method, uri);
+        let options = match (&api.path, method) {
+            (ApiPath::Resource(_), &Method::GET | &Method::HEAD) => Some(api.list_options()),
+            _ => None,
+        };
+        let header = |name: http::header::HeaderName| {
+            headers
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string)
+        };
+        let pretty = match api.query_get("pretty").filter(|p| !p.is_empty()) {
+            Some(p) => matches!(p, "1" | "t" | "T" | "true" | "TRUE" | "True"),
+            None => header(http::header::USER_AGENT).is_some_and(|ua| {
+                ua.starts_with("curl") || ua.starts_with("Wget") || ua.starts_with("Mozilla/5.0")
+            }),
+        };
+        let long_running = api.verb == Verb::Watch || crate::proxy::is_long_running(uri);
+        Self {
+            accept: header(http::header::ACCEPT),
+            accepts_gzip: crate::codec::gzip::accepts_gzip(headers),
+            api,
+            options,
+            pretty,
+            long_running,
+        }
+    }
+
+    /// The typed request a layer before this one stored, if any.
+    pub fn of<B>(req: &http::Request<B>) -> Option<std::sync::Arc<Parsed>> {
+        req.extensions().get::<std::sync::Arc<Parsed>>().cloned()
+    }
+
+    /// The resource path, for resource requests.
+    pub fn resource(&self) -> Option<&ResourcePath> {
+        self.api.resource()
+    }
+
+    /// The options, when they decoded and validated.
+    pub fn valid_options(&self) -> Option<&ListOptions> {
+        self.options.as_ref().and_then(|o| o.as_ref().ok())
+    }
+}
+
 /// `metav1.ListOptions` decoding (`DecodeParameters`: 400 on a bad integer or selector),
 /// `SetListOptionsDefaults` and `ValidateListOptions` (422), in kube-apiserver's order
 /// (handlers/get.go `ListResource`). `force_watch` is set for the legacy `/watch/` paths,

@@ -12,7 +12,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::{header, HeaderMap, HeaderValue, Method, Response, StatusCode};
+use http::{header, HeaderValue, Method, Response, StatusCode};
 
 use super::object::CachedObject;
 use super::registry::{Registry, ResourceCache};
@@ -21,8 +21,9 @@ use crate::body::{self, Body};
 use crate::codec::continue_token::ContinueToken;
 use crate::codec::gzip;
 use crate::codec::list::{first_page, Filter, ListBody, ListHead};
+use crate::negotiate::{negotiate, Encoding, Endpoint, Negotiated};
 use crate::proxy::headers::SOURCE_HEADER;
-use crate::request::{self, ApiPath, ListOptions, RvMatch, Verb};
+use crate::request::{self, ApiPath, ListOptions, Parsed, RvMatch, Verb};
 use crate::status::{GroupResource, Status};
 
 /// How long a read asking for a resourceVersion newer than the cache waits for the cache's
@@ -52,27 +53,22 @@ struct Plan<'a> {
 }
 
 /// Serves the request from the cache if it can; `None` means "forward it".
-pub async fn try_serve(
-    registry: &Arc<Registry>,
-    method: &Method,
-    uri: &http::Uri,
-    headers: &HeaderMap,
-) -> Option<Response<Body>> {
-    if method != Method::GET || !accepts_plain_json(headers) {
+pub async fn try_serve(registry: &Arc<Registry>, req: &Parsed) -> Option<Response<Body>> {
+    // A pretty-printed answer (`pretty`, or curl's User-Agent) is the upstream's to give.
+    if req.api.method != Method::GET || req.pretty || req.api.query_get("pretty").is_some() {
         return None;
     }
-    let req = request::parse(method, uri);
-    let ApiPath::Resource(rp) = &req.path else {
+    let ApiPath::Resource(rp) = &req.api.path else {
         return None;
     };
     if rp.subresource.is_some() || !rp.extra.is_empty() || rp.legacy_watch {
         return None;
     }
-    if !matches!(req.verb, Verb::Get | Verb::List) || req.query_get("pretty").is_some() {
+    if !matches!(req.api.verb, Verb::Get | Verb::List) {
         return None;
     }
-    let opts = req.list_options().ok()?;
-    let (min_rv, limit) = cacheable(&opts, req.verb)?;
+    let opts = req.valid_options()?.clone();
+    let (min_rv, limit) = cacheable(&opts, req.api.verb)?;
     let plan = Plan {
         group: &rp.group,
         version: &rp.version,
@@ -86,7 +82,7 @@ pub async fn try_serve(
     // The request could be served from a cache: make sure one is (being) built.
     registry.ensure_started(plan.group, plan.version, plan.resource);
     let cache = registry.get(plan.group, plan.version, plan.resource)?;
-    if !cache.is_synced() {
+    if !cache.is_synced() || !plain_json(&cache, req) {
         return None;
     }
     // A cluster-scoped resource under a namespace path is the upstream's 404 to give.
@@ -104,7 +100,7 @@ pub async fn try_serve(
         Some(rv) => cache.store.wait_for(rv, CATCH_UP_WAIT).await?,
     };
     // Large answers are gzipped when the client accepts it, as kube-apiserver does.
-    let gzip_ok = gzip::accepts_gzip(headers);
+    let gzip_ok = req.accepts_gzip;
     Some(cached(match plan.name {
         Some(name) => get(&cache, &snapshot, &plan, name, gzip_ok),
         None => list(&cache, snapshot, &plan, gzip_ok),
@@ -155,23 +151,25 @@ pub fn fields_indexed(cache: &ResourceCache, opts: &ListOptions) -> bool {
     })
 }
 
-/// Only plain JSON is assembled from the cache. Table, PartialObjectMetadata and protobuf
-/// answers are the upstream's until they are served too.
-fn accepts_plain_json(headers: &HeaderMap) -> bool {
-    let Some(accept) = headers.get(header::ACCEPT) else {
-        return true;
+/// Only plain JSON is assembled from the cache: the Accept header must negotiate, as the
+/// apiserver negotiates it for this type (`crate::negotiate`), to JSON without a
+/// conversion. Table, PartialObjectMetadata and protobuf answers, and the apiserver's 406
+/// refusals, are the upstream's until they are served too.
+fn plain_json(cache: &ResourceCache, req: &Parsed) -> bool {
+    let endpoint = if cache.info.is_builtin() {
+        Endpoint::BUILTIN
+    } else {
+        Endpoint::CUSTOM
     };
-    let Ok(accept) = accept.to_str() else {
-        return false;
-    };
-    // The first media range decides: the apiserver picks the client's first choice it
-    // supports, and it supports everything a client may list first.
-    let first = accept.split(',').next().unwrap_or("").trim();
-    let mut parts = first.split(';').map(str::trim);
-    let media = parts.next().unwrap_or("");
-    let params_ok = parts
-        .all(|p| p.is_empty() || p.starts_with("q=") || p.eq_ignore_ascii_case("charset=utf-8"));
-    params_ok && matches!(media, "application/json" | "*/*" | "application/*" | "")
+    matches!(
+        negotiate(req.accept.as_deref(), endpoint),
+        Ok(Negotiated {
+            encoding: Encoding::Json,
+            conversion: None,
+            pretty: false,
+            ..
+        })
+    )
 }
 
 fn matcher(opts: &ListOptions) -> Option<Filter> {
@@ -358,21 +356,48 @@ mod tests {
 
     #[test]
     fn only_plain_json_is_served() {
-        let h = |v: &str| {
-            let mut m = HeaderMap::new();
-            m.insert(header::ACCEPT, HeaderValue::from_str(v).unwrap());
-            m
+        use crate::cache::resource::ResourceInfo;
+        let wants_json = |accept: Option<&str>, group: &str| {
+            let mut headers = http::HeaderMap::new();
+            if let Some(a) = accept {
+                headers.insert(header::ACCEPT, HeaderValue::from_str(a).unwrap());
+            }
+            let req = Parsed::new(&Method::GET, &"/api/v1/pods".parse().unwrap(), &headers);
+            let info = ResourceInfo {
+                group: group.into(),
+                version: "v1".into(),
+                resource: "things".into(),
+                kind: "Thing".into(),
+                namespaced: true,
+                field_labels: vec![],
+            };
+            let endpoint = if info.is_builtin() {
+                Endpoint::BUILTIN
+            } else {
+                Endpoint::CUSTOM
+            };
+            matches!(
+                negotiate(req.accept.as_deref(), endpoint),
+                Ok(n) if n == Negotiated::JSON
+            )
         };
-        assert!(accepts_plain_json(&HeaderMap::new()));
-        assert!(accepts_plain_json(&h("application/json")));
-        assert!(accepts_plain_json(&h("application/json, */*")));
-        assert!(accepts_plain_json(&h("*/*")));
-        assert!(!accepts_plain_json(&h(
-            "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"
-        )));
-        assert!(!accepts_plain_json(&h(
-            "application/vnd.kubernetes.protobuf,application/json"
-        )));
-        assert!(!accepts_plain_json(&h("application/yaml")));
+        assert!(wants_json(None, ""));
+        assert!(wants_json(Some("application/json"), ""));
+        assert!(wants_json(Some("application/json, */*"), ""));
+        assert!(wants_json(Some("*/*"), ""));
+        assert!(!wants_json(
+            Some("application/json;as=Table;v=v1;g=meta.k8s.io,application/json"),
+            ""
+        ));
+        assert!(!wants_json(
+            Some("application/vnd.kubernetes.protobuf,application/json"),
+            ""
+        ));
+        // A custom resource has no protobuf: client-go's typed Accept gets JSON.
+        assert!(wants_json(
+            Some("application/vnd.kubernetes.protobuf,application/json"),
+            "example.com"
+        ));
+        assert!(!wants_json(Some("application/yaml"), ""));
     }
 }

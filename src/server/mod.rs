@@ -7,7 +7,6 @@ mod chunked;
 mod coalesce;
 pub mod drain;
 mod h1;
-mod instrument;
 mod listener;
 mod probe;
 mod rewind;
@@ -90,20 +89,17 @@ impl Gateway {
             metrics: cfg.metrics,
         };
         let proxy = Proxy::new(upstream, drain.watcher())
-            .with_response_timeout(cfg.upstream_response_timeout)
-            .with_cache(cache);
-        let metrics = cfg.metrics;
+            .with_response_timeout(cfg.upstream_response_timeout);
+        let service =
+            crate::stack::api(crate::stack::route::Router::new(proxy, cache), cfg.metrics);
         let api_handler: Handler = Arc::new(move |req| {
-            let proxy = proxy.clone();
+            use tower::ServiceExt as _;
+            let service = service.clone();
             Box::pin(async move {
-                if !metrics {
-                    return proxy.forward(req).await;
+                match service.oneshot(req).await {
+                    Ok(resp) => resp,
+                    Err(never) => match never {},
                 }
-                let started = std::time::Instant::now();
-                let labels = instrument::RequestLabels::classify(req.method(), req.uri());
-                let in_flight = (!labels.long_running()).then(instrument::InFlight::start);
-                let resp = proxy.forward(req).await;
-                instrument::observe(labels, started, in_flight, resp)
             })
         });
         let admin_handler: Handler = Arc::new(move |req| {

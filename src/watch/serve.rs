@@ -15,7 +15,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::{header, HeaderMap, HeaderValue, Method, Response, StatusCode};
+use http::{header, HeaderValue, Method, Response, StatusCode};
 use rand::Rng;
 
 use super::body::{WatchBody, WatchParams};
@@ -25,8 +25,9 @@ use super::hub::{Start, TooOld};
 use crate::body::{self, Body};
 use crate::cache::registry::Registry;
 use crate::cache::serve::{fields_indexed, CATCH_UP_WAIT};
+use crate::negotiate::{negotiate, negotiate_stream, Encoding, Endpoint, Negotiated};
 use crate::proxy::headers::SOURCE_HEADER;
-use crate::request::{self, ApiPath, Verb, WatchTimeout};
+use crate::request::{self, ApiPath, Parsed, Verb, WatchTimeout};
 use crate::selector::field::Term;
 use crate::status::Status;
 
@@ -36,27 +37,21 @@ const MIN_REQUEST_TIMEOUT: Duration = Duration::from_secs(1800);
 
 /// Serves the watch from the cache if it can; `None` means "forward it". When the gateway
 /// drains, the stream ends at an event boundary ([`Registry::shutdown_watches`]).
-pub async fn try_watch(
-    registry: &Arc<Registry>,
-    method: &Method,
-    uri: &http::Uri,
-    headers: &HeaderMap,
-) -> Option<Response<Body>> {
-    if method != Method::GET || !accepts_json_watch(headers) {
+pub async fn try_watch(registry: &Arc<Registry>, req: &Parsed) -> Option<Response<Body>> {
+    if req.api.method != Method::GET {
         return None;
     }
-    let req = request::parse(method, uri);
-    let ApiPath::Resource(rp) = &req.path else {
+    let ApiPath::Resource(rp) = &req.api.path else {
         return None;
     };
-    if req.verb != Verb::Watch
+    if req.api.verb != Verb::Watch
         || rp.subresource.is_some()
         || !rp.extra.is_empty()
-        || req.query_get("pretty").is_some()
+        || req.api.query_get("pretty").is_some()
     {
         return None;
     }
-    let mut opts = req.list_options().ok()?;
+    let mut opts = req.valid_options()?.clone();
     // A name in the path becomes (or must agree with) a metadata.name field selector
     // (handlers/get.go); a disagreement is the upstream's 400 to give.
     if let Some(name) = &rp.name {
@@ -78,7 +73,7 @@ pub async fn try_watch(
 
     registry.ensure_started(&rp.group, &rp.version, &rp.resource);
     let cache = registry.get(&rp.group, &rp.version, &rp.resource)?;
-    if !cache.is_synced() {
+    if !cache.is_synced() || !json_watch(&cache, req) {
         return None;
     }
     let own_namespace = rp.group.is_empty() && rp.resource == "namespaces";
@@ -146,25 +141,19 @@ fn watch_timeout(t: WatchTimeout) -> Duration {
     }
 }
 
-/// JSON watches only: `application/json` (with `stream=watch` or not), `*/*`, or no
-/// Accept at all. Table and protobuf watches go upstream.
-fn accepts_json_watch(headers: &HeaderMap) -> bool {
-    let Some(accept) = headers.get(header::ACCEPT) else {
-        return true;
+/// JSON watches only, negotiated as the apiserver does for this type: the list
+/// negotiation (`NegotiateOutputMediaType`) must give JSON without a conversion, and the
+/// stream negotiation must agree. Table, PartialObjectMetadata and protobuf watches, and
+/// refusals, go upstream until they are served too.
+fn json_watch(cache: &crate::cache::registry::ResourceCache, req: &Parsed) -> bool {
+    let endpoint = if cache.info.is_builtin() {
+        Endpoint::BUILTIN
+    } else {
+        Endpoint::CUSTOM
     };
-    let Ok(accept) = accept.to_str() else {
-        return false;
-    };
-    let first = accept.split(',').next().unwrap_or("").trim();
-    let mut parts = first.split(';').map(str::trim);
-    let media = parts.next().unwrap_or("");
-    let params_ok = parts.all(|p| {
-        p.is_empty()
-            || p.starts_with("q=")
-            || p.eq_ignore_ascii_case("charset=utf-8")
-            || p == "stream=watch"
-    });
-    params_ok && matches!(media, "application/json" | "*/*" | "application/*" | "")
+    let json = |n: &Negotiated| n.encoding == Encoding::Json && n.conversion.is_none();
+    negotiate(req.accept.as_deref(), endpoint).is_ok_and(|n| json(&n))
+        && negotiate_stream(req.accept.as_deref(), endpoint).is_ok_and(|n| json(&n))
 }
 
 fn stream_response(body: Body) -> Response<Body> {
@@ -188,25 +177,6 @@ fn error_stream(s: &Status) -> Response<Body> {
 mod tests {
     use super::*;
     use crate::request::ListOptions;
-
-    #[test]
-    fn json_watches_only() {
-        let h = |v: &str| {
-            let mut m = HeaderMap::new();
-            m.insert(header::ACCEPT, HeaderValue::from_str(v).unwrap());
-            m
-        };
-        assert!(accepts_json_watch(&HeaderMap::new()));
-        assert!(accepts_json_watch(&h("application/json")));
-        assert!(accepts_json_watch(&h("application/json;stream=watch")));
-        assert!(accepts_json_watch(&h("*/*")));
-        assert!(!accepts_json_watch(&h(
-            "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"
-        )));
-        assert!(!accepts_json_watch(&h(
-            "application/vnd.kubernetes.protobuf;stream=watch"
-        )));
-    }
 
     #[test]
     fn timeouts_follow_the_apiserver() {
