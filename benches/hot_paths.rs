@@ -118,7 +118,7 @@ fn lists(c: &mut Criterion) {
         api_version: "v1".into(),
         kind: "PodList".into(),
         resource_version: 100 + n as u64,
-        item_type_prefix: None,
+        items: watchgate::codec::list::ItemForm::Bare,
         continue_token: None,
         remaining_item_count: None,
     };

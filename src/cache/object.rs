@@ -50,6 +50,19 @@ pub struct CachedObject {
     /// Values of the field-selector labels this object's type supports, by label
     /// (`spec.nodeName`, `status.phase`, …). `metadata.*` are answered from `key`.
     pub fields: super::fields::FieldValues,
+    /// Other representations of this object, built on first use and shared by every answer
+    /// that needs them (see [`Derived`]).
+    derived: Derived,
+}
+
+/// Representations derived from an object's JSON, each built at most once, on first use.
+/// An object is immutable, so each is built at most once per object version; objects
+/// nobody asks for another representation of pay only the empty cells.
+#[derive(Debug, Default)]
+struct Derived {
+    /// The JSON of `metadata` as `PartialObjectMetadata` carries it (`None`: the object
+    /// has no usable metadata, which the cache never admits).
+    metadata_json: std::sync::OnceLock<Option<Bytes>>,
 }
 
 impl CachedObject {
@@ -101,7 +114,35 @@ impl CachedObject {
             .iter()
             .map(|(_, v)| std::mem::size_of::<(&str, Box<str>)>() + v.len())
             .sum();
-        std::mem::size_of::<Self>() + self.raw.len() + self.key.len() + labels + fields
+        let derived = self
+            .derived
+            .metadata_json
+            .get()
+            .and_then(Option::as_ref)
+            // A slice of `raw` costs nothing more.
+            .filter(|m| !self.raw.as_ptr_range().contains(&m.as_ptr()))
+            .map_or(0, Bytes::len);
+        std::mem::size_of::<Self>() + self.raw.len() + self.key.len() + labels + fields + derived
+    }
+
+    /// The object's `metadata` as `PartialObjectMetadata` carries it in JSON
+    /// (`codec::meta`): a slice of the cached bytes for built-in types; for custom
+    /// resources (`unstructured`), `ObjectMeta` rebuilt in Go field order, as the
+    /// apiserver rebuilds it. Built once, then shared.
+    pub fn metadata_json(&self, unstructured: bool) -> Option<Bytes> {
+        self.derived
+            .metadata_json
+            .get_or_init(|| {
+                let span = crate::codec::meta::metadata_span(&self.raw)?;
+                if unstructured {
+                    crate::codec::meta::object_meta_go_order(&self.raw[span])
+                        .ok()
+                        .map(Bytes::from)
+                } else {
+                    Some(self.raw.slice(span))
+                }
+            })
+            .clone()
     }
 
     pub fn label(&self, key: &str) -> Option<&str> {
@@ -156,6 +197,7 @@ impl CachedObject {
             labels: self.labels.clone(),
             label_digest: self.label_digest,
             fields: self.fields.clone(),
+            derived: Derived::default(),
         }
     }
 
@@ -184,6 +226,7 @@ impl CachedObject {
             labels,
             label_digest,
             fields,
+            derived: Derived::default(),
         })
     }
 

@@ -20,8 +20,9 @@ use super::store::Snapshot;
 use crate::body::{self, Body};
 use crate::codec::continue_token::ContinueToken;
 use crate::codec::gzip;
-use crate::codec::list::{first_page, Filter, ListBody, ListHead};
-use crate::negotiate::{negotiate, Encoding, Endpoint, Negotiated};
+use crate::codec::list::{first_page, Filter, ItemForm, ListBody, ListHead};
+use crate::codec::meta;
+use crate::negotiate::{negotiate, Conversion, Encoding, MetaVersion};
 use crate::proxy::headers::SOURCE_HEADER;
 use crate::request::{self, ApiPath, ListOptions, Parsed, RvMatch, Verb};
 use crate::status::{GroupResource, Status};
@@ -82,9 +83,10 @@ pub async fn try_serve(registry: &Arc<Registry>, req: &Parsed) -> Option<Respons
     // The request could be served from a cache: make sure one is (being) built.
     registry.ensure_started(plan.group, plan.version, plan.resource);
     let cache = registry.get(plan.group, plan.version, plan.resource)?;
-    if !cache.is_synced() || !plain_json(&cache, req) {
+    if !cache.is_synced() {
         return None;
     }
+    let repr = representation(&cache, req)?;
     // A cluster-scoped resource under a namespace path is the upstream's 404 to give.
     // requestinfo.go puts a namespace's own name in `namespace` for
     // `/api/v1/namespaces/{name}`, which is not such a path.
@@ -102,8 +104,8 @@ pub async fn try_serve(registry: &Arc<Registry>, req: &Parsed) -> Option<Respons
     // Large answers are gzipped when the client accepts it, as kube-apiserver does.
     let gzip_ok = req.accepts_gzip;
     Some(cached(match plan.name {
-        Some(name) => get(&cache, &snapshot, &plan, name, gzip_ok),
-        None => list(&cache, snapshot, &plan, gzip_ok),
+        Some(name) => get(&cache, &snapshot, &plan, name, repr, gzip_ok),
+        None => list(&cache, snapshot, &plan, repr, gzip_ok),
     }))
 }
 
@@ -151,25 +153,31 @@ pub fn fields_indexed(cache: &ResourceCache, opts: &ListOptions) -> bool {
     })
 }
 
-/// Only plain JSON is assembled from the cache: the Accept header must negotiate, as the
-/// apiserver negotiates it for this type (`crate::negotiate`), to JSON without a
-/// conversion. Table, PartialObjectMetadata and protobuf answers, and the apiserver's 406
-/// refusals, are the upstream's until they are served too.
-fn plain_json(cache: &ResourceCache, req: &Parsed) -> bool {
-    let endpoint = if cache.info.is_builtin() {
-        Endpoint::BUILTIN
-    } else {
-        Endpoint::CUSTOM
-    };
-    matches!(
-        negotiate(req.accept.as_deref(), endpoint),
-        Ok(Negotiated {
-            encoding: Encoding::Json,
-            conversion: None,
-            pretty: false,
-            ..
-        })
-    )
+/// The representation a read is answered in from the cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Repr {
+    /// The object (list) in JSON.
+    Json,
+    /// `PartialObjectMetadata` (gets) or `PartialObjectMetadataList` (lists) in JSON.
+    Metadata(MetaVersion),
+}
+
+/// How the Accept header negotiates for this type (`crate::negotiate`, as the apiserver
+/// negotiates it), if the cache produces that answer. Protobuf, YAML, Table, pretty
+/// output, and the apiserver's 406 refusals (no acceptable media type, a list asking for
+/// `PartialObjectMetadata` or a get for `PartialObjectMetadataList`) are the upstream's
+/// to give.
+fn representation(cache: &ResourceCache, req: &Parsed) -> Option<Repr> {
+    let n = negotiate(req.accept.as_deref(), cache.info.endpoint()).ok()?;
+    if n.pretty || n.encoding != Encoding::Json {
+        return None;
+    }
+    match (n.conversion, req.api.verb) {
+        (None, _) => Some(Repr::Json),
+        (Some(Conversion::PartialObjectMetadata(v)), Verb::Get)
+        | (Some(Conversion::PartialObjectMetadataList(v)), Verb::List) => Some(Repr::Metadata(v)),
+        _ => None,
+    }
 }
 
 fn matcher(opts: &ListOptions) -> Option<Filter> {
@@ -190,6 +198,7 @@ fn get(
     snapshot: &Snapshot,
     plan: &Plan<'_>,
     name: &str,
+    repr: Repr,
     gzip_ok: bool,
 ) -> Response<Body> {
     let ns = if cache.info.namespaced {
@@ -201,7 +210,17 @@ fn get(
     match found {
         Some(obj) => {
             let mut out = Vec::with_capacity(obj.raw.len() + 48);
-            obj.write_with_type_meta(&cache.info.type_prefix(), &mut out);
+            match repr {
+                Repr::Json => obj.write_with_type_meta(&cache.info.type_prefix(), &mut out),
+                Repr::Metadata(v) => {
+                    out.extend_from_slice(meta::partial_head(v));
+                    match obj.metadata_json(!cache.info.is_builtin()) {
+                        Some(m) => out.extend_from_slice(&m),
+                        None => out.extend_from_slice(b"{}"),
+                    }
+                    out.push(b'}');
+                }
+            }
             out.push(b'\n');
             let (out, gzipped) = gzip::encode_full(gzip_ok, out);
             let mut resp = json_response(body::full(out));
@@ -220,6 +239,7 @@ fn list(
     cache: &ResourceCache,
     snapshot: Arc<Snapshot>,
     plan: &Plan<'_>,
+    repr: Repr,
     gzip_ok: bool,
 ) -> Response<Body> {
     let info = &cache.info;
@@ -244,11 +264,31 @@ fn list(
         }
         None => (None, None),
     };
+    let (api_version, kind, items) = match repr {
+        Repr::Json if info.is_builtin() => (
+            info.api_version(),
+            format!("{}List", info.kind),
+            ItemForm::Bare,
+        ),
+        Repr::Json => (
+            info.api_version(),
+            format!("{}List", info.kind),
+            ItemForm::Typed(info.type_prefix()),
+        ),
+        Repr::Metadata(v) => (
+            v.api_version().to_string(),
+            "PartialObjectMetadataList".to_string(),
+            ItemForm::Metadata {
+                head: meta::partial_head(v),
+                unstructured: !info.is_builtin(),
+            },
+        ),
+    };
     let head = ListHead {
-        api_version: info.api_version(),
-        kind: format!("{}List", info.kind),
+        api_version,
+        kind,
         resource_version: snapshot.resource_version,
-        item_type_prefix: (!info.is_builtin()).then(|| info.type_prefix()),
+        items,
         continue_token,
         remaining_item_count,
     };
@@ -355,14 +395,14 @@ mod tests {
     }
 
     #[test]
-    fn only_plain_json_is_served() {
+    fn json_and_metadata_are_served_the_rest_is_forwarded() {
         use crate::cache::resource::ResourceInfo;
-        let wants_json = |accept: Option<&str>, group: &str| {
+        let repr = |accept: Option<&str>, group: &str, path: &str| {
             let mut headers = http::HeaderMap::new();
             if let Some(a) = accept {
                 headers.insert(header::ACCEPT, HeaderValue::from_str(a).unwrap());
             }
-            let req = Parsed::new(&Method::GET, &"/api/v1/pods".parse().unwrap(), &headers);
+            let req = Parsed::new(&Method::GET, &path.parse().unwrap(), &headers);
             let info = ResourceInfo {
                 group: group.into(),
                 version: "v1".into(),
@@ -371,33 +411,66 @@ mod tests {
                 namespaced: true,
                 field_labels: vec![],
             };
-            let endpoint = if info.is_builtin() {
-                Endpoint::BUILTIN
-            } else {
-                Endpoint::CUSTOM
-            };
-            matches!(
-                negotiate(req.accept.as_deref(), endpoint),
-                Ok(n) if n == Negotiated::JSON
-            )
+            let n = negotiate(req.accept.as_deref(), info.endpoint()).ok()?;
+            // The same decision `representation` makes, without a live cache.
+            if n.pretty || n.encoding != Encoding::Json {
+                return None;
+            }
+            match (n.conversion, req.api.verb) {
+                (None, _) => Some(Repr::Json),
+                (Some(Conversion::PartialObjectMetadata(v)), Verb::Get)
+                | (Some(Conversion::PartialObjectMetadataList(v)), Verb::List) => {
+                    Some(Repr::Metadata(v))
+                }
+                _ => None,
+            }
         };
-        assert!(wants_json(None, ""));
-        assert!(wants_json(Some("application/json"), ""));
-        assert!(wants_json(Some("application/json, */*"), ""));
-        assert!(wants_json(Some("*/*"), ""));
-        assert!(!wants_json(
-            Some("application/json;as=Table;v=v1;g=meta.k8s.io,application/json"),
-            ""
-        ));
-        assert!(!wants_json(
-            Some("application/vnd.kubernetes.protobuf,application/json"),
-            ""
-        ));
+        let list = "/api/v1/pods";
+        let get = "/api/v1/namespaces/a/pods/p";
+        assert_eq!(repr(None, "", list), Some(Repr::Json));
+        assert_eq!(
+            repr(Some("application/json, */*"), "", list),
+            Some(Repr::Json)
+        );
+        assert_eq!(repr(Some("*/*"), "", list), Some(Repr::Json));
+        assert_eq!(
+            repr(
+                Some("application/json;as=Table;v=v1;g=meta.k8s.io,application/json"),
+                "",
+                list
+            ),
+            None
+        );
+        assert_eq!(
+            repr(
+                Some("application/vnd.kubernetes.protobuf,application/json"),
+                "",
+                list
+            ),
+            None
+        );
         // A custom resource has no protobuf: client-go's typed Accept gets JSON.
-        assert!(wants_json(
-            Some("application/vnd.kubernetes.protobuf,application/json"),
-            "example.com"
-        ));
-        assert!(!wants_json(Some("application/yaml"), ""));
+        assert_eq!(
+            repr(
+                Some("application/vnd.kubernetes.protobuf,application/json"),
+                "example.com",
+                list
+            ),
+            Some(Repr::Json)
+        );
+        assert_eq!(repr(Some("application/yaml"), "", list), None);
+        let meta_list = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1";
+        let meta_get = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1beta1";
+        assert_eq!(
+            repr(Some(meta_list), "", list),
+            Some(Repr::Metadata(MetaVersion::V1))
+        );
+        assert_eq!(
+            repr(Some(meta_get), "example.com", get),
+            Some(Repr::Metadata(MetaVersion::V1beta1))
+        );
+        // The apiserver refuses these (406): the upstream answers.
+        assert_eq!(repr(Some(meta_list), "", get), None);
+        assert_eq!(repr(Some(meta_get), "", list), None);
     }
 }

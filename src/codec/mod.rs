@@ -4,3 +4,4 @@
 pub mod continue_token;
 pub mod gzip;
 pub mod list;
+pub mod meta;

@@ -25,7 +25,7 @@ use super::hub::{Start, TooOld};
 use crate::body::{self, Body};
 use crate::cache::registry::Registry;
 use crate::cache::serve::{fields_indexed, CATCH_UP_WAIT};
-use crate::negotiate::{negotiate, negotiate_stream, Encoding, Endpoint, Negotiated};
+use crate::negotiate::{negotiate, negotiate_stream, Encoding, Negotiated};
 use crate::proxy::headers::SOURCE_HEADER;
 use crate::request::{self, ApiPath, Parsed, Verb, WatchTimeout};
 use crate::selector::field::Term;
@@ -146,11 +146,7 @@ fn watch_timeout(t: WatchTimeout) -> Duration {
 /// stream negotiation must agree. Table, PartialObjectMetadata and protobuf watches, and
 /// refusals, go upstream until they are served too.
 fn json_watch(cache: &crate::cache::registry::ResourceCache, req: &Parsed) -> bool {
-    let endpoint = if cache.info.is_builtin() {
-        Endpoint::BUILTIN
-    } else {
-        Endpoint::CUSTOM
-    };
+    let endpoint = cache.info.endpoint();
     let json = |n: &Negotiated| n.encoding == Encoding::Json && n.conversion.is_none();
     negotiate(req.accept.as_deref(), endpoint).is_ok_and(|n| json(&n))
         && negotiate_stream(req.accept.as_deref(), endpoint).is_ok_and(|n| json(&n))
