@@ -191,9 +191,10 @@ async fn include_object_variants_and_bad_value() {
     .await;
     assert_eq!(s, StatusCode::BAD_REQUEST);
     assert_eq!(st["reason"], "BadRequest");
+    // optionsForTransform's ValidateTableOptions.
     assert_eq!(
         st["message"],
-        "unrecognized includeObject value: \"Everything\""
+        "Unable to convert to Table as requested: includeObject: Invalid value: \"Everything\": must be 'Metadata', 'Object', 'None', or empty"
     );
 
     // v1beta1 when only that is acceptable; plain JSON without an `as=Table` range.
@@ -295,9 +296,15 @@ async fn default_columns_for_every_served_type() {
                 "Selector",
             ],
         ),
+        // The seeded widgets CRD's additionalPrinterColumns.
         (
             "/apis/example.com/v1/namespaces/ns-1/widgets",
-            &["Name", "Age"],
+            &["Name", "Color", "Size", "Ready", "Age"],
+        ),
+        // No printer: rest.NewDefaultTableConvertor.
+        (
+            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+            &["Name", "Created At"],
         ),
     ];
     for (path, want) in cases {
@@ -354,7 +361,23 @@ async fn default_columns_for_every_served_type() {
         KUBECTL_TABLE,
     )
     .await;
-    assert_eq!(t["columnDefinitions"][1]["type"], "date");
+    // The CRD's columns: Color (string), Size (integer), Ready (priority 1, no status in
+    // the seed: null), Age (date).
+    let types: Vec<&str> = t["columnDefinitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(types, ["string", "string", "integer", "string", "date"]);
+    assert_eq!(t["columnDefinitions"][3]["priority"], 1);
+    let w1 = t["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["cells"][0] == "widget-1")
+        .unwrap();
+    assert_eq!(w1["cells"].as_array().unwrap()[..4], [json!("widget-1"), json!("green"), json!(2), Value::Null]);
     h.shutdown().await;
 }
 

@@ -2,5 +2,6 @@
 //! re-serialising objects.
 
 pub mod continue_token;
+pub mod go_json;
 pub mod gzip;
 pub mod list;
