@@ -337,7 +337,10 @@ enum Restrictions {
     Default,
 }
 
-fn negotiate_restricted(accept: Option<&str>, restrictions: Restrictions) -> Result<Negotiated, ()> {
+fn negotiate_restricted(
+    accept: Option<&str>,
+    restrictions: Restrictions,
+) -> Result<Negotiated, ()> {
     let header = accept.unwrap_or("");
     if header.is_empty() {
         return Ok(Negotiated::JSON);
@@ -360,7 +363,11 @@ fn negotiate_restricted(accept: Option<&str>, restrictions: Restrictions) -> Res
 }
 
 /// `acceptMediaTypeOptions`: the clause's parameters against the endpoint.
-fn accept_options(clause: &Clause, enc: Encoding, restrictions: Restrictions) -> Option<Negotiated> {
+fn accept_options(
+    clause: &Clause,
+    enc: Encoding,
+    restrictions: Restrictions,
+) -> Option<Negotiated> {
     let mut pretty = false;
     let mut stream_watch = false;
     let (mut kind, mut group, mut version, mut convert) = ("", "", "", false);

@@ -25,12 +25,27 @@ use crate::table::format::{format_time, parse_time};
 /// `metav1.ObjectMeta` of an object's `metadata`, in the Go struct's field order.
 pub fn object_meta(meta: &Value) -> Value {
     let mut out = Map::new();
-    for key in ["name", "generateName", "namespace", "selfLink", "uid", "resourceVersion"] {
-        if let Some(s) = meta.get(key).and_then(Value::as_str).filter(|s| !s.is_empty()) {
+    for key in [
+        "name",
+        "generateName",
+        "namespace",
+        "selfLink",
+        "uid",
+        "resourceVersion",
+    ] {
+        if let Some(s) = meta
+            .get(key)
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+        {
             out.insert(key.into(), json!(s));
         }
     }
-    if let Some(g) = meta.get("generation").and_then(Value::as_i64).filter(|g| *g != 0) {
+    if let Some(g) = meta
+        .get("generation")
+        .and_then(Value::as_i64)
+        .filter(|g| *g != 0)
+    {
         out.insert("generation".into(), json!(g));
     }
     for key in ["creationTimestamp", "deletionTimestamp"] {
@@ -39,11 +54,18 @@ pub fn object_meta(meta: &Value) -> Value {
         }
     }
     // A pointer: 0 is kept.
-    if let Some(s) = meta.get("deletionGracePeriodSeconds").and_then(Value::as_i64) {
+    if let Some(s) = meta
+        .get("deletionGracePeriodSeconds")
+        .and_then(Value::as_i64)
+    {
         out.insert("deletionGracePeriodSeconds".into(), json!(s));
     }
     for key in ["labels", "annotations"] {
-        if let Some(m) = meta.get(key).and_then(Value::as_object).filter(|m| !m.is_empty()) {
+        if let Some(m) = meta
+            .get(key)
+            .and_then(Value::as_object)
+            .filter(|m| !m.is_empty())
+        {
             out.insert(key.into(), sorted_string_map(m));
         }
     }
@@ -71,7 +93,11 @@ fn non_empty_array<'a>(v: &'a Value, key: &str) -> Option<&'a [Value]> {
 fn sorted_string_map(m: &Map<String, Value>) -> Value {
     let mut keys: Vec<&String> = m.keys().collect();
     keys.sort();
-    Value::Object(keys.into_iter().map(|k| (k.clone(), m[k].clone())).collect())
+    Value::Object(
+        keys.into_iter()
+            .map(|k| (k.clone(), m[k].clone()))
+            .collect(),
+    )
 }
 
 /// `metav1.OwnerReference`: apiVersion, kind, name, uid, controller, blockOwnerDeletion.
@@ -79,7 +105,10 @@ fn owner_reference(r: &Value) -> Value {
     let mut out = Map::new();
     for key in ["apiVersion", "kind", "name", "uid"] {
         // Not omitempty: the struct always writes them.
-        out.insert(key.into(), json!(r.get(key).and_then(Value::as_str).unwrap_or("")));
+        out.insert(
+            key.into(),
+            json!(r.get(key).and_then(Value::as_str).unwrap_or("")),
+        );
     }
     for key in ["controller", "blockOwnerDeletion"] {
         if let Some(b) = r.get(key).and_then(Value::as_bool) {
@@ -101,13 +130,21 @@ fn managed_fields_entry(e: &Value) -> Value {
     if let Some(t) = e.get("time").and_then(Value::as_str).and_then(parse_time) {
         out.insert("time".into(), json!(format_time(t)));
     }
-    if let Some(s) = e.get("fieldsType").and_then(Value::as_str).filter(|s| !s.is_empty()) {
+    if let Some(s) = e
+        .get("fieldsType")
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+    {
         out.insert("fieldsType".into(), json!(s));
     }
     if let Some(f) = e.get("fieldsV1").filter(|f| !f.is_null()) {
         out.insert("fieldsV1".into(), f.clone());
     }
-    if let Some(s) = e.get("subresource").and_then(Value::as_str).filter(|s| !s.is_empty()) {
+    if let Some(s) = e
+        .get("subresource")
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+    {
         out.insert("subresource".into(), json!(s));
     }
     Value::Object(out)
@@ -144,7 +181,11 @@ pub fn list<'a>(
 pub fn list_meta_of(meta: &Value) -> Value {
     let mut out = Map::new();
     for key in ["selfLink", "resourceVersion", "continue"] {
-        if let Some(s) = meta.get(key).and_then(Value::as_str).filter(|s| !s.is_empty()) {
+        if let Some(s) = meta
+            .get(key)
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+        {
             out.insert(key.into(), json!(s));
         }
     }

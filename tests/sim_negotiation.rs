@@ -215,7 +215,10 @@ async fn the_406_comes_before_the_options_are_decoded() {
         .request(
             Method::POST,
             "/api/v1/namespaces/ns/configmaps",
-            &[("accept", "text/html"), ("content-type", "application/json")],
+            &[
+                ("accept", "text/html"),
+                ("content-type", "application/json"),
+            ],
             Bytes::from_static(b"{not json"),
         )
         .await;
@@ -268,8 +271,14 @@ async fn pretty_output_is_indented_without_a_newline() {
     let obj = compact.json();
     let indented = String::from_utf8(serde_json::to_vec_pretty(&obj).unwrap()).unwrap();
     for (path, headers) in [
-        ("/api/v1/namespaces/ns/pods/p?pretty=true", vec![("accept", "application/json")]),
-        ("/api/v1/namespaces/ns/pods/p", vec![("accept", "application/json;pretty=1")]),
+        (
+            "/api/v1/namespaces/ns/pods/p?pretty=true",
+            vec![("accept", "application/json")],
+        ),
+        (
+            "/api/v1/namespaces/ns/pods/p",
+            vec![("accept", "application/json;pretty=1")],
+        ),
         (
             "/api/v1/namespaces/ns/pods/p",
             vec![("accept", "application/json"), ("user-agent", "curl/8.5.0")],
@@ -289,7 +298,12 @@ async fn pretty_output_is_indented_without_a_newline() {
     .await;
     assert_eq!(r.text(), compact.text());
     // A pretty list keeps the typed list's item shape (no kind/apiVersion on items).
-    let r = get(&http, "/api/v1/namespaces/ns/pods?pretty=1", "application/json").await;
+    let r = get(
+        &http,
+        "/api/v1/namespaces/ns/pods?pretty=1",
+        "application/json",
+    )
+    .await;
     let list = r.json();
     assert!(list["items"][0].get("kind").is_none());
     assert!(r.text().starts_with("{\n  \"kind\": \"PodList\""));
@@ -309,14 +323,20 @@ async fn writes_answer_in_the_negotiated_form() {
         .request(
             Method::POST,
             "/api/v1/namespaces/default/configmaps",
-            &[("accept", KUBECTL_TABLE), ("content-type", "application/json")],
+            &[
+                ("accept", KUBECTL_TABLE),
+                ("content-type", "application/json"),
+            ],
             serde_json::to_vec(&cm).unwrap(),
         )
         .await;
     assert_eq!(r.status, StatusCode::CREATED);
     let t = r.json();
     assert_eq!(t["kind"], "Table");
-    assert_eq!(t["rows"][0]["cells"].as_array().unwrap()[0..2], [json!("c"), json!(1)]);
+    assert_eq!(
+        t["rows"][0]["cells"].as_array().unwrap()[0..2],
+        [json!("c"), json!(1)]
+    );
     assert_eq!(t["rows"][0]["object"]["kind"], "PartialObjectMetadata");
     // update → PartialObjectMetadata, labels in sorted order.
     let mut cm2 = cm.clone();
@@ -326,7 +346,10 @@ async fn writes_answer_in_the_negotiated_form() {
             Method::PUT,
             "/api/v1/namespaces/default/configmaps/c",
             &[
-                ("accept", "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"),
+                (
+                    "accept",
+                    "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1",
+                ),
                 ("content-type", "application/json"),
             ],
             serde_json::to_vec(&cm2).unwrap(),
@@ -337,7 +360,11 @@ async fn writes_answer_in_the_negotiated_form() {
     assert_eq!(p["kind"], "PartialObjectMetadata");
     assert_eq!(p["apiVersion"], "meta.k8s.io/v1");
     assert!(p.get("data").is_none());
-    let keys: Vec<&String> = p["metadata"]["labels"].as_object().unwrap().keys().collect();
+    let keys: Vec<&String> = p["metadata"]["labels"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .collect();
     assert_eq!(keys, ["a", "z"]);
     // PartialObjectMetadataList of one object: the 406 names the internal Go type.
     let r = http
@@ -345,7 +372,10 @@ async fn writes_answer_in_the_negotiated_form() {
             Method::PUT,
             "/api/v1/namespaces/default/configmaps/c",
             &[
-                ("accept", "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"),
+                (
+                    "accept",
+                    "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1",
+                ),
                 ("content-type", "application/json"),
             ],
             serde_json::to_vec(&cm2).unwrap(),
@@ -366,7 +396,10 @@ async fn writes_answer_in_the_negotiated_form() {
         &http,
         Method::DELETE,
         "/api/v1/namespaces/default/configmaps/c",
-        &[("accept", "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1")],
+        &[(
+            "accept",
+            "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1",
+        )],
     )
     .await;
     assert_eq!(r.status, StatusCode::OK);

@@ -25,8 +25,7 @@ use watchgate::sim::resources::find;
 const POM_V1: &str = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1";
 const POM_V1BETA1: &str = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1beta1";
 const POML_V1: &str = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1";
-const POML_V1BETA1: &str =
-    "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1beta1";
+const POML_V1BETA1: &str = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1beta1";
 
 async fn get(h: &Http, path: &str, accept: &str) -> Resp {
     h.request(Method::GET, path, &[("accept", accept)], Bytes::new())
@@ -104,9 +103,13 @@ async fn get_and_list_bytes_for_a_builtin_type() {
     let page = get(&http, "/api/v1/namespaces/ns/pods?limit=1", POML_V1)
         .await
         .json();
-    let plain = get(&http, "/api/v1/namespaces/ns/pods?limit=1", "application/json")
-        .await
-        .json();
+    let plain = get(
+        &http,
+        "/api/v1/namespaces/ns/pods?limit=1",
+        "application/json",
+    )
+    .await
+    .json();
     assert_eq!(page["metadata"], plain["metadata"]);
     assert_eq!(page["metadata"]["remainingItemCount"], 1);
     assert!(page["metadata"]["continue"].is_string());
@@ -139,7 +142,12 @@ async fn custom_resources_get_the_same_shape() {
     let meta = format!(
         r#"{{"name":"w","namespace":"ns","uid":"w-uid","resourceVersion":"{rv}","generation":3,"creationTimestamp":"2024-05-01T10:00:00Z","labels":{{"a":"1","b":"2"}}}}"#
     );
-    let r = get(&http, "/apis/example.com/v1/namespaces/ns/widgets/w", POM_V1).await;
+    let r = get(
+        &http,
+        "/apis/example.com/v1/namespaces/ns/widgets/w",
+        POM_V1,
+    )
+    .await;
     assert_eq!(
         r.text(),
         format!("{{\"kind\":\"PartialObjectMetadata\",\"apiVersion\":\"meta.k8s.io/v1\",\"metadata\":{meta}}}\n")
@@ -203,7 +211,8 @@ async fn watch_events_carry_partial_object_metadata() {
     let added = w.next("initial ADDED").await;
     assert_eq!(added.ty(), "ADDED");
     assert_eq!(
-        added.object()["kind"], "PartialObjectMetadata",
+        added.object()["kind"],
+        "PartialObjectMetadata",
         "{:?}",
         added
     );
@@ -222,7 +231,10 @@ async fn watch_events_carry_partial_object_metadata() {
     assert_eq!(m.object()["apiVersion"], "meta.k8s.io/v1");
     let rv2 = delete_pod(&h, "ns", "a");
     let d = w.next("DELETED").await;
-    assert_eq!((d.ty(), d.rv(), d.object()["kind"].as_str()), ("DELETED", rv2, Some("PartialObjectMetadata")));
+    assert_eq!(
+        (d.ty(), d.rv(), d.object()["kind"].as_str()),
+        ("DELETED", rv2, Some("PartialObjectMetadata"))
+    );
 
     // An ERROR event carries its Status unchanged.
     h.store().compact_now();
@@ -271,7 +283,10 @@ async fn kube_rs_metadata_api_reads_the_simulator() {
     assert_eq!(list.items.len(), 1);
     let meta = &list.items[0].metadata;
     assert_eq!(meta.name.as_deref(), Some("a"));
-    assert_eq!(meta.finalizers.as_deref(), Some(&["example.com/keep".to_string()][..]));
+    assert_eq!(
+        meta.finalizers.as_deref(),
+        Some(&["example.com/keep".to_string()][..])
+    );
     let one = api.get_metadata("a").await.expect("get_metadata");
     assert_eq!(one.metadata.uid.as_deref(), Some("pod-uid"));
     let rv = list.metadata.resource_version.clone().unwrap();

@@ -26,7 +26,9 @@ pub fn escape_html(json: &[u8]) -> Vec<u8> {
             b'>' => out.extend_from_slice(b"\\u003e"),
             b'&' => out.extend_from_slice(b"\\u0026"),
             // U+2028 and U+2029 are E2 80 A8 / E2 80 A9 in UTF-8.
-            0xE2 if json.get(i + 1) == Some(&0x80) && matches!(json.get(i + 2), Some(0xA8 | 0xA9)) => {
+            0xE2 if json.get(i + 1) == Some(&0x80)
+                && matches!(json.get(i + 2), Some(0xA8 | 0xA9)) =>
+            {
                 out.extend_from_slice(if json[i + 2] == 0xA8 {
                     b"\\u2028"
                 } else {
@@ -112,7 +114,11 @@ pub fn float(f: f64) -> String {
 /// sign) when the decimal exponent is < -4 or ≥ 6: `123456`, `1e+06`, `1e-05`.
 pub fn sprint_float(f: f64) -> String {
     if f == 0.0 {
-        return if f.is_sign_negative() { "-0".into() } else { "0".into() };
+        return if f.is_sign_negative() {
+            "-0".into()
+        } else {
+            "0".into()
+        };
     }
     let sci = format!("{f:e}");
     let (mantissa, exp) = sci.split_once('e').unwrap_or((&sci, "0"));
@@ -141,7 +147,10 @@ mod tests {
     #[test]
     fn maps_are_sorted_like_go_maps() {
         let v = json!({"b": 1, "a": {"d": [1.5, 2.0, "x"], "c": null}});
-        assert_eq!(marshal_sorted(&v), r#"{"a":{"c":null,"d":[1.5,2,"x"]},"b":1}"#);
+        assert_eq!(
+            marshal_sorted(&v),
+            r#"{"a":{"c":null,"d":[1.5,2,"x"]},"b":1}"#
+        );
     }
 
     #[test]

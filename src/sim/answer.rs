@@ -53,9 +53,7 @@ pub fn endpoint(rt: &ResourceType) -> Endpoint {
 
 /// The first `Accept` header, as Go's `Header.Get` reads it.
 pub fn accept(headers: &HeaderMap) -> Option<&str> {
-    headers
-        .get(header::ACCEPT)
-        .and_then(|v| v.to_str().ok())
+    headers.get(header::ACCEPT).and_then(|v| v.to_str().ok())
 }
 
 fn pretty_print(headers: &HeaderMap, api: &ApiRequest) -> bool {
@@ -75,8 +73,8 @@ impl Answer {
     ) -> Result<Answer, Status> {
         let endpoint = endpoint(rt);
         let accept = accept(headers);
-        let negotiated = negotiate::negotiate(accept, endpoint)
-            .map_err(|e: NotAcceptable| e.status())?;
+        let negotiated =
+            negotiate::negotiate(accept, endpoint).map_err(|e: NotAcceptable| e.status())?;
         Ok(Answer {
             endpoint,
             negotiated,

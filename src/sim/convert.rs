@@ -78,11 +78,9 @@ pub fn list(
         Some(Conversion::PartialObjectMetadata(_)) => {
             return Err(partial_metadata::list_refused(&rt.go_type(true)))
         }
-        Some(Conversion::PartialObjectMetadataList(v)) => Some(partial_metadata::list(
-            list_meta,
-            items.iter().copied(),
-            v,
-        )),
+        Some(Conversion::PartialObjectMetadataList(v)) => {
+            Some(partial_metadata::list(list_meta, items.iter().copied(), v))
+        }
         Some(Conversion::Table(v)) => {
             let opts = table_options(v, api)?;
             let c = table::convertor(&sim.store, rt);
@@ -146,9 +144,7 @@ impl Events {
     pub fn event_object<'a>(&mut self, obj: &'a Value) -> Option<Cow<'a, Value>> {
         match self {
             Events::Plain => Some(Cow::Borrowed(obj)),
-            Events::PartialObjectMetadata(v) => {
-                Some(Cow::Owned(partial_metadata::object(obj, *v)))
-            }
+            Events::PartialObjectMetadata(v) => Some(Cow::Owned(partial_metadata::object(obj, *v))),
             Events::Table(t) => Some(Cow::Owned(t.event_object(obj, Timestamp::now()))),
             Events::Unencodable => None,
         }

@@ -20,9 +20,9 @@ use crate::codec::gzip;
 use crate::request::{parse_resource_version, ApiRequest, ListOptions, ResourcePath, RvMatch};
 use crate::selector::field::field_value;
 use crate::selector::FieldSelector;
+use crate::sim::answer::{self, Answer};
 use crate::sim::resources::ResourceType;
 use crate::sim::store::{HistoryError, ReadAt};
-use crate::sim::answer::{self, Answer};
 use crate::sim::{convert, object_response, Sim};
 use crate::status::Status;
 

@@ -335,9 +335,15 @@ mod tests {
         assert_eq!(pods.field_path("spec.bogus"), None);
         assert_eq!(group_versions()[0], ("", "v1"));
         assert_eq!(pods.go_type(true), "*core.PodList");
-        assert_eq!(find("apps", "v1", "deployments").unwrap().go_type(false), "*apps.Deployment");
+        assert_eq!(
+            find("apps", "v1", "deployments").unwrap().go_type(false),
+            "*apps.Deployment"
+        );
         let crds = find("apiextensions.k8s.io", "v1", "customresourcedefinitions").unwrap();
-        assert_eq!(crds.go_type(false), "*apiextensions.CustomResourceDefinition");
+        assert_eq!(
+            crds.go_type(false),
+            "*apiextensions.CustomResourceDefinition"
+        );
         let widgets = find("example.com", "v1", "widgets").unwrap();
         assert_eq!(widgets.go_type(true), "*unstructured.UnstructuredList");
     }

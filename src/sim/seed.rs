@@ -576,7 +576,11 @@ pub fn widgets_crd(now: Timestamp) -> Value {
 
 /// Writes the CustomResourceDefinitions of the served custom resources (idempotent).
 pub fn bootstrap_crds(store: &Store) {
-    put(store, "customresourcedefinitions", widgets_crd(Timestamp::now()));
+    put(
+        store,
+        "customresourcedefinitions",
+        widgets_crd(Timestamp::now()),
+    );
 }
 
 /// An object generator: spec, index, clock → object.

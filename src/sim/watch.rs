@@ -29,11 +29,11 @@ use tokio::time::Instant;
 
 use crate::body::{self, Body, BoxError};
 use crate::request::{parse_resource_version, ApiRequest, ListOptions, ResourcePath, WatchTimeout};
+use crate::sim::answer::{self, Answer};
+use crate::sim::convert::Events;
 use crate::sim::list::{check_field_labels, matches, wait_for_rv};
 use crate::sim::resources::ResourceType;
 use crate::sim::store::{EventType, HistoryError, ReadAt};
-use crate::sim::answer::{self, Answer};
-use crate::sim::convert::Events;
 use crate::sim::{wait_shutdown, Sim};
 use crate::status::Status;
 

@@ -22,13 +22,13 @@ use serde_json::{json, Map, Value};
 
 use crate::body::{self, Body};
 use crate::request::{ApiRequest, Verb};
+use crate::sim::answer as negotiated;
 use crate::sim::apply::{self, Writer};
 use crate::sim::objects;
 use crate::sim::patch::{self, JsonPatchError};
 use crate::sim::resources::{self, ResourceType};
 use crate::sim::store::{Mutation, Store};
 use crate::sim::validate::{self, go_quote, go_string_slice, FieldError, NameRule};
-use crate::sim::answer as negotiated;
 use crate::sim::{convert, Sim};
 use crate::status::{Cause, GroupResource, Status};
 
@@ -1066,10 +1066,7 @@ impl Write<'_> {
                 // its final state.
                 self.respond(code, &stored.map(|s| (*s).clone()).unwrap_or(v))
             }
-            _ => self.respond(
-                code,
-                &stored.map(|s| (*s).clone()).unwrap_or(Value::Null),
-            ),
+            _ => self.respond(code, &stored.map(|s| (*s).clone()).unwrap_or(Value::Null)),
         }
     }
 

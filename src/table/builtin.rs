@@ -42,9 +42,9 @@ impl Printer {
         })
     }
 
-/// The columns this printer defines (the wide form: priority-1 columns included).
+    /// The columns this printer defines (the wide form: priority-1 columns included).
     pub fn columns(self) -> Vec<Column> {
-    match self {
+        match self {
         Printer::Pod => vec![
             NAME,
             col("Ready", "string", 0, "The aggregate readiness state of this pod for accepting traffic."),
@@ -125,47 +125,47 @@ impl Printer {
 
     /// The row of one object (`printPod`, `printNode`, …).
     pub fn row(self, o: &Value, now: Timestamp) -> Row {
-    let name = json!(s(o, &["metadata", "name"]));
-    let age = json!(since(s(o, &["metadata", "creationTimestamp"]), now));
-    let plain = |cells: Vec<Value>| Row {
-        cells,
-        conditions: None,
-    };
-    match self {
-        Printer::Pod => pod_row(o, now),
-        Printer::Node => node_row(o, now),
-        Printer::Service => service_row(o, now),
-        Printer::Event => event_row(o, now),
-        Printer::Namespace => plain(vec![name, json!(s(o, &["status", "phase"])), age]),
-        Printer::ConfigMap => {
-            let n = o["data"].as_object().map_or(0, |m| m.len())
-                + o["binaryData"].as_object().map_or(0, |m| m.len());
-            plain(vec![name, json!(n), age])
+        let name = json!(s(o, &["metadata", "name"]));
+        let age = json!(since(s(o, &["metadata", "creationTimestamp"]), now));
+        let plain = |cells: Vec<Value>| Row {
+            cells,
+            conditions: None,
+        };
+        match self {
+            Printer::Pod => pod_row(o, now),
+            Printer::Node => node_row(o, now),
+            Printer::Service => service_row(o, now),
+            Printer::Event => event_row(o, now),
+            Printer::Namespace => plain(vec![name, json!(s(o, &["status", "phase"])), age]),
+            Printer::ConfigMap => {
+                let n = o["data"].as_object().map_or(0, |m| m.len())
+                    + o["binaryData"].as_object().map_or(0, |m| m.len());
+                plain(vec![name, json!(n), age])
+            }
+            Printer::Secret => {
+                let n = o["data"].as_object().map_or(0, |m| m.len());
+                plain(vec![name, json!(s(o, &["type"])), json!(n), age])
+            }
+            Printer::Endpoints => plain(vec![name, json!(endpoints_cell(o)), age]),
+            Printer::Deployment => {
+                let (names, images) =
+                    container_cells(arr(o, &["spec", "template", "spec", "containers"]));
+                plain(vec![
+                    name,
+                    json!(format!(
+                        "{}/{}",
+                        i(o, &["status", "readyReplicas"]),
+                        i(o, &["spec", "replicas"])
+                    )),
+                    json!(i(o, &["status", "updatedReplicas"])),
+                    json!(i(o, &["status", "availableReplicas"])),
+                    age,
+                    json!(names),
+                    json!(images),
+                    json!(format_label_selector(&o["spec"]["selector"])),
+                ])
+            }
         }
-        Printer::Secret => {
-            let n = o["data"].as_object().map_or(0, |m| m.len());
-            plain(vec![name, json!(s(o, &["type"])), json!(n), age])
-        }
-        Printer::Endpoints => plain(vec![name, json!(endpoints_cell(o)), age]),
-        Printer::Deployment => {
-            let (names, images) =
-                container_cells(arr(o, &["spec", "template", "spec", "containers"]));
-            plain(vec![
-                name,
-                json!(format!(
-                    "{}/{}",
-                    i(o, &["status", "readyReplicas"]),
-                    i(o, &["spec", "replicas"])
-                )),
-                json!(i(o, &["status", "updatedReplicas"])),
-                json!(i(o, &["status", "availableReplicas"])),
-                age,
-                json!(names),
-                json!(images),
-                json!(format_label_selector(&o["spec"]["selector"])),
-            ])
-        }
-    }
     }
 }
 
@@ -182,7 +182,6 @@ const IMAGES: Column = col(
     1,
     "Images referenced by each container in the template.",
 );
-
 
 fn s<'a>(v: &'a Value, path: &[&str]) -> &'a str {
     let mut cur = v;
@@ -262,7 +261,6 @@ fn container_cells(containers: &[Value]) -> (String, String) {
     let images: Vec<&str> = containers.iter().map(|c| s(c, &["image"])).collect();
     (names.join(","), images.join(","))
 }
-
 
 fn pod_row(o: &Value, now: Timestamp) -> Row {
     let status = &o["status"];
@@ -654,4 +652,3 @@ fn event_row(o: &Value, now: Timestamp) -> Row {
         conditions: None,
     }
 }
-

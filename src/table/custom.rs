@@ -45,8 +45,10 @@ impl CustomColumns {
             .filter(|a| !a.is_empty())
             .cloned()
             .unwrap_or_else(|| {
-                vec![json!({"name": "Age", "type": "date", "description": AGE_DESC,
-                            "jsonPath": ".metadata.creationTimestamp"})]
+                vec![
+                    json!({"name": "Age", "type": "date", "description": AGE_DESC,
+                            "jsonPath": ".metadata.creationTimestamp"}),
+                ]
             });
         let mut out = Self {
             columns: Vec::new(),
@@ -134,9 +136,7 @@ fn cell(p: &Printed, obj: &Value, now: Timestamp) -> Value {
 fn cell_for_json_value(ty: &str, value: &Found<'_>, now: Timestamp) -> Value {
     let number = |v: &Found<'_>| -> Option<(Option<i64>, f64)> {
         match v {
-            Found::Json(Value::Number(n)) if !n.is_f64() => {
-                n.as_i64().map(|i| (Some(i), i as f64))
-            }
+            Found::Json(Value::Number(n)) if !n.is_f64() => n.as_i64().map(|i| (Some(i), i as f64)),
             Found::Json(Value::Number(n)) => n.as_f64().map(|f| (None, f)),
             Found::Float(f) => Some((None, *f)),
             _ => None,
@@ -260,6 +260,9 @@ mod tests {
         ]);
         let c = CustomColumns::new(Some(&cols));
         assert_eq!(c.columns().len(), 2);
-        assert_eq!(c.invalid(), Some("unrecognized column definition \".spec.b[\""));
+        assert_eq!(
+            c.invalid(),
+            Some("unrecognized column definition \".spec.b[\"")
+        );
     }
 }

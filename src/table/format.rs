@@ -9,7 +9,8 @@ use jiff::Timestamp;
 /// lower-case `t`/`z`, a space, a missing zone — is an error, as in Go.
 pub fn parse_time(s: &str) -> Option<Timestamp> {
     let b = s.as_bytes();
-    let digits = |r: std::ops::Range<usize>| b.get(r).is_some_and(|d| d.iter().all(u8::is_ascii_digit));
+    let digits =
+        |r: std::ops::Range<usize>| b.get(r).is_some_and(|d| d.iter().all(u8::is_ascii_digit));
     let shape = b.len() >= 20
         && digits(0..4)
         && b[4] == b'-'
@@ -147,7 +148,14 @@ mod tests {
         assert_eq!(format_time(t), "2024-05-01T10:00:00Z");
         let t = parse_time("2024-05-01T12:00:00.25+02:00").unwrap();
         assert_eq!(format_time(t), "2024-05-01T10:00:00Z");
-        for bad in ["", "null", "2024-05-01", "2024-05-01 10:00:00Z", "2024-05-01t10:00:00z", "2024-05-01T10:00:00"] {
+        for bad in [
+            "",
+            "null",
+            "2024-05-01",
+            "2024-05-01 10:00:00Z",
+            "2024-05-01t10:00:00z",
+            "2024-05-01T10:00:00",
+        ] {
             assert!(parse_time(bad).is_none(), "{bad}");
         }
     }

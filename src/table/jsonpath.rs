@@ -334,7 +334,8 @@ impl<'a> Parser<'a> {
             }
         }
         // slice operator: ^(-?[\d]*)(:-?[\d]*)?(:-?[\d]*)?$
-        let groups = slice_groups(text).ok_or_else(|| Error(format!("invalid array index {text}")))?;
+        let groups =
+            slice_groups(text).ok_or_else(|| Error(format!("invalid array index {text}")))?;
         let mut params = [Param::default(); 3];
         for i in 0..3 {
             let g = groups[i];
@@ -484,7 +485,9 @@ fn split_filter(text: &str) -> Option<(&str, &str, &str)> {
     if i == 0 {
         return None;
     }
-    let op_len = text[i..].find(|c: char| !is_op(c)).unwrap_or(text.len() - i);
+    let op_len = text[i..]
+        .find(|c: char| !is_op(c))
+        .unwrap_or(text.len() - i);
     let right = &text[i + op_len..];
     if right.is_empty() || right.contains('\n') {
         return None;
@@ -664,7 +667,10 @@ fn eval_array<'a>(input: &[Found<'a>], params: &[Param; 3]) -> Walk<'a> {
             return Ok(result);
         }
         if p[0].value >= len || p[0].value < 0 {
-            let e = format!("array index out of bounds: index {}, length {len}", p[0].value);
+            let e = format!(
+                "array index out of bounds: index {}, length {len}",
+                p[0].value
+            );
             return Err((input.to_vec(), Error(e)));
         }
         if p[1].value > len || p[1].value < 0 {
@@ -720,12 +726,7 @@ fn eval_recursive<'a>(input: &[Found<'a>]) -> Vec<Found<'a>> {
     result
 }
 
-fn eval_filter<'a>(
-    input: &[Found<'a>],
-    left: &'a [Node],
-    right: &'a [Node],
-    op: &str,
-) -> Walk<'a> {
+fn eval_filter<'a>(input: &[Found<'a>], left: &'a [Node], right: &'a [Node], op: &str) -> Walk<'a> {
     let mut results = Vec::new();
     for v in input {
         let iterable = matches!(json_of(v), Some(Value::Array(_) | Value::Object(_)));
@@ -901,7 +902,10 @@ mod tests {
         assert_eq!(first(".spec.items[0,2]", &o).as_deref(), Some("a"));
         // Out of range is an error (the cell is empty), not a missing value.
         assert_eq!(first(".spec.items[5]", &o), None);
-        assert!(JsonPath::parse("{.spec.items[5]}").unwrap().find_results(&o).is_err());
+        assert!(JsonPath::parse("{.spec.items[5]}")
+            .unwrap()
+            .find_results(&o)
+            .is_err());
         // Missing keys: no result, no error.
         let p = JsonPath::parse("{.spec.missing.deeper}").unwrap();
         assert_eq!(p.find_results(&o).unwrap(), vec![vec![]]);
@@ -912,8 +916,14 @@ mod tests {
     #[test]
     fn maps_and_lists_print_as_go_json() {
         let o = obj();
-        assert_eq!(first(".spec.items", &o).as_deref(), Some(r#"["a","b","c"]"#));
-        assert_eq!(first(".spec.nested", &o).as_deref(), Some(r#"{"y":[2],"z":1}"#));
+        assert_eq!(
+            first(".spec.items", &o).as_deref(),
+            Some(r#"["a","b","c"]"#)
+        );
+        assert_eq!(
+            first(".spec.nested", &o).as_deref(),
+            Some(r#"{"y":[2],"z":1}"#)
+        );
         // A map wildcard walks the values in sorted key order.
         assert_eq!(first(".metadata.labels.*", &o).as_deref(), Some("1"));
     }
@@ -967,7 +977,14 @@ mod tests {
 
     #[test]
     fn parse_errors() {
-        for bad in ["{.a[}", "{.a", "{.a[x]}", "{.a[?(@.b==\"c\"}", "{.a....b}", "{#}"] {
+        for bad in [
+            "{.a[}",
+            "{.a",
+            "{.a[x]}",
+            "{.a[?(@.b==\"c\"}",
+            "{.a....b}",
+            "{#}",
+        ] {
             assert!(JsonPath::parse(bad).is_err(), "{bad}");
         }
         assert!(JsonPath::parse("{.a}{.b}").is_ok());

@@ -338,7 +338,10 @@ mod tests {
         let empty = c.list_table(&json!({}), [], &opts, now());
         assert_eq!(empty["rows"], Value::Null);
         let pods = Convertor::builtin("", "Pod").unwrap();
-        assert_eq!(pods.list_table(&json!({}), [], &opts, now())["rows"], json!([]));
+        assert_eq!(
+            pods.list_table(&json!({}), [], &opts, now())["rows"],
+            json!([])
+        );
         assert!(Convertor::builtin("apps", "StatefulSet").is_none());
     }
 
