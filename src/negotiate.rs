@@ -524,6 +524,54 @@ mod tests {
     }
 
     #[test]
+    fn errors_negotiate_without_conversions() {
+        // DefaultEndpointRestrictions: any as=/g=/v= rules a clause out, so a Table-only
+        // Accept leaves the error writer nothing (WriteRawJSON); a plain clause after it
+        // is taken.
+        assert_eq!(negotiate_error(Some(KUBECTL_TABLE)), Some(Negotiated::JSON));
+        assert_eq!(
+            negotiate_error(Some("application/json;as=Table;g=meta.k8s.io;v=v1")),
+            None
+        );
+        assert_eq!(negotiate_error(Some("text/html")), None);
+        assert_eq!(negotiate_error(Some("application/json;sv=v1")), None);
+        assert_eq!(negotiate_error(None), Some(Negotiated::JSON));
+        // Every serializer is allowed, protobuf included (the error of a custom resource
+        // asked in protobuf is written in protobuf).
+        assert_eq!(
+            negotiate_error(Some("application/vnd.kubernetes.protobuf"))
+                .unwrap()
+                .encoding,
+            Encoding::Protobuf
+        );
+        assert_eq!(
+            negotiate_error(Some("application/yaml")).unwrap().encoding,
+            Encoding::Yaml
+        );
+        assert!(
+            negotiate_error(Some("application/json;pretty=1"))
+                .unwrap()
+                .pretty
+        );
+    }
+
+    #[test]
+    fn pretty_print_as_is_pretty_print() {
+        assert!(is_pretty_print(Some("true"), None));
+        assert!(is_pretty_print(Some("1"), Some("kubectl/v1.37")));
+        assert!(!is_pretty_print(Some("false"), Some("curl/8.5.0")));
+        assert!(
+            !is_pretty_print(Some("yes"), None),
+            "ParseBool error is false"
+        );
+        assert!(is_pretty_print(Some(""), Some("curl/8.5.0")));
+        assert!(is_pretty_print(None, Some("Mozilla/5.0 (X11)")));
+        assert!(is_pretty_print(None, Some("Wget/1.21")));
+        assert!(!is_pretty_print(None, Some("kubectl/v1.37")));
+        assert!(!is_pretty_print(None, None));
+    }
+
+    #[test]
     fn wildcards_pick_the_first_serializer() {
         assert_eq!(
             n("*/*", Endpoint::BUILTIN).unwrap().encoding,
