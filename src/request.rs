@@ -372,12 +372,10 @@ impl Parsed {
                 .and_then(|v| v.to_str().ok())
                 .map(str::to_string)
         };
-        let pretty = match api.query_get("pretty").filter(|p| !p.is_empty()) {
-            Some(p) => matches!(p, "1" | "t" | "T" | "true" | "TRUE" | "True"),
-            None => header(http::header::USER_AGENT).is_some_and(|ua| {
-                ua.starts_with("curl") || ua.starts_with("Wget") || ua.starts_with("Mozilla/5.0")
-            }),
-        };
+        let pretty = crate::negotiate::is_pretty_print(
+            api.query_get("pretty"),
+            header(http::header::USER_AGENT).as_deref(),
+        );
         let long_running = api.verb == Verb::Watch || crate::proxy::is_long_running(uri);
         Self {
             accept: header(http::header::ACCEPT),

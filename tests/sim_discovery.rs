@@ -85,6 +85,9 @@ async fn legacy_api_and_group_list() {
         json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": [
             {"name": "apps", "versions": [{"groupVersion": "apps/v1", "version": "v1"}],
              "preferredVersion": {"groupVersion": "apps/v1", "version": "v1"}},
+            {"name": "apiextensions.k8s.io",
+             "versions": [{"groupVersion": "apiextensions.k8s.io/v1", "version": "v1"}],
+             "preferredVersion": {"groupVersion": "apiextensions.k8s.io/v1", "version": "v1"}},
             {"name": "example.com", "versions": [{"groupVersion": "example.com/v1", "version": "v1"}],
              "preferredVersion": {"groupVersion": "example.com/v1", "version": "v1"}}
         ]})
@@ -239,7 +242,7 @@ async fn aggregated_discovery_as_kubectl_asks_for_it() {
         .iter()
         .map(|g| g["metadata"]["name"].as_str().unwrap())
         .collect();
-    assert_eq!(groups, vec!["apps", "example.com"]);
+    assert_eq!(groups, vec!["apps", "apiextensions.k8s.io", "example.com"]);
     let deploy = &v["items"][0]["versions"][0]["resources"][0];
     assert_eq!(deploy["resource"], "deployments");
     assert_eq!(
@@ -320,7 +323,15 @@ async fn openapi_v3_advertises_gvks_patch_types_and_field_validation() {
     assert_eq!(s, StatusCode::OK);
     let paths = idx["paths"].as_object().unwrap();
     let keys: Vec<&String> = paths.keys().collect();
-    assert_eq!(keys, vec!["api/v1", "apis/apps/v1", "apis/example.com/v1"]);
+    assert_eq!(
+        keys,
+        vec![
+            "api/v1",
+            "apis/apiextensions.k8s.io/v1",
+            "apis/apps/v1",
+            "apis/example.com/v1"
+        ]
+    );
     let url = paths["api/v1"]["serverRelativeURL"].as_str().unwrap();
     assert!(url.starts_with("/openapi/v3/api/v1?hash="), "{url}");
 
@@ -442,7 +453,17 @@ async fn kubectl_api_resources_and_raw_discovery() {
         find("secrets").unwrap(),
         vec!["secrets", "v1", "true", "Secret"]
     );
-    assert_eq!(rows.len(), 10, "{out}");
+    assert_eq!(
+        find("customresourcedefinitions").unwrap(),
+        vec![
+            "customresourcedefinitions",
+            "crd,crds",
+            "apiextensions.k8s.io/v1",
+            "false",
+            "CustomResourceDefinition"
+        ]
+    );
+    assert_eq!(rows.len(), 11, "{out}");
 
     let (ok, out, err) = run_kubectl(&h, &["get", "--raw", "/apis/apps/v1"]).await;
     assert!(ok, "{err}");

@@ -2,12 +2,17 @@
 //! the demo, the tests and the benches. See docs/simulator.md.
 //!
 //! Layout: [`store`] (etcd stand-in: global RV, MVCC history, watch wake-ups), [`list`]
-//! and [`watch`] (read paths), `write` (POST/PUT/PATCH/DELETE), `discovery`, `table`,
-//! `exec`, `logs`, `seed` (owned by the other sim engineers), [`faults`] and [`stats`].
+//! and [`watch`] (read paths), `write` (POST/PUT/PATCH/DELETE), `discovery`, `exec`,
+//! `logs`, `seed` (owned by the other sim engineers), [`faults`] and [`stats`]. Answers of
+//! resource requests are negotiated in [`answer`] and converted (Table,
+//! PartialObjectMetadata) in [`convert`], with the shared `crate::table` printers chosen
+//! in [`table`].
 //! This file holds the config, the router and the serve loop.
 
+pub mod answer;
 pub mod apply;
 pub mod churn;
+pub mod convert;
 pub mod discovery;
 pub mod exec;
 pub mod faults;
@@ -107,7 +112,8 @@ pub struct SimConfig {
     /// Initial fault settings.
     pub faults: faults::FaultConfig,
     /// Create the namespaces kube-apiserver always has (`default`, `kube-system`,
-    /// `kube-public`, `kube-node-lease`) before serving. `watchgate sim` and the demo do;
+    /// `kube-public`, `kube-node-lease`) and the widgets' CustomResourceDefinition before
+    /// serving. `watchgate sim` and the demo do;
     /// the default is off so that store-level tests start from an empty store at RV 1.
     pub bootstrap_namespaces: bool,
 }
@@ -234,6 +240,7 @@ pub async fn start(cfg: SimConfig) -> anyhow::Result<SimHandle> {
     let (sim, shutdown_tx) = Sim::new(cfg);
     if bootstrap {
         write::bootstrap(&sim.store);
+        seed::bootstrap_crds(&sim.store);
     }
     seed::seed(&sim);
     seed::spawn_churn(sim.clone());
@@ -317,21 +324,6 @@ fn json_response(code: StatusCode, v: &serde_json::Value) -> Response<Body> {
 /// Serialises an object the way the apiserver does (compact JSON + newline), 200 OK.
 pub fn object_response(v: &serde_json::Value) -> Response<Body> {
     json_response(StatusCode::OK, v)
-}
-
-/// Whether the Accept header asks for a `meta.k8s.io` Table (kubectl get).
-pub fn wants_table(headers: &http::HeaderMap) -> bool {
-    headers
-        .get_all(header::ACCEPT)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .any(|mt| {
-            let params: Vec<&str> = mt.split(';').map(str::trim).collect();
-            params.contains(&"as=Table")
-                && params.contains(&"g=meta.k8s.io")
-                && params.iter().any(|p| p.starts_with("v=v1"))
-        })
 }
 
 /// The router: every request enters here.
