@@ -150,6 +150,27 @@ pub fn first_page(
     })
 }
 
+/// The objects a list selects, in list order: `namespace`'s range, those `filter` keeps,
+/// up to and including `end` (a page's last key). What [`ListBody`] streams, for answers
+/// built whole (Tables).
+pub fn selected<'a>(
+    snapshot: &'a Snapshot,
+    namespace: Option<&str>,
+    filter: Option<&'a Filter>,
+    end: Option<&str>,
+) -> impl Iterator<Item = &'a Arc<CachedObject>> + 'a {
+    let (start, ns_end) = range_bounds(namespace);
+    let upper = match end {
+        Some(k) => Bound::Included(Box::from(k)),
+        None => ns_end,
+    };
+    snapshot
+        .objects
+        .range((start, upper))
+        .map(|(_, o)| o)
+        .filter(move |o| filter.is_none_or(|f| f(o)))
+}
+
 enum Phase {
     Head,
     Items,
