@@ -186,3 +186,33 @@ async fn custom_resource_tables_follow_the_crd_columns() {
     let (direct, through) = both(&env, &list, KUBECTL_TABLE).await;
     assert_eq!(direct, through);
 }
+
+/// `kubectl get -w`'s watch (from the list's resourceVersion, as Table rows) is served from
+/// the cache with the simulator's events: the first carries the column definitions, the
+/// later ones `"columnDefinitions": null`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn table_watches_match_the_simulator() {
+    use support::watch::open_with;
+    let env = Env::gateway().await;
+    let gw = env.url().to_string();
+    let pods = resource("", "v1", "pods");
+    let start = put_object(env.sim.handle(), pods, "default", pod("a", "n1"));
+    wait_until_cached(&gw, "/api/v1/pods?resourceVersion=0").await;
+    gateway_list_caught_up(&gw, "/api/v1/pods", start).await;
+
+    let path = format!("/api/v1/namespaces/default/pods?watch=true&resourceVersion={start}");
+    let accept = [("accept", KUBECTL_TABLE)];
+    let mut direct = open_with(env.direct_http.base(), &path, &accept).await;
+    let mut through = open_with(&gw, &path, &accept).await;
+    through.assert_from_cache();
+    put_object(env.sim.handle(), pods, "default", pod("b", "n2"));
+    put_object(env.sim.handle(), pods, "default", pod("a", "n3"));
+    let de = direct.take(2, "the simulator's Table events").await;
+    let te = through.take(2, "the gateway's Table events").await;
+    for (x, y) in de.iter().zip(&te) {
+        assert_eq!(x.json, y.json);
+    }
+    assert!(te[0].object()["columnDefinitions"].is_array());
+    assert!(te[1].object()["columnDefinitions"].is_null());
+    assert_eq!(te[1].object()["rows"][0]["cells"][0], "a");
+}

@@ -212,7 +212,7 @@ fn served(n: Negotiated, verb: Verb) -> Option<Served> {
 /// CustomResourceDefinitions (started on first use, so that a CRD's new columns show up as
 /// soon as its update does). Until that cache has synced, or without the CRD (no RBAC to
 /// read CRDs, an aggregated API), the Table is the upstream's.
-fn convertor(registry: &Arc<Registry>, cache: &ResourceCache) -> Option<Convertor> {
+pub(crate) fn convertor(registry: &Arc<Registry>, cache: &ResourceCache) -> Option<Convertor> {
     let info = &cache.info;
     if info.is_builtin() {
         return Convertor::builtin(&info.group, &info.kind);

@@ -162,8 +162,14 @@ impl Store {
 
     /// Registers a downstream watcher; its starting snapshot (if any) is exactly the state
     /// the history continues from.
-    pub fn watch(&self, filter: WatchFilter, start: Start) -> Result<Registration, TooOld> {
-        self.hub.register(|| self.snapshot(), filter, start)
+    pub fn watch(
+        &self,
+        filter: WatchFilter,
+        encoding: crate::watch::encoding::WatchEncoding,
+        start: Start,
+    ) -> Result<Registration, TooOld> {
+        self.hub
+            .register(|| self.snapshot(), filter, encoding, start)
     }
 
     /// Applies one change, publishes the new snapshot and hands the change to the

@@ -65,6 +65,25 @@ const OBJECT_META: &[(&str, Omit)] = &[
     ("managedFields", Omit::IfEmpty),
 ];
 
+/// `ObjectMeta`'s JSON field names in Go struct order.
+pub const OBJECT_META_ORDER: [&str; 15] = [
+    "name",
+    "generateName",
+    "namespace",
+    "selfLink",
+    "uid",
+    "resourceVersion",
+    "generation",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+    "labels",
+    "annotations",
+    "ownerReferences",
+    "finalizers",
+    "managedFields",
+];
+
 /// `OwnerReference`'s fields in Go order.
 const OWNER_REFERENCE: &[(&str, Omit)] = &[
     ("apiVersion", Omit::Never),
