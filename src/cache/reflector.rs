@@ -57,7 +57,6 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http::{Method, Request, StatusCode};
 use http_body_util::{BodyExt, Limited};
-use hyper::body::Incoming;
 use rand::Rng;
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -68,7 +67,7 @@ use super::object::CachedObject;
 use super::resource::ResourceInfo;
 use super::store::{Change, Snapshot, Store};
 use crate::body;
-use crate::upstream::Upstream;
+use crate::upstream::{Upstream, UpstreamBody};
 
 /// Page size of upstream lists, as client-go's reflector uses.
 const PAGE_SIZE: u32 = 500;
@@ -221,7 +220,7 @@ enum WatchListFailure {
 /// An open upstream watch, read line by line. Counted in
 /// [`ReflectorStats::watches_open`] from creation to drop.
 struct EventStream {
-    body: Incoming,
+    body: UpstreamBody,
     lines: LineSplitter,
     ready: VecDeque<Bytes>,
     stats: Arc<ReflectorStats>,
@@ -231,7 +230,7 @@ struct EventStream {
 }
 
 impl EventStream {
-    fn new(body: Incoming, stats: Arc<ReflectorStats>, timeout: Duration) -> Self {
+    fn new(body: UpstreamBody, stats: Arc<ReflectorStats>, timeout: Duration) -> Self {
         stats.watches_open.fetch_add(1, Ordering::Relaxed);
         Self {
             body,
