@@ -240,7 +240,7 @@ fn describe() {
     );
     describe_counter!(
         REFLECTOR_RESTARTS_TOTAL,
-        "Watch restarts by reason: stream_end (rewatch from the last RV) and error (list or watch failed; backoff)."
+        "Watch restarts by reason: stream_end (rewatch from the last RV), error (list or watch failed; backoff) and upstream_behind (an apiserver answered Too large resource version, or a state older than the cache's: retried, preferring another --server; never a relist)."
     );
     describe_counter!(
         REFLECTOR_MALFORMED_TOTAL,
@@ -306,6 +306,8 @@ fn refresh_cache_metrics(registry: &Registry) {
             .absolute(load(&s.watch_restarts));
         counter!(REFLECTOR_RESTARTS_TOTAL, "group" => g.clone(), "resource" => r.clone(), "reason" => "error")
             .absolute(load(&s.errors));
+        counter!(REFLECTOR_RESTARTS_TOTAL, "group" => g.clone(), "resource" => r.clone(), "reason" => "upstream_behind")
+            .absolute(load(&s.behind));
         counter!(REFLECTOR_MALFORMED_TOTAL, "group" => g, "resource" => r)
             .absolute(load(&s.malformed_objects));
     }
