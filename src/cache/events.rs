@@ -85,7 +85,10 @@ impl ErrorStatus {
     pub fn is_too_large_resource_version(&self) -> bool {
         const TEXT: &str = "Too large resource version";
         let causes = self.details.iter().flat_map(|d| &d.causes);
-        if causes.clone().any(|c| c.reason == "ResourceVersionTooLarge") {
+        if causes
+            .clone()
+            .any(|c| c.reason == "ResourceVersionTooLarge")
+        {
             return true;
         }
         if self.code != 504 && self.reason != "Timeout" {
@@ -170,8 +173,10 @@ mod tests {
         )
         .unwrap();
         assert!(older.is_too_large_resource_version());
-        let other: ErrorStatus =
-            serde_json::from_str(r#"{"code":504,"reason":"Timeout","message":"request timed out"}"#).unwrap();
+        let other: ErrorStatus = serde_json::from_str(
+            r#"{"code":504,"reason":"Timeout","message":"request timed out"}"#,
+        )
+        .unwrap();
         assert!(!other.is_too_large_resource_version());
     }
 }

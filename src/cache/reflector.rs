@@ -600,7 +600,10 @@ impl Reflector {
         Ok(req)
     }
 
-    async fn get(&self, path_and_query: String) -> Result<(StatusCode, Bytes, Option<usize>), String> {
+    async fn get(
+        &self,
+        path_and_query: String,
+    ) -> Result<(StatusCode, Bytes, Option<usize>), String> {
         let req = Self::request(path_and_query)?;
         let resp = self.upstream.send(req).await.map_err(|e| e.to_string())?;
         let status = resp.status();
@@ -775,7 +778,9 @@ impl Reflector {
                 return Err(Unsupported(msg))
             }
             Err(RequestError::Behind(b)) => return Err(behind(b)),
-            Err(RequestError::Status(_, msg) | RequestError::Failed(msg)) => return Err(Failed(msg)),
+            Err(RequestError::Status(_, msg) | RequestError::Failed(msg)) => {
+                return Err(Failed(msg))
+            }
         };
         // A temporary map, like client-go's temporaryStore: only the complete state
         // reaches the store.
