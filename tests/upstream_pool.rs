@@ -53,7 +53,11 @@ fn watch_path(i: usize) -> String {
 
 /// `n` forwarded watches over downstream HTTP/2 connections of 250 streams each; their
 /// response heads, in order.
-async fn open_watches(addr: std::net::SocketAddr, from: usize, n: usize) -> Vec<Response<Incoming>> {
+async fn open_watches(
+    addr: std::net::SocketAddr,
+    from: usize,
+    n: usize,
+) -> Vec<Response<Incoming>> {
     let mut conns = Vec::new();
     for _ in 0..n.div_ceil(250) {
         conns.push(h2(addr).await);
@@ -117,12 +121,20 @@ async fn a_get_answers_while_a_thousand_forwarded_watches_hold_the_upstream() {
     let endpoint = format!("127.0.0.1:{}", stub.addr.port());
     let text = scrape(&gw).await;
     let at = |name: &str, class: &str| {
-        sample(&text, name, &[("class", class), ("endpoint", endpoint.as_str())])
+        sample(
+            &text,
+            name,
+            &[("class", class), ("endpoint", endpoint.as_str())],
+        )
     };
     assert_eq!(at("watchgate_upstream_streams", "long_running"), 1000.0);
     assert_eq!(at("watchgate_upstream_connections", "long_running"), 10.0);
     assert_eq!(at("watchgate_upstream_connections", "short"), 1.0);
-    assert_eq!(stub.connections(), 11, "10 long-running + 1 short connections");
+    assert_eq!(
+        stub.connections(),
+        11,
+        "10 long-running + 1 short connections"
+    );
     drop(open);
 }
 
@@ -170,7 +182,11 @@ async fn watches_beyond_the_bound_get_429_with_retry_after_and_gets_still_answer
              \"details\":{\"retryAfterSeconds\":1},\"code\":429}\n"
         );
     }
-    assert_eq!(watches.load(Ordering::SeqCst), 300, "refused watches never left");
+    assert_eq!(
+        watches.load(Ordering::SeqCst),
+        300,
+        "refused watches never left"
+    );
 
     // Short requests have their own connection.
     let (parts, _) = within(

@@ -245,7 +245,7 @@ impl Drop for TlsStub {
 
 /// A body that never ends and never sends anything: a watch with no events.
 pub fn endless_body() -> Body {
-    watchgate::body::boxed(http_body_util::StreamBody::new(futures_util::stream::pending::<
-        Result<http_body::Frame<Bytes>, Infallible>,
-    >()))
+    watchgate::body::boxed(http_body_util::StreamBody::new(
+        futures_util::stream::pending::<Result<http_body::Frame<Bytes>, Infallible>>(),
+    ))
 }
