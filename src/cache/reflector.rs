@@ -231,7 +231,8 @@ enum Step {
     /// Open a watch from this resourceVersion.
     Watch(u64),
     /// Keep reading an open watch (the watch-list's stream after its initial events).
-    Follow(EventStream),
+    /// (Boxed: the stream holds its pooled connection's lease.)
+    Follow(Box<EventStream>),
 }
 
 /// Why a state is being built: logged once it is in place, so that a relist is one line
@@ -426,7 +427,7 @@ impl Reflector {
                     self.stats.watch_lists.fetch_add(1, Ordering::Relaxed);
                     self.install(snapshot, started, "watch-list", &cause);
                     backoff.reset();
-                    return Step::Follow(stream);
+                    return Step::Follow(Box::new(stream));
                 }
                 Err(WatchListFailure::Behind(behind)) => {
                     return self.after_behind(behind, Step::Sync(cause)).await;

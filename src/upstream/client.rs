@@ -374,7 +374,7 @@ async fn dispatch(
                 }
                 tracing::debug!(endpoint = %ep.base(), error = %e, "upstream endpoint unreachable");
                 last = Some(e);
-                req = back;
+                req = *back;
             }
             Err(SendError::Failed(e)) => return Err(e),
         }

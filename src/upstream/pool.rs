@@ -446,7 +446,8 @@ impl http_body::Body for UpstreamBody {
 pub enum SendError {
     /// No connection could be made: the request was not sent and comes back, so that
     /// another endpoint may take it.
-    Connect(UpstreamError, Request<Body>),
+    /// (Boxed: a request head is large, and this is the rare path.)
+    Connect(UpstreamError, Box<Request<Body>>),
     /// Anything else, including a refusal at the bound.
     Failed(UpstreamError),
 }
@@ -500,7 +501,9 @@ impl Pool {
                 Some(l) => l,
                 None => match self.open(ep, class, internal).await {
                     Ok(l) => l,
-                    Err(e @ UpstreamError::Connect(_)) => return Err(SendError::Connect(e, req)),
+                    Err(e @ UpstreamError::Connect(_)) => {
+                        return Err(SendError::Connect(e, Box::new(req)))
+                    }
                     Err(e) => return Err(SendError::Failed(e)),
                 },
             };
@@ -516,7 +519,7 @@ impl Pool {
         }
         Err(SendError::Connect(
             UpstreamError::Broken("pooled connections kept closing before the request left".into()),
-            req,
+            Box::new(req),
         ))
     }
 
@@ -539,11 +542,11 @@ impl Pool {
             .await
         {
             Ok(s) => s,
-            Err(e) => return Err(SendError::Connect(e, req)),
+            Err(e) => return Err(SendError::Connect(e, Box::new(req))),
         };
         let conn = match handshake_h1(sock, slot, true).await {
             Ok(c) => c,
-            Err(e) => return Err(SendError::Connect(e, req)),
+            Err(e) => return Err(SendError::Connect(e, Box::new(req))),
         };
         let mut lease = Lease::counted(
             LeaseKind::H1 {
@@ -562,7 +565,7 @@ impl Pool {
             }
             Err(Ok(back)) => Err(SendError::Connect(
                 UpstreamError::Broken("the connection closed before the request left".into()),
-                back,
+                Box::new(back),
             )),
             Err(Err(e)) => Err(SendError::Failed(e)),
         }
@@ -714,15 +717,28 @@ async fn handshake_h1(sock: Socket, slot: Slot, upgrades: bool) -> Result<H1Conn
     })
 }
 
+/// A request's own path and query, before any endpoint's URL was put around it.
+#[derive(Clone)]
+struct Target(PathAndQuery);
+
 /// The request as the chosen connection needs it: the endpoint's URL, the version, and a
 /// `Host` for HTTP/1.1 (HTTP/2 takes its `:authority` from the URI).
 fn prepare(ep: &EndpointPool, req: Request<Body>, h2: bool) -> Request<Body> {
     let (mut parts, body) = req.into_parts();
-    let pq = parts
-        .uri
-        .path_and_query()
-        .cloned()
-        .unwrap_or_else(|| PathAndQuery::from_static("/"));
+    // The caller's path and query, kept aside the first time: a request that comes back
+    // unsent already carries one endpoint's URL, prefix included.
+    let pq = match parts.extensions.get::<Target>() {
+        Some(Target(pq)) => pq.clone(),
+        None => {
+            let pq = parts
+                .uri
+                .path_and_query()
+                .cloned()
+                .unwrap_or_else(|| PathAndQuery::from_static("/"));
+            parts.extensions.insert(Target(pq.clone()));
+            pq
+        }
+    };
     parts.uri = ep.target(&pq, h2);
     if h2 {
         parts.version = Version::HTTP_2;
@@ -755,5 +771,20 @@ mod tests {
         assert_eq!(plain.target(&pq, false), "/api/v1/pods?watch=1");
         assert_eq!(plain.protocol.load(Ordering::Relaxed), PROTO_HTTP1);
         assert_eq!(plain.label(), "127.0.0.1:8080");
+    }
+
+    #[test]
+    fn a_request_that_comes_back_unsent_is_prepared_from_its_own_path_again() {
+        let a = EndpointPool::new("https://a:6443/a-prefix".parse().unwrap());
+        let b = EndpointPool::new("http://b:8080/b-prefix".parse().unwrap());
+        let req = Request::get("/api/v1/pods?limit=1")
+            .body(crate::body::empty())
+            .unwrap();
+        let on_a = prepare(&a, req, true);
+        assert_eq!(on_a.uri(), "https://a:6443/a-prefix/api/v1/pods?limit=1");
+        let on_b = prepare(&b, on_a, false);
+        assert_eq!(on_b.uri(), "/b-prefix/api/v1/pods?limit=1");
+        assert_eq!(on_b.headers()["host"], "b:8080");
+        assert_eq!(on_b.version(), Version::HTTP_11);
     }
 }
