@@ -19,7 +19,7 @@ use hyper::body::Incoming;
 use support::metrics::sample;
 use support::raw::{get, h2};
 use support::servers::{start_gateway_with, start_sim};
-use support::stub::{endless_body, handler, json_response, TlsStub};
+use support::stub::{endless_body, handler, json_response, Stub, TlsStub};
 use support::wait::within;
 use support::{wait_until, Http};
 use watchgate::config::GatewayConfig;
@@ -255,4 +255,41 @@ async fn http1_upstreams_are_bounded_by_the_same_flag_and_the_cache_keeps_its_wa
     assert_eq!(pods.status, 200);
     assert_eq!(pods.source(), Some("cache"));
     drop(open);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http1_upstream_connections_are_reused_after_complete_answers() {
+    // Answers with a Content-Length (hyper stops reading such a body at its last byte)
+    // and chunked ones: either way the connection serves the next request.
+    let stub = Stub::start(handler(|req: Request<Incoming>| async move {
+        if req.uri().path().ends_with("/chunked") {
+            let (tx, body) = support::stub::channel_body(2);
+            tokio::spawn(async move {
+                let _ = tx.send(bytes::Bytes::from_static(b"{\"kind\":")).await;
+                let _ = tx.send(bytes::Bytes::from_static(b"\"List\"}")).await;
+            });
+            return Response::new(body);
+        }
+        json_response(StatusCode::OK, serde_json::json!({"kind": "Namespace"}))
+    }))
+    .await;
+    let mut cfg = GatewayConfig::for_upstream_url(&stub.url()).unwrap();
+    cfg.cache = None;
+    let gw = start_gateway_with(cfg).await;
+    let http = Http::new(gw.url());
+    for i in 0..20 {
+        let path = if i % 2 == 0 {
+            "/api/v1/namespaces/default"
+        } else {
+            "/api/v1/namespaces/default/chunked"
+        };
+        let resp = http.get(path).await;
+        assert_eq!(resp.status, 200, "request {i}");
+        assert_eq!(resp.source(), Some("upstream"));
+    }
+    assert_eq!(
+        stub.connections(),
+        1,
+        "20 sequential forwarded requests share one upstream connection"
+    );
 }

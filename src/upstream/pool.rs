@@ -58,6 +58,9 @@ pub struct EndpointPool {
     opener: [tokio::sync::Mutex<()>; 2],
     /// The last failed connect, so that requests that waited for it fail fast too.
     last_failure: Mutex<Option<(Instant, UpstreamError)>>,
+    /// `watchgate_upstream_streams` for each class, looked up once (on first use, after
+    /// the gateway has installed its recorder) rather than on every request.
+    streams: std::sync::OnceLock<[metrics::Gauge; 2]>,
 }
 
 impl EndpointPool {
@@ -79,7 +82,17 @@ impl EndpointPool {
             protocol: AtomicU8::new(protocol),
             opener: Default::default(),
             last_failure: Mutex::new(None),
+            streams: std::sync::OnceLock::new(),
         }
+    }
+
+    fn streams_gauge(&self, class: Class) -> metrics::Gauge {
+        self.streams.get_or_init(|| {
+            Class::ALL.map(|c| {
+                metrics::gauge!(m::UPSTREAM_STREAMS, "class" => c.as_str(), "endpoint" => self.label.clone())
+            })
+        })[class.index()]
+        .clone()
     }
 
     pub fn base(&self) -> &Uri {
@@ -117,13 +130,18 @@ impl EndpointPool {
             let mut conns = self.h2[class.index()].lock().expect("pool lock");
             conns.retain(|c| !c.closed.load(Ordering::Acquire));
             if let Some(conn) = conns.iter().find(|c| c.has_room()) {
-                return Some(Lease::h2(conn.clone(), class, &self.label));
+                return Some(Lease::h2(conn.clone(), class, self.streams_gauge(class)));
             }
         }
         let mut idle = self.h1_idle[class.index()].lock().expect("pool lock");
         while let Some(c) = idle.pop() {
             if c.conn.usable() && c.since.elapsed() < IDLE_TIMEOUT {
-                return Some(Lease::h1(c.conn, class, &self.label, Arc::downgrade(self)));
+                return Some(Lease::h1(
+                    c.conn,
+                    class,
+                    self.streams_gauge(class),
+                    Arc::downgrade(self),
+                ));
             }
             c.conn.slot.release();
         }
@@ -241,10 +259,16 @@ struct H1Conn {
 }
 
 impl H1Conn {
+    /// Not known to be closed. (Right after a response, hyper's connection task may not
+    /// have taken in its end yet: [`Lease::send`] waits for it to be ready.)
     fn usable(&self) -> bool {
-        !self.closed.load(Ordering::Acquire) && self.sender.is_ready()
+        !self.closed.load(Ordering::Acquire) && !self.sender.is_closed()
     }
 }
+
+/// How long a pooled HTTP/1.1 connection may take to be ready for its next request once
+/// its previous answer was read to the end (microseconds, normally).
+const H1_READY_TIMEOUT: Duration = Duration::from_secs(1);
 
 struct IdleH1 {
     conn: H1Conn,
@@ -256,7 +280,8 @@ struct IdleH1 {
 pub struct Lease {
     kind: LeaseKind,
     class: Class,
-    endpoint: String,
+    /// `watchgate_upstream_streams` of the class and endpoint.
+    streams: metrics::Gauge,
 }
 
 enum LeaseKind {
@@ -270,13 +295,13 @@ enum LeaseKind {
 }
 
 impl Lease {
-    fn h2(conn: Arc<H2Conn>, class: Class, endpoint: &str) -> Self {
+    fn h2(conn: Arc<H2Conn>, class: Class, streams: metrics::Gauge) -> Self {
         conn.in_flight.fetch_add(1, Ordering::AcqRel);
         *conn.idle_since.lock().expect("pool lock") = None;
-        Self::counted(LeaseKind::H2(conn), class, endpoint)
+        Self::counted(LeaseKind::H2(conn), class, streams)
     }
 
-    fn h1(conn: H1Conn, class: Class, endpoint: &str, pool: Weak<EndpointPool>) -> Self {
+    fn h1(conn: H1Conn, class: Class, streams: metrics::Gauge, pool: Weak<EndpointPool>) -> Self {
         Self::counted(
             LeaseKind::H1 {
                 conn: Some(conn),
@@ -284,17 +309,16 @@ impl Lease {
                 complete: false,
             },
             class,
-            endpoint,
+            streams,
         )
     }
 
-    fn counted(kind: LeaseKind, class: Class, endpoint: &str) -> Self {
-        metrics::gauge!(m::UPSTREAM_STREAMS, "class" => class.as_str(), "endpoint" => endpoint.to_owned())
-            .increment(1.0);
+    fn counted(kind: LeaseKind, class: Class, streams: metrics::Gauge) -> Self {
+        streams.increment(1.0);
         Self {
             kind,
             class,
-            endpoint: endpoint.to_owned(),
+            streams,
         }
     }
 
@@ -326,6 +350,11 @@ impl Lease {
             }
             LeaseKind::H1 { conn, .. } => {
                 let c = conn.as_mut().expect("a leased connection");
+                let ready = tokio::time::timeout(H1_READY_TIMEOUT, c.sender.ready()).await;
+                if !matches!(ready, Ok(Ok(()))) {
+                    c.closed.store(true, Ordering::Release);
+                    return Err(Ok(req));
+                }
                 let r = c.sender.try_send_request(req).await;
                 if r.is_err() {
                     c.closed.store(true, Ordering::Release);
@@ -342,8 +371,7 @@ impl Lease {
 
 impl Drop for Lease {
     fn drop(&mut self) {
-        metrics::gauge!(m::UPSTREAM_STREAMS, "class" => self.class.as_str(), "endpoint" => std::mem::take(&mut self.endpoint))
-            .decrement(1.0);
+        self.streams.decrement(1.0);
         match &mut self.kind {
             LeaseKind::H2(conn) => {
                 if conn.in_flight.fetch_sub(1, Ordering::AcqRel) == 1 {
@@ -356,30 +384,18 @@ impl Drop for Lease {
                 complete,
             } => {
                 let (Some(conn), Some(pool), true) = (conn.take(), pool.take(), *complete) else {
+                    // Dropped before its end: hyper closes the connection.
                     return;
                 };
-                let class = self.class;
-                // hyper's HTTP/1.1 connection is ready for the next request once its task
-                // has seen the end of this one: wait for that off the caller's way.
-                let Ok(rt) = tokio::runtime::Handle::try_current() else {
-                    return;
-                };
-                rt.spawn(async move {
-                    let mut conn = conn;
-                    let ready = tokio::time::timeout(Duration::from_secs(5), conn.sender.ready());
-                    if !matches!(ready.await, Ok(Ok(()))) {
-                        return;
-                    }
-                    if let Some(pool) = pool.upgrade() {
-                        pool.h1_idle[class.index()]
-                            .lock()
-                            .expect("pool lock")
-                            .push(IdleH1 {
-                                conn,
-                                since: Instant::now(),
-                            });
-                    }
-                });
+                if let Some(pool) = pool.upgrade() {
+                    pool.h1_idle[self.class.index()]
+                        .lock()
+                        .expect("pool lock")
+                        .push(IdleH1 {
+                            conn,
+                            since: Instant::now(),
+                        });
+                }
             }
         }
     }
@@ -417,10 +433,17 @@ impl http_body::Body for UpstreamBody {
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<http_body::Frame<Bytes>, hyper::Error>>> {
-        let this = self.project();
-        let r = this.inner.poll_frame(cx);
+        let mut this = self.project();
+        let r = this.inner.as_mut().poll_frame(cx);
         match &r {
+            // The end, or the last frame of a body whose length was known: hyper's server
+            // stops polling a body that says it has ended, so this may be the last poll.
             Poll::Ready(None) => {
+                if let Some(mut lease) = this.lease.take() {
+                    lease.complete();
+                }
+            }
+            Poll::Ready(Some(Ok(_))) if this.inner.is_end_stream() => {
                 if let Some(mut lease) = this.lease.take() {
                     lease.complete();
                 }
@@ -555,7 +578,7 @@ impl Pool {
                 complete: false,
             },
             class,
-            &ep.label,
+            ep.streams_gauge(class),
         );
         let prepared = prepare(ep, req, false);
         match lease.send(prepared).await {
@@ -612,13 +635,13 @@ impl Pool {
                 let mut conns = ep.h2[class.index()].lock().expect("pool lock");
                 conns.push(conn.clone());
                 // Leased under the lock, like `acquire`, so the count never overshoots.
-                Lease::h2(conn, class, &ep.label)
+                Lease::h2(conn, class, ep.streams_gauge(class))
             })
         } else {
             ep.protocol.store(PROTO_HTTP1, Ordering::Release);
             handshake_h1(sock, slot, false)
                 .await
-                .map(|conn| Lease::h1(conn, class, &ep.label, Arc::downgrade(ep)))
+                .map(|conn| Lease::h1(conn, class, ep.streams_gauge(class), Arc::downgrade(ep)))
         };
         if let Err(e) = &result {
             ep.record_failure(e);

@@ -33,6 +33,7 @@ where
 /// and every open connection, like an apiserver that went away.
 pub struct Stub {
     pub addr: SocketAddr,
+    accepted: Arc<std::sync::atomic::AtomicUsize>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -44,11 +45,14 @@ impl Stub {
     pub async fn start_on(addr: SocketAddr, h: StubHandler) -> Stub {
         let listener = TcpListener::bind(addr).await.expect("bind stub");
         let addr = listener.local_addr().unwrap();
+        let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let count = accepted.clone();
         let task = tokio::spawn(async move {
             let mut conns = JoinSet::new();
             loop {
                 tokio::select! {
                     Ok((stream, _)) = listener.accept() => {
+                        count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                         let h = h.clone();
                         conns.spawn(async move {
                             let svc = service_fn(move |req| {
@@ -64,11 +68,20 @@ impl Stub {
                 }
             }
         });
-        Stub { addr, task }
+        Stub {
+            addr,
+            accepted,
+            task,
+        }
     }
 
     pub fn url(&self) -> String {
         format!("http://{}", self.addr)
+    }
+
+    /// TCP connections accepted so far.
+    pub fn connections(&self) -> usize {
+        self.accepted.load(std::sync::atomic::Ordering::SeqCst)
     }
 }
 
