@@ -514,3 +514,55 @@ async fn a_lagging_apiserver_sends_the_reflector_to_the_one_ahead_and_never_reli
     assert_eq!(load(&stats.lists), lists, "the reflector relisted");
     assert_eq!(load(&stats.relists_after_expired), 0);
 }
+
+/// An apiserver that answers but is not ready (its `/readyz` fails, as when it begins a
+/// graceful shutdown) is left out by the periodic checks, and taken back once it is ready.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_apiserver_whose_readyz_fails_is_left_out_until_it_is_ready_again() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use support::stub::{handler, json_response, Stub};
+    let apiserver = |name: &'static str, ready: Arc<AtomicBool>| {
+        handler(move |req: http::Request<hyper::body::Incoming>| {
+            let ready = ready.clone();
+            async move {
+                if req.uri().path() == "/readyz" {
+                    let code = if ready.load(Ordering::SeqCst) {
+                        http::StatusCode::OK
+                    } else {
+                        http::StatusCode::INTERNAL_SERVER_ERROR
+                    };
+                    return json_response(code, serde_json::json!({}));
+                }
+                json_response(http::StatusCode::OK, serde_json::json!({"from": name}))
+            }
+        })
+    };
+    let a_ready = Arc::new(AtomicBool::new(true));
+    let a = Stub::start(apiserver("a", a_ready.clone())).await;
+    let b = Stub::start(apiserver("b", Arc::new(AtomicBool::new(true)))).await;
+    let mut cfg = GatewayConfig::for_upstream_urls(&[&a.url(), &b.url()]).unwrap();
+    cfg.cache = None;
+    let gw = start_gateway_with(cfg).await;
+    let http = Http::new(gw.url());
+    let from = |http: Http| async move { http.get_json("/version").await["from"].clone() };
+    assert_eq!(
+        from(http.clone()).await,
+        "a",
+        "the first --server takes requests"
+    );
+
+    a_ready.store(false, Ordering::SeqCst);
+    wait_until(
+        "requests go to b once a's /readyz fails",
+        Duration::from_secs(20),
+        || async { from(http.clone()).await == "b" },
+    )
+    .await;
+    a_ready.store(true, Ordering::SeqCst);
+    wait_until(
+        "requests go back to a once it is ready",
+        Duration::from_secs(40),
+        || async { from(http.clone()).await == "a" },
+    )
+    .await;
+}
