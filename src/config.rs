@@ -30,8 +30,10 @@ pub struct ServeArgs {
     #[arg(long)]
     pub context: Option<String>,
     /// The address of the upstream Kubernetes API server; overrides the kubeconfig's.
-    #[arg(long)]
-    pub server: Option<String>,
+    /// Repeat it (or separate with commas) for the apiservers of one HA control plane:
+    /// requests go to the first healthy one, in order
+    #[arg(long, value_delimiter = ',')]
+    pub server: Vec<String>,
     /// The IP address of the admin listener (/healthz, /livez, /readyz, /metrics).
     #[arg(long, default_value = "127.0.0.1")]
     pub admin_address: IpAddr,
@@ -44,6 +46,10 @@ pub struct ServeArgs {
     /// How long to wait for a TCP (and TLS) connection to the upstream.
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
     pub upstream_connect_timeout: Duration,
+    /// Upstream connections open at most, over all apiservers. A tenth of them is kept
+    /// for short requests; a request that finds no room gets 429 with Retry-After
+    #[arg(long, default_value_t = crate::upstream::DEFAULT_MAX_CONNECTIONS, value_parser = parse_positive)]
+    pub upstream_max_connections: usize,
     /// How long a non-streaming request may wait for the upstream's response headers
     /// (kube-apiserver answers those within its own 60 s request timeout). Watches, followed
     /// logs and upgrades are exempt; a request's own `?timeout=` extends it.
@@ -97,6 +103,11 @@ pub struct GatewayConfig {
     pub admin_listen: SocketAddr,
     /// The upstream apiserver: URL, TLS material and credentials, as kube inferred them.
     pub upstream: kube::Config,
+    /// The apiservers, in order of preference (`--server` given several times); empty:
+    /// `upstream.cluster_url` alone.
+    pub upstream_servers: Vec<http::Uri>,
+    /// Upstream connections open at most (`--upstream-max-connections`).
+    pub upstream_max_connections: usize,
     /// Deadline of a graceful drain.
     pub shutdown_timeout: Duration,
     /// Deadline for connecting to the upstream; a dead upstream must yield a 503, not a hang.
@@ -127,6 +138,8 @@ impl std::fmt::Debug for GatewayConfig {
             .field("listen", &self.listen)
             .field("admin_listen", &self.admin_listen)
             .field("upstream", &self.upstream.cluster_url)
+            .field("upstream_servers", &self.upstream_servers)
+            .field("upstream_max_connections", &self.upstream_max_connections)
             .field("shutdown_timeout", &self.shutdown_timeout)
             .field("upstream_connect_timeout", &self.upstream_connect_timeout)
             .field("upstream_response_timeout", &self.upstream_response_timeout)
@@ -144,12 +157,30 @@ impl GatewayConfig {
         Ok(Self::for_upstream(kube::Config::new(uri)))
     }
 
+    /// A loopback gateway on free ports in front of several apiservers of one cluster
+    /// (the first is the kube config's URL), with no credentials.
+    pub fn for_upstream_urls(urls: &[&str]) -> anyhow::Result<Self> {
+        let uris = urls
+            .iter()
+            .map(|u| {
+                u.parse::<http::Uri>()
+                    .with_context(|| format!("invalid upstream URL {u:?}"))
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        let first = uris.first().context("no upstream URL")?.clone();
+        let mut cfg = Self::for_upstream(kube::Config::new(first));
+        cfg.upstream_servers = uris;
+        Ok(cfg)
+    }
+
     /// A loopback gateway on free ports in front of an already built kube config.
     pub fn for_upstream(upstream: kube::Config) -> Self {
         Self {
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             admin_listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             upstream,
+            upstream_servers: Vec::new(),
+            upstream_max_connections: crate::upstream::DEFAULT_MAX_CONNECTIONS,
             shutdown_timeout: Duration::from_secs(30),
             upstream_connect_timeout: Duration::from_secs(5),
             upstream_response_timeout: Duration::from_secs(70),
@@ -164,11 +195,13 @@ impl GatewayConfig {
 
     /// Resolve the flags of `watchgate serve`, including kube's config inference.
     pub async fn from_args(args: &ServeArgs) -> anyhow::Result<Self> {
-        let upstream = infer_upstream(args).await?;
+        let (upstream, upstream_servers) = infer_upstream(args).await?;
         Ok(Self {
             listen: SocketAddr::new(args.address, args.port),
             admin_listen: SocketAddr::new(args.admin_address, args.admin_port),
             upstream,
+            upstream_servers,
+            upstream_max_connections: args.upstream_max_connections,
             shutdown_timeout: args.shutdown_timeout,
             upstream_connect_timeout: args.upstream_connect_timeout,
             upstream_response_timeout: args.upstream_response_timeout,
@@ -197,7 +230,9 @@ impl GatewayConfig {
 /// kubectl's precedence: an explicit `--kubeconfig`, else `$KUBECONFIG`/`~/.kube/config`,
 /// else the in-cluster service account; `--server` then replaces the URL. With `--server`
 /// and no config at all, a credential-less config for that URL is used (as kubectl does).
-async fn infer_upstream(args: &ServeArgs) -> anyhow::Result<kube::Config> {
+/// Several `--server`s share the config's credentials and TLS material; the first one is
+/// the config's URL. Returns the config and every `--server`, in order.
+async fn infer_upstream(args: &ServeArgs) -> anyhow::Result<(kube::Config, Vec<http::Uri>)> {
     let options = KubeConfigOptions {
         context: args.context.clone(),
         ..Default::default()
@@ -216,30 +251,44 @@ async fn infer_upstream(args: &ServeArgs) -> anyhow::Result<kube::Config> {
         kube::Config::infer().await.map_err(anyhow::Error::from)
     };
 
-    let server = args
+    let servers = args
         .server
-        .as_deref()
-        .map(|s| {
-            s.parse::<http::Uri>()
-                .with_context(|| format!("invalid --server {s:?}"))
-        })
-        .transpose()?;
+        .iter()
+        .map(|s| parse_server(s))
+        .collect::<anyhow::Result<Vec<_>>>()?;
 
-    match (inferred, server) {
+    let config = match (inferred, servers.first()) {
         (Ok(mut config), Some(server)) => {
-            config.cluster_url = server;
-            Ok(config)
+            config.cluster_url = server.clone();
+            config
         }
-        (Ok(config), None) => Ok(config),
+        (Ok(config), None) => config,
         // Only an explicitly chosen kubeconfig or context must exist; otherwise --server
         // alone is enough.
         (Err(_), Some(server)) if args.kubeconfig.is_none() && args.context.is_none() => {
-            Ok(kube::Config::new(server))
+            kube::Config::new(server.clone())
         }
-        (Err(err), _) => Err(err.context(
-            "no upstream configuration: pass --server, --kubeconfig, or run in a cluster",
-        )),
-    }
+        (Err(err), _) => {
+            return Err(err.context(
+                "no upstream configuration: pass --server, --kubeconfig, or run in a cluster",
+            ))
+        }
+    };
+    Ok((config, servers))
+}
+
+/// One `--server`: an absolute `http://` or `https://` URL (as kubectl requires of a
+/// cluster's `server`).
+fn parse_server(s: &str) -> anyhow::Result<http::Uri> {
+    let uri = s
+        .trim()
+        .parse::<http::Uri>()
+        .with_context(|| format!("invalid --server {s:?}"))?;
+    anyhow::ensure!(
+        matches!(uri.scheme_str(), Some("http" | "https")) && uri.authority().is_some(),
+        "invalid --server {s:?}: expected an http:// or https:// URL with a host"
+    );
+    Ok(uri)
 }
 
 /// Whether binding `addr` exposes the gateway beyond this machine.
@@ -268,6 +317,14 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     };
     // `try_`: a duration past what `Duration` holds is an error, not a panic.
     Duration::try_from_secs_f64(secs).map_err(|_| format!("invalid duration {s:?}"))
+}
+
+/// A count of at least one.
+pub fn parse_positive(s: &str) -> Result<usize, String> {
+    match s.trim().parse::<usize>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err(format!("{s:?} is not a whole number of at least 1")),
+    }
 }
 
 /// A byte size: a plain number, or one with a Ki, Mi or Gi suffix.
@@ -330,11 +387,12 @@ mod tests {
             port: 0,
             kubeconfig: None,
             context: None,
-            server: Some("http://127.0.0.1:1234".into()),
+            server: vec!["http://127.0.0.1:1234".into()],
             admin_address: "127.0.0.1".parse().unwrap(),
             admin_port: 0,
             shutdown_timeout: Duration::from_secs(1),
             upstream_connect_timeout: Duration::from_secs(1),
+            upstream_max_connections: 256,
             upstream_response_timeout: Duration::from_secs(1),
             cache: vec![],
             no_cache: vec![],
@@ -348,6 +406,46 @@ mod tests {
         };
         let cfg = GatewayConfig::from_args(&args).await.unwrap();
         assert_eq!(cfg.upstream.cluster_url, "http://127.0.0.1:1234/");
+        assert_eq!(cfg.upstream_servers, vec!["http://127.0.0.1:1234/"]);
+    }
+
+    #[test]
+    fn server_may_be_given_several_times_or_comma_separated() {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            serve: ServeArgs,
+        }
+        let parse = |args: &[&str]| {
+            <Cli as clap::Parser>::try_parse_from(
+                std::iter::once("watchgate").chain(args.iter().copied()),
+            )
+            .map(|c| c.serve)
+        };
+        let a = parse(&[
+            "--server",
+            "https://a:6443",
+            "--server=https://b:6443,https://c:6443",
+        ])
+        .unwrap();
+        assert_eq!(
+            a.server,
+            ["https://a:6443", "https://b:6443", "https://c:6443"]
+        );
+        assert_eq!(
+            a.upstream_max_connections,
+            crate::upstream::DEFAULT_MAX_CONNECTIONS
+        );
+        assert!(parse(&["--upstream-max-connections=0"]).is_err());
+        assert_eq!(
+            parse(&["--upstream-max-connections=3"])
+                .unwrap()
+                .upstream_max_connections,
+            3
+        );
+        assert!(parse_server("https://a:6443").is_ok());
+        assert!(parse_server("a:6443").is_err());
+        assert!(parse_server("/relative").is_err());
     }
 
     #[tokio::test]
@@ -369,11 +467,12 @@ mod tests {
             port: 0,
             kubeconfig: Some(path),
             context: None,
-            server: None,
+            server: vec![],
             admin_address: "127.0.0.1".parse().unwrap(),
             admin_port: 0,
             shutdown_timeout: Duration::from_secs(1),
             upstream_connect_timeout: Duration::from_secs(1),
+            upstream_max_connections: 256,
             upstream_response_timeout: Duration::from_secs(1),
             cache: vec![],
             no_cache: vec![],
@@ -393,7 +492,7 @@ mod tests {
         let cfg = GatewayConfig::from_args(&args).await.unwrap();
         assert_eq!(cfg.upstream.cluster_url, "http://127.0.0.1:7777/");
 
-        args.server = Some("http://127.0.0.1:9999".into());
+        args.server = vec!["http://127.0.0.1:9999".into()];
         let cfg = GatewayConfig::from_args(&args).await.unwrap();
         assert_eq!(cfg.upstream.cluster_url, "http://127.0.0.1:9999/");
 

@@ -32,6 +32,11 @@ pub const UPSTREAM_REQUESTS_TOTAL: &str = "watchgate_upstream_requests_total";
 pub const UPSTREAM_REQUEST_DURATION: &str = "watchgate_upstream_request_duration_seconds";
 pub const UPSTREAM_WATCHES: &str = "watchgate_upstream_watches";
 pub const UPSTREAM_UP: &str = "watchgate_upstream_up";
+pub const UPSTREAM_CONNECTIONS: &str = "watchgate_upstream_connections";
+pub const UPSTREAM_STREAMS: &str = "watchgate_upstream_streams";
+pub const UPSTREAM_REFUSALS_TOTAL: &str = "watchgate_upstream_refusals_total";
+pub const UPSTREAM_ENDPOINT_HEALTHY: &str = "watchgate_upstream_endpoint_healthy";
+pub const UPSTREAM_EJECTIONS_TOTAL: &str = "watchgate_upstream_endpoint_ejections_total";
 
 // Cache, per resource (refreshed at scrape time from the registry).
 pub const CACHE_OBJECTS: &str = "watchgate_cache_objects";
@@ -64,6 +69,12 @@ pub mod labels {
     pub const LONG_RUNNING: &[&str] = &["group", "resource"];
     /// `UPSTREAM_REQUESTS_TOTAL` and `UPSTREAM_REQUEST_DURATION`.
     pub const UPSTREAM: &[&str] = &["code"];
+    /// `UPSTREAM_CONNECTIONS` and `UPSTREAM_STREAMS`: class is `short` or `long_running`;
+    /// endpoint is the apiserver's `host:port` (one per `--server`).
+    pub const UPSTREAM_POOL: &[&str] = &["class", "endpoint"];
+    pub const UPSTREAM_REFUSALS: &[&str] = &["class"];
+    /// `UPSTREAM_ENDPOINT_HEALTHY` and `UPSTREAM_EJECTIONS_TOTAL` (several `--server`s).
+    pub const UPSTREAM_ENDPOINT: &[&str] = &["endpoint"];
     pub const CACHE: &[&str] = &["group", "resource"];
     pub const UPSTREAM_WATCHES: &[&str] = &["group", "resource"];
     pub const REFLECTOR_LISTS: &[&str] = &["group", "resource"];
@@ -176,6 +187,26 @@ fn describe() {
         UPSTREAM_UP,
         "1 when the upstream's last response (any HTTP code) arrived, 0 when the last request got none."
     );
+    describe_gauge!(
+        UPSTREAM_CONNECTIONS,
+        "Upstream connections open, by class (short or long_running: the two never share a connection) and endpoint. Bounded in all by --upstream-max-connections."
+    );
+    describe_gauge!(
+        UPSTREAM_STREAMS,
+        "Upstream requests in flight (HTTP/2 streams, or HTTP/1.1 connections in use), by class and endpoint, until their response body ends."
+    );
+    describe_counter!(
+        UPSTREAM_REFUSALS_TOTAL,
+        "Requests answered 429 because no upstream connection of their class had room and --upstream-max-connections allowed no other, by class."
+    );
+    describe_gauge!(
+        UPSTREAM_ENDPOINT_HEALTHY,
+        "With several --server endpoints: 1 while an endpoint takes requests, 0 while it is left out (a failed connection or /readyz check)."
+    );
+    describe_counter!(
+        UPSTREAM_EJECTIONS_TOTAL,
+        "With several --server endpoints: times an endpoint was left out after a failed connection or /readyz check."
+    );
     describe_gauge!(CACHE_OBJECTS, "Objects in a resource's cache.");
     describe_gauge!(
         CACHE_BYTES,
@@ -209,7 +240,7 @@ fn describe() {
     );
     describe_counter!(
         REFLECTOR_RESTARTS_TOTAL,
-        "Watch restarts by reason: stream_end (rewatch from the last RV) and error (list or watch failed; backoff)."
+        "Watch restarts by reason: stream_end (rewatch from the last RV), error (list or watch failed; backoff) and upstream_behind (an apiserver answered Too large resource version, or a state older than the cache's: retried, preferring another --server; never a relist)."
     );
     describe_counter!(
         REFLECTOR_MALFORMED_TOTAL,
@@ -275,6 +306,8 @@ fn refresh_cache_metrics(registry: &Registry) {
             .absolute(load(&s.watch_restarts));
         counter!(REFLECTOR_RESTARTS_TOTAL, "group" => g.clone(), "resource" => r.clone(), "reason" => "error")
             .absolute(load(&s.errors));
+        counter!(REFLECTOR_RESTARTS_TOTAL, "group" => g.clone(), "resource" => r.clone(), "reason" => "upstream_behind")
+            .absolute(load(&s.behind));
         counter!(REFLECTOR_MALFORMED_TOTAL, "group" => g, "resource" => r)
             .absolute(load(&s.malformed_objects));
     }

@@ -388,7 +388,7 @@ async fn watchgate_containers_use_real_flags_probes_and_a_long_enough_grace_peri
             // kubeconfig the test cannot mount, the in-cluster default is skipped).
             if serve.kubeconfig.is_none() {
                 let mut args = serve.clone();
-                args.server = Some("http://127.0.0.1:1".into());
+                args.server = vec!["http://127.0.0.1:1".into()];
                 GatewayConfig::from_args(&args)
                     .await
                     .unwrap_or_else(|e| panic!("{dir}/{name}: {e:#}"));

@@ -47,8 +47,8 @@ pub struct RawEvent<'a> {
     pub object: &'a RawValue,
 }
 
-/// The fields of a watch ERROR's Status the reflector acts on.
-#[derive(Deserialize, Debug)]
+/// The fields of a watch ERROR's Status (or an error response's) the reflector acts on.
+#[derive(Deserialize, Debug, Default)]
 pub struct ErrorStatus {
     #[serde(default)]
     pub code: u16,
@@ -56,6 +56,54 @@ pub struct ErrorStatus {
     pub reason: String,
     #[serde(default)]
     pub message: String,
+    #[serde(default)]
+    pub details: Option<ErrorDetails>,
+}
+
+#[derive(Deserialize, Debug, Default)]
+pub struct ErrorDetails {
+    #[serde(default)]
+    pub causes: Vec<ErrorCause>,
+    #[serde(rename = "retryAfterSeconds", default)]
+    pub retry_after_seconds: Option<u32>,
+}
+
+#[derive(Deserialize, Debug, Default)]
+pub struct ErrorCause {
+    #[serde(default)]
+    pub reason: String,
+    #[serde(default)]
+    pub message: String,
+}
+
+impl ErrorStatus {
+    /// "Too large resource version": the apiserver's watch cache has not reached the
+    /// resourceVersion asked for (a lagging apiserver of an HA control plane). Recognised
+    /// the way client-go's reflector does (`isTooLargeResourceVersionError`): the
+    /// `ResourceVersionTooLarge` cause, or, from apiservers before 1.19, a Timeout whose
+    /// cause or message says so.
+    pub fn is_too_large_resource_version(&self) -> bool {
+        const TEXT: &str = "Too large resource version";
+        let causes = self.details.iter().flat_map(|d| &d.causes);
+        if causes
+            .clone()
+            .any(|c| c.reason == "ResourceVersionTooLarge")
+        {
+            return true;
+        }
+        if self.code != 504 && self.reason != "Timeout" {
+            return false;
+        }
+        causes.clone().any(|c| c.message == TEXT) || self.message.contains(TEXT)
+    }
+
+    /// The Status's `retryAfterSeconds`, if any.
+    pub fn retry_after(&self) -> Option<std::time::Duration> {
+        self.details
+            .as_ref()
+            .and_then(|d| d.retry_after_seconds)
+            .map(|s| std::time::Duration::from_secs(s.into()))
+    }
 }
 
 /// A BOOKMARK's object: only `metadata.resourceVersion` matters.
@@ -104,5 +152,31 @@ mod tests {
         let ev: RawEvent = serde_json::from_slice(line).unwrap();
         let st: ErrorStatus = serde_json::from_str(ev.object.get()).unwrap();
         assert_eq!((st.code, st.reason.as_str()), (410, "Expired"));
+        assert!(!st.is_too_large_resource_version());
+    }
+
+    #[test]
+    fn too_large_resource_version_is_recognised_like_client_go() {
+        let current = crate::status::Status::too_large_resource_version(20, 10, 1).to_value();
+        let st: ErrorStatus = serde_json::from_value(current).unwrap();
+        assert!(st.is_too_large_resource_version());
+        assert_eq!(st.retry_after(), Some(std::time::Duration::from_secs(1)));
+        // 1.17.0-1.18.5: the cause's message only.
+        let old: ErrorStatus = serde_json::from_str(
+            r#"{"code":504,"reason":"Timeout","message":"Timeout: Too large resource version: 20, current: 10","details":{"causes":[{"message":"Too large resource version"}]}}"#,
+        )
+        .unwrap();
+        assert!(old.is_too_large_resource_version());
+        // Before 1.17: the message only.
+        let older: ErrorStatus = serde_json::from_str(
+            r#"{"code":504,"reason":"Timeout","message":"Too large resource version: 20, current: 10"}"#,
+        )
+        .unwrap();
+        assert!(older.is_too_large_resource_version());
+        let other: ErrorStatus = serde_json::from_str(
+            r#"{"code":504,"reason":"Timeout","message":"request timed out"}"#,
+        )
+        .unwrap();
+        assert!(!other.is_too_large_resource_version());
     }
 }

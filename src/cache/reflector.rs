@@ -48,6 +48,17 @@
 //! resumes from the last resourceVersion; 410 Expired (HTTP or ERROR event) or an event
 //! that cannot be understood goes back to **Sync**; other errors back off exponentially
 //! with jitter so that a sick apiserver is not hammered.
+//!
+//! **A lagging apiserver** (one of several behind `--server`, whose watch cache has not
+//! reached what the cache has already seen) is never a reason to relist: an answer of
+//! "Too large resource version" (504, cause `ResourceVersionTooLarge`; HTTP, or an ERROR
+//! event, to a watch, watch-list or list; kubernetes/kubernetes#100745), or a new state
+//! older than the cache's, is [`WatchEnd::Behind`]: the upstream client is told to prefer
+//! the other endpoints for a while, and the same step is tried again after the answer's
+//! `retryAfterSeconds` (1 s): on an endpoint that is ahead, or on the same one once it has
+//! caught up. The cache keeps its state and its watchers their streams meanwhile. (A plain
+//! watch from a resourceVersion the apiserver has not reached yet just waits for it:
+//! that is only a delay.)
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -57,7 +68,6 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http::{Method, Request, StatusCode};
 use http_body_util::{BodyExt, Limited};
-use hyper::body::Incoming;
 use rand::Rng;
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -68,7 +78,7 @@ use super::object::CachedObject;
 use super::resource::ResourceInfo;
 use super::store::{Change, Snapshot, Store};
 use crate::body;
-use crate::upstream::Upstream;
+use crate::upstream::{Internal, Served, Upstream, UpstreamBody};
 
 /// Page size of upstream lists, as client-go's reflector uses.
 const PAGE_SIZE: u32 = 500;
@@ -97,6 +107,9 @@ pub struct ReflectorStats {
     /// stream ends, 0 while the reflector lists, backs off or cannot reach the upstream.
     /// Kept by [`EventStream`]'s lifetime, so no path can forget to decrement it.
     pub watches_open: AtomicU64,
+    /// Answers from an upstream that was behind the cache ("Too large resource version",
+    /// or an older state): retried, never relisted.
+    pub behind: AtomicU64,
 }
 
 /// The annotation of the BOOKMARK that ends a watch-list's initial events.
@@ -177,6 +190,38 @@ enum WatchEnd {
     Failed(String),
     /// An event could not be understood: relist so that nothing is lost.
     Malformed(String),
+    /// The upstream endpoint is behind what the cache has seen: try again (elsewhere).
+    Behind(Behind),
+}
+
+/// An upstream endpoint that answered from behind the cache's resourceVersion.
+#[derive(Debug)]
+struct Behind {
+    /// Which endpoint (`Served`), to be preferred less for a while.
+    endpoint: Option<usize>,
+    /// The answer's `retryAfterSeconds`, or a second.
+    retry_after: Duration,
+    what: String,
+}
+
+impl Behind {
+    fn from_status(st: &ErrorStatus, endpoint: Option<usize>) -> Self {
+        Self {
+            endpoint,
+            retry_after: st.retry_after().unwrap_or(Duration::from_secs(1)),
+            what: st.message.clone(),
+        }
+    }
+}
+
+/// Why a request for a watch, a watch-list or a list page got no usable answer.
+#[derive(Debug)]
+enum RequestError {
+    /// The upstream answered with this code.
+    Status(StatusCode, String),
+    Behind(Behind),
+    /// No answer (connection, credentials, a refusal at the connection bound).
+    Failed(String),
 }
 
 /// The state machine's states (see the module docs).
@@ -186,7 +231,8 @@ enum Step {
     /// Open a watch from this resourceVersion.
     Watch(u64),
     /// Keep reading an open watch (the watch-list's stream after its initial events).
-    Follow(EventStream),
+    /// (Boxed: the stream holds its pooled connection's lease.)
+    Follow(Box<EventStream>),
 }
 
 /// Why a state is being built: logged once it is in place, so that a relist is one line
@@ -216,12 +262,16 @@ enum WatchListFailure {
     Unsupported(String),
     /// A transient failure: a paged list this time, watch-list again next time.
     Failed(String),
+    /// A lagging endpoint: the same watch-list again, not a paged list.
+    Behind(Behind),
 }
 
 /// An open upstream watch, read line by line. Counted in
 /// [`ReflectorStats::watches_open`] from creation to drop.
 struct EventStream {
-    body: Incoming,
+    body: UpstreamBody,
+    /// The endpoint that serves it.
+    endpoint: Option<usize>,
     lines: LineSplitter,
     ready: VecDeque<Bytes>,
     stats: Arc<ReflectorStats>,
@@ -231,10 +281,16 @@ struct EventStream {
 }
 
 impl EventStream {
-    fn new(body: Incoming, stats: Arc<ReflectorStats>, timeout: Duration) -> Self {
+    fn new(
+        body: UpstreamBody,
+        endpoint: Option<usize>,
+        stats: Arc<ReflectorStats>,
+        timeout: Duration,
+    ) -> Self {
         stats.watches_open.fetch_add(1, Ordering::Relaxed);
         Self {
             body,
+            endpoint,
             lines: LineSplitter::default(),
             ready: VecDeque::new(),
             stats,
@@ -364,10 +420,17 @@ impl Reflector {
         if *watch_list == WatchListSupport::Try {
             match self.watch_list().await {
                 Ok((snapshot, stream)) => {
+                    if let Some(behind) = self.older_than_cache(&snapshot, stream.endpoint) {
+                        drop(stream);
+                        return self.after_behind(behind, Step::Sync(cause)).await;
+                    }
                     self.stats.watch_lists.fetch_add(1, Ordering::Relaxed);
                     self.install(snapshot, started, "watch-list", &cause);
                     backoff.reset();
-                    return Step::Follow(stream);
+                    return Step::Follow(Box::new(stream));
+                }
+                Err(WatchListFailure::Behind(behind)) => {
+                    return self.after_behind(behind, Step::Sync(cause)).await;
                 }
                 Err(WatchListFailure::Unsupported(msg)) => {
                     self.stats
@@ -385,12 +448,16 @@ impl Reflector {
             }
         }
         match self.list().await {
-            Ok(snapshot) => {
+            Ok((snapshot, endpoint)) => {
+                if let Some(behind) = self.older_than_cache(&snapshot, endpoint) {
+                    return self.after_behind(behind, Step::Sync(cause)).await;
+                }
                 self.install(snapshot, started, "list", &cause);
                 backoff.reset();
                 Step::Watch(self.store.resource_version())
             }
-            Err(err) => {
+            Err(ListError::Behind(behind)) => self.after_behind(behind, Step::Sync(cause)).await,
+            Err(ListError::Failed(err)) => {
                 self.stats.errors.fetch_add(1, Ordering::Relaxed);
                 let delay = backoff.next_delay();
                 let what = match cause {
@@ -402,6 +469,42 @@ impl Reflector {
                 Step::Sync(cause)
             }
         }
+    }
+
+    /// A new state older than the one the cache already has can only come from a lagging
+    /// endpoint (a consistent read is never older than what was seen before): installing
+    /// it would end every downstream watch. `None` when the state may be installed.
+    fn older_than_cache(&self, snapshot: &Snapshot, endpoint: Option<usize>) -> Option<Behind> {
+        let have = self.store.resource_version();
+        (have > 0 && snapshot.resource_version < have).then(|| Behind {
+            endpoint,
+            retry_after: Duration::from_secs(1),
+            what: format!(
+                "its state is at resourceVersion {}, the cache's at {have}",
+                snapshot.resource_version
+            ),
+        })
+    }
+
+    /// After an answer from an endpoint behind the cache: prefer the others for a while,
+    /// wait as the answer asked (with jitter: reflectors of every resource may get it at
+    /// once), and try `next` again. Never a relist.
+    async fn after_behind(&self, behind: Behind, next: Step) -> Step {
+        self.stats.behind.fetch_add(1, Ordering::Relaxed);
+        if let Some(i) = behind.endpoint {
+            self.upstream.mark_behind(i);
+        }
+        let delay = behind
+            .retry_after
+            .max(Duration::from_millis(100))
+            .mul_f64(rand::rng().random_range(1.0..1.5));
+        let endpoint = behind
+            .endpoint
+            .and_then(|i| self.upstream.endpoints().get(i).map(|u| u.to_string()))
+            .unwrap_or_default();
+        tracing::info!(resource = %self.info.resource, %endpoint, "the upstream is behind the cache ({}); retrying in {delay:.1?}", behind.what);
+        tokio::time::sleep(delay).await;
+        next
     }
 
     /// Replaces the store's state with a complete new snapshot, in one step, and logs it:
@@ -478,28 +581,45 @@ impl Reflector {
                 tokio::time::sleep(delay).await;
                 Step::Watch(self.store.resource_version())
             }
+            WatchEnd::Behind(behind) => {
+                let rv = self.store.resource_version();
+                self.after_behind(behind, Step::Watch(rv)).await
+            }
         }
     }
 
-    async fn get(&self, path_and_query: String) -> Result<(StatusCode, Bytes), String> {
-        let req = Request::builder()
+    /// A GET of the reflector's own: marked [`Internal`] so that it may use the
+    /// connections kept for short requests when clients' watches fill the others.
+    fn request(path_and_query: String) -> Result<Request<body::Body>, String> {
+        let mut req = Request::builder()
             .method(Method::GET)
             .uri(path_and_query)
             .header(http::header::ACCEPT, "application/json")
             .body(body::empty())
             .map_err(|e| e.to_string())?;
+        req.extensions_mut().insert(Internal);
+        Ok(req)
+    }
+
+    async fn get(
+        &self,
+        path_and_query: String,
+    ) -> Result<(StatusCode, Bytes, Option<usize>), String> {
+        let req = Self::request(path_and_query)?;
         let resp = self.upstream.send(req).await.map_err(|e| e.to_string())?;
         let status = resp.status();
+        let endpoint = served_by(&resp);
         let bytes = Limited::new(resp.into_body(), MAX_PAGE_BYTES)
             .collect()
             .await
             .map_err(|e| format!("reading list body: {e}"))?
             .to_bytes();
-        Ok((status, bytes))
+        Ok((status, bytes, endpoint))
     }
 
-    /// Reads the whole collection, page by page, into a new snapshot.
-    async fn list(&self) -> Result<Snapshot, String> {
+    /// Reads the whole collection, page by page, into a new snapshot; also says which
+    /// endpoint served the last page.
+    async fn list(&self) -> Result<(Snapshot, Option<usize>), ListError> {
         self.stats.lists.fetch_add(1, Ordering::Relaxed);
         let base = self.info.collection_path();
         let mut snapshot = Snapshot::default();
@@ -513,15 +633,22 @@ impl Reflector {
                 }
                 q.finish()
             };
-            let (status, bytes) = self.get(format!("{base}?{query}")).await?;
+            let (status, bytes, endpoint) = self
+                .get(format!("{base}?{query}"))
+                .await
+                .map_err(ListError::Failed)?;
             if !status.is_success() {
-                return Err(format!(
+                let st: ErrorStatus = serde_json::from_slice(&bytes).unwrap_or_default();
+                if st.is_too_large_resource_version() {
+                    return Err(ListError::Behind(Behind::from_status(&st, endpoint)));
+                }
+                return Err(ListError::Failed(format!(
                     "list returned {status}: {}",
                     String::from_utf8_lossy(&bytes[..bytes.len().min(512)])
-                ));
+                )));
             }
-            let page: ListPage<'_> =
-                serde_json::from_slice(&bytes).map_err(|e| format!("list is not JSON: {e}"))?;
+            let page: ListPage<'_> = serde_json::from_slice(&bytes)
+                .map_err(|e| ListError::Failed(format!("list is not JSON: {e}")))?;
             for item in page.items {
                 match CachedObject::parse(
                     Bytes::copy_from_slice(item.get().as_bytes()),
@@ -539,44 +666,51 @@ impl Reflector {
                 }
             }
             let rv = page.metadata.resource_version.parse::<u64>().map_err(|_| {
-                format!(
+                ListError::Failed(format!(
                     "list resourceVersion {:?} is not a number",
                     page.metadata.resource_version
-                )
+                ))
             })?;
             // Every page of a paged list is served at the first page's resourceVersion.
             snapshot.resource_version = rv;
             match page.metadata.cont {
                 Some(c) if !c.is_empty() => cont = Some(c),
-                _ => return Ok(snapshot),
+                _ => return Ok((snapshot, endpoint)),
             }
         }
     }
 
     /// Opens a watch with `query` (whose `timeoutSeconds` is `timeout`); an HTTP error
     /// comes back with its status.
-    async fn open(
-        &self,
-        query: &str,
-        timeout: u32,
-    ) -> Result<EventStream, (Option<StatusCode>, String)> {
-        let req = Request::builder()
-            .method(Method::GET)
-            .uri(format!("{}?{query}", self.info.collection_path()))
-            .header(http::header::ACCEPT, "application/json")
-            .body(body::empty())
-            .map_err(|e| (None, e.to_string()))?;
+    async fn open(&self, query: &str, timeout: u32) -> Result<EventStream, RequestError> {
+        let req = Self::request(format!("{}?{query}", self.info.collection_path()))
+            .map_err(RequestError::Failed)?;
         let resp = self
             .upstream
             .send(req)
             .await
-            .map_err(|e| (None, e.to_string()))?;
+            .map_err(|e| RequestError::Failed(e.to_string()))?;
         let status = resp.status();
+        let endpoint = served_by(&resp);
         if !status.is_success() {
-            return Err((Some(status), format!("watch returned {status}")));
+            // The Status says whether the apiserver is merely behind.
+            let bytes = Limited::new(resp.into_body(), 64 << 10)
+                .collect()
+                .await
+                .map(|c| c.to_bytes())
+                .unwrap_or_default();
+            let st: ErrorStatus = serde_json::from_slice(&bytes).unwrap_or_default();
+            if st.is_too_large_resource_version() {
+                return Err(RequestError::Behind(Behind::from_status(&st, endpoint)));
+            }
+            return Err(RequestError::Status(
+                status,
+                format!("watch returned {status}"),
+            ));
         }
         Ok(EventStream::new(
             resp.into_body(),
+            endpoint,
             self.stats.clone(),
             Duration::from_secs(timeout.into()),
         ))
@@ -595,8 +729,11 @@ impl Reflector {
         );
         match self.open(&query, timeout).await {
             Ok(mut stream) => self.follow(&mut stream).await,
-            Err((Some(StatusCode::GONE), _)) => WatchEnd::Expired("HTTP 410 Gone".into()),
-            Err((_, msg)) => WatchEnd::Failed(msg),
+            Err(RequestError::Status(StatusCode::GONE, _)) => {
+                WatchEnd::Expired("HTTP 410 Gone".into())
+            }
+            Err(RequestError::Behind(b)) => WatchEnd::Behind(b),
+            Err(RequestError::Status(_, msg) | RequestError::Failed(msg)) => WatchEnd::Failed(msg),
         }
     }
 
@@ -607,7 +744,10 @@ impl Reflector {
                 Ok(None) => return WatchEnd::Closed(stream.end_reason()),
                 Err(end) => return end,
                 Ok(Some(line)) => {
-                    if let Some(end) = self.apply_event(&line) {
+                    if let Some(mut end) = self.apply_event(&line) {
+                        if let WatchEnd::Behind(b) = &mut end {
+                            b.endpoint = stream.endpoint;
+                        }
                         return end;
                     }
                 }
@@ -618,6 +758,7 @@ impl Reflector {
     /// WatchList: the state from a watch's initial events, and the stream to follow.
     async fn watch_list(&self) -> Result<(Snapshot, EventStream), WatchListFailure> {
         use WatchListFailure::{Failed, Unsupported};
+        let behind = WatchListFailure::Behind;
         self.stats.lists.fetch_add(1, Ordering::Relaxed);
         // resourceVersion unset: a consistent snapshot (KEP-3157, client-go's case 1).
         let timeout = Self::watch_timeout();
@@ -628,16 +769,19 @@ impl Reflector {
         // An upstream that never answers must not keep the cache cold either.
         let opened = tokio::time::timeout(idle, self.open(&query, timeout))
             .await
-            .unwrap_or_else(|_| Err((None, format!("no answer within {idle:?}"))));
+            .unwrap_or_else(|_| Err(RequestError::Failed(format!("no answer within {idle:?}"))));
         let mut stream = match opened {
             Ok(s) => s,
             // 429 asks to come back later; any other 4xx is the upstream saying no.
-            Err((Some(code), msg))
+            Err(RequestError::Status(code, msg))
                 if code.is_client_error() && code != StatusCode::TOO_MANY_REQUESTS =>
             {
                 return Err(Unsupported(msg))
             }
-            Err((_, msg)) => return Err(Failed(msg)),
+            Err(RequestError::Behind(b)) => return Err(behind(b)),
+            Err(RequestError::Status(_, msg) | RequestError::Failed(msg)) => {
+                return Err(Failed(msg))
+            }
         };
         // A temporary map, like client-go's temporaryStore: only the complete state
         // reaches the store.
@@ -714,10 +858,14 @@ impl Reflector {
                 }
                 "ERROR" => {
                     let st: Option<ErrorStatus> = serde_json::from_str(ev.object.get()).ok();
-                    return Err(Failed(match st {
-                        Some(st) => format!("watch error {}: {}", st.code, st.message),
-                        None => format!("watch error {}", ev.object.get()),
-                    }));
+                    return Err(match st {
+                        // The watch cache did not reach the consistent RV in time.
+                        Some(st) if st.is_too_large_resource_version() => {
+                            behind(Behind::from_status(&st, stream.endpoint))
+                        }
+                        Some(st) => Failed(format!("watch error {}: {}", st.code, st.message)),
+                        None => Failed(format!("watch error {}", ev.object.get())),
+                    });
                 }
                 other => return Err(Failed(format!("unknown event type {other:?}"))),
             }
@@ -762,14 +910,15 @@ impl Reflector {
             }
             "ERROR" => {
                 let st: ErrorStatus =
-                    serde_json::from_str(ev.object.get()).unwrap_or(ErrorStatus {
-                        code: 0,
-                        reason: String::new(),
+                    serde_json::from_str(ev.object.get()).unwrap_or_else(|_| ErrorStatus {
                         message: ev.object.get().to_string(),
+                        ..Default::default()
                     });
                 return Some(
                     if st.code == 410 || st.reason == "Expired" || st.reason == "Gone" {
                         WatchEnd::Expired(st.message)
+                    } else if st.is_too_large_resource_version() {
+                        WatchEnd::Behind(Behind::from_status(&st, None))
                     } else {
                         WatchEnd::Failed(format!("watch error {}: {}", st.code, st.message))
                     },
@@ -779,6 +928,18 @@ impl Reflector {
         }
         None
     }
+}
+
+/// Why a paged list produced no state.
+#[derive(Debug)]
+enum ListError {
+    Behind(Behind),
+    Failed(String),
+}
+
+/// The endpoint that answered (with several `--server`s).
+fn served_by<B>(resp: &http::Response<B>) -> Option<usize> {
+    resp.extensions().get::<Served>().map(|s| s.endpoint)
 }
 
 /// A BOOKMARK's object, with the annotations that may end a watch-list's initial events.

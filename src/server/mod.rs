@@ -22,7 +22,7 @@ use tokio::net::TcpListener;
 
 use crate::config::{self, GatewayConfig, ServeArgs};
 use crate::proxy::Proxy;
-use crate::upstream::Upstream;
+use crate::upstream::{Upstream, UpstreamOptions};
 use drain::{Drain, DrainOutcome};
 use listener::Handler;
 
@@ -36,8 +36,15 @@ impl Gateway {
     /// Bind both listeners and start serving. Returns once the sockets are bound, so a
     /// caller may connect to [`GatewayHandle::addr`] immediately.
     pub async fn start(cfg: GatewayConfig) -> anyhow::Result<GatewayHandle> {
-        let upstream = Upstream::new(&cfg.upstream, cfg.upstream_connect_timeout)
-            .context("building the upstream client")?;
+        let upstream = Upstream::with_options(
+            &cfg.upstream,
+            UpstreamOptions {
+                servers: cfg.upstream_servers.clone(),
+                connect_timeout: cfg.upstream_connect_timeout,
+                max_connections: cfg.upstream_max_connections,
+            },
+        )
+        .context("building the upstream client")?;
         let api = TcpListener::bind(cfg.listen)
             .await
             .with_context(|| format!("binding {}", cfg.listen))?;
@@ -125,6 +132,9 @@ impl Gateway {
             conn,
         ));
         tracing::info!(%addr, %admin_addr, upstream = %cfg.upstream.cluster_url, "serving");
+        if cfg.upstream_servers.len() > 1 {
+            tracing::info!(servers = ?cfg.upstream_servers, "several upstream apiservers: requests go to the first healthy one");
+        }
         Ok(GatewayHandle {
             addr,
             admin_addr,

@@ -104,17 +104,34 @@ pub fn matches(rt: &ResourceType, opts: &ListOptions, obj: &Value) -> bool {
             .matches_with(|f| selectable_value(rt, obj, f))
 }
 
-/// Waits for the store to reach `rv` (up to the configured 3 s), else the 504.
+/// Waits for this server's view to reach `rv` (up to the configured 3 s), else the 504.
+/// The view is the store's, or less while it is frozen (a lagging apiserver).
 pub async fn wait_for_rv(sim: &Sim, rv: u64) -> Result<(), Status> {
-    if sim.store.current_rv() >= rv {
+    if sim.visible_rv() >= rv {
         return Ok(());
     }
-    if sim.store.wait_for_rv(rv, sim.cfg.too_large_rv_wait).await {
+    let mut writes = sim.store.subscribe();
+    let mut freezes = sim.faults.frozen_signal();
+    let reached = tokio::time::timeout(sim.cfg.too_large_rv_wait, async {
+        loop {
+            writes.borrow_and_update();
+            freezes.borrow_and_update();
+            if sim.visible_rv() >= rv {
+                return;
+            }
+            tokio::select! {
+                r = writes.changed() => if r.is_err() { std::future::pending::<()>().await },
+                r = freezes.changed() => if r.is_err() { std::future::pending::<()>().await },
+            }
+        }
+    })
+    .await;
+    if reached.is_ok() {
         return Ok(());
     }
     Err(Status::too_large_resource_version(
         rv,
-        sim.store.current_rv(),
+        sim.visible_rv(),
         TOO_LARGE_RETRY_SECONDS,
     ))
 }
@@ -254,7 +271,13 @@ async fn list(
     if let Some(rv) = wait {
         wait_for_rv(sim, rv).await?;
     }
+    // A consistent read (no resourceVersion, no continue) comes from etcd; the others
+    // from the watch cache, which a frozen (lagging) server serves at its own RV.
+    let consistent = opts.resource_version.as_deref().unwrap_or("").is_empty() && cont.is_none();
     let at = match plan {
+        Plan::Latest if !consistent && sim.visible_rv() < sim.store.current_rv() => {
+            ReadAt::Exact(sim.visible_rv())
+        }
         Plan::Latest => ReadAt::Latest,
         Plan::Exact(rv) => ReadAt::Exact(rv),
     };

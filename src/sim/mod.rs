@@ -45,6 +45,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use serde_json::json;
 use tokio::net::TcpListener;
 use tokio::sync::watch as tokio_watch;
+use tokio_util::sync::CancellationToken;
 
 use crate::body::{self, Body};
 use crate::request::{self, ApiPath, Verb};
@@ -92,7 +93,15 @@ pub struct SimArgs {
     /// Fault: answer the next N watches with a 410 ERROR event.
     #[arg(long, default_value_t = 0)]
     pub fault_watch_410: u32,
+    /// Concurrent streams allowed on one HTTP/2 connection (kube-apiserver's
+    /// --http2-max-streams-per-connection default)
+    #[arg(long, default_value_t = DEFAULT_HTTP2_MAX_STREAMS)]
+    pub http2_max_streams_per_connection: u32,
 }
+
+/// kube-apiserver's default `--http2-max-streams-per-connection` (its secure serving's
+/// `MaxConcurrentStreams` when the flag is unset).
+pub const DEFAULT_HTTP2_MAX_STREAMS: u32 = 100;
 
 /// Runtime configuration of the simulator.
 #[derive(Debug, Clone)]
@@ -116,6 +125,8 @@ pub struct SimConfig {
     /// serving. `watchgate sim` and the demo do;
     /// the default is off so that store-level tests start from an empty store at RV 1.
     pub bootstrap_namespaces: bool,
+    /// Concurrent streams per HTTP/2 connection (SETTINGS_MAX_CONCURRENT_STREAMS).
+    pub http2_max_streams: u32,
 }
 
 impl Default for SimConfig {
@@ -130,6 +141,7 @@ impl Default for SimConfig {
             churn_per_sec: 0.0,
             faults: faults::FaultConfig::default(),
             bootstrap_namespaces: false,
+            http2_max_streams: DEFAULT_HTTP2_MAX_STREAMS,
         }
     }
 }
@@ -159,6 +171,7 @@ impl SimConfig {
                 watch_410: a.fault_watch_410,
             },
             bootstrap_namespaces: true,
+            http2_max_streams: a.http2_max_streams_per_connection.max(1),
         })
     }
 }
@@ -177,15 +190,28 @@ pub struct Sim {
 impl Sim {
     /// A simulator state without a listener (for unit tests and in-process use).
     pub fn new(cfg: SimConfig) -> (Arc<Self>, tokio_watch::Sender<bool>) {
+        let store = Store::new(cfg.store.clone());
+        Self::with_store(cfg, store)
+    }
+
+    /// A simulator state over an existing store: another apiserver of the same cluster.
+    pub fn with_store(cfg: SimConfig, store: Arc<Store>) -> (Arc<Self>, tokio_watch::Sender<bool>) {
         let (tx, rx) = tokio_watch::channel(false);
         let sim = Arc::new(Self {
-            store: Store::new(cfg.store.clone()),
+            store,
             stats: Arc::new(Stats::default()),
             faults: Arc::new(Faults::new(cfg.faults.clone())),
             cfg,
             shutdown: rx,
         });
         (sim, tx)
+    }
+
+    /// The newest resourceVersion this server shows: the store's, or less while its view
+    /// is frozen ([`Faults::freeze_at`]).
+    pub fn visible_rv(&self) -> u64 {
+        let current = self.store.current_rv();
+        self.faults.frozen().map_or(current, |f| f.min(current))
     }
 }
 
@@ -195,6 +221,8 @@ pub struct SimHandle {
     sim: Arc<Sim>,
     addr: SocketAddr,
     shutdown_tx: tokio_watch::Sender<bool>,
+    /// Cancelled by [`SimHandle::kill`]: every connection is dropped at once.
+    kill: CancellationToken,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -230,12 +258,19 @@ impl SimHandle {
         let _ = self.shutdown_tx.send(true);
         let _ = tokio::time::timeout(Duration::from_secs(5), self.task).await;
     }
+
+    /// Dies like a killed process: the listener closes and every connection is dropped
+    /// at once, mid-stream, with no clean end of any watch. The store lives on (replicas
+    /// share it).
+    pub async fn kill(self) {
+        self.kill.cancel();
+        let _ = tokio::time::timeout(Duration::from_secs(5), self.task).await;
+    }
 }
 
 /// Binds `cfg.addr` (port 0 allowed), seeds, starts churn, and serves in the background.
 pub async fn start(cfg: SimConfig) -> anyhow::Result<SimHandle> {
     let listener = TcpListener::bind(cfg.addr).await?;
-    let addr = listener.local_addr()?;
     let bootstrap = cfg.bootstrap_namespaces;
     let (sim, shutdown_tx) = Sim::new(cfg);
     if bootstrap {
@@ -244,11 +279,32 @@ pub async fn start(cfg: SimConfig) -> anyhow::Result<SimHandle> {
     }
     seed::seed(&sim);
     seed::spawn_churn(sim.clone());
-    let task = tokio::spawn(serve(listener, sim.clone()));
+    listen(listener, sim, shutdown_tx)
+}
+
+/// Another apiserver of the same cluster: serves `store` (a running simulator's, see
+/// [`SimHandle::store`]) on `cfg.addr`, with its own faults and stats, no seeding and no
+/// churn. Like kube-apiservers sharing one etcd: a write through either is seen by both,
+/// and each can be killed, restarted or made to lag on its own.
+pub async fn start_replica(cfg: SimConfig, store: Arc<Store>) -> anyhow::Result<SimHandle> {
+    let listener = TcpListener::bind(cfg.addr).await?;
+    let (sim, shutdown_tx) = Sim::with_store(cfg, store);
+    listen(listener, sim, shutdown_tx)
+}
+
+fn listen(
+    listener: TcpListener,
+    sim: Arc<Sim>,
+    shutdown_tx: tokio_watch::Sender<bool>,
+) -> anyhow::Result<SimHandle> {
+    let addr = listener.local_addr()?;
+    let kill = CancellationToken::new();
+    let task = tokio::spawn(serve(listener, sim.clone(), kill.clone()));
     Ok(SimHandle {
         sim,
         addr,
         shutdown_tx,
+        kill,
         task,
     })
 }
@@ -264,10 +320,14 @@ pub async fn run(args: SimArgs) -> anyhow::Result<()> {
 }
 
 /// Accept loop: HTTP/1.1 and h2c on the same port (hyper-util's auto builder), upgrades
-/// enabled for pods/exec.
-async fn serve(listener: TcpListener, sim: Arc<Sim>) {
+/// enabled for pods/exec, at most `http2_max_streams` streams per HTTP/2 connection.
+async fn serve(listener: TcpListener, sim: Arc<Sim>, kill: CancellationToken) {
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let mut shutdown = sim.shutdown.clone();
+    let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    builder
+        .http2()
+        .max_concurrent_streams(sim.cfg.http2_max_streams);
     loop {
         tokio::select! {
             res = listener.accept() => {
@@ -286,14 +346,19 @@ async fn serve(listener: TcpListener, sim: Arc<Sim>) {
                     let sim = sim.clone();
                     async move { Ok::<_, std::convert::Infallible>(handle(sim, req).await) }
                 });
-                let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
                 let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), svc);
                 let conn = graceful.watch(conn.into_owned());
+                let kill = kill.clone();
                 tokio::spawn(async move {
-                    let _ = conn.await;
+                    tokio::select! {
+                        _ = conn => {}
+                        // Dropped mid-stream: the socket closes with nothing more said.
+                        _ = kill.cancelled() => {}
+                    }
                 });
             }
             _ = wait_shutdown(&mut shutdown) => break,
+            _ = kill.cancelled() => return,
         }
     }
     drop(listener);
@@ -431,6 +496,14 @@ fn debug_endpoint(sim: &Arc<Sim>, method: &Method, path: &str) -> Option<Respons
         }
         (&Method::POST, "/debug/sim/faults/drop-watches") => {
             sim.faults.drop_watches_now();
+            json_response(StatusCode::OK, &sim.faults.to_json())
+        }
+        (&Method::POST, "/debug/sim/faults/freeze") => {
+            sim.faults.freeze_at(sim.store.current_rv());
+            json_response(StatusCode::OK, &sim.faults.to_json())
+        }
+        (&Method::POST, "/debug/sim/faults/unfreeze") => {
+            sim.faults.unfreeze();
             json_response(StatusCode::OK, &sim.faults.to_json())
         }
         _ => return None,

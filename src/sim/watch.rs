@@ -154,6 +154,9 @@ impl Watcher {
         let mut shutdown = self.sim.shutdown.clone();
         let mut rv_rx = self.sim.store.subscribe();
         rv_rx.borrow_and_update();
+        // A frozen server (a lagging apiserver) delivers nothing past its frozen RV.
+        let mut frozen_rx = self.sim.faults.frozen_signal();
+        frozen_rx.borrow_and_update();
         let bookmark_every = self.sim.cfg.bookmark_interval;
         let mut next_bookmark = started + bookmark_every;
         // The last bookmark comes 2 s before the deadline, so the client can resume from
@@ -165,15 +168,15 @@ impl Watcher {
         let mut cursor = match start {
             Start::After(rv) => rv,
             Start::InitialState { end_bookmark } => {
-                let snap =
-                    match self
-                        .sim
-                        .store
-                        .snapshot(self.rt, self.ns.as_deref(), ReadAt::Latest)
-                    {
-                        Ok(s) => s,
-                        Err(_) => return,
-                    };
+                let at = if self.sim.visible_rv() < self.sim.store.current_rv() {
+                    ReadAt::Exact(self.sim.visible_rv())
+                } else {
+                    ReadAt::Latest
+                };
+                let snap = match self.sim.store.snapshot(self.rt, self.ns.as_deref(), at) {
+                    Ok(s) => s,
+                    Err(_) => return,
+                };
                 for (_, obj) in &snap.items {
                     if matches(self.rt, &self.opts, obj) && !self.send("ADDED", obj).await {
                         return;
@@ -196,7 +199,13 @@ impl Watcher {
             if Instant::now() >= deadline || drop_at.is_some_and(|d| Instant::now() >= d) {
                 return;
             }
-            match self.sim.store.events_since(self.rt, cursor, BATCH) {
+            let visible = self.sim.visible_rv();
+            let history = if cursor < visible {
+                self.sim.store.events_since(self.rt, cursor, BATCH)
+            } else {
+                Ok((Vec::new(), cursor))
+            };
+            match history {
                 Err(HistoryError::Compacted {
                     requested,
                     compacted,
@@ -205,7 +214,9 @@ impl Watcher {
                     return;
                 }
                 Ok((events, new_cursor)) => {
-                    for ev in &events {
+                    let scanned = events.len();
+                    let new_cursor = new_cursor.min(visible);
+                    for ev in events.iter().take_while(|e| e.rv <= visible) {
                         if !self.in_scope(&ev.key) {
                             continue;
                         }
@@ -235,8 +246,7 @@ impl Watcher {
                             return;
                         }
                     }
-                    let caught_up =
-                        events.len() < BATCH && new_cursor >= self.sim.store.current_rv();
+                    let caught_up = scanned < BATCH && new_cursor >= self.sim.visible_rv();
                     cursor = new_cursor;
                     // Under constant churn the wait below is always cut short by a
                     // write, so a due bookmark is sent here too.
@@ -278,6 +288,7 @@ impl Watcher {
                     }
                 }
                 _ = drop_rx.changed() => return,
+                r = frozen_rx.changed() => { if r.is_err() { return; } }
                 _ = wait_shutdown(&mut shutdown) => return,
                 _ = self.tx.closed() => return,
             }
@@ -402,10 +413,19 @@ async fn begin(sim: &Arc<Sim>, opts: &ListOptions) -> Result<Begin, Status> {
     }
     let start = match opts.send_initial_events {
         Some(true) => {
-            // watch-list: RV N must be reached first (blockTimeout, then the 504 as an
-            // ERROR event).
-            if rv > 0 {
-                if let Err(s) = wait_for_rv(sim, rv).await {
+            // watch-list: the watch cache must first reach RV N, or, with RV unset (a
+            // consistent read), the store's current RV (cacher.go
+            // `waitUntilWatchCacheFreshAndForceAllEvents`: blockTimeout, then the 504 as
+            // an ERROR event). RV="0" takes the cache as it is.
+            let required = if rv > 0 {
+                Some(rv)
+            } else if rv_str.is_empty() {
+                Some(sim.store.current_rv())
+            } else {
+                None
+            };
+            if let Some(required) = required {
+                if let Err(s) = wait_for_rv(sim, required).await {
                     return Ok(Begin::Error(s));
                 }
             }
