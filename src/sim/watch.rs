@@ -215,7 +215,9 @@ impl Watcher {
                 }
                 Ok((events, new_cursor)) => {
                     let scanned = events.len();
-                    let new_cursor = new_cursor.min(visible);
+                    // Events past the visible RV wait for it; a cursor already past it (a
+                    // watch from a future RV) never moves back.
+                    let new_cursor = new_cursor.min(visible).max(cursor);
                     for ev in events.iter().take_while(|e| e.rv <= visible) {
                         if !self.in_scope(&ev.key) {
                             continue;
