@@ -13,6 +13,7 @@ pub mod demo;
 pub mod load;
 pub mod logging;
 pub mod metrics;
+pub mod proto;
 pub mod proxy;
 pub mod request;
 pub mod selector;

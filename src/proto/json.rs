@@ -1,0 +1,476 @@
+//! A small JSON reader that keeps each value's source bytes.
+//!
+//! Hand-written rather than `serde_json::Value` for two reasons: `runtime.RawExtension`,
+//! `metav1.FieldsV1` and apiextensions `JSON` carry the *exact* input bytes into
+//! protobuf (Go's `UnmarshalJSON` copies them), which a parsed-and-reprinted value would
+//! not reproduce (number spelling, escapes); and borrowing strings that need no
+//! unescaping parses a pod with a few dozen allocations instead of hundreds.
+
+use std::borrow::Cow;
+
+use super::ProtoError;
+
+/// Deeper documents are refused (CRD schemas nest ~30 levels in practice).
+pub(crate) const MAX_DEPTH: usize = 200;
+
+#[derive(Debug)]
+pub(crate) struct Json<'a> {
+    /// The value's bytes exactly as in the input.
+    pub raw: &'a [u8],
+    pub v: Val<'a>,
+}
+
+#[derive(Debug)]
+pub(crate) enum Val<'a> {
+    Null,
+    Bool(bool),
+    /// The number's literal text (validated against the JSON grammar).
+    Num(&'a str),
+    Str(Cow<'a, str>),
+    Arr(Vec<Json<'a>>),
+    Obj(Vec<(Cow<'a, str>, Json<'a>)>),
+}
+
+impl<'a> Json<'a> {
+    pub(crate) fn parse(input: &'a [u8]) -> Result<Json<'a>, ProtoError> {
+        std::str::from_utf8(input).map_err(|_| ProtoError::Json("invalid UTF-8".into()))?;
+        let mut p = Parser { s: input, pos: 0 };
+        p.ws();
+        let v = p.value(0)?;
+        p.ws();
+        if p.pos != input.len() {
+            return Err(p.err("trailing data after the JSON value"));
+        }
+        Ok(v)
+    }
+
+    pub(crate) fn type_name(&self) -> &'static str {
+        match self.v {
+            Val::Null => "null",
+            Val::Bool(_) => "bool",
+            Val::Num(_) => "number",
+            Val::Str(_) => "string",
+            Val::Arr(_) => "array",
+            Val::Obj(_) => "object",
+        }
+    }
+}
+
+struct Parser<'a> {
+    s: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Parser<'a> {
+    fn err(&self, what: &str) -> ProtoError {
+        ProtoError::Json(format!("{what} at byte {}", self.pos))
+    }
+
+    fn ws(&mut self) {
+        while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.s.get(self.pos) {
+            self.pos += 1;
+        }
+    }
+
+    fn peek(&self) -> Option<u8> {
+        self.s.get(self.pos).copied()
+    }
+
+    fn lit(&mut self, word: &[u8]) -> Result<(), ProtoError> {
+        if self.s[self.pos..].starts_with(word) {
+            self.pos += word.len();
+            Ok(())
+        } else {
+            Err(self.err("invalid literal"))
+        }
+    }
+
+    fn value(&mut self, depth: usize) -> Result<Json<'a>, ProtoError> {
+        if depth > MAX_DEPTH {
+            return Err(ProtoError::TooDeep);
+        }
+        let start = self.pos;
+        let v = match self.peek().ok_or_else(|| self.err("unexpected end"))? {
+            b'n' => self.lit(b"null").map(|_| Val::Null)?,
+            b't' => self.lit(b"true").map(|_| Val::Bool(true))?,
+            b'f' => self.lit(b"false").map(|_| Val::Bool(false))?,
+            b'"' => Val::Str(self.string()?),
+            b'[' => {
+                self.pos += 1;
+                let mut items = Vec::new();
+                self.ws();
+                if self.peek() == Some(b']') {
+                    self.pos += 1;
+                } else {
+                    loop {
+                        self.ws();
+                        items.push(self.value(depth + 1)?);
+                        self.ws();
+                        match self.peek() {
+                            Some(b',') => self.pos += 1,
+                            Some(b']') => {
+                                self.pos += 1;
+                                break;
+                            }
+                            _ => return Err(self.err("expected , or ]")),
+                        }
+                    }
+                }
+                Val::Arr(items)
+            }
+            b'{' => {
+                self.pos += 1;
+                let mut members = Vec::new();
+                self.ws();
+                if self.peek() == Some(b'}') {
+                    self.pos += 1;
+                } else {
+                    loop {
+                        self.ws();
+                        if self.peek() != Some(b'"') {
+                            return Err(self.err("expected a key"));
+                        }
+                        let key = self.string()?;
+                        self.ws();
+                        if self.peek() != Some(b':') {
+                            return Err(self.err("expected :"));
+                        }
+                        self.pos += 1;
+                        self.ws();
+                        let v = self.value(depth + 1)?;
+                        members.push((key, v));
+                        self.ws();
+                        match self.peek() {
+                            Some(b',') => self.pos += 1,
+                            Some(b'}') => {
+                                self.pos += 1;
+                                break;
+                            }
+                            _ => return Err(self.err("expected , or }")),
+                        }
+                    }
+                }
+                Val::Obj(members)
+            }
+            b'-' | b'0'..=b'9' => Val::Num(self.number()?),
+            _ => return Err(self.err("unexpected character")),
+        };
+        Ok(Json {
+            raw: &self.s[start..self.pos],
+            v,
+        })
+    }
+
+    fn number(&mut self) -> Result<&'a str, ProtoError> {
+        let start = self.pos;
+        let digits = |p: &mut Self| {
+            let s = p.pos;
+            while let Some(b'0'..=b'9') = p.peek() {
+                p.pos += 1;
+            }
+            p.pos - s
+        };
+        if self.peek() == Some(b'-') {
+            self.pos += 1;
+        }
+        match self.peek() {
+            Some(b'0') => self.pos += 1,
+            Some(b'1'..=b'9') => {
+                digits(self);
+            }
+            _ => return Err(self.err("invalid number")),
+        }
+        if self.peek() == Some(b'.') {
+            self.pos += 1;
+            if digits(self) == 0 {
+                return Err(self.err("invalid number"));
+            }
+        }
+        if let Some(b'e' | b'E') = self.peek() {
+            self.pos += 1;
+            if let Some(b'+' | b'-') = self.peek() {
+                self.pos += 1;
+            }
+            if digits(self) == 0 {
+                return Err(self.err("invalid number"));
+            }
+        }
+        // The input was checked to be UTF-8 and these are ASCII bytes.
+        Ok(std::str::from_utf8(&self.s[start..self.pos]).expect("ASCII"))
+    }
+
+    fn string(&mut self) -> Result<Cow<'a, str>, ProtoError> {
+        self.pos += 1; // opening quote
+        let start = self.pos;
+        loop {
+            match self.peek() {
+                None => return Err(self.err("unterminated string")),
+                Some(b'"') => {
+                    let s = std::str::from_utf8(&self.s[start..self.pos]).expect("UTF-8 input");
+                    self.pos += 1;
+                    return Ok(Cow::Borrowed(s));
+                }
+                Some(b'\\') => break,
+                Some(c) if c < 0x20 => return Err(self.err("control character in string")),
+                Some(_) => self.pos += 1,
+            }
+        }
+        let mut out = String::from(std::str::from_utf8(&self.s[start..self.pos]).expect("UTF-8"));
+        loop {
+            let seg = self.pos;
+            while let Some(c) = self.peek() {
+                if c == b'"' || c == b'\\' || c < 0x20 {
+                    break;
+                }
+                self.pos += 1;
+            }
+            out.push_str(std::str::from_utf8(&self.s[seg..self.pos]).expect("UTF-8 input"));
+            match self.peek() {
+                None => return Err(self.err("unterminated string")),
+                Some(b'"') => {
+                    self.pos += 1;
+                    return Ok(Cow::Owned(out));
+                }
+                Some(b'\\') => {
+                    self.pos += 1;
+                    let c = self.peek().ok_or_else(|| self.err("unterminated escape"))?;
+                    self.pos += 1;
+                    match c {
+                        b'"' => out.push('"'),
+                        b'\\' => out.push('\\'),
+                        b'/' => out.push('/'),
+                        b'b' => out.push('\u{8}'),
+                        b'f' => out.push('\u{c}'),
+                        b'n' => out.push('\n'),
+                        b'r' => out.push('\r'),
+                        b't' => out.push('\t'),
+                        b'u' => {
+                            let hi = self.hex4()?;
+                            // Go's decoder turns unpaired surrogates into U+FFFD.
+                            let ch = if (0xd800..0xdc00).contains(&hi)
+                                && self.s[self.pos..].starts_with(b"\\u")
+                            {
+                                let save = self.pos;
+                                self.pos += 2;
+                                let lo = self.hex4()?;
+                                if (0xdc00..0xe000).contains(&lo) {
+                                    char::from_u32(0x10000 + ((hi - 0xd800) << 10) + (lo - 0xdc00))
+                                } else {
+                                    self.pos = save;
+                                    None
+                                }
+                            } else {
+                                char::from_u32(hi)
+                            };
+                            out.push(ch.unwrap_or('\u{fffd}'));
+                        }
+                        _ => return Err(self.err("invalid escape")),
+                    }
+                }
+                Some(_) => return Err(self.err("control character in string")),
+            }
+        }
+    }
+
+    fn hex4(&mut self) -> Result<u32, ProtoError> {
+        let h = self
+            .s
+            .get(self.pos..self.pos + 4)
+            .ok_or_else(|| self.err("short \\u escape"))?;
+        let s = std::str::from_utf8(h).map_err(|_| self.err("invalid \\u escape"))?;
+        let v = u32::from_str_radix(s, 16).map_err(|_| self.err("invalid \\u escape"))?;
+        self.pos += 4;
+        Ok(v)
+    }
+}
+
+/// Write `s` as a JSON string the way Go's `encoding/json` does (HTML-safe escaping, as
+/// kube-apiserver's `json.Encoder` leaves on): `<`, `>`, `&`, U+2028 and U+2029 become
+/// `\u003c`, `\u003e`, `\u0026`, `\u2028`, `\u2029`; control characters are escaped;
+/// each byte of invalid UTF-8 becomes `\ufffd`.
+pub(crate) fn write_go_string(out: &mut Vec<u8>, s: &[u8]) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    out.push(b'"');
+    let mut rest = s;
+    loop {
+        let (valid, bad) = match std::str::from_utf8(rest) {
+            Ok(v) => (v, 0),
+            Err(e) => {
+                let v = std::str::from_utf8(&rest[..e.valid_up_to()]).expect("valid prefix");
+                (v, e.error_len().unwrap_or(rest.len() - e.valid_up_to()))
+            }
+        };
+        let mut start = 0;
+        let b = valid.as_bytes();
+        let mut i = 0;
+        while i < b.len() {
+            let c = b[i];
+            let esc: Option<&[u8]> = match c {
+                b'"' => Some(b"\\\""),
+                b'\\' => Some(b"\\\\"),
+                b'\n' => Some(b"\\n"),
+                b'\r' => Some(b"\\r"),
+                b'\t' => Some(b"\\t"),
+                0x08 => Some(b"\\b"),
+                0x0c => Some(b"\\f"),
+                _ => None,
+            };
+            if let Some(e) = esc {
+                out.extend_from_slice(&b[start..i]);
+                out.extend_from_slice(e);
+                i += 1;
+                start = i;
+            } else if c < 0x20 || c == b'<' || c == b'>' || c == b'&' {
+                out.extend_from_slice(&b[start..i]);
+                out.extend_from_slice(b"\\u00");
+                out.push(HEX[(c >> 4) as usize]);
+                out.push(HEX[(c & 15) as usize]);
+                i += 1;
+                start = i;
+            } else if c == 0xe2
+                && b.get(i + 1) == Some(&0x80)
+                && matches!(b.get(i + 2), Some(0xa8 | 0xa9))
+            {
+                out.extend_from_slice(&b[start..i]);
+                out.extend_from_slice(if b[i + 2] == 0xa8 {
+                    b"\\u2028"
+                } else {
+                    b"\\u2029"
+                });
+                i += 3;
+                start = i;
+            } else {
+                i += 1;
+            }
+        }
+        out.extend_from_slice(&b[start..]);
+        if bad == 0 {
+            break;
+        }
+        for _ in 0..bad {
+            out.extend_from_slice(b"\\ufffd");
+        }
+        rest = &rest[valid.len() + bad..];
+    }
+    out.push(b'"');
+}
+
+/// Append a raw JSON value the way `encoding/json` embeds a `MarshalJSON` result: its
+/// `compact` drops insignificant whitespace and, with HTML escaping on, rewrites `<`,
+/// `>`, `&`, U+2028 and U+2029 inside strings; every other byte is copied as is.
+/// Fails on invalid JSON (so does Go's Marshal).
+pub(crate) fn write_compact(out: &mut Vec<u8>, raw: &[u8]) -> Result<(), ProtoError> {
+    Json::parse(raw)?;
+    let mut in_str = false;
+    let mut esc = false;
+    let mut i = 0;
+    while i < raw.len() {
+        let c = raw[i];
+        if in_str {
+            if esc {
+                esc = false;
+                out.push(c);
+            } else if c == b'\\' {
+                esc = true;
+                out.push(c);
+            } else if c == b'"' {
+                in_str = false;
+                out.push(c);
+            } else if c == b'<' || c == b'>' || c == b'&' {
+                out.extend_from_slice(match c {
+                    b'<' => b"\\u003c",
+                    b'>' => b"\\u003e",
+                    _ => b"\\u0026",
+                });
+            } else if c == 0xe2
+                && raw.get(i + 1) == Some(&0x80)
+                && matches!(raw.get(i + 2), Some(0xa8 | 0xa9))
+            {
+                out.extend_from_slice(if raw[i + 2] == 0xa8 {
+                    b"\\u2028"
+                } else {
+                    b"\\u2029"
+                });
+                i += 2;
+            } else {
+                out.push(c);
+            }
+        } else if c == b'"' {
+            in_str = true;
+            out.push(c);
+        } else if !matches!(c, b' ' | b'\t' | b'\n' | b'\r') {
+            out.push(c);
+        }
+        i += 1;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn go_str(s: &[u8]) -> String {
+        let mut out = Vec::new();
+        write_go_string(&mut out, s);
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn parses_and_keeps_raw_bytes() {
+        let doc = br#"{"a": [1, 2.5e3, "x\u00e9\ud83d\ude00"], "b": {"c": null}, "d": true}"#;
+        let j = Json::parse(doc).unwrap();
+        let Val::Obj(m) = &j.v else { panic!() };
+        assert_eq!(m[0].1.raw, br#"[1, 2.5e3, "x\u00e9\ud83d\ude00"]"#);
+        let Val::Arr(a) = &m[0].1.v else { panic!() };
+        assert!(matches!(a[1].v, Val::Num("2.5e3")));
+        assert!(matches!(&a[2].v, Val::Str(s) if s == "xé😀"));
+    }
+
+    #[test]
+    fn rejects_malformed_json() {
+        for bad in [
+            &b"{"[..],
+            b"[1,]",
+            b"{\"a\" 1}",
+            b"01",
+            b"1.",
+            b"\"\x01\"",
+            b"nul",
+            b"{} x",
+            b"\"\\q\"",
+        ] {
+            assert!(
+                Json::parse(bad).is_err(),
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+        let deep = "[".repeat(MAX_DEPTH + 5);
+        assert!(matches!(
+            Json::parse(deep.as_bytes()),
+            Err(ProtoError::TooDeep)
+        ));
+    }
+
+    #[test]
+    fn go_string_escaping() {
+        assert_eq!(go_str(b"a<b>&c"), r#""a\u003cb\u003e\u0026c""#);
+        assert_eq!(
+            go_str("\u{2028}\n\t\"\\\u{1}".as_bytes()),
+            r#""\u2028\n\t\"\\\u0001""#
+        );
+        assert_eq!(go_str(b"x\xe2\x82y\xff"), r#""x\ufffd\ufffdy\ufffd""#);
+    }
+
+    #[test]
+    fn compacts_like_encoding_json() {
+        let mut out = Vec::new();
+        write_compact(
+            &mut out,
+            b"{ \"f:a\" : { \".\" : {} , \"x\":\"< \\u00e9\" } }",
+        )
+        .unwrap();
+        assert_eq!(out, br#"{"f:a":{".":{},"x":"\u003c \u00e9"}}"#);
+    }
+}
