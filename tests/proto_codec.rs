@@ -677,3 +677,24 @@ fn lookup_covers_the_cached_kinds_and_refuses_others() {
         Err(ProtoError::UnknownKind(_))
     ));
 }
+
+#[test]
+fn time_drops_nanoseconds_micro_time_keeps_microseconds() {
+    // time_proto.go: ProtoTime writes Seconds only (Nanos stays 0) and Unmarshal ignores
+    // nanos; MicroTime keeps its fraction.
+    let cond = MessageType::by_name("io.k8s.api.core.v1.PodCondition").unwrap();
+    let b = proto::encode(cond, br#"{"type":"Ready","status":"True","lastTransitionTime":"2026-03-01T10:00:06.5Z"}"#).unwrap();
+    let c = core::PodCondition::decode(b.as_slice()).unwrap();
+    let t = c.last_transition_time.unwrap();
+    assert_eq!((t.seconds, t.nanos), (Some(1_772_359_206), Some(0)));
+    assert_eq!(
+        show(&proto::decode(cond, &b, None).unwrap()),
+        r#"{"type":"Ready","status":"True","lastProbeTime":null,"lastTransitionTime":"2026-03-01T10:00:06Z"}"#
+    );
+    let lease = MessageType::by_name("io.k8s.api.coordination.v1.LeaseSpec").unwrap();
+    let json = br#"{"holderIdentity":"node-7","leaseDurationSeconds":40,"renewTime":"2026-03-01T10:00:06.123456Z"}"#;
+    let b = proto::encode(lease, json).unwrap();
+    let l = k8s_pb::api::coordination::v1::LeaseSpec::decode(b.as_slice()).unwrap();
+    assert_eq!(l.renew_time.unwrap().nanos, Some(123_456_000));
+    assert_eq!(show(&proto::decode(lease, &b, None).unwrap()), show(json));
+}

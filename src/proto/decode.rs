@@ -425,7 +425,8 @@ fn special_json(
                 let secs = last_varint(&slots, m, 1).unwrap_or(0) as i64;
                 let nanos = last_varint(&slots, m, 2).unwrap_or(0) as i32;
                 let s = if m.special == Special::Time {
-                    special::format_time(secs, nanos)?
+                    // time_proto.go `Unmarshal`: time.Unix(p.Seconds, 0) - nanos dropped.
+                    special::format_time(secs, 0)?
                 } else {
                     special::format_micro_time(secs, nanos)?
                 };

@@ -343,6 +343,9 @@ fn special_body(
                 let (secs, nanos) = special::parse_time(s)?;
                 // A zero time.Time (0001-01-01T00:00:00Z) marshals to nothing.
                 if (secs, nanos) != (-62135596800, 0) {
+                    // time_proto.go `ProtoTime` leaves Nanos out ("our JSON only handled
+                    // seconds"): metav1.Time always writes nanos 0; MicroTime keeps them.
+                    let nanos = if m.special == Special::Time { 0 } else { nanos };
                     put_tag(out, 1, WT_VARINT);
                     put_varint(out, secs as u64);
                     put_tag(out, 2, WT_VARINT);

@@ -2,8 +2,10 @@
 //!
 //! Sources (k8s.io/apimachinery unless noted):
 //! - `metav1.Time` — pkg/apis/meta/v1/time_proto.go: the zero time marshals to an
-//!   empty message, any other to `Timestamp{seconds, nanos}` (both fields always
-//!   written); JSON (time.go) is RFC 3339 in UTC without fraction, `null` when zero.
+//!   empty message, any other to `Timestamp{seconds, nanos: 0}` (`ProtoTime` leaves the
+//!   nanoseconds out on purpose; both Timestamp fields are Go values, always written),
+//!   and `Unmarshal` ignores nanos; JSON (time.go) is RFC 3339 in UTC without
+//!   fraction, `null` when zero.
 //! - `metav1.MicroTime` — micro_time_proto.go / micro_time.go: the same message, JSON
 //!   `2006-01-02T15:04:05.000000Z07:00` in UTC.
 //! - `metav1.Duration` — duration.go: `{1: int64 nanoseconds}`, JSON Go's
