@@ -683,7 +683,11 @@ fn time_drops_nanoseconds_micro_time_keeps_microseconds() {
     // time_proto.go: ProtoTime writes Seconds only (Nanos stays 0) and Unmarshal ignores
     // nanos; MicroTime keeps its fraction.
     let cond = MessageType::by_name("io.k8s.api.core.v1.PodCondition").unwrap();
-    let b = proto::encode(cond, br#"{"type":"Ready","status":"True","lastTransitionTime":"2026-03-01T10:00:06.5Z"}"#).unwrap();
+    let b = proto::encode(
+        cond,
+        br#"{"type":"Ready","status":"True","lastTransitionTime":"2026-03-01T10:00:06.5Z"}"#,
+    )
+    .unwrap();
     let c = core::PodCondition::decode(b.as_slice()).unwrap();
     let t = c.last_transition_time.unwrap();
     assert_eq!((t.seconds, t.nanos), (Some(1_772_359_206), Some(0)));
@@ -697,4 +701,24 @@ fn time_drops_nanoseconds_micro_time_keeps_microseconds() {
     let l = k8s_pb::api::coordination::v1::LeaseSpec::decode(b.as_slice()).unwrap();
     assert_eq!(l.renew_time.unwrap().nanos, Some(123_456_000));
     assert_eq!(show(&proto::decode(lease, &b, None).unwrap()), show(json));
+}
+
+/// The committed table is what scripts/gen-proto-schema makes from k8s-pb, k8s-openapi
+/// (both in the cargo registry once this test is built) and go-fields.txt.
+#[test]
+fn generated_schema_is_up_to_date() {
+    let out = std::process::Command::new("python3")
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/scripts/gen-proto-schema"
+        ))
+        .arg("--check")
+        .output()
+        .expect("python3 runs");
+    assert!(
+        out.status.success(),
+        "{}{}",
+        show(&out.stdout),
+        show(&out.stderr)
+    );
 }

@@ -272,9 +272,12 @@ pub fn watch_frame(event_type: &str, object_envelope: &[u8]) -> Vec<u8> {
     out
 }
 
+/// A complete frame's payload (a WatchEvent) and the bytes after it.
+pub type Frame<'a> = (&'a [u8], &'a [u8]);
+
 /// Split the first frame off a `;stream=watch` byte stream: `Ok(None)` until the frame
 /// is complete; `Err` when its length exceeds `max_frame`.
-pub fn split_frame(buf: &[u8], max_frame: usize) -> Result<Option<(&[u8], &[u8])>, ProtoError> {
+pub fn split_frame(buf: &[u8], max_frame: usize) -> Result<Option<Frame<'_>>, ProtoError> {
     let Some(h) = buf.get(..4) else {
         return Ok(None);
     };

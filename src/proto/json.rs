@@ -33,7 +33,7 @@ pub(crate) enum Val<'a> {
 
 impl<'a> Json<'a> {
     pub(crate) fn parse(input: &'a [u8]) -> Result<Json<'a>, ProtoError> {
-        std::str::from_utf8(input).map_err(|_| ProtoError::Json("invalid UTF-8".into()))?;
+        // UTF-8 is checked per string: outside strings the grammar admits only ASCII.
         let mut p = Parser { s: input, pos: 0 };
         p.ws();
         let v = p.value(0)?;
@@ -195,27 +195,30 @@ impl<'a> Parser<'a> {
                 return Err(self.err("invalid number"));
             }
         }
-        // The input was checked to be UTF-8 and these are ASCII bytes.
+        // The grammar above admits ASCII digits, signs, '.', 'e' only.
         Ok(std::str::from_utf8(&self.s[start..self.pos]).expect("ASCII"))
+    }
+
+    fn utf8(&self, b: &'a [u8]) -> Result<&'a str, ProtoError> {
+        std::str::from_utf8(b).map_err(|_| self.err("invalid UTF-8 in string"))
     }
 
     fn string(&mut self) -> Result<Cow<'a, str>, ProtoError> {
         self.pos += 1; // opening quote
         let start = self.pos;
-        loop {
-            match self.peek() {
-                None => return Err(self.err("unterminated string")),
-                Some(b'"') => {
-                    let s = std::str::from_utf8(&self.s[start..self.pos]).expect("UTF-8 input");
-                    self.pos += 1;
-                    return Ok(Cow::Borrowed(s));
-                }
-                Some(b'\\') => break,
-                Some(c) if c < 0x20 => return Err(self.err("control character in string")),
-                Some(_) => self.pos += 1,
-            }
+        // The common case: no escapes. Find the closing quote or the first backslash.
+        let rest = &self.s[start..];
+        let stop =
+            memchr::memchr2(b'"', b'\\', rest).ok_or_else(|| self.err("unterminated string"))?;
+        if rest[..stop].iter().any(|&c| c < 0x20) {
+            return Err(self.err("control character in string"));
         }
-        let mut out = String::from(std::str::from_utf8(&self.s[start..self.pos]).expect("UTF-8"));
+        self.pos = start + stop;
+        if rest[stop] == b'"' {
+            self.pos += 1;
+            return Ok(Cow::Borrowed(self.utf8(&rest[..stop])?));
+        }
+        let mut out = String::from(self.utf8(&rest[..stop])?);
         loop {
             let seg = self.pos;
             while let Some(c) = self.peek() {
@@ -224,7 +227,7 @@ impl<'a> Parser<'a> {
                 }
                 self.pos += 1;
             }
-            out.push_str(std::str::from_utf8(&self.s[seg..self.pos]).expect("UTF-8 input"));
+            out.push_str(self.utf8(&self.s[seg..self.pos])?);
             match self.peek() {
                 None => return Err(self.err("unterminated string")),
                 Some(b'"') => {
