@@ -278,6 +278,42 @@ fn secret_node_service_endpointslice_deployment_event_crd_namespace_round_trip()
     let items = spec.properties["ports"].items.as_ref().unwrap();
     assert_eq!(items.schema.as_ref().unwrap().maximum, Some(65535.0));
 
+    let (job, o, t): (k8s_pb::api::batch::v1::Job, _, _) = round_trip("job", "batch/v1", "Job");
+    assert_eq!(o, t);
+    let st = job.status.as_ref().unwrap();
+    assert_eq!(
+        (st.succeeded, st.terminating, st.ready),
+        (Some(1), Some(0), Some(0))
+    );
+    assert!(st.uncounted_terminated_pods.is_some());
+
+    let (ing, o, t): (k8s_pb::api::networking::v1::Ingress, _, _) =
+        round_trip("ingress", "networking.k8s.io/v1", "Ingress");
+    assert_eq!(o, t);
+    let rule = &ing.spec.as_ref().unwrap().rules[0];
+    let paths = &rule
+        .ingress_rule_value
+        .as_ref()
+        .unwrap()
+        .http
+        .as_ref()
+        .unwrap()
+        .paths;
+    assert_eq!(
+        paths[1]
+            .backend
+            .as_ref()
+            .unwrap()
+            .service
+            .as_ref()
+            .unwrap()
+            .port
+            .as_ref()
+            .unwrap()
+            .number,
+        Some(9090)
+    );
+
     let (ns, o, t): (core::Namespace, _, _) = round_trip("namespace", "v1", "Namespace");
     assert_eq!(o, t);
     assert_eq!(ns.status.as_ref().unwrap().phase.as_deref(), Some("Active"));
@@ -659,6 +695,17 @@ fn lookup_covers_the_cached_kinds_and_refuses_others() {
         ("apps/v1", "Deployment"),
         ("apps/v1", "StatefulSet"),
         ("coordination.k8s.io/v1", "Lease"),
+        ("batch/v1", "Job"),
+        ("batch/v1", "CronJob"),
+        ("networking.k8s.io/v1", "Ingress"),
+        ("networking.k8s.io/v1", "NetworkPolicy"),
+        ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"),
+        ("policy/v1", "PodDisruptionBudget"),
+        ("storage.k8s.io/v1", "CSINode"),
+        ("storage.k8s.io/v1", "StorageClass"),
+        ("scheduling.k8s.io/v1", "PriorityClass"),
+        ("node.k8s.io/v1", "RuntimeClass"),
+        ("events.k8s.io/v1", "Event"),
         ("apiextensions.k8s.io/v1", "CustomResourceDefinition"),
         ("apiregistration.k8s.io/v1", "APIService"),
         ("meta.k8s.io/v1", "PartialObjectMetadataList"),

@@ -3,7 +3,7 @@
 
 use super::{Card, Field, Kind, Message, Special};
 
-pub(crate) static MESSAGES: [Message; 364] = [
+pub(crate) static MESSAGES: [Message; 463] = [
     // 0
     Message {
         name: "io.k8s.api.core.v1.AWSElasticBlockStoreVolumeSource",
@@ -116,7 +116,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(338), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(437), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "target", num: 2, kind: Kind::Msg(120), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -248,7 +248,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
         fields: &[
             Field { json: "name", num: 1, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "signerName", num: 2, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
-            Field { json: "labelSelector", num: 3, kind: Kind::Msg(331), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "labelSelector", num: 3, kind: Kind::Msg(430), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "optional", num: 5, kind: Kind::Bool, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "path", num: 4, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
@@ -275,7 +275,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(338), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(437), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "conditions", num: 2, kind: Kind::Msg(18), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -287,7 +287,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(334), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(433), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(19), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -299,7 +299,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(338), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(437), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "immutable", num: 4, kind: Kind::Bool, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "data", num: 2, kind: Kind::Str, card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "binaryData", num: 3, kind: Kind::Bytes, card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
@@ -338,7 +338,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(334), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(433), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(21), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -516,7 +516,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "startedAt", num: 1, kind: Kind::Msg(351), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "startedAt", num: 1, kind: Kind::Msg(450), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0],
     },
@@ -531,8 +531,8 @@ pub(crate) static MESSAGES: [Message; 364] = [
             Field { json: "signal", num: 2, kind: Kind::I32, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "reason", num: 3, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "message", num: 4, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "startedAt", num: 5, kind: Kind::Msg(351), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "finishedAt", num: 6, kind: Kind::Msg(351), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "startedAt", num: 5, kind: Kind::Msg(450), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "finishedAt", num: 6, kind: Kind::Msg(450), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "containerID", num: 7, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1, 2, 3, 4, 5, 6],
@@ -565,7 +565,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
             Field { json: "imageID", num: 7, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "containerID", num: 8, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "started", num: 9, kind: Kind::Bool, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
-            Field { json: "allocatedResources", num: 10, kind: Kind::Msg(362), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "allocatedResources", num: 10, kind: Kind::Msg(461), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "resources", num: 11, kind: Kind::Msg(187), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "volumeMounts", num: 12, kind: Kind::Msg(229), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: true },
             Field { json: "user", num: 13, kind: Kind::Msg(40), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
@@ -641,7 +641,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
         verified: true,
         fields: &[
             Field { json: "medium", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "sizeLimit", num: 2, kind: Kind::Msg(362), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "sizeLimit", num: 2, kind: Kind::Msg(461), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
     },
@@ -693,7 +693,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(338), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(437), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "subsets", num: 2, kind: Kind::Msg(48), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -705,7 +705,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(334), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(433), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(49), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -816,16 +816,16 @@ pub(crate) static MESSAGES: [Message; 364] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(338), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(437), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "involvedObject", num: 2, kind: Kind::Msg(120), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "reason", num: 3, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "message", num: 4, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "source", num: 5, kind: Kind::Msg(60), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "firstTimestamp", num: 6, kind: Kind::Msg(351), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "lastTimestamp", num: 7, kind: Kind::Msg(351), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "firstTimestamp", num: 6, kind: Kind::Msg(450), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "lastTimestamp", num: 7, kind: Kind::Msg(450), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "count", num: 8, kind: Kind::I32, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "type", num: 9, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "eventTime", num: 10, kind: Kind::Msg(337), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "eventTime", num: 10, kind: Kind::Msg(436), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "series", num: 11, kind: Kind::Msg(59), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "action", num: 12, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "related", num: 13, kind: Kind::Msg(120), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
@@ -841,7 +841,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(334), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(433), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(57), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -854,7 +854,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
         verified: true,
         fields: &[
             Field { json: "count", num: 1, kind: Kind::I32, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "lastObservedTime", num: 2, kind: Kind::Msg(337), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "lastObservedTime", num: 2, kind: Kind::Msg(436), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
     },
@@ -1026,7 +1026,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
         verified: true,
         fields: &[
             Field { json: "path", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "port", num: 2, kind: Kind::Msg(361), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "port", num: 2, kind: Kind::Msg(460), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "host", num: 3, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "scheme", num: 4, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "httpHeaders", num: 5, kind: Kind::Msg(73), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
@@ -1181,7 +1181,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(338), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(437), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "spec", num: 2, kind: Kind::Msg(86), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -1194,11 +1194,11 @@ pub(crate) static MESSAGES: [Message; 364] = [
         verified: true,
         fields: &[
             Field { json: "type", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
-            Field { json: "max", num: 2, kind: Kind::Msg(362), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "min", num: 3, kind: Kind::Msg(362), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "default", num: 4, kind: Kind::Msg(362), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "defaultRequest", num: 5, kind: Kind::Msg(362), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "maxLimitRequestRatio", num: 6, kind: Kind::Msg(362), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "max", num: 2, kind: Kind::Msg(461), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "min", num: 3, kind: Kind::Msg(461), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "default", num: 4, kind: Kind::Msg(461), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "defaultRequest", num: 5, kind: Kind::Msg(461), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "maxLimitRequestRatio", num: 6, kind: Kind::Msg(461), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1, 2, 3, 4, 5],
     },
@@ -1209,7 +1209,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(334), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(433), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(83), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -1245,8 +1245,8 @@ pub(crate) static MESSAGES: [Message; 364] = [
         special: Special::None,
         verified: false,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(334), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
-            Field { json: "items", num: 2, kind: Kind::Msg(358), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: true },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(433), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
+            Field { json: "items", num: 2, kind: Kind::Msg(457), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: true },
         ],
         by_num: &[0, 1],
     },
@@ -1330,7 +1330,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(338), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(437), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "spec", num: 2, kind: Kind::Msg(98), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "status", num: 3, kind: Kind::Msg(99), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
@@ -1345,7 +1345,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
         fields: &[
             Field { json: "type", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "status", num: 2, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
-            Field { json: "lastTransitionTime", num: 4, kind: Kind::Msg(351), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "lastTransitionTime", num: 4, kind: Kind::Msg(450), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "reason", num: 5, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "message", num: 6, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
@@ -1358,7 +1358,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(334), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(433), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(95), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -1393,7 +1393,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(338), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(437), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "spec", num: 2, kind: Kind::Msg(115), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "status", num: 3, kind: Kind::Msg(116), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
@@ -1432,8 +1432,8 @@ pub(crate) static MESSAGES: [Message; 364] = [
         fields: &[
             Field { json: "type", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "status", num: 2, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
-            Field { json: "lastHeartbeatTime", num: 3, kind: Kind::Msg(351), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "lastTransitionTime", num: 4, kind: Kind::Msg(351), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "lastHeartbeatTime", num: 3, kind: Kind::Msg(450), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "lastTransitionTime", num: 4, kind: Kind::Msg(450), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "reason", num: 5, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "message", num: 6, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
@@ -1493,7 +1493,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(334), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(433), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(100), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -1593,8 +1593,8 @@ pub(crate) static MESSAGES: [Message; 364] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "capacity", num: 1, kind: Kind::Msg(362), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "allocatable", num: 2, kind: Kind::Msg(362), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "capacity", num: 1, kind: Kind::Msg(461), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "allocatable", num: 2, kind: Kind::Msg(461), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "phase", num: 3, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "conditions", num: 4, kind: Kind::Msg(103), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "addresses", num: 5, kind: Kind::Msg(101), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
@@ -1678,7 +1678,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(338), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(437), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "spec", num: 2, kind: Kind::Msg(131), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "status", num: 3, kind: Kind::Msg(132), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
@@ -1691,7 +1691,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(338), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(437), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "spec", num: 2, kind: Kind::Msg(125), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "status", num: 3, kind: Kind::Msg(126), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
@@ -1706,8 +1706,8 @@ pub(crate) static MESSAGES: [Message; 364] = [
         fields: &[
             Field { json: "type", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "status", num: 2, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
-            Field { json: "lastProbeTime", num: 3, kind: Kind::Msg(351), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "lastTransitionTime", num: 4, kind: Kind::Msg(351), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "lastProbeTime", num: 3, kind: Kind::Msg(450), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "lastTransitionTime", num: 4, kind: Kind::Msg(450), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "reason", num: 5, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "message", num: 6, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
@@ -1720,7 +1720,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(334), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(433), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(122), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -1733,7 +1733,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
         verified: true,
         fields: &[
             Field { json: "accessModes", num: 1, kind: Kind::Str, card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "selector", num: 4, kind: Kind::Msg(331), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "selector", num: 4, kind: Kind::Msg(430), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "resources", num: 2, kind: Kind::Msg(232), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "volumeName", num: 3, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "storageClassName", num: 5, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
@@ -1753,9 +1753,9 @@ pub(crate) static MESSAGES: [Message; 364] = [
         fields: &[
             Field { json: "phase", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "accessModes", num: 2, kind: Kind::Str, card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "capacity", num: 3, kind: Kind::Msg(362), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "capacity", num: 3, kind: Kind::Msg(461), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "conditions", num: 4, kind: Kind::Msg(123), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "allocatedResources", num: 5, kind: Kind::Msg(362), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "allocatedResources", num: 5, kind: Kind::Msg(461), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "allocatedResourceStatuses", num: 7, kind: Kind::Str, card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "currentVolumeAttributesClassName", num: 8, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "modifyVolumeStatus", num: 9, kind: Kind::Msg(93), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
@@ -1769,7 +1769,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(338), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(437), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "spec", num: 2, kind: Kind::Msg(125), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -1793,7 +1793,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(334), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(433), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(121), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -1837,7 +1837,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "capacity", num: 1, kind: Kind::Msg(362), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "capacity", num: 1, kind: Kind::Msg(461), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "persistentVolumeSource", num: 2, kind: Kind::Msg(130), card: Card::Single, ptr: false, omitempty: true, inline: true, inferred: false },
             Field { json: "accessModes", num: 3, kind: Kind::Str, card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "claimRef", num: 4, kind: Kind::Msg(120), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
@@ -1860,7 +1860,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
             Field { json: "phase", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "message", num: 2, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "reason", num: 3, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "lastPhaseTransitionTime", num: 4, kind: Kind::Msg(351), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "lastPhaseTransitionTime", num: 4, kind: Kind::Msg(450), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1, 2, 3],
     },
@@ -1883,7 +1883,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(338), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(437), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "spec", num: 2, kind: Kind::Msg(157), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "status", num: 3, kind: Kind::Msg(158), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
@@ -1908,10 +1908,10 @@ pub(crate) static MESSAGES: [Message; 364] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "labelSelector", num: 1, kind: Kind::Msg(331), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "labelSelector", num: 1, kind: Kind::Msg(430), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "namespaces", num: 2, kind: Kind::Str, card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "topologyKey", num: 3, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
-            Field { json: "namespaceSelector", num: 4, kind: Kind::Msg(331), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "namespaceSelector", num: 4, kind: Kind::Msg(430), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "matchLabelKeys", num: 5, kind: Kind::Str, card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "mismatchLabelKeys", num: 6, kind: Kind::Str, card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
@@ -1971,8 +1971,8 @@ pub(crate) static MESSAGES: [Message; 364] = [
             Field { json: "type", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "observedGeneration", num: 7, kind: Kind::I64, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "status", num: 2, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
-            Field { json: "lastProbeTime", num: 3, kind: Kind::Msg(351), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "lastTransitionTime", num: 4, kind: Kind::Msg(351), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "lastProbeTime", num: 3, kind: Kind::Msg(450), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "lastTransitionTime", num: 4, kind: Kind::Msg(450), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "reason", num: 5, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "message", num: 6, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
@@ -2049,7 +2049,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(334), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(433), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(134), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -2065,7 +2065,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
             Field { json: "follow", num: 2, kind: Kind::Bool, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "previous", num: 3, kind: Kind::Bool, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "sinceSeconds", num: 4, kind: Kind::I64, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
-            Field { json: "sinceTime", num: 5, kind: Kind::Msg(351), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "sinceTime", num: 5, kind: Kind::Msg(450), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "timestamps", num: 6, kind: Kind::Bool, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "tailLines", num: 7, kind: Kind::I64, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "limitBytes", num: 8, kind: Kind::I64, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
@@ -2184,7 +2184,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "podController", num: 1, kind: Kind::Msg(339), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "podController", num: 1, kind: Kind::Msg(438), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0],
     },
@@ -2227,7 +2227,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
             Field { json: "runtimeClassName", num: 29, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "enableServiceLinks", num: 30, kind: Kind::Bool, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "preemptionPolicy", num: 31, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
-            Field { json: "overhead", num: 32, kind: Kind::Msg(362), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "overhead", num: 32, kind: Kind::Msg(461), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "topologySpreadConstraints", num: 33, kind: Kind::Msg(223), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "setHostnameAsFQDN", num: 35, kind: Kind::Bool, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "os", num: 36, kind: Kind::Msg(148), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
@@ -2257,7 +2257,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
             Field { json: "hostIPs", num: 16, kind: Kind::Msg(75), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "podIP", num: 6, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "podIPs", num: 12, kind: Kind::Msg(145), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "startTime", num: 7, kind: Kind::Msg(351), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "startTime", num: 7, kind: Kind::Msg(450), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "initContainerStatuses", num: 10, kind: Kind::Msg(39), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "containerStatuses", num: 8, kind: Kind::Msg(39), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "qosClass", num: 9, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
@@ -2265,7 +2265,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
             Field { json: "resize", num: 14, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "resourceClaimStatuses", num: 15, kind: Kind::Msg(153), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "extendedResourceClaimStatus", num: 18, kind: Kind::Msg(144), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
-            Field { json: "allocatedResources", num: 19, kind: Kind::Msg(362), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: true },
+            Field { json: "allocatedResources", num: 19, kind: Kind::Msg(461), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: true },
             Field { json: "resources", num: 20, kind: Kind::Msg(187), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
         ],
         by_num: &[1, 2, 3, 4, 6, 8, 10, 12, 13, 11, 5, 9, 14, 15, 16, 7, 0, 17, 18, 19],
@@ -2277,7 +2277,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(338), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(437), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "status", num: 2, kind: Kind::Msg(158), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -2289,7 +2289,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(338), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(437), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "template", num: 2, kind: Kind::Msg(162), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -2301,7 +2301,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(334), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(433), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(160), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -2313,7 +2313,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(338), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(437), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "spec", num: 2, kind: Kind::Msg(157), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -2363,7 +2363,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
         verified: true,
         fields: &[
             Field { json: "podSignature", num: 1, kind: Kind::Msg(156), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
-            Field { json: "evictionTime", num: 2, kind: Kind::Msg(351), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "evictionTime", num: 2, kind: Kind::Msg(450), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "reason", num: 3, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "message", num: 4, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
@@ -2483,7 +2483,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(338), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(437), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "range", num: 2, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "data", num: 3, kind: Kind::Bytes, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
@@ -2496,7 +2496,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(338), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(437), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "spec", num: 2, kind: Kind::Msg(178), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "status", num: 3, kind: Kind::Msg(179), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
@@ -2511,7 +2511,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
         fields: &[
             Field { json: "type", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "status", num: 2, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
-            Field { json: "lastTransitionTime", num: 3, kind: Kind::Msg(351), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "lastTransitionTime", num: 3, kind: Kind::Msg(450), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "reason", num: 4, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "message", num: 5, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
@@ -2524,7 +2524,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(334), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(433), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(175), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -2580,7 +2580,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
         fields: &[
             Field { json: "containerName", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "resource", num: 2, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
-            Field { json: "divisor", num: 3, kind: Kind::Msg(362), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "divisor", num: 3, kind: Kind::Msg(461), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1, 2],
     },
@@ -2603,7 +2603,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(338), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(437), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "spec", num: 2, kind: Kind::Msg(185), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "status", num: 3, kind: Kind::Msg(186), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
@@ -2616,7 +2616,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(334), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(433), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(183), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -2628,7 +2628,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "hard", num: 1, kind: Kind::Msg(362), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "hard", num: 1, kind: Kind::Msg(461), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "scopes", num: 2, kind: Kind::Str, card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "scopeSelector", num: 3, kind: Kind::Msg(192), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
         ],
@@ -2641,8 +2641,8 @@ pub(crate) static MESSAGES: [Message; 364] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "hard", num: 1, kind: Kind::Msg(362), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "used", num: 2, kind: Kind::Msg(362), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "hard", num: 1, kind: Kind::Msg(461), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "used", num: 2, kind: Kind::Msg(461), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
     },
@@ -2653,8 +2653,8 @@ pub(crate) static MESSAGES: [Message; 364] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "limits", num: 1, kind: Kind::Msg(362), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "requests", num: 2, kind: Kind::Msg(362), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "limits", num: 1, kind: Kind::Msg(461), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "requests", num: 2, kind: Kind::Msg(461), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "claims", num: 3, kind: Kind::Msg(180), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1, 2],
@@ -2768,7 +2768,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(338), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(437), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "immutable", num: 5, kind: Kind::Bool, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "data", num: 2, kind: Kind::Bytes, card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "stringData", num: 4, kind: Kind::Str, card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
@@ -2808,7 +2808,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(334), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(433), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(195), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -2892,7 +2892,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(338), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(437), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "spec", num: 2, kind: Kind::Msg(211), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "status", num: 3, kind: Kind::Msg(212), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
@@ -2905,7 +2905,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(338), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(437), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "secrets", num: 2, kind: Kind::Msg(120), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "imagePullSecrets", num: 3, kind: Kind::Msg(91), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "automountServiceAccountToken", num: 4, kind: Kind::Bool, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
@@ -2919,7 +2919,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(334), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(433), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(205), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -2944,7 +2944,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(334), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(433), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(204), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -2960,7 +2960,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
             Field { json: "protocol", num: 2, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "appProtocol", num: 6, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "port", num: 3, kind: Kind::I32, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
-            Field { json: "targetPort", num: 4, kind: Kind::Msg(361), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "targetPort", num: 4, kind: Kind::Msg(460), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "nodePort", num: 5, kind: Kind::I32, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1, 3, 4, 5, 2],
@@ -3014,7 +3014,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
         verified: true,
         fields: &[
             Field { json: "loadBalancer", num: 1, kind: Kind::Msg(90), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "conditions", num: 2, kind: Kind::Msg(318), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "conditions", num: 2, kind: Kind::Msg(417), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
     },
@@ -3089,7 +3089,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "port", num: 1, kind: Kind::Msg(361), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "port", num: 1, kind: Kind::Msg(460), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "host", num: 2, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -3104,7 +3104,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
             Field { json: "key", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "value", num: 2, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "effect", num: 3, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
-            Field { json: "timeAdded", num: 4, kind: Kind::Msg(351), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "timeAdded", num: 4, kind: Kind::Msg(450), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1, 2, 3],
     },
@@ -3156,7 +3156,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
             Field { json: "maxSkew", num: 1, kind: Kind::I32, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "topologyKey", num: 2, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "whenUnsatisfiable", num: 3, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
-            Field { json: "labelSelector", num: 4, kind: Kind::Msg(331), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "labelSelector", num: 4, kind: Kind::Msg(430), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "minDomains", num: 5, kind: Kind::I32, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "nodeAffinityPolicy", num: 6, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "nodeTaintsPolicy", num: 7, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
@@ -3280,8 +3280,8 @@ pub(crate) static MESSAGES: [Message; 364] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "limits", num: 1, kind: Kind::Msg(362), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "requests", num: 2, kind: Kind::Msg(362), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "limits", num: 1, kind: Kind::Msg(461), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "requests", num: 2, kind: Kind::Msg(461), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
     },
@@ -3385,8 +3385,8 @@ pub(crate) static MESSAGES: [Message; 364] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(338), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "data", num: 2, kind: Kind::Msg(358), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(437), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "data", num: 2, kind: Kind::Msg(457), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "revision", num: 3, kind: Kind::I64, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1, 2],
@@ -3398,7 +3398,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(334), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(433), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(238), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -3410,7 +3410,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(338), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(437), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "spec", num: 2, kind: Kind::Msg(243), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "status", num: 3, kind: Kind::Msg(244), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
@@ -3425,7 +3425,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
         fields: &[
             Field { json: "type", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "status", num: 2, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
-            Field { json: "lastTransitionTime", num: 3, kind: Kind::Msg(351), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "lastTransitionTime", num: 3, kind: Kind::Msg(450), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "reason", num: 4, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "message", num: 5, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
@@ -3438,7 +3438,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(334), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(433), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(240), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -3450,7 +3450,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "selector", num: 1, kind: Kind::Msg(331), card: Card::Single, ptr: true, omitempty: false, inline: false, inferred: false },
+            Field { json: "selector", num: 1, kind: Kind::Msg(430), card: Card::Single, ptr: true, omitempty: false, inline: false, inferred: false },
             Field { json: "template", num: 2, kind: Kind::Msg(162), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "updateStrategy", num: 3, kind: Kind::Msg(245), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "minReadySeconds", num: 4, kind: Kind::I32, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
@@ -3497,7 +3497,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(338), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(437), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "spec", num: 2, kind: Kind::Msg(249), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "status", num: 3, kind: Kind::Msg(250), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
@@ -3512,8 +3512,8 @@ pub(crate) static MESSAGES: [Message; 364] = [
         fields: &[
             Field { json: "type", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "status", num: 2, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
-            Field { json: "lastUpdateTime", num: 6, kind: Kind::Msg(351), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "lastTransitionTime", num: 7, kind: Kind::Msg(351), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "lastUpdateTime", num: 6, kind: Kind::Msg(450), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "lastTransitionTime", num: 7, kind: Kind::Msg(450), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "reason", num: 4, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "message", num: 5, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
@@ -3526,7 +3526,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(334), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(433), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(246), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -3539,7 +3539,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
         verified: true,
         fields: &[
             Field { json: "replicas", num: 1, kind: Kind::I32, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
-            Field { json: "selector", num: 2, kind: Kind::Msg(331), card: Card::Single, ptr: true, omitempty: false, inline: false, inferred: false },
+            Field { json: "selector", num: 2, kind: Kind::Msg(430), card: Card::Single, ptr: true, omitempty: false, inline: false, inferred: false },
             Field { json: "template", num: 3, kind: Kind::Msg(162), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "strategy", num: 4, kind: Kind::Msg(251), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "minReadySeconds", num: 5, kind: Kind::I32, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
@@ -3588,7 +3588,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(338), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(437), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "spec", num: 2, kind: Kind::Msg(255), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "status", num: 3, kind: Kind::Msg(256), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
@@ -3603,7 +3603,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
         fields: &[
             Field { json: "type", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "status", num: 2, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
-            Field { json: "lastTransitionTime", num: 3, kind: Kind::Msg(351), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "lastTransitionTime", num: 3, kind: Kind::Msg(450), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "reason", num: 4, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "message", num: 5, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
@@ -3616,7 +3616,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(334), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(433), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(252), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -3630,7 +3630,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
         fields: &[
             Field { json: "replicas", num: 1, kind: Kind::I32, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "minReadySeconds", num: 4, kind: Kind::I32, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "selector", num: 2, kind: Kind::Msg(331), card: Card::Single, ptr: true, omitempty: false, inline: false, inferred: false },
+            Field { json: "selector", num: 2, kind: Kind::Msg(430), card: Card::Single, ptr: true, omitempty: false, inline: false, inferred: false },
             Field { json: "template", num: 3, kind: Kind::Msg(162), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 2, 3, 1],
@@ -3659,8 +3659,8 @@ pub(crate) static MESSAGES: [Message; 364] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "maxUnavailable", num: 1, kind: Kind::Msg(361), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
-            Field { json: "maxSurge", num: 2, kind: Kind::Msg(361), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "maxUnavailable", num: 1, kind: Kind::Msg(460), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "maxSurge", num: 2, kind: Kind::Msg(460), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
     },
@@ -3671,8 +3671,8 @@ pub(crate) static MESSAGES: [Message; 364] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "maxUnavailable", num: 1, kind: Kind::Msg(361), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
-            Field { json: "maxSurge", num: 2, kind: Kind::Msg(361), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "maxUnavailable", num: 1, kind: Kind::Msg(460), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "maxSurge", num: 2, kind: Kind::Msg(460), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
     },
@@ -3684,7 +3684,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
         verified: true,
         fields: &[
             Field { json: "partition", num: 1, kind: Kind::I32, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
-            Field { json: "maxUnavailable", num: 2, kind: Kind::Msg(361), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "maxUnavailable", num: 2, kind: Kind::Msg(460), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
     },
@@ -3695,7 +3695,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(338), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(437), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "spec", num: 2, kind: Kind::Msg(265), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "status", num: 3, kind: Kind::Msg(266), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
@@ -3710,7 +3710,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
         fields: &[
             Field { json: "type", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "status", num: 2, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
-            Field { json: "lastTransitionTime", num: 3, kind: Kind::Msg(351), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "lastTransitionTime", num: 3, kind: Kind::Msg(450), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "reason", num: 4, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "message", num: 5, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
@@ -3723,7 +3723,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(334), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(433), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(260), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -3759,7 +3759,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
         verified: true,
         fields: &[
             Field { json: "replicas", num: 1, kind: Kind::I32, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
-            Field { json: "selector", num: 2, kind: Kind::Msg(331), card: Card::Single, ptr: true, omitempty: false, inline: false, inferred: false },
+            Field { json: "selector", num: 2, kind: Kind::Msg(430), card: Card::Single, ptr: true, omitempty: false, inline: false, inferred: false },
             Field { json: "template", num: 3, kind: Kind::Msg(162), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "volumeClaimTemplates", num: 4, kind: Kind::Msg(122), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "serviceName", num: 5, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
@@ -3868,7 +3868,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(338), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(437), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "addressType", num: 4, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "endpoints", num: 2, kind: Kind::Msg(268), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "ports", num: 3, kind: Kind::Msg(271), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
@@ -3882,7 +3882,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(334), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(433), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(272), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -3916,7 +3916,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(338), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(437), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "spec", num: 2, kind: Kind::Msg(278), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -3928,7 +3928,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(334), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(433), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(276), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -3942,8 +3942,8 @@ pub(crate) static MESSAGES: [Message; 364] = [
         fields: &[
             Field { json: "holderIdentity", num: 1, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "leaseDurationSeconds", num: 2, kind: Kind::I32, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
-            Field { json: "acquireTime", num: 3, kind: Kind::Msg(337), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
-            Field { json: "renewTime", num: 4, kind: Kind::Msg(337), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "acquireTime", num: 3, kind: Kind::Msg(436), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "renewTime", num: 4, kind: Kind::Msg(436), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "leaseTransitions", num: 5, kind: Kind::I32, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "strategy", num: 6, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
             Field { json: "preferredHolder", num: 7, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
@@ -3959,7 +3959,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
         fields: &[
             Field { json: "uid", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "desiredAPIVersion", num: 2, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
-            Field { json: "objects", num: 3, kind: Kind::Msg(358), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "objects", num: 3, kind: Kind::Msg(457), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1, 2],
     },
@@ -3971,8 +3971,8 @@ pub(crate) static MESSAGES: [Message; 364] = [
         verified: true,
         fields: &[
             Field { json: "uid", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
-            Field { json: "convertedObjects", num: 2, kind: Kind::Msg(358), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
-            Field { json: "result", num: 3, kind: Kind::Msg(347), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "convertedObjects", num: 2, kind: Kind::Msg(457), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "result", num: 3, kind: Kind::Msg(446), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1, 2],
     },
@@ -4023,7 +4023,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(338), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(437), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "spec", num: 2, kind: Kind::Msg(288), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "status", num: 3, kind: Kind::Msg(289), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
@@ -4038,7 +4038,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
         fields: &[
             Field { json: "type", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "status", num: 2, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
-            Field { json: "lastTransitionTime", num: 3, kind: Kind::Msg(351), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "lastTransitionTime", num: 3, kind: Kind::Msg(450), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "reason", num: 4, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "message", num: 5, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "observedGeneration", num: 6, kind: Kind::I64, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
@@ -4052,7 +4052,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(334), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(433), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(284), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -4354,7 +4354,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(338), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(437), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "spec", num: 2, kind: Kind::Msg(309), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "status", num: 3, kind: Kind::Msg(310), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
@@ -4369,7 +4369,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
         fields: &[
             Field { json: "type", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "status", num: 2, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
-            Field { json: "lastTransitionTime", num: 3, kind: Kind::Msg(351), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "lastTransitionTime", num: 3, kind: Kind::Msg(450), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "reason", num: 4, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "message", num: 5, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
@@ -4382,7 +4382,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(334), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(433), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(306), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -4430,30 +4430,1319 @@ pub(crate) static MESSAGES: [Message; 364] = [
     },
     // 312
     Message {
+        name: "io.k8s.api.batch.v1.CronJob",
+        type_meta: true,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "metadata", num: 1, kind: Kind::Msg(437), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "spec", num: 2, kind: Kind::Msg(314), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "status", num: 3, kind: Kind::Msg(315), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1, 2],
+    },
+    // 313
+    Message {
+        name: "io.k8s.api.batch.v1.CronJobList",
+        type_meta: true,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "metadata", num: 1, kind: Kind::Msg(433), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "items", num: 2, kind: Kind::Msg(312), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1],
+    },
+    // 314
+    Message {
+        name: "io.k8s.api.batch.v1.CronJobSpec",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "schedule", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "timeZone", num: 8, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "startingDeadlineSeconds", num: 2, kind: Kind::I64, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "concurrencyPolicy", num: 3, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "suspend", num: 4, kind: Kind::Bool, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "jobTemplate", num: 5, kind: Kind::Msg(321), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "successfulJobsHistoryLimit", num: 6, kind: Kind::I32, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "failedJobsHistoryLimit", num: 7, kind: Kind::I32, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+        ],
+        by_num: &[0, 2, 3, 4, 5, 6, 7, 1],
+    },
+    // 315
+    Message {
+        name: "io.k8s.api.batch.v1.CronJobStatus",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "active", num: 1, kind: Kind::Msg(120), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "lastScheduleTime", num: 4, kind: Kind::Msg(450), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "lastSuccessfulTime", num: 5, kind: Kind::Msg(450), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1, 2],
+    },
+    // 316
+    Message {
+        name: "io.k8s.api.batch.v1.Job",
+        type_meta: true,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "metadata", num: 1, kind: Kind::Msg(437), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "spec", num: 2, kind: Kind::Msg(319), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "status", num: 3, kind: Kind::Msg(320), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1, 2],
+    },
+    // 317
+    Message {
+        name: "io.k8s.api.batch.v1.JobCondition",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "type", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "status", num: 2, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "lastProbeTime", num: 3, kind: Kind::Msg(450), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "lastTransitionTime", num: 4, kind: Kind::Msg(450), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "reason", num: 5, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "message", num: 6, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1, 2, 3, 4, 5],
+    },
+    // 318
+    Message {
+        name: "io.k8s.api.batch.v1.JobList",
+        type_meta: true,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "metadata", num: 1, kind: Kind::Msg(433), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "items", num: 2, kind: Kind::Msg(316), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1],
+    },
+    // 319
+    Message {
+        name: "io.k8s.api.batch.v1.JobSpec",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "parallelism", num: 1, kind: Kind::I32, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "completions", num: 2, kind: Kind::I32, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "activeDeadlineSeconds", num: 3, kind: Kind::I64, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "podFailurePolicy", num: 11, kind: Kind::Msg(322), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "successPolicy", num: 16, kind: Kind::Msg(326), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
+            Field { json: "backoffLimit", num: 7, kind: Kind::I32, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "backoffLimitPerIndex", num: 12, kind: Kind::I32, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
+            Field { json: "maxFailedIndexes", num: 13, kind: Kind::I32, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
+            Field { json: "selector", num: 4, kind: Kind::Msg(430), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "manualSelector", num: 5, kind: Kind::Bool, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "template", num: 6, kind: Kind::Msg(162), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "ttlSecondsAfterFinished", num: 8, kind: Kind::I32, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "completionMode", num: 9, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "suspend", num: 10, kind: Kind::Bool, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "podReplacementPolicy", num: 14, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
+            Field { json: "managedBy", num: 15, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
+        ],
+        by_num: &[0, 1, 2, 8, 9, 10, 5, 11, 12, 13, 3, 6, 7, 14, 15, 4],
+    },
+    // 320
+    Message {
+        name: "io.k8s.api.batch.v1.JobStatus",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "conditions", num: 1, kind: Kind::Msg(317), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "startTime", num: 2, kind: Kind::Msg(450), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "completionTime", num: 3, kind: Kind::Msg(450), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "active", num: 4, kind: Kind::I32, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "succeeded", num: 5, kind: Kind::I32, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "failed", num: 6, kind: Kind::I32, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "terminating", num: 11, kind: Kind::I32, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
+            Field { json: "completedIndexes", num: 7, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "failedIndexes", num: 10, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
+            Field { json: "uncountedTerminatedPods", num: 8, kind: Kind::Msg(328), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "ready", num: 9, kind: Kind::I32, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1, 2, 3, 4, 5, 7, 9, 10, 8, 6],
+    },
+    // 321
+    Message {
+        name: "io.k8s.api.batch.v1.JobTemplateSpec",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "metadata", num: 1, kind: Kind::Msg(437), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "spec", num: 2, kind: Kind::Msg(319), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1],
+    },
+    // 322
+    Message {
+        name: "io.k8s.api.batch.v1.PodFailurePolicy",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "rules", num: 1, kind: Kind::Msg(325), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
+        ],
+        by_num: &[0],
+    },
+    // 323
+    Message {
+        name: "io.k8s.api.batch.v1.PodFailurePolicyOnExitCodesRequirement",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "containerName", num: 1, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: false, inline: false, inferred: false },
+            Field { json: "operator", num: 2, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "values", num: 3, kind: Kind::I32, card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1, 2],
+    },
+    // 324
+    Message {
+        name: "io.k8s.api.batch.v1.PodFailurePolicyOnPodConditionsPattern",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "type", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "status", num: 2, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1],
+    },
+    // 325
+    Message {
+        name: "io.k8s.api.batch.v1.PodFailurePolicyRule",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "action", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "onExitCodes", num: 2, kind: Kind::Msg(323), card: Card::Single, ptr: true, omitempty: false, inline: false, inferred: false },
+            Field { json: "onPodConditions", num: 3, kind: Kind::Msg(324), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1, 2],
+    },
+    // 326
+    Message {
+        name: "io.k8s.api.batch.v1.SuccessPolicy",
+        type_meta: false,
+        special: Special::None,
+        verified: false,
+        fields: &[
+            Field { json: "rules", num: 1, kind: Kind::Msg(327), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: true },
+        ],
+        by_num: &[0],
+    },
+    // 327
+    Message {
+        name: "io.k8s.api.batch.v1.SuccessPolicyRule",
+        type_meta: false,
+        special: Special::None,
+        verified: false,
+        fields: &[
+            Field { json: "succeededIndexes", num: 1, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
+            Field { json: "succeededCount", num: 2, kind: Kind::I32, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
+        ],
+        by_num: &[0, 1],
+    },
+    // 328
+    Message {
+        name: "io.k8s.api.batch.v1.UncountedTerminatedPods",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "succeeded", num: 1, kind: Kind::Str, card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "failed", num: 2, kind: Kind::Str, card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1],
+    },
+    // 329
+    Message {
+        name: "io.k8s.api.networking.v1.HTTPIngressPath",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "path", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "pathType", num: 3, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: false, inline: false, inferred: false },
+            Field { json: "backend", num: 2, kind: Kind::Msg(336), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+        ],
+        by_num: &[0, 2, 1],
+    },
+    // 330
+    Message {
+        name: "io.k8s.api.networking.v1.HTTPIngressRuleValue",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "paths", num: 1, kind: Kind::Msg(329), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
+        ],
+        by_num: &[0],
+    },
+    // 331
+    Message {
+        name: "io.k8s.api.networking.v1.IPAddress",
+        type_meta: true,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "metadata", num: 1, kind: Kind::Msg(437), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "spec", num: 2, kind: Kind::Msg(333), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1],
+    },
+    // 332
+    Message {
+        name: "io.k8s.api.networking.v1.IPAddressList",
+        type_meta: true,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "metadata", num: 1, kind: Kind::Msg(433), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "items", num: 2, kind: Kind::Msg(331), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1],
+    },
+    // 333
+    Message {
+        name: "io.k8s.api.networking.v1.IPAddressSpec",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "parentRef", num: 1, kind: Kind::Msg(358), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+        ],
+        by_num: &[0],
+    },
+    // 334
+    Message {
+        name: "io.k8s.api.networking.v1.IPBlock",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "cidr", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "except", num: 2, kind: Kind::Str, card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1],
+    },
+    // 335
+    Message {
+        name: "io.k8s.api.networking.v1.Ingress",
+        type_meta: true,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "metadata", num: 1, kind: Kind::Msg(437), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "spec", num: 2, kind: Kind::Msg(348), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "status", num: 3, kind: Kind::Msg(349), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1, 2],
+    },
+    // 336
+    Message {
+        name: "io.k8s.api.networking.v1.IngressBackend",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "service", num: 4, kind: Kind::Msg(347), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "resource", num: 3, kind: Kind::Msg(224), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+        ],
+        by_num: &[1, 0],
+    },
+    // 337
+    Message {
+        name: "io.k8s.api.networking.v1.IngressClass",
+        type_meta: true,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "metadata", num: 1, kind: Kind::Msg(437), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "spec", num: 2, kind: Kind::Msg(340), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1],
+    },
+    // 338
+    Message {
+        name: "io.k8s.api.networking.v1.IngressClassList",
+        type_meta: true,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "metadata", num: 1, kind: Kind::Msg(433), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "items", num: 2, kind: Kind::Msg(337), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1],
+    },
+    // 339
+    Message {
+        name: "io.k8s.api.networking.v1.IngressClassParametersReference",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "apiGroup", num: 1, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "kind", num: 2, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "name", num: 3, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "scope", num: 4, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: false, inline: false, inferred: false },
+            Field { json: "namespace", num: 5, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1, 2, 3, 4],
+    },
+    // 340
+    Message {
+        name: "io.k8s.api.networking.v1.IngressClassSpec",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "controller", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "parameters", num: 2, kind: Kind::Msg(339), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1],
+    },
+    // 341
+    Message {
+        name: "io.k8s.api.networking.v1.IngressList",
+        type_meta: true,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "metadata", num: 1, kind: Kind::Msg(433), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "items", num: 2, kind: Kind::Msg(335), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1],
+    },
+    // 342
+    Message {
+        name: "io.k8s.api.networking.v1.IngressLoadBalancerIngress",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "ip", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "hostname", num: 2, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "ports", num: 4, kind: Kind::Msg(344), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1, 2],
+    },
+    // 343
+    Message {
+        name: "io.k8s.api.networking.v1.IngressLoadBalancerStatus",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "ingress", num: 1, kind: Kind::Msg(342), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
+        ],
+        by_num: &[0],
+    },
+    // 344
+    Message {
+        name: "io.k8s.api.networking.v1.IngressPortStatus",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "port", num: 1, kind: Kind::I32, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "protocol", num: 2, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "error", num: 3, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1, 2],
+    },
+    // 345
+    Message {
+        name: "io.k8s.api.networking.v1.IngressRule",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "host", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "ingressRuleValue", num: 2, kind: Kind::Msg(346), card: Card::Single, ptr: false, omitempty: true, inline: true, inferred: false },
+        ],
+        by_num: &[0, 1],
+    },
+    // 346
+    Message {
+        name: "io.k8s.api.networking.v1.IngressRuleValue",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "http", num: 1, kind: Kind::Msg(330), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+        ],
+        by_num: &[0],
+    },
+    // 347
+    Message {
+        name: "io.k8s.api.networking.v1.IngressServiceBackend",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "name", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "port", num: 2, kind: Kind::Msg(359), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1],
+    },
+    // 348
+    Message {
+        name: "io.k8s.api.networking.v1.IngressSpec",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "ingressClassName", num: 4, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "defaultBackend", num: 1, kind: Kind::Msg(336), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "tls", num: 2, kind: Kind::Msg(350), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "rules", num: 3, kind: Kind::Msg(345), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
+        ],
+        by_num: &[1, 2, 3, 0],
+    },
+    // 349
+    Message {
+        name: "io.k8s.api.networking.v1.IngressStatus",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "loadBalancer", num: 1, kind: Kind::Msg(343), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+        ],
+        by_num: &[0],
+    },
+    // 350
+    Message {
+        name: "io.k8s.api.networking.v1.IngressTLS",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "hosts", num: 1, kind: Kind::Str, card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "secretName", num: 2, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1],
+    },
+    // 351
+    Message {
+        name: "io.k8s.api.networking.v1.NetworkPolicy",
+        type_meta: true,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "metadata", num: 1, kind: Kind::Msg(437), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "spec", num: 2, kind: Kind::Msg(357), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1],
+    },
+    // 352
+    Message {
+        name: "io.k8s.api.networking.v1.NetworkPolicyEgressRule",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "ports", num: 1, kind: Kind::Msg(356), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "to", num: 2, kind: Kind::Msg(355), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1],
+    },
+    // 353
+    Message {
+        name: "io.k8s.api.networking.v1.NetworkPolicyIngressRule",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "ports", num: 1, kind: Kind::Msg(356), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "from", num: 2, kind: Kind::Msg(355), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1],
+    },
+    // 354
+    Message {
+        name: "io.k8s.api.networking.v1.NetworkPolicyList",
+        type_meta: true,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "metadata", num: 1, kind: Kind::Msg(433), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "items", num: 2, kind: Kind::Msg(351), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1],
+    },
+    // 355
+    Message {
+        name: "io.k8s.api.networking.v1.NetworkPolicyPeer",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "podSelector", num: 1, kind: Kind::Msg(430), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "namespaceSelector", num: 2, kind: Kind::Msg(430), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "ipBlock", num: 3, kind: Kind::Msg(334), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1, 2],
+    },
+    // 356
+    Message {
+        name: "io.k8s.api.networking.v1.NetworkPolicyPort",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "protocol", num: 1, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "port", num: 2, kind: Kind::Msg(460), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "endPort", num: 3, kind: Kind::I32, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1, 2],
+    },
+    // 357
+    Message {
+        name: "io.k8s.api.networking.v1.NetworkPolicySpec",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "podSelector", num: 1, kind: Kind::Msg(430), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "ingress", num: 2, kind: Kind::Msg(353), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "egress", num: 3, kind: Kind::Msg(352), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "policyTypes", num: 4, kind: Kind::Str, card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1, 2, 3],
+    },
+    // 358
+    Message {
+        name: "io.k8s.api.networking.v1.ParentReference",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "group", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "resource", num: 2, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "namespace", num: 3, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "name", num: 4, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1, 2, 3],
+    },
+    // 359
+    Message {
+        name: "io.k8s.api.networking.v1.ServiceBackendPort",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "name", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "number", num: 2, kind: Kind::I32, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1],
+    },
+    // 360
+    Message {
+        name: "io.k8s.api.networking.v1.ServiceCIDR",
+        type_meta: true,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "metadata", num: 1, kind: Kind::Msg(437), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "spec", num: 2, kind: Kind::Msg(362), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "status", num: 3, kind: Kind::Msg(363), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1, 2],
+    },
+    // 361
+    Message {
+        name: "io.k8s.api.networking.v1.ServiceCIDRList",
+        type_meta: true,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "metadata", num: 1, kind: Kind::Msg(433), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "items", num: 2, kind: Kind::Msg(360), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1],
+    },
+    // 362
+    Message {
+        name: "io.k8s.api.networking.v1.ServiceCIDRSpec",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "cidrs", num: 1, kind: Kind::Str, card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
+        ],
+        by_num: &[0],
+    },
+    // 363
+    Message {
+        name: "io.k8s.api.networking.v1.ServiceCIDRStatus",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "conditions", num: 1, kind: Kind::Msg(417), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
+        ],
+        by_num: &[0],
+    },
+    // 364
+    Message {
+        name: "io.k8s.api.rbac.v1.AggregationRule",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "clusterRoleSelectors", num: 1, kind: Kind::Msg(430), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
+        ],
+        by_num: &[0],
+    },
+    // 365
+    Message {
+        name: "io.k8s.api.rbac.v1.ClusterRole",
+        type_meta: true,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "metadata", num: 1, kind: Kind::Msg(437), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "rules", num: 2, kind: Kind::Msg(369), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "aggregationRule", num: 3, kind: Kind::Msg(364), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1, 2],
+    },
+    // 366
+    Message {
+        name: "io.k8s.api.rbac.v1.ClusterRoleBinding",
+        type_meta: true,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "metadata", num: 1, kind: Kind::Msg(437), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "subjects", num: 2, kind: Kind::Msg(375), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "roleRef", num: 3, kind: Kind::Msg(374), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1, 2],
+    },
+    // 367
+    Message {
+        name: "io.k8s.api.rbac.v1.ClusterRoleBindingList",
+        type_meta: true,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "metadata", num: 1, kind: Kind::Msg(433), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "items", num: 2, kind: Kind::Msg(366), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1],
+    },
+    // 368
+    Message {
+        name: "io.k8s.api.rbac.v1.ClusterRoleList",
+        type_meta: true,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "metadata", num: 1, kind: Kind::Msg(433), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "items", num: 2, kind: Kind::Msg(365), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1],
+    },
+    // 369
+    Message {
+        name: "io.k8s.api.rbac.v1.PolicyRule",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "verbs", num: 1, kind: Kind::Str, card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "apiGroups", num: 2, kind: Kind::Str, card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "resources", num: 3, kind: Kind::Str, card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "resourceNames", num: 4, kind: Kind::Str, card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "nonResourceURLs", num: 5, kind: Kind::Str, card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1, 2, 3, 4],
+    },
+    // 370
+    Message {
+        name: "io.k8s.api.rbac.v1.Role",
+        type_meta: true,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "metadata", num: 1, kind: Kind::Msg(437), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "rules", num: 2, kind: Kind::Msg(369), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1],
+    },
+    // 371
+    Message {
+        name: "io.k8s.api.rbac.v1.RoleBinding",
+        type_meta: true,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "metadata", num: 1, kind: Kind::Msg(437), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "subjects", num: 2, kind: Kind::Msg(375), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "roleRef", num: 3, kind: Kind::Msg(374), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1, 2],
+    },
+    // 372
+    Message {
+        name: "io.k8s.api.rbac.v1.RoleBindingList",
+        type_meta: true,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "metadata", num: 1, kind: Kind::Msg(433), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "items", num: 2, kind: Kind::Msg(371), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1],
+    },
+    // 373
+    Message {
+        name: "io.k8s.api.rbac.v1.RoleList",
+        type_meta: true,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "metadata", num: 1, kind: Kind::Msg(433), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "items", num: 2, kind: Kind::Msg(370), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1],
+    },
+    // 374
+    Message {
+        name: "io.k8s.api.rbac.v1.RoleRef",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "apiGroup", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "kind", num: 2, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "name", num: 3, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1, 2],
+    },
+    // 375
+    Message {
+        name: "io.k8s.api.rbac.v1.Subject",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "kind", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "apiGroup", num: 2, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "name", num: 3, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "namespace", num: 4, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1, 2, 3],
+    },
+    // 376
+    Message {
+        name: "io.k8s.api.policy.v1.Eviction",
+        type_meta: true,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "metadata", num: 1, kind: Kind::Msg(437), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "deleteOptions", num: 2, kind: Kind::Msg(419), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1],
+    },
+    // 377
+    Message {
+        name: "io.k8s.api.policy.v1.PodDisruptionBudget",
+        type_meta: true,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "metadata", num: 1, kind: Kind::Msg(437), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "spec", num: 2, kind: Kind::Msg(379), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "status", num: 3, kind: Kind::Msg(380), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1, 2],
+    },
+    // 378
+    Message {
+        name: "io.k8s.api.policy.v1.PodDisruptionBudgetList",
+        type_meta: true,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "metadata", num: 1, kind: Kind::Msg(433), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "items", num: 2, kind: Kind::Msg(377), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1],
+    },
+    // 379
+    Message {
+        name: "io.k8s.api.policy.v1.PodDisruptionBudgetSpec",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "minAvailable", num: 1, kind: Kind::Msg(460), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "selector", num: 2, kind: Kind::Msg(430), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "maxUnavailable", num: 3, kind: Kind::Msg(460), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "unhealthyPodEvictionPolicy", num: 4, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1, 2, 3],
+    },
+    // 380
+    Message {
+        name: "io.k8s.api.policy.v1.PodDisruptionBudgetStatus",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "observedGeneration", num: 1, kind: Kind::I64, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "disruptedPods", num: 2, kind: Kind::Msg(450), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "disruptionsAllowed", num: 3, kind: Kind::I32, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "currentHealthy", num: 4, kind: Kind::I32, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "desiredHealthy", num: 5, kind: Kind::I32, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "expectedPods", num: 6, kind: Kind::I32, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "conditions", num: 7, kind: Kind::Msg(417), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1, 2, 3, 4, 5, 6],
+    },
+    // 381
+    Message {
+        name: "io.k8s.api.storage.v1.CSIDriver",
+        type_meta: true,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "metadata", num: 1, kind: Kind::Msg(437), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "spec", num: 2, kind: Kind::Msg(383), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1],
+    },
+    // 382
+    Message {
+        name: "io.k8s.api.storage.v1.CSIDriverList",
+        type_meta: true,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "metadata", num: 1, kind: Kind::Msg(433), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "items", num: 2, kind: Kind::Msg(381), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1],
+    },
+    // 383
+    Message {
+        name: "io.k8s.api.storage.v1.CSIDriverSpec",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "attachRequired", num: 1, kind: Kind::Bool, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "podInfoOnMount", num: 2, kind: Kind::Bool, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "volumeLifecycleModes", num: 3, kind: Kind::Str, card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "storageCapacity", num: 4, kind: Kind::Bool, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "fsGroupPolicy", num: 5, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "tokenRequests", num: 6, kind: Kind::Msg(392), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "requiresRepublish", num: 7, kind: Kind::Bool, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "seLinuxMount", num: 8, kind: Kind::Bool, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "nodeAllocatableUpdatePeriodSeconds", num: 9, kind: Kind::I64, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "serviceAccountTokenInSecrets", num: 10, kind: Kind::Bool, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1, 2, 3, 4, 5, 6, 7, 8, 9],
+    },
+    // 384
+    Message {
+        name: "io.k8s.api.storage.v1.CSINode",
+        type_meta: true,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "metadata", num: 1, kind: Kind::Msg(437), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "spec", num: 2, kind: Kind::Msg(387), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1],
+    },
+    // 385
+    Message {
+        name: "io.k8s.api.storage.v1.CSINodeDriver",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "name", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "nodeID", num: 2, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "topologyKeys", num: 3, kind: Kind::Str, card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "allocatable", num: 4, kind: Kind::Msg(401), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1, 2, 3],
+    },
+    // 386
+    Message {
+        name: "io.k8s.api.storage.v1.CSINodeList",
+        type_meta: true,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "metadata", num: 1, kind: Kind::Msg(433), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "items", num: 2, kind: Kind::Msg(384), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1],
+    },
+    // 387
+    Message {
+        name: "io.k8s.api.storage.v1.CSINodeSpec",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "drivers", num: 1, kind: Kind::Msg(385), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
+        ],
+        by_num: &[0],
+    },
+    // 388
+    Message {
+        name: "io.k8s.api.storage.v1.CSIStorageCapacity",
+        type_meta: true,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "metadata", num: 1, kind: Kind::Msg(437), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "nodeTopology", num: 2, kind: Kind::Msg(430), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "storageClassName", num: 3, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "capacity", num: 4, kind: Kind::Msg(461), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "maximumVolumeSize", num: 5, kind: Kind::Msg(461), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1, 2, 3, 4],
+    },
+    // 389
+    Message {
+        name: "io.k8s.api.storage.v1.CSIStorageCapacityList",
+        type_meta: true,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "metadata", num: 1, kind: Kind::Msg(433), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "items", num: 2, kind: Kind::Msg(388), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1],
+    },
+    // 390
+    Message {
+        name: "io.k8s.api.storage.v1.StorageClass",
+        type_meta: true,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "metadata", num: 1, kind: Kind::Msg(437), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "provisioner", num: 2, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "parameters", num: 3, kind: Kind::Str, card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "reclaimPolicy", num: 4, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "mountOptions", num: 5, kind: Kind::Str, card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "allowVolumeExpansion", num: 6, kind: Kind::Bool, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "volumeBindingMode", num: 7, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "allowedTopologies", num: 8, kind: Kind::Msg(222), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1, 2, 3, 4, 5, 6, 7],
+    },
+    // 391
+    Message {
+        name: "io.k8s.api.storage.v1.StorageClassList",
+        type_meta: true,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "metadata", num: 1, kind: Kind::Msg(433), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "items", num: 2, kind: Kind::Msg(390), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1],
+    },
+    // 392
+    Message {
+        name: "io.k8s.api.storage.v1.TokenRequest",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "audience", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "expirationSeconds", num: 2, kind: Kind::I64, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1],
+    },
+    // 393
+    Message {
+        name: "io.k8s.api.storage.v1.VolumeAttachment",
+        type_meta: true,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "metadata", num: 1, kind: Kind::Msg(437), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "spec", num: 2, kind: Kind::Msg(396), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "status", num: 3, kind: Kind::Msg(397), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1, 2],
+    },
+    // 394
+    Message {
+        name: "io.k8s.api.storage.v1.VolumeAttachmentList",
+        type_meta: true,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "metadata", num: 1, kind: Kind::Msg(433), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "items", num: 2, kind: Kind::Msg(393), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1],
+    },
+    // 395
+    Message {
+        name: "io.k8s.api.storage.v1.VolumeAttachmentSource",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "persistentVolumeName", num: 1, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "inlineVolumeSpec", num: 2, kind: Kind::Msg(131), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1],
+    },
+    // 396
+    Message {
+        name: "io.k8s.api.storage.v1.VolumeAttachmentSpec",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "attacher", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "source", num: 2, kind: Kind::Msg(395), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "nodeName", num: 3, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1, 2],
+    },
+    // 397
+    Message {
+        name: "io.k8s.api.storage.v1.VolumeAttachmentStatus",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "attached", num: 1, kind: Kind::Bool, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "attachmentMetadata", num: 2, kind: Kind::Str, card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "attachError", num: 3, kind: Kind::Msg(400), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "detachError", num: 4, kind: Kind::Msg(400), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1, 2, 3],
+    },
+    // 398
+    Message {
+        name: "io.k8s.api.storage.v1.VolumeAttributesClass",
+        type_meta: true,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "metadata", num: 1, kind: Kind::Msg(437), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "driverName", num: 2, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "parameters", num: 3, kind: Kind::Str, card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1, 2],
+    },
+    // 399
+    Message {
+        name: "io.k8s.api.storage.v1.VolumeAttributesClassList",
+        type_meta: true,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "metadata", num: 1, kind: Kind::Msg(433), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "items", num: 2, kind: Kind::Msg(398), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1],
+    },
+    // 400
+    Message {
+        name: "io.k8s.api.storage.v1.VolumeError",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "time", num: 1, kind: Kind::Msg(450), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "message", num: 2, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "errorCode", num: 3, kind: Kind::I32, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1, 2],
+    },
+    // 401
+    Message {
+        name: "io.k8s.api.storage.v1.VolumeNodeResources",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "count", num: 1, kind: Kind::I32, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+        ],
+        by_num: &[0],
+    },
+    // 402
+    Message {
+        name: "io.k8s.api.scheduling.v1.PriorityClass",
+        type_meta: true,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "metadata", num: 1, kind: Kind::Msg(437), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "value", num: 2, kind: Kind::I32, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "globalDefault", num: 3, kind: Kind::Bool, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "description", num: 4, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "preemptionPolicy", num: 5, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1, 2, 3, 4],
+    },
+    // 403
+    Message {
+        name: "io.k8s.api.scheduling.v1.PriorityClassList",
+        type_meta: true,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "metadata", num: 1, kind: Kind::Msg(433), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "items", num: 2, kind: Kind::Msg(402), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1],
+    },
+    // 404
+    Message {
+        name: "io.k8s.api.node.v1.Overhead",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "podFixed", num: 1, kind: Kind::Msg(461), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
+        ],
+        by_num: &[0],
+    },
+    // 405
+    Message {
+        name: "io.k8s.api.node.v1.RuntimeClass",
+        type_meta: true,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "metadata", num: 1, kind: Kind::Msg(437), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "handler", num: 2, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "overhead", num: 3, kind: Kind::Msg(404), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "scheduling", num: 4, kind: Kind::Msg(407), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1, 2, 3],
+    },
+    // 406
+    Message {
+        name: "io.k8s.api.node.v1.RuntimeClassList",
+        type_meta: true,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "metadata", num: 1, kind: Kind::Msg(433), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "items", num: 2, kind: Kind::Msg(405), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1],
+    },
+    // 407
+    Message {
+        name: "io.k8s.api.node.v1.Scheduling",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "nodeSelector", num: 1, kind: Kind::Str, card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "tolerations", num: 2, kind: Kind::Msg(220), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1],
+    },
+    // 408
+    Message {
+        name: "io.k8s.api.events.v1.Event",
+        type_meta: true,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "metadata", num: 1, kind: Kind::Msg(437), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "eventTime", num: 2, kind: Kind::Msg(436), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "series", num: 3, kind: Kind::Msg(410), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "reportingController", num: 4, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "reportingInstance", num: 5, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "action", num: 6, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "reason", num: 7, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "regarding", num: 8, kind: Kind::Msg(120), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "related", num: 9, kind: Kind::Msg(120), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "note", num: 10, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "type", num: 11, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "deprecatedSource", num: 12, kind: Kind::Msg(60), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "deprecatedFirstTimestamp", num: 13, kind: Kind::Msg(450), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "deprecatedLastTimestamp", num: 14, kind: Kind::Msg(450), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "deprecatedCount", num: 15, kind: Kind::I32, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14],
+    },
+    // 409
+    Message {
+        name: "io.k8s.api.events.v1.EventList",
+        type_meta: true,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "metadata", num: 1, kind: Kind::Msg(433), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "items", num: 2, kind: Kind::Msg(408), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1],
+    },
+    // 410
+    Message {
+        name: "io.k8s.api.events.v1.EventSeries",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "count", num: 1, kind: Kind::I32, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "lastObservedTime", num: 2, kind: Kind::Msg(436), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1],
+    },
+    // 411
+    Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.APIGroup",
         type_meta: false,
         special: Special::None,
         verified: false,
         fields: &[
             Field { json: "name", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: true },
-            Field { json: "versions", num: 2, kind: Kind::Msg(328), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: true },
-            Field { json: "preferredVersion", num: 3, kind: Kind::Msg(328), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
-            Field { json: "serverAddressByClientCIDRs", num: 4, kind: Kind::Msg(346), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: true },
+            Field { json: "versions", num: 2, kind: Kind::Msg(427), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: true },
+            Field { json: "preferredVersion", num: 3, kind: Kind::Msg(427), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
+            Field { json: "serverAddressByClientCIDRs", num: 4, kind: Kind::Msg(445), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: true },
         ],
         by_num: &[0, 1, 2, 3],
     },
-    // 313
+    // 412
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.APIGroupList",
         type_meta: false,
         special: Special::None,
         verified: false,
         fields: &[
-            Field { json: "groups", num: 1, kind: Kind::Msg(312), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: true },
+            Field { json: "groups", num: 1, kind: Kind::Msg(411), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: true },
         ],
         by_num: &[0],
     },
-    // 314
+    // 413
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.APIResource",
         type_meta: false,
@@ -4466,14 +5755,14 @@ pub(crate) static MESSAGES: [Message; 364] = [
             Field { json: "group", num: 8, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
             Field { json: "version", num: 9, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
             Field { json: "kind", num: 3, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: true },
-            Field { json: "verbs", num: 4, kind: Kind::Msg(355), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
+            Field { json: "verbs", num: 4, kind: Kind::Msg(454), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
             Field { json: "shortNames", num: 5, kind: Kind::Str, card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: true },
             Field { json: "categories", num: 7, kind: Kind::Str, card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: true },
             Field { json: "storageVersionHash", num: 10, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
         ],
         by_num: &[0, 2, 5, 6, 7, 1, 8, 3, 4, 9],
     },
-    // 315
+    // 414
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.APIResourceList",
         type_meta: false,
@@ -4481,11 +5770,11 @@ pub(crate) static MESSAGES: [Message; 364] = [
         verified: false,
         fields: &[
             Field { json: "groupVersion", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: true },
-            Field { json: "resources", num: 2, kind: Kind::Msg(314), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: true },
+            Field { json: "resources", num: 2, kind: Kind::Msg(413), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: true },
         ],
         by_num: &[0, 1],
     },
-    // 316
+    // 415
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.APIVersions",
         type_meta: false,
@@ -4493,11 +5782,11 @@ pub(crate) static MESSAGES: [Message; 364] = [
         verified: false,
         fields: &[
             Field { json: "versions", num: 1, kind: Kind::Str, card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: true },
-            Field { json: "serverAddressByClientCIDRs", num: 2, kind: Kind::Msg(346), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: true },
+            Field { json: "serverAddressByClientCIDRs", num: 2, kind: Kind::Msg(445), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: true },
         ],
         by_num: &[0, 1],
     },
-    // 317
+    // 416
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.ApplyOptions",
         type_meta: false,
@@ -4510,7 +5799,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
         ],
         by_num: &[0, 1, 2],
     },
-    // 318
+    // 417
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.Condition",
         type_meta: false,
@@ -4520,13 +5809,13 @@ pub(crate) static MESSAGES: [Message; 364] = [
             Field { json: "type", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "status", num: 2, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "observedGeneration", num: 3, kind: Kind::I64, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "lastTransitionTime", num: 4, kind: Kind::Msg(351), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "lastTransitionTime", num: 4, kind: Kind::Msg(450), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "reason", num: 5, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "message", num: 6, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1, 2, 3, 4, 5],
     },
-    // 319
+    // 418
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.CreateOptions",
         type_meta: false,
@@ -4539,7 +5828,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
         ],
         by_num: &[0, 1, 2],
     },
-    // 320
+    // 419
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.DeleteOptions",
         type_meta: true,
@@ -4547,7 +5836,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
         verified: true,
         fields: &[
             Field { json: "gracePeriodSeconds", num: 1, kind: Kind::I64, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
-            Field { json: "preconditions", num: 2, kind: Kind::Msg(344), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "preconditions", num: 2, kind: Kind::Msg(443), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "orphanDependents", num: 3, kind: Kind::Bool, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "propagationPolicy", num: 4, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "dryRun", num: 5, kind: Kind::Str, card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
@@ -4555,7 +5844,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
         ],
         by_num: &[0, 1, 2, 3, 4, 5],
     },
-    // 321
+    // 420
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.Duration",
         type_meta: false,
@@ -4566,7 +5855,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
         ],
         by_num: &[0],
     },
-    // 322
+    // 421
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.FieldSelectorRequirement",
         type_meta: false,
@@ -4579,7 +5868,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
         ],
         by_num: &[0, 1, 2],
     },
-    // 323
+    // 422
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.FieldsV1",
         type_meta: false,
@@ -4590,7 +5879,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
         ],
         by_num: &[0],
     },
-    // 324
+    // 423
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.GetOptions",
         type_meta: false,
@@ -4601,7 +5890,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
         ],
         by_num: &[0],
     },
-    // 325
+    // 424
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.GroupKind",
         type_meta: false,
@@ -4613,7 +5902,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
         ],
         by_num: &[0, 1],
     },
-    // 326
+    // 425
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.GroupResource",
         type_meta: false,
@@ -4625,7 +5914,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
         ],
         by_num: &[0, 1],
     },
-    // 327
+    // 426
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.GroupVersion",
         type_meta: false,
@@ -4637,7 +5926,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
         ],
         by_num: &[0, 1],
     },
-    // 328
+    // 427
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.GroupVersionForDiscovery",
         type_meta: false,
@@ -4649,7 +5938,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
         ],
         by_num: &[0, 1],
     },
-    // 329
+    // 428
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.GroupVersionKind",
         type_meta: false,
@@ -4662,7 +5951,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
         ],
         by_num: &[0, 1, 2],
     },
-    // 330
+    // 429
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.GroupVersionResource",
         type_meta: false,
@@ -4675,7 +5964,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
         ],
         by_num: &[0, 1, 2],
     },
-    // 331
+    // 430
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.LabelSelector",
         type_meta: false,
@@ -4683,11 +5972,11 @@ pub(crate) static MESSAGES: [Message; 364] = [
         verified: true,
         fields: &[
             Field { json: "matchLabels", num: 1, kind: Kind::Str, card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "matchExpressions", num: 2, kind: Kind::Msg(332), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "matchExpressions", num: 2, kind: Kind::Msg(431), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
     },
-    // 332
+    // 431
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.LabelSelectorRequirement",
         type_meta: false,
@@ -4700,19 +5989,19 @@ pub(crate) static MESSAGES: [Message; 364] = [
         ],
         by_num: &[0, 1, 2],
     },
-    // 333
+    // 432
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.List",
         type_meta: false,
         special: Special::None,
         verified: false,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(334), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
-            Field { json: "items", num: 2, kind: Kind::Msg(358), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: true },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(433), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
+            Field { json: "items", num: 2, kind: Kind::Msg(457), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: true },
         ],
         by_num: &[0, 1],
     },
-    // 334
+    // 433
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.ListMeta",
         type_meta: false,
@@ -4726,7 +6015,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
         ],
         by_num: &[0, 1, 2, 3],
     },
-    // 335
+    // 434
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.ListOptions",
         type_meta: false,
@@ -4746,7 +6035,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
         ],
         by_num: &[0, 1, 2, 4, 6, 7, 8, 3, 5, 9],
     },
-    // 336
+    // 435
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.ManagedFieldsEntry",
         type_meta: false,
@@ -4756,14 +6045,14 @@ pub(crate) static MESSAGES: [Message; 364] = [
             Field { json: "manager", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "operation", num: 2, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "apiVersion", num: 3, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "time", num: 4, kind: Kind::Msg(351), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "time", num: 4, kind: Kind::Msg(450), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "fieldsType", num: 6, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "fieldsV1", num: 7, kind: Kind::Msg(323), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "fieldsV1", num: 7, kind: Kind::Msg(422), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "subresource", num: 8, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1, 2, 3, 4, 5, 6],
     },
-    // 337
+    // 436
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.MicroTime",
         type_meta: false,
@@ -4775,7 +6064,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
         ],
         by_num: &[0, 1],
     },
-    // 338
+    // 437
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta",
         type_meta: false,
@@ -4789,18 +6078,18 @@ pub(crate) static MESSAGES: [Message; 364] = [
             Field { json: "uid", num: 5, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "resourceVersion", num: 6, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "generation", num: 7, kind: Kind::I64, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "creationTimestamp", num: 8, kind: Kind::Msg(351), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "deletionTimestamp", num: 9, kind: Kind::Msg(351), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "creationTimestamp", num: 8, kind: Kind::Msg(450), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "deletionTimestamp", num: 9, kind: Kind::Msg(450), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "deletionGracePeriodSeconds", num: 10, kind: Kind::I64, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "labels", num: 11, kind: Kind::Str, card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "annotations", num: 12, kind: Kind::Str, card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "ownerReferences", num: 13, kind: Kind::Msg(339), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "ownerReferences", num: 13, kind: Kind::Msg(438), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "finalizers", num: 14, kind: Kind::Str, card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "managedFields", num: 17, kind: Kind::Msg(336), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "managedFields", num: 17, kind: Kind::Msg(435), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14],
     },
-    // 339
+    // 438
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.OwnerReference",
         type_meta: false,
@@ -4816,30 +6105,30 @@ pub(crate) static MESSAGES: [Message; 364] = [
         ],
         by_num: &[1, 2, 3, 0, 4, 5],
     },
-    // 340
+    // 439
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.PartialObjectMetadata",
         type_meta: true,
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(338), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(437), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0],
     },
-    // 341
+    // 440
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.PartialObjectMetadataList",
         type_meta: true,
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(334), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "items", num: 2, kind: Kind::Msg(340), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(433), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "items", num: 2, kind: Kind::Msg(439), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
     },
-    // 342
+    // 441
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.Patch",
         type_meta: false,
@@ -4849,7 +6138,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
         ],
         by_num: &[],
     },
-    // 343
+    // 442
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.PatchOptions",
         type_meta: false,
@@ -4863,7 +6152,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
         ],
         by_num: &[0, 1, 2, 3],
     },
-    // 344
+    // 443
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.Preconditions",
         type_meta: false,
@@ -4875,7 +6164,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
         ],
         by_num: &[0, 1],
     },
-    // 345
+    // 444
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.RootPaths",
         type_meta: false,
@@ -4886,7 +6175,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
         ],
         by_num: &[0],
     },
-    // 346
+    // 445
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.ServerAddressByClientCIDR",
         type_meta: false,
@@ -4898,23 +6187,23 @@ pub(crate) static MESSAGES: [Message; 364] = [
         ],
         by_num: &[0, 1],
     },
-    // 347
+    // 446
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.Status",
         type_meta: true,
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(334), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(433), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "status", num: 2, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "message", num: 3, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "reason", num: 4, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "details", num: 5, kind: Kind::Msg(349), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "details", num: 5, kind: Kind::Msg(448), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "code", num: 6, kind: Kind::I32, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1, 2, 3, 4, 5],
     },
-    // 348
+    // 447
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.StatusCause",
         type_meta: false,
@@ -4927,7 +6216,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
         ],
         by_num: &[0, 1, 2],
     },
-    // 349
+    // 448
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.StatusDetails",
         type_meta: false,
@@ -4938,12 +6227,12 @@ pub(crate) static MESSAGES: [Message; 364] = [
             Field { json: "group", num: 2, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "kind", num: 3, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "uid", num: 6, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "causes", num: 4, kind: Kind::Msg(348), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "causes", num: 4, kind: Kind::Msg(447), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "retryAfterSeconds", num: 5, kind: Kind::I32, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1, 2, 4, 5, 3],
     },
-    // 350
+    // 449
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.TableOptions",
         type_meta: false,
@@ -4954,7 +6243,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
         ],
         by_num: &[0],
     },
-    // 351
+    // 450
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.Time",
         type_meta: false,
@@ -4966,7 +6255,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
         ],
         by_num: &[0, 1],
     },
-    // 352
+    // 451
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.Timestamp",
         type_meta: false,
@@ -4978,7 +6267,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
         ],
         by_num: &[0, 1],
     },
-    // 353
+    // 452
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.TypeMeta",
         type_meta: false,
@@ -4990,7 +6279,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
         ],
         by_num: &[0, 1],
     },
-    // 354
+    // 453
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.UpdateOptions",
         type_meta: false,
@@ -5003,7 +6292,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
         ],
         by_num: &[0, 1, 2],
     },
-    // 355
+    // 454
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.Verbs",
         type_meta: false,
@@ -5014,7 +6303,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
         ],
         by_num: &[0],
     },
-    // 356
+    // 455
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.WatchEvent",
         type_meta: false,
@@ -5022,23 +6311,23 @@ pub(crate) static MESSAGES: [Message; 364] = [
         verified: true,
         fields: &[
             Field { json: "type", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
-            Field { json: "object", num: 2, kind: Kind::Msg(358), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "object", num: 2, kind: Kind::Msg(457), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
     },
-    // 357
+    // 456
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1beta1.PartialObjectMetadataList",
         type_meta: true,
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 2, kind: Kind::Msg(334), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "items", num: 1, kind: Kind::Msg(340), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "metadata", num: 2, kind: Kind::Msg(433), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "items", num: 1, kind: Kind::Msg(439), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[1, 0],
     },
-    // 358
+    // 457
     Message {
         name: "io.k8s.apimachinery.pkg.runtime.RawExtension",
         type_meta: false,
@@ -5049,7 +6338,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
         ],
         by_num: &[0],
     },
-    // 359
+    // 458
     Message {
         name: "io.k8s.apimachinery.pkg.runtime.TypeMeta",
         type_meta: false,
@@ -5061,21 +6350,21 @@ pub(crate) static MESSAGES: [Message; 364] = [
         ],
         by_num: &[0, 1],
     },
-    // 360
+    // 459
     Message {
         name: "io.k8s.apimachinery.pkg.runtime.Unknown",
         type_meta: false,
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "typeMeta", num: 1, kind: Kind::Msg(359), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "typeMeta", num: 1, kind: Kind::Msg(458), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "raw", num: 2, kind: Kind::Bytes, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "contentEncoding", num: 3, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "contentType", num: 4, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1, 2, 3],
     },
-    // 361
+    // 460
     Message {
         name: "io.k8s.apimachinery.pkg.util.intstr.IntOrString",
         type_meta: false,
@@ -5088,7 +6377,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
         ],
         by_num: &[0, 1, 2],
     },
-    // 362
+    // 461
     Message {
         name: "io.k8s.apimachinery.pkg.api.resource.Quantity",
         type_meta: false,
@@ -5099,7 +6388,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
         ],
         by_num: &[0],
     },
-    // 363
+    // 462
     Message {
         name: "io.k8s.apimachinery.pkg.api.resource.QuantityValue",
         type_meta: false,
@@ -5113,7 +6402,7 @@ pub(crate) static MESSAGES: [Message; 364] = [
 ];
 
 /// (group, version, kind, message index) of every kind with TypeMeta, sorted.
-pub(crate) static KINDS: [(&str, &str, &str, u16); 68] = [
+pub(crate) static KINDS: [(&str, &str, &str, u16); 111] = [
     ("", "v1", "Binding", 8),
     ("", "v1", "ComponentStatus", 19),
     ("", "v1", "ComponentStatusList", 20),
@@ -5157,7 +6446,7 @@ pub(crate) static KINDS: [(&str, &str, &str, u16); 68] = [
     ("", "v1", "ServiceAccountList", 206),
     ("", "v1", "ServiceList", 208),
     ("", "v1", "ServiceProxyOptions", 210),
-    ("", "v1", "Status", 347),
+    ("", "v1", "Status", 446),
     ("apiextensions.k8s.io", "v1", "ConversionReview", 281),
     (
         "apiextensions.k8s.io",
@@ -5183,13 +6472,61 @@ pub(crate) static KINDS: [(&str, &str, &str, u16); 68] = [
     ("apps", "v1", "ReplicaSetList", 254),
     ("apps", "v1", "StatefulSet", 260),
     ("apps", "v1", "StatefulSetList", 262),
+    ("batch", "v1", "CronJob", 312),
+    ("batch", "v1", "CronJobList", 313),
+    ("batch", "v1", "Job", 316),
+    ("batch", "v1", "JobList", 318),
     ("coordination.k8s.io", "v1", "Lease", 276),
     ("coordination.k8s.io", "v1", "LeaseList", 277),
     ("discovery.k8s.io", "v1", "EndpointSlice", 272),
     ("discovery.k8s.io", "v1", "EndpointSliceList", 273),
-    ("meta.k8s.io", "v1", "DeleteOptions", 320),
-    ("meta.k8s.io", "v1", "PartialObjectMetadata", 340),
-    ("meta.k8s.io", "v1", "PartialObjectMetadataList", 341),
-    ("meta.k8s.io", "v1", "Status", 347),
-    ("meta.k8s.io", "v1beta1", "PartialObjectMetadataList", 357),
+    ("events.k8s.io", "v1", "Event", 408),
+    ("events.k8s.io", "v1", "EventList", 409),
+    ("meta.k8s.io", "v1", "DeleteOptions", 419),
+    ("meta.k8s.io", "v1", "PartialObjectMetadata", 439),
+    ("meta.k8s.io", "v1", "PartialObjectMetadataList", 440),
+    ("meta.k8s.io", "v1", "Status", 446),
+    ("meta.k8s.io", "v1beta1", "PartialObjectMetadataList", 456),
+    ("networking.k8s.io", "v1", "IPAddress", 331),
+    ("networking.k8s.io", "v1", "IPAddressList", 332),
+    ("networking.k8s.io", "v1", "Ingress", 335),
+    ("networking.k8s.io", "v1", "IngressClass", 337),
+    ("networking.k8s.io", "v1", "IngressClassList", 338),
+    ("networking.k8s.io", "v1", "IngressList", 341),
+    ("networking.k8s.io", "v1", "NetworkPolicy", 351),
+    ("networking.k8s.io", "v1", "NetworkPolicyList", 354),
+    ("networking.k8s.io", "v1", "ServiceCIDR", 360),
+    ("networking.k8s.io", "v1", "ServiceCIDRList", 361),
+    ("node.k8s.io", "v1", "RuntimeClass", 405),
+    ("node.k8s.io", "v1", "RuntimeClassList", 406),
+    ("policy", "v1", "Eviction", 376),
+    ("policy", "v1", "PodDisruptionBudget", 377),
+    ("policy", "v1", "PodDisruptionBudgetList", 378),
+    ("rbac.authorization.k8s.io", "v1", "ClusterRole", 365),
+    ("rbac.authorization.k8s.io", "v1", "ClusterRoleBinding", 366),
+    (
+        "rbac.authorization.k8s.io",
+        "v1",
+        "ClusterRoleBindingList",
+        367,
+    ),
+    ("rbac.authorization.k8s.io", "v1", "ClusterRoleList", 368),
+    ("rbac.authorization.k8s.io", "v1", "Role", 370),
+    ("rbac.authorization.k8s.io", "v1", "RoleBinding", 371),
+    ("rbac.authorization.k8s.io", "v1", "RoleBindingList", 372),
+    ("rbac.authorization.k8s.io", "v1", "RoleList", 373),
+    ("scheduling.k8s.io", "v1", "PriorityClass", 402),
+    ("scheduling.k8s.io", "v1", "PriorityClassList", 403),
+    ("storage.k8s.io", "v1", "CSIDriver", 381),
+    ("storage.k8s.io", "v1", "CSIDriverList", 382),
+    ("storage.k8s.io", "v1", "CSINode", 384),
+    ("storage.k8s.io", "v1", "CSINodeList", 386),
+    ("storage.k8s.io", "v1", "CSIStorageCapacity", 388),
+    ("storage.k8s.io", "v1", "CSIStorageCapacityList", 389),
+    ("storage.k8s.io", "v1", "StorageClass", 390),
+    ("storage.k8s.io", "v1", "StorageClassList", 391),
+    ("storage.k8s.io", "v1", "VolumeAttachment", 393),
+    ("storage.k8s.io", "v1", "VolumeAttachmentList", 394),
+    ("storage.k8s.io", "v1", "VolumeAttributesClass", 398),
+    ("storage.k8s.io", "v1", "VolumeAttributesClassList", 399),
 ];
