@@ -33,8 +33,10 @@ pub(crate) enum Val<'a> {
 
 impl<'a> Json<'a> {
     pub(crate) fn parse(input: &'a [u8]) -> Result<Json<'a>, ProtoError> {
-        // UTF-8 is checked per string: outside strings the grammar admits only ASCII.
-        let mut p = Parser { s: input, pos: 0 };
+        // One UTF-8 check for the whole input (vectorised for ASCII); strings are then
+        // sliced out of the `str`, which costs a char-boundary check, not a re-validation.
+        let src = std::str::from_utf8(input).map_err(|_| ProtoError::Json("invalid UTF-8".into()))?;
+        let mut p = Parser { s: input, src, pos: 0 };
         p.ws();
         let v = p.value(0)?;
         p.ws();
@@ -58,6 +60,8 @@ impl<'a> Json<'a> {
 
 struct Parser<'a> {
     s: &'a [u8],
+    /// The same bytes as `s`, known to be UTF-8.
+    src: &'a str,
     pos: usize,
 }
 
@@ -195,12 +199,7 @@ impl<'a> Parser<'a> {
                 return Err(self.err("invalid number"));
             }
         }
-        // The grammar above admits ASCII digits, signs, '.', 'e' only.
-        Ok(std::str::from_utf8(&self.s[start..self.pos]).expect("ASCII"))
-    }
-
-    fn utf8(&self, b: &'a [u8]) -> Result<&'a str, ProtoError> {
-        std::str::from_utf8(b).map_err(|_| self.err("invalid UTF-8 in string"))
+        Ok(&self.src[start..self.pos])
     }
 
     fn string(&mut self) -> Result<Cow<'a, str>, ProtoError> {
@@ -216,9 +215,9 @@ impl<'a> Parser<'a> {
         self.pos = start + stop;
         if rest[stop] == b'"' {
             self.pos += 1;
-            return Ok(Cow::Borrowed(self.utf8(&rest[..stop])?));
+            return Ok(Cow::Borrowed(&self.src[start..start + stop]));
         }
-        let mut out = String::from(self.utf8(&rest[..stop])?);
+        let mut out = String::from(&self.src[start..start + stop]);
         loop {
             let seg = self.pos;
             while let Some(c) = self.peek() {
@@ -227,7 +226,7 @@ impl<'a> Parser<'a> {
                 }
                 self.pos += 1;
             }
-            out.push_str(self.utf8(&self.s[seg..self.pos])?);
+            out.push_str(&self.src[seg..self.pos]);
             match self.peek() {
                 None => return Err(self.err("unterminated string")),
                 Some(b'"') => {
