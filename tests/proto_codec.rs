@@ -314,6 +314,25 @@ fn secret_node_service_endpointslice_deployment_event_crd_namespace_round_trip()
         Some(9090)
     );
 
+    let (rs, o, t): (k8s_pb::api::resource::v1::ResourceSlice, _, _) =
+        round_trip("resourceslice", "resource.k8s.io/v1", "ResourceSlice");
+    assert_eq!(o, t);
+    let dev = &rs.spec.as_ref().unwrap().devices[0];
+    assert_eq!(
+        dev.attributes["gpu.example.com/numa"].int,
+        Some(0),
+        "a pointer to 0 is written"
+    );
+    assert_eq!(
+        dev.capacity["gpu.example.com/memory"]
+            .value
+            .as_ref()
+            .unwrap()
+            .string
+            .as_deref(),
+        Some("80Gi")
+    );
+
     let (ns, o, t): (core::Namespace, _, _) = round_trip("namespace", "v1", "Namespace");
     assert_eq!(o, t);
     assert_eq!(ns.status.as_ref().unwrap().phase.as_deref(), Some("Active"));
@@ -706,6 +725,9 @@ fn lookup_covers_the_cached_kinds_and_refuses_others() {
         ("scheduling.k8s.io/v1", "PriorityClass"),
         ("node.k8s.io/v1", "RuntimeClass"),
         ("events.k8s.io/v1", "Event"),
+        ("resource.k8s.io/v1", "ResourceSlice"),
+        ("resource.k8s.io/v1", "ResourceClaim"),
+        ("resource.k8s.io/v1", "DeviceClass"),
         ("apiextensions.k8s.io/v1", "CustomResourceDefinition"),
         ("apiregistration.k8s.io/v1", "APIService"),
         ("meta.k8s.io/v1", "PartialObjectMetadataList"),

@@ -35,8 +35,13 @@ impl<'a> Json<'a> {
     pub(crate) fn parse(input: &'a [u8]) -> Result<Json<'a>, ProtoError> {
         // One UTF-8 check for the whole input (vectorised for ASCII); strings are then
         // sliced out of the `str`, which costs a char-boundary check, not a re-validation.
-        let src = std::str::from_utf8(input).map_err(|_| ProtoError::Json("invalid UTF-8".into()))?;
-        let mut p = Parser { s: input, src, pos: 0 };
+        let src =
+            std::str::from_utf8(input).map_err(|_| ProtoError::Json("invalid UTF-8".into()))?;
+        let mut p = Parser {
+            s: input,
+            src,
+            pos: 0,
+        };
         p.ws();
         let v = p.value(0)?;
         p.ws();

@@ -3,7 +3,7 @@
 
 use super::{Card, Field, Kind, Message, Special};
 
-pub(crate) static MESSAGES: [Message; 463] = [
+pub(crate) static MESSAGES: [Message; 506] = [
     // 0
     Message {
         name: "io.k8s.api.core.v1.AWSElasticBlockStoreVolumeSource",
@@ -116,7 +116,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(437), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(480), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "target", num: 2, kind: Kind::Msg(120), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -248,7 +248,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         fields: &[
             Field { json: "name", num: 1, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "signerName", num: 2, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
-            Field { json: "labelSelector", num: 3, kind: Kind::Msg(430), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "labelSelector", num: 3, kind: Kind::Msg(473), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "optional", num: 5, kind: Kind::Bool, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "path", num: 4, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
@@ -275,7 +275,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(437), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(480), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "conditions", num: 2, kind: Kind::Msg(18), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -287,7 +287,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(433), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(476), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(19), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -299,7 +299,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(437), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(480), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "immutable", num: 4, kind: Kind::Bool, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "data", num: 2, kind: Kind::Str, card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "binaryData", num: 3, kind: Kind::Bytes, card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
@@ -338,7 +338,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(433), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(476), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(21), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -516,7 +516,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "startedAt", num: 1, kind: Kind::Msg(450), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "startedAt", num: 1, kind: Kind::Msg(493), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0],
     },
@@ -531,8 +531,8 @@ pub(crate) static MESSAGES: [Message; 463] = [
             Field { json: "signal", num: 2, kind: Kind::I32, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "reason", num: 3, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "message", num: 4, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "startedAt", num: 5, kind: Kind::Msg(450), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "finishedAt", num: 6, kind: Kind::Msg(450), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "startedAt", num: 5, kind: Kind::Msg(493), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "finishedAt", num: 6, kind: Kind::Msg(493), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "containerID", num: 7, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1, 2, 3, 4, 5, 6],
@@ -565,7 +565,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
             Field { json: "imageID", num: 7, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "containerID", num: 8, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "started", num: 9, kind: Kind::Bool, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
-            Field { json: "allocatedResources", num: 10, kind: Kind::Msg(461), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "allocatedResources", num: 10, kind: Kind::Msg(504), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "resources", num: 11, kind: Kind::Msg(187), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "volumeMounts", num: 12, kind: Kind::Msg(229), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: true },
             Field { json: "user", num: 13, kind: Kind::Msg(40), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
@@ -641,7 +641,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         verified: true,
         fields: &[
             Field { json: "medium", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "sizeLimit", num: 2, kind: Kind::Msg(461), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "sizeLimit", num: 2, kind: Kind::Msg(504), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
     },
@@ -693,7 +693,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(437), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(480), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "subsets", num: 2, kind: Kind::Msg(48), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -705,7 +705,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(433), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(476), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(49), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -816,16 +816,16 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(437), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(480), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "involvedObject", num: 2, kind: Kind::Msg(120), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "reason", num: 3, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "message", num: 4, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "source", num: 5, kind: Kind::Msg(60), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "firstTimestamp", num: 6, kind: Kind::Msg(450), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "lastTimestamp", num: 7, kind: Kind::Msg(450), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "firstTimestamp", num: 6, kind: Kind::Msg(493), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "lastTimestamp", num: 7, kind: Kind::Msg(493), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "count", num: 8, kind: Kind::I32, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "type", num: 9, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "eventTime", num: 10, kind: Kind::Msg(436), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "eventTime", num: 10, kind: Kind::Msg(479), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "series", num: 11, kind: Kind::Msg(59), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "action", num: 12, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "related", num: 13, kind: Kind::Msg(120), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
@@ -841,7 +841,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(433), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(476), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(57), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -854,7 +854,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         verified: true,
         fields: &[
             Field { json: "count", num: 1, kind: Kind::I32, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "lastObservedTime", num: 2, kind: Kind::Msg(436), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "lastObservedTime", num: 2, kind: Kind::Msg(479), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
     },
@@ -1026,7 +1026,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         verified: true,
         fields: &[
             Field { json: "path", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "port", num: 2, kind: Kind::Msg(460), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "port", num: 2, kind: Kind::Msg(503), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "host", num: 3, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "scheme", num: 4, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "httpHeaders", num: 5, kind: Kind::Msg(73), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
@@ -1181,7 +1181,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(437), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(480), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "spec", num: 2, kind: Kind::Msg(86), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -1194,11 +1194,11 @@ pub(crate) static MESSAGES: [Message; 463] = [
         verified: true,
         fields: &[
             Field { json: "type", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
-            Field { json: "max", num: 2, kind: Kind::Msg(461), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "min", num: 3, kind: Kind::Msg(461), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "default", num: 4, kind: Kind::Msg(461), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "defaultRequest", num: 5, kind: Kind::Msg(461), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "maxLimitRequestRatio", num: 6, kind: Kind::Msg(461), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "max", num: 2, kind: Kind::Msg(504), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "min", num: 3, kind: Kind::Msg(504), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "default", num: 4, kind: Kind::Msg(504), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "defaultRequest", num: 5, kind: Kind::Msg(504), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "maxLimitRequestRatio", num: 6, kind: Kind::Msg(504), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1, 2, 3, 4, 5],
     },
@@ -1209,7 +1209,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(433), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(476), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(83), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -1245,8 +1245,8 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: false,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(433), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
-            Field { json: "items", num: 2, kind: Kind::Msg(457), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: true },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(476), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
+            Field { json: "items", num: 2, kind: Kind::Msg(500), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: true },
         ],
         by_num: &[0, 1],
     },
@@ -1330,7 +1330,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(437), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(480), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "spec", num: 2, kind: Kind::Msg(98), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "status", num: 3, kind: Kind::Msg(99), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
@@ -1345,7 +1345,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         fields: &[
             Field { json: "type", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "status", num: 2, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
-            Field { json: "lastTransitionTime", num: 4, kind: Kind::Msg(450), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "lastTransitionTime", num: 4, kind: Kind::Msg(493), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "reason", num: 5, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "message", num: 6, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
@@ -1358,7 +1358,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(433), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(476), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(95), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -1393,7 +1393,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(437), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(480), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "spec", num: 2, kind: Kind::Msg(115), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "status", num: 3, kind: Kind::Msg(116), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
@@ -1432,8 +1432,8 @@ pub(crate) static MESSAGES: [Message; 463] = [
         fields: &[
             Field { json: "type", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "status", num: 2, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
-            Field { json: "lastHeartbeatTime", num: 3, kind: Kind::Msg(450), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "lastTransitionTime", num: 4, kind: Kind::Msg(450), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "lastHeartbeatTime", num: 3, kind: Kind::Msg(493), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "lastTransitionTime", num: 4, kind: Kind::Msg(493), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "reason", num: 5, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "message", num: 6, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
@@ -1493,7 +1493,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(433), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(476), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(100), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -1593,8 +1593,8 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "capacity", num: 1, kind: Kind::Msg(461), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "allocatable", num: 2, kind: Kind::Msg(461), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "capacity", num: 1, kind: Kind::Msg(504), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "allocatable", num: 2, kind: Kind::Msg(504), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "phase", num: 3, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "conditions", num: 4, kind: Kind::Msg(103), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "addresses", num: 5, kind: Kind::Msg(101), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
@@ -1678,7 +1678,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(437), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(480), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "spec", num: 2, kind: Kind::Msg(131), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "status", num: 3, kind: Kind::Msg(132), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
@@ -1691,7 +1691,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(437), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(480), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "spec", num: 2, kind: Kind::Msg(125), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "status", num: 3, kind: Kind::Msg(126), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
@@ -1706,8 +1706,8 @@ pub(crate) static MESSAGES: [Message; 463] = [
         fields: &[
             Field { json: "type", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "status", num: 2, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
-            Field { json: "lastProbeTime", num: 3, kind: Kind::Msg(450), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "lastTransitionTime", num: 4, kind: Kind::Msg(450), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "lastProbeTime", num: 3, kind: Kind::Msg(493), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "lastTransitionTime", num: 4, kind: Kind::Msg(493), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "reason", num: 5, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "message", num: 6, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
@@ -1720,7 +1720,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(433), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(476), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(122), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -1733,7 +1733,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         verified: true,
         fields: &[
             Field { json: "accessModes", num: 1, kind: Kind::Str, card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "selector", num: 4, kind: Kind::Msg(430), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "selector", num: 4, kind: Kind::Msg(473), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "resources", num: 2, kind: Kind::Msg(232), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "volumeName", num: 3, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "storageClassName", num: 5, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
@@ -1753,9 +1753,9 @@ pub(crate) static MESSAGES: [Message; 463] = [
         fields: &[
             Field { json: "phase", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "accessModes", num: 2, kind: Kind::Str, card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "capacity", num: 3, kind: Kind::Msg(461), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "capacity", num: 3, kind: Kind::Msg(504), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "conditions", num: 4, kind: Kind::Msg(123), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "allocatedResources", num: 5, kind: Kind::Msg(461), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "allocatedResources", num: 5, kind: Kind::Msg(504), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "allocatedResourceStatuses", num: 7, kind: Kind::Str, card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "currentVolumeAttributesClassName", num: 8, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "modifyVolumeStatus", num: 9, kind: Kind::Msg(93), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
@@ -1769,7 +1769,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(437), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(480), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "spec", num: 2, kind: Kind::Msg(125), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -1793,7 +1793,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(433), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(476), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(121), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -1837,7 +1837,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "capacity", num: 1, kind: Kind::Msg(461), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "capacity", num: 1, kind: Kind::Msg(504), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "persistentVolumeSource", num: 2, kind: Kind::Msg(130), card: Card::Single, ptr: false, omitempty: true, inline: true, inferred: false },
             Field { json: "accessModes", num: 3, kind: Kind::Str, card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "claimRef", num: 4, kind: Kind::Msg(120), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
@@ -1860,7 +1860,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
             Field { json: "phase", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "message", num: 2, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "reason", num: 3, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "lastPhaseTransitionTime", num: 4, kind: Kind::Msg(450), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "lastPhaseTransitionTime", num: 4, kind: Kind::Msg(493), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1, 2, 3],
     },
@@ -1883,7 +1883,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(437), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(480), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "spec", num: 2, kind: Kind::Msg(157), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "status", num: 3, kind: Kind::Msg(158), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
@@ -1908,10 +1908,10 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "labelSelector", num: 1, kind: Kind::Msg(430), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "labelSelector", num: 1, kind: Kind::Msg(473), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "namespaces", num: 2, kind: Kind::Str, card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "topologyKey", num: 3, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
-            Field { json: "namespaceSelector", num: 4, kind: Kind::Msg(430), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "namespaceSelector", num: 4, kind: Kind::Msg(473), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "matchLabelKeys", num: 5, kind: Kind::Str, card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "mismatchLabelKeys", num: 6, kind: Kind::Str, card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
@@ -1971,8 +1971,8 @@ pub(crate) static MESSAGES: [Message; 463] = [
             Field { json: "type", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "observedGeneration", num: 7, kind: Kind::I64, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "status", num: 2, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
-            Field { json: "lastProbeTime", num: 3, kind: Kind::Msg(450), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "lastTransitionTime", num: 4, kind: Kind::Msg(450), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "lastProbeTime", num: 3, kind: Kind::Msg(493), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "lastTransitionTime", num: 4, kind: Kind::Msg(493), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "reason", num: 5, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "message", num: 6, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
@@ -2049,7 +2049,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(433), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(476), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(134), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -2065,7 +2065,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
             Field { json: "follow", num: 2, kind: Kind::Bool, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "previous", num: 3, kind: Kind::Bool, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "sinceSeconds", num: 4, kind: Kind::I64, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
-            Field { json: "sinceTime", num: 5, kind: Kind::Msg(450), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "sinceTime", num: 5, kind: Kind::Msg(493), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "timestamps", num: 6, kind: Kind::Bool, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "tailLines", num: 7, kind: Kind::I64, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "limitBytes", num: 8, kind: Kind::I64, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
@@ -2184,7 +2184,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "podController", num: 1, kind: Kind::Msg(438), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "podController", num: 1, kind: Kind::Msg(481), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0],
     },
@@ -2227,7 +2227,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
             Field { json: "runtimeClassName", num: 29, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "enableServiceLinks", num: 30, kind: Kind::Bool, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "preemptionPolicy", num: 31, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
-            Field { json: "overhead", num: 32, kind: Kind::Msg(461), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "overhead", num: 32, kind: Kind::Msg(504), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "topologySpreadConstraints", num: 33, kind: Kind::Msg(223), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "setHostnameAsFQDN", num: 35, kind: Kind::Bool, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "os", num: 36, kind: Kind::Msg(148), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
@@ -2257,7 +2257,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
             Field { json: "hostIPs", num: 16, kind: Kind::Msg(75), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "podIP", num: 6, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "podIPs", num: 12, kind: Kind::Msg(145), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "startTime", num: 7, kind: Kind::Msg(450), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "startTime", num: 7, kind: Kind::Msg(493), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "initContainerStatuses", num: 10, kind: Kind::Msg(39), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "containerStatuses", num: 8, kind: Kind::Msg(39), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "qosClass", num: 9, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
@@ -2265,7 +2265,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
             Field { json: "resize", num: 14, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "resourceClaimStatuses", num: 15, kind: Kind::Msg(153), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "extendedResourceClaimStatus", num: 18, kind: Kind::Msg(144), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
-            Field { json: "allocatedResources", num: 19, kind: Kind::Msg(461), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: true },
+            Field { json: "allocatedResources", num: 19, kind: Kind::Msg(504), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: true },
             Field { json: "resources", num: 20, kind: Kind::Msg(187), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
         ],
         by_num: &[1, 2, 3, 4, 6, 8, 10, 12, 13, 11, 5, 9, 14, 15, 16, 7, 0, 17, 18, 19],
@@ -2277,7 +2277,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(437), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(480), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "status", num: 2, kind: Kind::Msg(158), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -2289,7 +2289,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(437), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(480), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "template", num: 2, kind: Kind::Msg(162), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -2301,7 +2301,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(433), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(476), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(160), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -2313,7 +2313,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(437), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(480), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "spec", num: 2, kind: Kind::Msg(157), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -2363,7 +2363,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         verified: true,
         fields: &[
             Field { json: "podSignature", num: 1, kind: Kind::Msg(156), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
-            Field { json: "evictionTime", num: 2, kind: Kind::Msg(450), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "evictionTime", num: 2, kind: Kind::Msg(493), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "reason", num: 3, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "message", num: 4, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
@@ -2483,7 +2483,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(437), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(480), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "range", num: 2, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "data", num: 3, kind: Kind::Bytes, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
@@ -2496,7 +2496,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(437), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(480), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "spec", num: 2, kind: Kind::Msg(178), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "status", num: 3, kind: Kind::Msg(179), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
@@ -2511,7 +2511,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         fields: &[
             Field { json: "type", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "status", num: 2, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
-            Field { json: "lastTransitionTime", num: 3, kind: Kind::Msg(450), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "lastTransitionTime", num: 3, kind: Kind::Msg(493), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "reason", num: 4, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "message", num: 5, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
@@ -2524,7 +2524,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(433), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(476), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(175), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -2580,7 +2580,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         fields: &[
             Field { json: "containerName", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "resource", num: 2, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
-            Field { json: "divisor", num: 3, kind: Kind::Msg(461), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "divisor", num: 3, kind: Kind::Msg(504), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1, 2],
     },
@@ -2603,7 +2603,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(437), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(480), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "spec", num: 2, kind: Kind::Msg(185), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "status", num: 3, kind: Kind::Msg(186), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
@@ -2616,7 +2616,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(433), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(476), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(183), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -2628,7 +2628,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "hard", num: 1, kind: Kind::Msg(461), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "hard", num: 1, kind: Kind::Msg(504), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "scopes", num: 2, kind: Kind::Str, card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "scopeSelector", num: 3, kind: Kind::Msg(192), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
         ],
@@ -2641,8 +2641,8 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "hard", num: 1, kind: Kind::Msg(461), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "used", num: 2, kind: Kind::Msg(461), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "hard", num: 1, kind: Kind::Msg(504), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "used", num: 2, kind: Kind::Msg(504), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
     },
@@ -2653,8 +2653,8 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "limits", num: 1, kind: Kind::Msg(461), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "requests", num: 2, kind: Kind::Msg(461), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "limits", num: 1, kind: Kind::Msg(504), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "requests", num: 2, kind: Kind::Msg(504), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "claims", num: 3, kind: Kind::Msg(180), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1, 2],
@@ -2768,7 +2768,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(437), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(480), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "immutable", num: 5, kind: Kind::Bool, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "data", num: 2, kind: Kind::Bytes, card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "stringData", num: 4, kind: Kind::Str, card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
@@ -2808,7 +2808,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(433), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(476), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(195), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -2892,7 +2892,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(437), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(480), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "spec", num: 2, kind: Kind::Msg(211), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "status", num: 3, kind: Kind::Msg(212), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
@@ -2905,7 +2905,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(437), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(480), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "secrets", num: 2, kind: Kind::Msg(120), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "imagePullSecrets", num: 3, kind: Kind::Msg(91), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "automountServiceAccountToken", num: 4, kind: Kind::Bool, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
@@ -2919,7 +2919,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(433), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(476), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(205), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -2944,7 +2944,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(433), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(476), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(204), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -2960,7 +2960,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
             Field { json: "protocol", num: 2, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "appProtocol", num: 6, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "port", num: 3, kind: Kind::I32, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
-            Field { json: "targetPort", num: 4, kind: Kind::Msg(460), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "targetPort", num: 4, kind: Kind::Msg(503), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "nodePort", num: 5, kind: Kind::I32, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1, 3, 4, 5, 2],
@@ -3014,7 +3014,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         verified: true,
         fields: &[
             Field { json: "loadBalancer", num: 1, kind: Kind::Msg(90), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "conditions", num: 2, kind: Kind::Msg(417), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "conditions", num: 2, kind: Kind::Msg(460), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
     },
@@ -3089,7 +3089,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "port", num: 1, kind: Kind::Msg(460), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "port", num: 1, kind: Kind::Msg(503), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "host", num: 2, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -3104,7 +3104,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
             Field { json: "key", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "value", num: 2, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "effect", num: 3, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
-            Field { json: "timeAdded", num: 4, kind: Kind::Msg(450), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "timeAdded", num: 4, kind: Kind::Msg(493), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1, 2, 3],
     },
@@ -3156,7 +3156,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
             Field { json: "maxSkew", num: 1, kind: Kind::I32, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "topologyKey", num: 2, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "whenUnsatisfiable", num: 3, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
-            Field { json: "labelSelector", num: 4, kind: Kind::Msg(430), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "labelSelector", num: 4, kind: Kind::Msg(473), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "minDomains", num: 5, kind: Kind::I32, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "nodeAffinityPolicy", num: 6, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "nodeTaintsPolicy", num: 7, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
@@ -3280,8 +3280,8 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "limits", num: 1, kind: Kind::Msg(461), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "requests", num: 2, kind: Kind::Msg(461), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "limits", num: 1, kind: Kind::Msg(504), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "requests", num: 2, kind: Kind::Msg(504), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
     },
@@ -3385,8 +3385,8 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(437), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "data", num: 2, kind: Kind::Msg(457), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(480), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "data", num: 2, kind: Kind::Msg(500), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "revision", num: 3, kind: Kind::I64, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1, 2],
@@ -3398,7 +3398,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(433), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(476), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(238), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -3410,7 +3410,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(437), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(480), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "spec", num: 2, kind: Kind::Msg(243), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "status", num: 3, kind: Kind::Msg(244), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
@@ -3425,7 +3425,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         fields: &[
             Field { json: "type", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "status", num: 2, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
-            Field { json: "lastTransitionTime", num: 3, kind: Kind::Msg(450), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "lastTransitionTime", num: 3, kind: Kind::Msg(493), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "reason", num: 4, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "message", num: 5, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
@@ -3438,7 +3438,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(433), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(476), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(240), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -3450,7 +3450,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "selector", num: 1, kind: Kind::Msg(430), card: Card::Single, ptr: true, omitempty: false, inline: false, inferred: false },
+            Field { json: "selector", num: 1, kind: Kind::Msg(473), card: Card::Single, ptr: true, omitempty: false, inline: false, inferred: false },
             Field { json: "template", num: 2, kind: Kind::Msg(162), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "updateStrategy", num: 3, kind: Kind::Msg(245), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "minReadySeconds", num: 4, kind: Kind::I32, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
@@ -3497,7 +3497,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(437), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(480), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "spec", num: 2, kind: Kind::Msg(249), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "status", num: 3, kind: Kind::Msg(250), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
@@ -3512,8 +3512,8 @@ pub(crate) static MESSAGES: [Message; 463] = [
         fields: &[
             Field { json: "type", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "status", num: 2, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
-            Field { json: "lastUpdateTime", num: 6, kind: Kind::Msg(450), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "lastTransitionTime", num: 7, kind: Kind::Msg(450), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "lastUpdateTime", num: 6, kind: Kind::Msg(493), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "lastTransitionTime", num: 7, kind: Kind::Msg(493), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "reason", num: 4, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "message", num: 5, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
@@ -3526,7 +3526,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(433), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(476), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(246), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -3539,7 +3539,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         verified: true,
         fields: &[
             Field { json: "replicas", num: 1, kind: Kind::I32, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
-            Field { json: "selector", num: 2, kind: Kind::Msg(430), card: Card::Single, ptr: true, omitempty: false, inline: false, inferred: false },
+            Field { json: "selector", num: 2, kind: Kind::Msg(473), card: Card::Single, ptr: true, omitempty: false, inline: false, inferred: false },
             Field { json: "template", num: 3, kind: Kind::Msg(162), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "strategy", num: 4, kind: Kind::Msg(251), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "minReadySeconds", num: 5, kind: Kind::I32, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
@@ -3588,7 +3588,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(437), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(480), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "spec", num: 2, kind: Kind::Msg(255), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "status", num: 3, kind: Kind::Msg(256), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
@@ -3603,7 +3603,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         fields: &[
             Field { json: "type", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "status", num: 2, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
-            Field { json: "lastTransitionTime", num: 3, kind: Kind::Msg(450), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "lastTransitionTime", num: 3, kind: Kind::Msg(493), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "reason", num: 4, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "message", num: 5, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
@@ -3616,7 +3616,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(433), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(476), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(252), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -3630,7 +3630,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         fields: &[
             Field { json: "replicas", num: 1, kind: Kind::I32, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "minReadySeconds", num: 4, kind: Kind::I32, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "selector", num: 2, kind: Kind::Msg(430), card: Card::Single, ptr: true, omitempty: false, inline: false, inferred: false },
+            Field { json: "selector", num: 2, kind: Kind::Msg(473), card: Card::Single, ptr: true, omitempty: false, inline: false, inferred: false },
             Field { json: "template", num: 3, kind: Kind::Msg(162), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 2, 3, 1],
@@ -3659,8 +3659,8 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "maxUnavailable", num: 1, kind: Kind::Msg(460), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
-            Field { json: "maxSurge", num: 2, kind: Kind::Msg(460), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "maxUnavailable", num: 1, kind: Kind::Msg(503), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "maxSurge", num: 2, kind: Kind::Msg(503), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
     },
@@ -3671,8 +3671,8 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "maxUnavailable", num: 1, kind: Kind::Msg(460), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
-            Field { json: "maxSurge", num: 2, kind: Kind::Msg(460), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "maxUnavailable", num: 1, kind: Kind::Msg(503), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "maxSurge", num: 2, kind: Kind::Msg(503), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
     },
@@ -3684,7 +3684,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         verified: true,
         fields: &[
             Field { json: "partition", num: 1, kind: Kind::I32, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
-            Field { json: "maxUnavailable", num: 2, kind: Kind::Msg(460), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "maxUnavailable", num: 2, kind: Kind::Msg(503), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
     },
@@ -3695,7 +3695,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(437), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(480), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "spec", num: 2, kind: Kind::Msg(265), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "status", num: 3, kind: Kind::Msg(266), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
@@ -3710,7 +3710,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         fields: &[
             Field { json: "type", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "status", num: 2, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
-            Field { json: "lastTransitionTime", num: 3, kind: Kind::Msg(450), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "lastTransitionTime", num: 3, kind: Kind::Msg(493), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "reason", num: 4, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "message", num: 5, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
@@ -3723,7 +3723,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(433), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(476), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(260), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -3759,7 +3759,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         verified: true,
         fields: &[
             Field { json: "replicas", num: 1, kind: Kind::I32, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
-            Field { json: "selector", num: 2, kind: Kind::Msg(430), card: Card::Single, ptr: true, omitempty: false, inline: false, inferred: false },
+            Field { json: "selector", num: 2, kind: Kind::Msg(473), card: Card::Single, ptr: true, omitempty: false, inline: false, inferred: false },
             Field { json: "template", num: 3, kind: Kind::Msg(162), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "volumeClaimTemplates", num: 4, kind: Kind::Msg(122), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "serviceName", num: 5, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
@@ -3868,7 +3868,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(437), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(480), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "addressType", num: 4, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "endpoints", num: 2, kind: Kind::Msg(268), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "ports", num: 3, kind: Kind::Msg(271), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
@@ -3882,7 +3882,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(433), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(476), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(272), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -3916,7 +3916,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(437), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(480), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "spec", num: 2, kind: Kind::Msg(278), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -3928,7 +3928,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(433), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(476), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(276), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -3942,8 +3942,8 @@ pub(crate) static MESSAGES: [Message; 463] = [
         fields: &[
             Field { json: "holderIdentity", num: 1, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "leaseDurationSeconds", num: 2, kind: Kind::I32, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
-            Field { json: "acquireTime", num: 3, kind: Kind::Msg(436), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
-            Field { json: "renewTime", num: 4, kind: Kind::Msg(436), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "acquireTime", num: 3, kind: Kind::Msg(479), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "renewTime", num: 4, kind: Kind::Msg(479), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "leaseTransitions", num: 5, kind: Kind::I32, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "strategy", num: 6, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
             Field { json: "preferredHolder", num: 7, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
@@ -3959,7 +3959,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         fields: &[
             Field { json: "uid", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "desiredAPIVersion", num: 2, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
-            Field { json: "objects", num: 3, kind: Kind::Msg(457), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "objects", num: 3, kind: Kind::Msg(500), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1, 2],
     },
@@ -3971,8 +3971,8 @@ pub(crate) static MESSAGES: [Message; 463] = [
         verified: true,
         fields: &[
             Field { json: "uid", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
-            Field { json: "convertedObjects", num: 2, kind: Kind::Msg(457), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
-            Field { json: "result", num: 3, kind: Kind::Msg(446), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "convertedObjects", num: 2, kind: Kind::Msg(500), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "result", num: 3, kind: Kind::Msg(489), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1, 2],
     },
@@ -4023,7 +4023,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(437), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(480), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "spec", num: 2, kind: Kind::Msg(288), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "status", num: 3, kind: Kind::Msg(289), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
@@ -4038,7 +4038,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         fields: &[
             Field { json: "type", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "status", num: 2, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
-            Field { json: "lastTransitionTime", num: 3, kind: Kind::Msg(450), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "lastTransitionTime", num: 3, kind: Kind::Msg(493), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "reason", num: 4, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "message", num: 5, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "observedGeneration", num: 6, kind: Kind::I64, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
@@ -4052,7 +4052,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(433), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(476), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(284), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -4354,7 +4354,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(437), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(480), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "spec", num: 2, kind: Kind::Msg(309), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "status", num: 3, kind: Kind::Msg(310), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
@@ -4369,7 +4369,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         fields: &[
             Field { json: "type", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "status", num: 2, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
-            Field { json: "lastTransitionTime", num: 3, kind: Kind::Msg(450), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "lastTransitionTime", num: 3, kind: Kind::Msg(493), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "reason", num: 4, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "message", num: 5, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
@@ -4382,7 +4382,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(433), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(476), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(306), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -4435,7 +4435,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(437), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(480), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "spec", num: 2, kind: Kind::Msg(314), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "status", num: 3, kind: Kind::Msg(315), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
@@ -4448,7 +4448,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(433), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(476), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(312), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -4479,8 +4479,8 @@ pub(crate) static MESSAGES: [Message; 463] = [
         verified: true,
         fields: &[
             Field { json: "active", num: 1, kind: Kind::Msg(120), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "lastScheduleTime", num: 4, kind: Kind::Msg(450), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
-            Field { json: "lastSuccessfulTime", num: 5, kind: Kind::Msg(450), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "lastScheduleTime", num: 4, kind: Kind::Msg(493), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "lastSuccessfulTime", num: 5, kind: Kind::Msg(493), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1, 2],
     },
@@ -4491,7 +4491,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(437), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(480), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "spec", num: 2, kind: Kind::Msg(319), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "status", num: 3, kind: Kind::Msg(320), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
@@ -4506,8 +4506,8 @@ pub(crate) static MESSAGES: [Message; 463] = [
         fields: &[
             Field { json: "type", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "status", num: 2, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
-            Field { json: "lastProbeTime", num: 3, kind: Kind::Msg(450), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "lastTransitionTime", num: 4, kind: Kind::Msg(450), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "lastProbeTime", num: 3, kind: Kind::Msg(493), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "lastTransitionTime", num: 4, kind: Kind::Msg(493), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "reason", num: 5, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "message", num: 6, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
@@ -4520,7 +4520,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(433), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(476), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(316), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -4540,7 +4540,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
             Field { json: "backoffLimit", num: 7, kind: Kind::I32, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "backoffLimitPerIndex", num: 12, kind: Kind::I32, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
             Field { json: "maxFailedIndexes", num: 13, kind: Kind::I32, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
-            Field { json: "selector", num: 4, kind: Kind::Msg(430), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "selector", num: 4, kind: Kind::Msg(473), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "manualSelector", num: 5, kind: Kind::Bool, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "template", num: 6, kind: Kind::Msg(162), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "ttlSecondsAfterFinished", num: 8, kind: Kind::I32, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
@@ -4559,8 +4559,8 @@ pub(crate) static MESSAGES: [Message; 463] = [
         verified: true,
         fields: &[
             Field { json: "conditions", num: 1, kind: Kind::Msg(317), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "startTime", num: 2, kind: Kind::Msg(450), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
-            Field { json: "completionTime", num: 3, kind: Kind::Msg(450), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "startTime", num: 2, kind: Kind::Msg(493), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "completionTime", num: 3, kind: Kind::Msg(493), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "active", num: 4, kind: Kind::I32, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "succeeded", num: 5, kind: Kind::I32, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "failed", num: 6, kind: Kind::I32, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
@@ -4579,7 +4579,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(437), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(480), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "spec", num: 2, kind: Kind::Msg(319), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -4699,7 +4699,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(437), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(480), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "spec", num: 2, kind: Kind::Msg(333), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -4711,7 +4711,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(433), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(476), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(331), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -4746,7 +4746,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(437), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(480), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "spec", num: 2, kind: Kind::Msg(348), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "status", num: 3, kind: Kind::Msg(349), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
@@ -4771,7 +4771,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(437), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(480), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "spec", num: 2, kind: Kind::Msg(340), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -4783,7 +4783,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(433), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(476), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(337), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -4822,7 +4822,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(433), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(476), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(335), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -4943,7 +4943,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(437), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(480), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "spec", num: 2, kind: Kind::Msg(357), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -4979,7 +4979,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(433), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(476), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(351), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -4991,8 +4991,8 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "podSelector", num: 1, kind: Kind::Msg(430), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
-            Field { json: "namespaceSelector", num: 2, kind: Kind::Msg(430), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "podSelector", num: 1, kind: Kind::Msg(473), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "namespaceSelector", num: 2, kind: Kind::Msg(473), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "ipBlock", num: 3, kind: Kind::Msg(334), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1, 2],
@@ -5005,7 +5005,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         verified: true,
         fields: &[
             Field { json: "protocol", num: 1, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
-            Field { json: "port", num: 2, kind: Kind::Msg(460), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "port", num: 2, kind: Kind::Msg(503), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "endPort", num: 3, kind: Kind::I32, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1, 2],
@@ -5017,7 +5017,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "podSelector", num: 1, kind: Kind::Msg(430), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "podSelector", num: 1, kind: Kind::Msg(473), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "ingress", num: 2, kind: Kind::Msg(353), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "egress", num: 3, kind: Kind::Msg(352), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "policyTypes", num: 4, kind: Kind::Str, card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
@@ -5057,7 +5057,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(437), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(480), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "spec", num: 2, kind: Kind::Msg(362), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "status", num: 3, kind: Kind::Msg(363), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
@@ -5070,7 +5070,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(433), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(476), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(360), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -5093,7 +5093,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "conditions", num: 1, kind: Kind::Msg(417), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "conditions", num: 1, kind: Kind::Msg(460), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0],
     },
@@ -5104,7 +5104,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "clusterRoleSelectors", num: 1, kind: Kind::Msg(430), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "clusterRoleSelectors", num: 1, kind: Kind::Msg(473), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0],
     },
@@ -5115,7 +5115,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(437), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(480), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "rules", num: 2, kind: Kind::Msg(369), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "aggregationRule", num: 3, kind: Kind::Msg(364), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
         ],
@@ -5128,7 +5128,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(437), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(480), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "subjects", num: 2, kind: Kind::Msg(375), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "roleRef", num: 3, kind: Kind::Msg(374), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
@@ -5141,7 +5141,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(433), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(476), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(366), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -5153,7 +5153,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(433), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(476), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(365), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -5180,7 +5180,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(437), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(480), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "rules", num: 2, kind: Kind::Msg(369), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -5192,7 +5192,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(437), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(480), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "subjects", num: 2, kind: Kind::Msg(375), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "roleRef", num: 3, kind: Kind::Msg(374), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
@@ -5205,7 +5205,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(433), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(476), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(371), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -5217,7 +5217,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(433), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(476), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(370), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -5256,8 +5256,8 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(437), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "deleteOptions", num: 2, kind: Kind::Msg(419), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(480), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "deleteOptions", num: 2, kind: Kind::Msg(462), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
     },
@@ -5268,7 +5268,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(437), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(480), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "spec", num: 2, kind: Kind::Msg(379), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "status", num: 3, kind: Kind::Msg(380), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
@@ -5281,7 +5281,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(433), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(476), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(377), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -5293,9 +5293,9 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "minAvailable", num: 1, kind: Kind::Msg(460), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
-            Field { json: "selector", num: 2, kind: Kind::Msg(430), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
-            Field { json: "maxUnavailable", num: 3, kind: Kind::Msg(460), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "minAvailable", num: 1, kind: Kind::Msg(503), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "selector", num: 2, kind: Kind::Msg(473), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "maxUnavailable", num: 3, kind: Kind::Msg(503), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "unhealthyPodEvictionPolicy", num: 4, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1, 2, 3],
@@ -5308,12 +5308,12 @@ pub(crate) static MESSAGES: [Message; 463] = [
         verified: true,
         fields: &[
             Field { json: "observedGeneration", num: 1, kind: Kind::I64, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "disruptedPods", num: 2, kind: Kind::Msg(450), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "disruptedPods", num: 2, kind: Kind::Msg(493), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "disruptionsAllowed", num: 3, kind: Kind::I32, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "currentHealthy", num: 4, kind: Kind::I32, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "desiredHealthy", num: 5, kind: Kind::I32, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "expectedPods", num: 6, kind: Kind::I32, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
-            Field { json: "conditions", num: 7, kind: Kind::Msg(417), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "conditions", num: 7, kind: Kind::Msg(460), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1, 2, 3, 4, 5, 6],
     },
@@ -5324,7 +5324,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(437), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(480), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "spec", num: 2, kind: Kind::Msg(383), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -5336,7 +5336,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(433), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(476), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(381), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -5368,7 +5368,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(437), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(480), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "spec", num: 2, kind: Kind::Msg(387), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -5394,7 +5394,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(433), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(476), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(384), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -5417,11 +5417,11 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(437), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "nodeTopology", num: 2, kind: Kind::Msg(430), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(480), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "nodeTopology", num: 2, kind: Kind::Msg(473), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "storageClassName", num: 3, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
-            Field { json: "capacity", num: 4, kind: Kind::Msg(461), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
-            Field { json: "maximumVolumeSize", num: 5, kind: Kind::Msg(461), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "capacity", num: 4, kind: Kind::Msg(504), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "maximumVolumeSize", num: 5, kind: Kind::Msg(504), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1, 2, 3, 4],
     },
@@ -5432,7 +5432,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(433), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(476), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(388), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -5444,7 +5444,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(437), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(480), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "provisioner", num: 2, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "parameters", num: 3, kind: Kind::Str, card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "reclaimPolicy", num: 4, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
@@ -5462,7 +5462,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(433), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(476), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(390), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -5486,7 +5486,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(437), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(480), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "spec", num: 2, kind: Kind::Msg(396), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "status", num: 3, kind: Kind::Msg(397), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
@@ -5499,7 +5499,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(433), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(476), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(393), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -5550,7 +5550,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(437), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(480), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "driverName", num: 2, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "parameters", num: 3, kind: Kind::Str, card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
@@ -5563,7 +5563,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(433), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(476), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(398), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -5575,7 +5575,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "time", num: 1, kind: Kind::Msg(450), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "time", num: 1, kind: Kind::Msg(493), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "message", num: 2, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "errorCode", num: 3, kind: Kind::I32, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
         ],
@@ -5599,7 +5599,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(437), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(480), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "value", num: 2, kind: Kind::I32, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "globalDefault", num: 3, kind: Kind::Bool, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "description", num: 4, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
@@ -5614,7 +5614,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(433), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(476), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(402), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -5626,7 +5626,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "podFixed", num: 1, kind: Kind::Msg(461), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "podFixed", num: 1, kind: Kind::Msg(504), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0],
     },
@@ -5637,7 +5637,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(437), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(480), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "handler", num: 2, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "overhead", num: 3, kind: Kind::Msg(404), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "scheduling", num: 4, kind: Kind::Msg(407), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
@@ -5651,7 +5651,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(433), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(476), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(405), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -5675,8 +5675,8 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(437), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
-            Field { json: "eventTime", num: 2, kind: Kind::Msg(436), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(480), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "eventTime", num: 2, kind: Kind::Msg(479), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "series", num: 3, kind: Kind::Msg(410), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "reportingController", num: 4, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "reportingInstance", num: 5, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
@@ -5687,8 +5687,8 @@ pub(crate) static MESSAGES: [Message; 463] = [
             Field { json: "note", num: 10, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "type", num: 11, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "deprecatedSource", num: 12, kind: Kind::Msg(60), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "deprecatedFirstTimestamp", num: 13, kind: Kind::Msg(450), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "deprecatedLastTimestamp", num: 14, kind: Kind::Msg(450), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "deprecatedFirstTimestamp", num: 13, kind: Kind::Msg(493), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "deprecatedLastTimestamp", num: 14, kind: Kind::Msg(493), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "deprecatedCount", num: 15, kind: Kind::I32, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14],
@@ -5700,7 +5700,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(433), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(476), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(408), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -5713,11 +5713,584 @@ pub(crate) static MESSAGES: [Message; 463] = [
         verified: true,
         fields: &[
             Field { json: "count", num: 1, kind: Kind::I32, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
-            Field { json: "lastObservedTime", num: 2, kind: Kind::Msg(436), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "lastObservedTime", num: 2, kind: Kind::Msg(479), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
     },
     // 411
+    Message {
+        name: "io.k8s.api.resource.v1.AllocatedDeviceStatus",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "driver", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "pool", num: 2, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "device", num: 3, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "shareID", num: 7, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "conditions", num: 4, kind: Kind::Msg(460), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "data", num: 5, kind: Kind::Msg(500), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "networkData", num: 6, kind: Kind::Msg(440), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1, 2, 4, 5, 6, 3],
+    },
+    // 412
+    Message {
+        name: "io.k8s.api.resource.v1.AllocationResult",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "devices", num: 1, kind: Kind::Msg(421), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "nodeSelector", num: 3, kind: Kind::Msg(112), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "allocationTimestamp", num: 5, kind: Kind::Msg(493), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1, 2],
+    },
+    // 413
+    Message {
+        name: "io.k8s.api.resource.v1.CELDeviceSelector",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "expression", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+        ],
+        by_num: &[0],
+    },
+    // 414
+    Message {
+        name: "io.k8s.api.resource.v1.CapacityRequestPolicy",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "default", num: 1, kind: Kind::Msg(504), card: Card::Single, ptr: true, omitempty: false, inline: false, inferred: false },
+            Field { json: "validValues", num: 3, kind: Kind::Msg(504), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "validRange", num: 4, kind: Kind::Msg(415), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1, 2],
+    },
+    // 415
+    Message {
+        name: "io.k8s.api.resource.v1.CapacityRequestPolicyRange",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "min", num: 1, kind: Kind::Msg(504), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "max", num: 2, kind: Kind::Msg(504), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "step", num: 3, kind: Kind::Msg(504), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1, 2],
+    },
+    // 416
+    Message {
+        name: "io.k8s.api.resource.v1.CapacityRequirements",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "requests", num: 1, kind: Kind::Msg(504), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
+        ],
+        by_num: &[0],
+    },
+    // 417
+    Message {
+        name: "io.k8s.api.resource.v1.Counter",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "value", num: 1, kind: Kind::Msg(504), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+        ],
+        by_num: &[0],
+    },
+    // 418
+    Message {
+        name: "io.k8s.api.resource.v1.CounterSet",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "name", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "counters", num: 2, kind: Kind::Msg(417), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1],
+    },
+    // 419
+    Message {
+        name: "io.k8s.api.resource.v1.Device",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "name", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "attributes", num: 2, kind: Kind::Msg(422), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "capacity", num: 3, kind: Kind::Msg(423), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "consumesCounters", num: 4, kind: Kind::Msg(432), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "nodeName", num: 5, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "nodeSelector", num: 6, kind: Kind::Msg(112), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "allNodes", num: 7, kind: Kind::Bool, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "taints", num: 8, kind: Kind::Msg(437), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "bindsToNode", num: 9, kind: Kind::Bool, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "bindingConditions", num: 10, kind: Kind::Str, card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "bindingFailureConditions", num: 11, kind: Kind::Str, card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "allowMultipleAllocations", num: 12, kind: Kind::Bool, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11],
+    },
+    // 420
+    Message {
+        name: "io.k8s.api.resource.v1.DeviceAllocationConfiguration",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "source", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "requests", num: 2, kind: Kind::Str, card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "deviceConfiguration", num: 3, kind: Kind::Msg(430), card: Card::Single, ptr: false, omitempty: true, inline: true, inferred: false },
+        ],
+        by_num: &[0, 1, 2],
+    },
+    // 421
+    Message {
+        name: "io.k8s.api.resource.v1.DeviceAllocationResult",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "results", num: 1, kind: Kind::Msg(434), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "config", num: 2, kind: Kind::Msg(420), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1],
+    },
+    // 422
+    Message {
+        name: "io.k8s.api.resource.v1.DeviceAttribute",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "int", num: 2, kind: Kind::I64, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "bool", num: 3, kind: Kind::Bool, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "string", num: 4, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "version", num: 5, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "ints", num: 6, kind: Kind::I64, card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "bools", num: 7, kind: Kind::Bool, card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "strings", num: 8, kind: Kind::Str, card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "versions", num: 9, kind: Kind::Str, card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1, 2, 3, 4, 5, 6, 7],
+    },
+    // 423
+    Message {
+        name: "io.k8s.api.resource.v1.DeviceCapacity",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "value", num: 1, kind: Kind::Msg(504), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "requestPolicy", num: 2, kind: Kind::Msg(414), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1],
+    },
+    // 424
+    Message {
+        name: "io.k8s.api.resource.v1.DeviceClaim",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "requests", num: 1, kind: Kind::Msg(433), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "constraints", num: 2, kind: Kind::Msg(431), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "config", num: 3, kind: Kind::Msg(425), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1, 2],
+    },
+    // 425
+    Message {
+        name: "io.k8s.api.resource.v1.DeviceClaimConfiguration",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "requests", num: 1, kind: Kind::Str, card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "deviceConfiguration", num: 2, kind: Kind::Msg(430), card: Card::Single, ptr: false, omitempty: true, inline: true, inferred: false },
+        ],
+        by_num: &[0, 1],
+    },
+    // 426
+    Message {
+        name: "io.k8s.api.resource.v1.DeviceClass",
+        type_meta: true,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "metadata", num: 1, kind: Kind::Msg(480), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "spec", num: 2, kind: Kind::Msg(429), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1],
+    },
+    // 427
+    Message {
+        name: "io.k8s.api.resource.v1.DeviceClassConfiguration",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "deviceConfiguration", num: 1, kind: Kind::Msg(430), card: Card::Single, ptr: false, omitempty: true, inline: true, inferred: false },
+        ],
+        by_num: &[0],
+    },
+    // 428
+    Message {
+        name: "io.k8s.api.resource.v1.DeviceClassList",
+        type_meta: true,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "metadata", num: 1, kind: Kind::Msg(476), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "items", num: 2, kind: Kind::Msg(426), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1],
+    },
+    // 429
+    Message {
+        name: "io.k8s.api.resource.v1.DeviceClassSpec",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "selectors", num: 1, kind: Kind::Msg(435), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "config", num: 2, kind: Kind::Msg(427), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "extendedResourceName", num: 4, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1, 2],
+    },
+    // 430
+    Message {
+        name: "io.k8s.api.resource.v1.DeviceConfiguration",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "opaque", num: 1, kind: Kind::Msg(441), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+        ],
+        by_num: &[0],
+    },
+    // 431
+    Message {
+        name: "io.k8s.api.resource.v1.DeviceConstraint",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "requests", num: 1, kind: Kind::Str, card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "matchAttribute", num: 2, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "distinctAttribute", num: 3, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1, 2],
+    },
+    // 432
+    Message {
+        name: "io.k8s.api.resource.v1.DeviceCounterConsumption",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "counterSet", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "counters", num: 2, kind: Kind::Msg(417), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1],
+    },
+    // 433
+    Message {
+        name: "io.k8s.api.resource.v1.DeviceRequest",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "name", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "exactly", num: 2, kind: Kind::Msg(439), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "firstAvailable", num: 3, kind: Kind::Msg(436), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1, 2],
+    },
+    // 434
+    Message {
+        name: "io.k8s.api.resource.v1.DeviceRequestAllocationResult",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "request", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "driver", num: 2, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "pool", num: 3, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "device", num: 4, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "adminAccess", num: 5, kind: Kind::Bool, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "tolerations", num: 6, kind: Kind::Msg(438), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "bindingConditions", num: 7, kind: Kind::Str, card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "bindingFailureConditions", num: 8, kind: Kind::Str, card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "shareID", num: 9, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "consumedCapacity", num: 10, kind: Kind::Msg(504), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1, 2, 3, 4, 5, 6, 7, 8, 9],
+    },
+    // 435
+    Message {
+        name: "io.k8s.api.resource.v1.DeviceSelector",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "cel", num: 1, kind: Kind::Msg(413), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+        ],
+        by_num: &[0],
+    },
+    // 436
+    Message {
+        name: "io.k8s.api.resource.v1.DeviceSubRequest",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "name", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "deviceClassName", num: 2, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "selectors", num: 3, kind: Kind::Msg(435), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "allocationMode", num: 4, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "count", num: 5, kind: Kind::I64, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "tolerations", num: 6, kind: Kind::Msg(438), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "capacity", num: 7, kind: Kind::Msg(416), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1, 2, 3, 4, 5, 6],
+    },
+    // 437
+    Message {
+        name: "io.k8s.api.resource.v1.DeviceTaint",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "key", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "value", num: 2, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "effect", num: 3, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "timeAdded", num: 4, kind: Kind::Msg(493), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1, 2, 3],
+    },
+    // 438
+    Message {
+        name: "io.k8s.api.resource.v1.DeviceToleration",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "key", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "operator", num: 2, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "value", num: 3, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "effect", num: 4, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "tolerationSeconds", num: 5, kind: Kind::I64, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1, 2, 3, 4],
+    },
+    // 439
+    Message {
+        name: "io.k8s.api.resource.v1.ExactDeviceRequest",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "deviceClassName", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "selectors", num: 2, kind: Kind::Msg(435), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "allocationMode", num: 3, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "count", num: 4, kind: Kind::I64, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "adminAccess", num: 5, kind: Kind::Bool, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "tolerations", num: 6, kind: Kind::Msg(438), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "capacity", num: 7, kind: Kind::Msg(416), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1, 2, 3, 4, 5, 6],
+    },
+    // 440
+    Message {
+        name: "io.k8s.api.resource.v1.NetworkDeviceData",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "interfaceName", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "ips", num: 2, kind: Kind::Str, card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "hardwareAddress", num: 3, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1, 2],
+    },
+    // 441
+    Message {
+        name: "io.k8s.api.resource.v1.OpaqueDeviceConfiguration",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "driver", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "parameters", num: 2, kind: Kind::Msg(500), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1],
+    },
+    // 442
+    Message {
+        name: "io.k8s.api.resource.v1.ResourceClaim",
+        type_meta: true,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "metadata", num: 1, kind: Kind::Msg(480), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "spec", num: 2, kind: Kind::Msg(445), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "status", num: 3, kind: Kind::Msg(446), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1, 2],
+    },
+    // 443
+    Message {
+        name: "io.k8s.api.resource.v1.ResourceClaimConsumerReference",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "apiGroup", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "resource", num: 3, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "name", num: 4, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "uid", num: 5, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1, 2, 3],
+    },
+    // 444
+    Message {
+        name: "io.k8s.api.resource.v1.ResourceClaimList",
+        type_meta: true,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "metadata", num: 1, kind: Kind::Msg(476), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "items", num: 2, kind: Kind::Msg(442), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1],
+    },
+    // 445
+    Message {
+        name: "io.k8s.api.resource.v1.ResourceClaimSpec",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "devices", num: 1, kind: Kind::Msg(424), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+        ],
+        by_num: &[0],
+    },
+    // 446
+    Message {
+        name: "io.k8s.api.resource.v1.ResourceClaimStatus",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "allocation", num: 1, kind: Kind::Msg(412), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "reservedFor", num: 2, kind: Kind::Msg(443), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "devices", num: 4, kind: Kind::Msg(411), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1, 2],
+    },
+    // 447
+    Message {
+        name: "io.k8s.api.resource.v1.ResourceClaimTemplate",
+        type_meta: true,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "metadata", num: 1, kind: Kind::Msg(480), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "spec", num: 2, kind: Kind::Msg(449), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1],
+    },
+    // 448
+    Message {
+        name: "io.k8s.api.resource.v1.ResourceClaimTemplateList",
+        type_meta: true,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "metadata", num: 1, kind: Kind::Msg(476), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "items", num: 2, kind: Kind::Msg(447), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1],
+    },
+    // 449
+    Message {
+        name: "io.k8s.api.resource.v1.ResourceClaimTemplateSpec",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "metadata", num: 1, kind: Kind::Msg(480), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "spec", num: 2, kind: Kind::Msg(445), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1],
+    },
+    // 450
+    Message {
+        name: "io.k8s.api.resource.v1.ResourcePool",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "name", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "generation", num: 2, kind: Kind::I64, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "resourceSliceCount", num: 3, kind: Kind::I64, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1, 2],
+    },
+    // 451
+    Message {
+        name: "io.k8s.api.resource.v1.ResourceSlice",
+        type_meta: true,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "metadata", num: 1, kind: Kind::Msg(480), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "spec", num: 2, kind: Kind::Msg(453), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1],
+    },
+    // 452
+    Message {
+        name: "io.k8s.api.resource.v1.ResourceSliceList",
+        type_meta: true,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "metadata", num: 1, kind: Kind::Msg(476), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "items", num: 2, kind: Kind::Msg(451), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1],
+    },
+    // 453
+    Message {
+        name: "io.k8s.api.resource.v1.ResourceSliceSpec",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "driver", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "pool", num: 2, kind: Kind::Msg(450), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "nodeName", num: 3, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "nodeSelector", num: 4, kind: Kind::Msg(112), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "allNodes", num: 5, kind: Kind::Bool, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "devices", num: 6, kind: Kind::Msg(419), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "perDeviceNodeSelection", num: 7, kind: Kind::Bool, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "sharedCounters", num: 8, kind: Kind::Msg(418), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1, 2, 3, 4, 5, 6, 7],
+    },
+    // 454
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.APIGroup",
         type_meta: false,
@@ -5725,24 +6298,24 @@ pub(crate) static MESSAGES: [Message; 463] = [
         verified: false,
         fields: &[
             Field { json: "name", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: true },
-            Field { json: "versions", num: 2, kind: Kind::Msg(427), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: true },
-            Field { json: "preferredVersion", num: 3, kind: Kind::Msg(427), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
-            Field { json: "serverAddressByClientCIDRs", num: 4, kind: Kind::Msg(445), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: true },
+            Field { json: "versions", num: 2, kind: Kind::Msg(470), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: true },
+            Field { json: "preferredVersion", num: 3, kind: Kind::Msg(470), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
+            Field { json: "serverAddressByClientCIDRs", num: 4, kind: Kind::Msg(488), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: true },
         ],
         by_num: &[0, 1, 2, 3],
     },
-    // 412
+    // 455
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.APIGroupList",
         type_meta: false,
         special: Special::None,
         verified: false,
         fields: &[
-            Field { json: "groups", num: 1, kind: Kind::Msg(411), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: true },
+            Field { json: "groups", num: 1, kind: Kind::Msg(454), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: true },
         ],
         by_num: &[0],
     },
-    // 413
+    // 456
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.APIResource",
         type_meta: false,
@@ -5755,14 +6328,14 @@ pub(crate) static MESSAGES: [Message; 463] = [
             Field { json: "group", num: 8, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
             Field { json: "version", num: 9, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
             Field { json: "kind", num: 3, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: true },
-            Field { json: "verbs", num: 4, kind: Kind::Msg(454), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
+            Field { json: "verbs", num: 4, kind: Kind::Msg(497), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
             Field { json: "shortNames", num: 5, kind: Kind::Str, card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: true },
             Field { json: "categories", num: 7, kind: Kind::Str, card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: true },
             Field { json: "storageVersionHash", num: 10, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
         ],
         by_num: &[0, 2, 5, 6, 7, 1, 8, 3, 4, 9],
     },
-    // 414
+    // 457
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.APIResourceList",
         type_meta: false,
@@ -5770,11 +6343,11 @@ pub(crate) static MESSAGES: [Message; 463] = [
         verified: false,
         fields: &[
             Field { json: "groupVersion", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: true },
-            Field { json: "resources", num: 2, kind: Kind::Msg(413), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: true },
+            Field { json: "resources", num: 2, kind: Kind::Msg(456), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: true },
         ],
         by_num: &[0, 1],
     },
-    // 415
+    // 458
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.APIVersions",
         type_meta: false,
@@ -5782,11 +6355,11 @@ pub(crate) static MESSAGES: [Message; 463] = [
         verified: false,
         fields: &[
             Field { json: "versions", num: 1, kind: Kind::Str, card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: true },
-            Field { json: "serverAddressByClientCIDRs", num: 2, kind: Kind::Msg(445), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: true },
+            Field { json: "serverAddressByClientCIDRs", num: 2, kind: Kind::Msg(488), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: true },
         ],
         by_num: &[0, 1],
     },
-    // 416
+    // 459
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.ApplyOptions",
         type_meta: false,
@@ -5799,7 +6372,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         ],
         by_num: &[0, 1, 2],
     },
-    // 417
+    // 460
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.Condition",
         type_meta: false,
@@ -5809,13 +6382,13 @@ pub(crate) static MESSAGES: [Message; 463] = [
             Field { json: "type", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "status", num: 2, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "observedGeneration", num: 3, kind: Kind::I64, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "lastTransitionTime", num: 4, kind: Kind::Msg(450), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "lastTransitionTime", num: 4, kind: Kind::Msg(493), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "reason", num: 5, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "message", num: 6, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1, 2, 3, 4, 5],
     },
-    // 418
+    // 461
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.CreateOptions",
         type_meta: false,
@@ -5828,7 +6401,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         ],
         by_num: &[0, 1, 2],
     },
-    // 419
+    // 462
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.DeleteOptions",
         type_meta: true,
@@ -5836,7 +6409,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         verified: true,
         fields: &[
             Field { json: "gracePeriodSeconds", num: 1, kind: Kind::I64, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
-            Field { json: "preconditions", num: 2, kind: Kind::Msg(443), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "preconditions", num: 2, kind: Kind::Msg(486), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "orphanDependents", num: 3, kind: Kind::Bool, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "propagationPolicy", num: 4, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "dryRun", num: 5, kind: Kind::Str, card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
@@ -5844,7 +6417,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         ],
         by_num: &[0, 1, 2, 3, 4, 5],
     },
-    // 420
+    // 463
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.Duration",
         type_meta: false,
@@ -5855,7 +6428,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         ],
         by_num: &[0],
     },
-    // 421
+    // 464
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.FieldSelectorRequirement",
         type_meta: false,
@@ -5868,7 +6441,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         ],
         by_num: &[0, 1, 2],
     },
-    // 422
+    // 465
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.FieldsV1",
         type_meta: false,
@@ -5879,7 +6452,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         ],
         by_num: &[0],
     },
-    // 423
+    // 466
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.GetOptions",
         type_meta: false,
@@ -5890,7 +6463,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         ],
         by_num: &[0],
     },
-    // 424
+    // 467
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.GroupKind",
         type_meta: false,
@@ -5902,7 +6475,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         ],
         by_num: &[0, 1],
     },
-    // 425
+    // 468
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.GroupResource",
         type_meta: false,
@@ -5914,7 +6487,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         ],
         by_num: &[0, 1],
     },
-    // 426
+    // 469
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.GroupVersion",
         type_meta: false,
@@ -5926,7 +6499,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         ],
         by_num: &[0, 1],
     },
-    // 427
+    // 470
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.GroupVersionForDiscovery",
         type_meta: false,
@@ -5938,7 +6511,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         ],
         by_num: &[0, 1],
     },
-    // 428
+    // 471
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.GroupVersionKind",
         type_meta: false,
@@ -5951,7 +6524,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         ],
         by_num: &[0, 1, 2],
     },
-    // 429
+    // 472
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.GroupVersionResource",
         type_meta: false,
@@ -5964,7 +6537,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         ],
         by_num: &[0, 1, 2],
     },
-    // 430
+    // 473
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.LabelSelector",
         type_meta: false,
@@ -5972,11 +6545,11 @@ pub(crate) static MESSAGES: [Message; 463] = [
         verified: true,
         fields: &[
             Field { json: "matchLabels", num: 1, kind: Kind::Str, card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "matchExpressions", num: 2, kind: Kind::Msg(431), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "matchExpressions", num: 2, kind: Kind::Msg(474), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
     },
-    // 431
+    // 474
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.LabelSelectorRequirement",
         type_meta: false,
@@ -5989,19 +6562,19 @@ pub(crate) static MESSAGES: [Message; 463] = [
         ],
         by_num: &[0, 1, 2],
     },
-    // 432
+    // 475
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.List",
         type_meta: false,
         special: Special::None,
         verified: false,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(433), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
-            Field { json: "items", num: 2, kind: Kind::Msg(457), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: true },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(476), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
+            Field { json: "items", num: 2, kind: Kind::Msg(500), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: true },
         ],
         by_num: &[0, 1],
     },
-    // 433
+    // 476
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.ListMeta",
         type_meta: false,
@@ -6015,7 +6588,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         ],
         by_num: &[0, 1, 2, 3],
     },
-    // 434
+    // 477
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.ListOptions",
         type_meta: false,
@@ -6035,7 +6608,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         ],
         by_num: &[0, 1, 2, 4, 6, 7, 8, 3, 5, 9],
     },
-    // 435
+    // 478
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.ManagedFieldsEntry",
         type_meta: false,
@@ -6045,14 +6618,14 @@ pub(crate) static MESSAGES: [Message; 463] = [
             Field { json: "manager", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "operation", num: 2, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "apiVersion", num: 3, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "time", num: 4, kind: Kind::Msg(450), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "time", num: 4, kind: Kind::Msg(493), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "fieldsType", num: 6, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "fieldsV1", num: 7, kind: Kind::Msg(422), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "fieldsV1", num: 7, kind: Kind::Msg(465), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "subresource", num: 8, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1, 2, 3, 4, 5, 6],
     },
-    // 436
+    // 479
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.MicroTime",
         type_meta: false,
@@ -6064,7 +6637,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         ],
         by_num: &[0, 1],
     },
-    // 437
+    // 480
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta",
         type_meta: false,
@@ -6078,18 +6651,18 @@ pub(crate) static MESSAGES: [Message; 463] = [
             Field { json: "uid", num: 5, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "resourceVersion", num: 6, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "generation", num: 7, kind: Kind::I64, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "creationTimestamp", num: 8, kind: Kind::Msg(450), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "deletionTimestamp", num: 9, kind: Kind::Msg(450), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "creationTimestamp", num: 8, kind: Kind::Msg(493), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "deletionTimestamp", num: 9, kind: Kind::Msg(493), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "deletionGracePeriodSeconds", num: 10, kind: Kind::I64, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "labels", num: 11, kind: Kind::Str, card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "annotations", num: 12, kind: Kind::Str, card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "ownerReferences", num: 13, kind: Kind::Msg(438), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "ownerReferences", num: 13, kind: Kind::Msg(481), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "finalizers", num: 14, kind: Kind::Str, card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "managedFields", num: 17, kind: Kind::Msg(435), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "managedFields", num: 17, kind: Kind::Msg(478), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14],
     },
-    // 438
+    // 481
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.OwnerReference",
         type_meta: false,
@@ -6105,30 +6678,30 @@ pub(crate) static MESSAGES: [Message; 463] = [
         ],
         by_num: &[1, 2, 3, 0, 4, 5],
     },
-    // 439
+    // 482
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.PartialObjectMetadata",
         type_meta: true,
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(437), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(480), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0],
     },
-    // 440
+    // 483
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.PartialObjectMetadataList",
         type_meta: true,
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(433), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "items", num: 2, kind: Kind::Msg(439), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(476), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "items", num: 2, kind: Kind::Msg(482), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
     },
-    // 441
+    // 484
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.Patch",
         type_meta: false,
@@ -6138,7 +6711,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         ],
         by_num: &[],
     },
-    // 442
+    // 485
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.PatchOptions",
         type_meta: false,
@@ -6152,7 +6725,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         ],
         by_num: &[0, 1, 2, 3],
     },
-    // 443
+    // 486
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.Preconditions",
         type_meta: false,
@@ -6164,7 +6737,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         ],
         by_num: &[0, 1],
     },
-    // 444
+    // 487
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.RootPaths",
         type_meta: false,
@@ -6175,7 +6748,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         ],
         by_num: &[0],
     },
-    // 445
+    // 488
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.ServerAddressByClientCIDR",
         type_meta: false,
@@ -6187,23 +6760,23 @@ pub(crate) static MESSAGES: [Message; 463] = [
         ],
         by_num: &[0, 1],
     },
-    // 446
+    // 489
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.Status",
         type_meta: true,
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(433), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(476), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "status", num: 2, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "message", num: 3, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "reason", num: 4, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "details", num: 5, kind: Kind::Msg(448), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "details", num: 5, kind: Kind::Msg(491), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "code", num: 6, kind: Kind::I32, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1, 2, 3, 4, 5],
     },
-    // 447
+    // 490
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.StatusCause",
         type_meta: false,
@@ -6216,7 +6789,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         ],
         by_num: &[0, 1, 2],
     },
-    // 448
+    // 491
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.StatusDetails",
         type_meta: false,
@@ -6227,12 +6800,12 @@ pub(crate) static MESSAGES: [Message; 463] = [
             Field { json: "group", num: 2, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "kind", num: 3, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "uid", num: 6, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "causes", num: 4, kind: Kind::Msg(447), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "causes", num: 4, kind: Kind::Msg(490), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "retryAfterSeconds", num: 5, kind: Kind::I32, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1, 2, 4, 5, 3],
     },
-    // 449
+    // 492
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.TableOptions",
         type_meta: false,
@@ -6243,7 +6816,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         ],
         by_num: &[0],
     },
-    // 450
+    // 493
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.Time",
         type_meta: false,
@@ -6255,7 +6828,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         ],
         by_num: &[0, 1],
     },
-    // 451
+    // 494
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.Timestamp",
         type_meta: false,
@@ -6267,7 +6840,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         ],
         by_num: &[0, 1],
     },
-    // 452
+    // 495
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.TypeMeta",
         type_meta: false,
@@ -6279,7 +6852,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         ],
         by_num: &[0, 1],
     },
-    // 453
+    // 496
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.UpdateOptions",
         type_meta: false,
@@ -6292,7 +6865,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         ],
         by_num: &[0, 1, 2],
     },
-    // 454
+    // 497
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.Verbs",
         type_meta: false,
@@ -6303,7 +6876,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         ],
         by_num: &[0],
     },
-    // 455
+    // 498
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.WatchEvent",
         type_meta: false,
@@ -6311,23 +6884,23 @@ pub(crate) static MESSAGES: [Message; 463] = [
         verified: true,
         fields: &[
             Field { json: "type", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
-            Field { json: "object", num: 2, kind: Kind::Msg(457), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "object", num: 2, kind: Kind::Msg(500), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
     },
-    // 456
+    // 499
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1beta1.PartialObjectMetadataList",
         type_meta: true,
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 2, kind: Kind::Msg(433), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "items", num: 1, kind: Kind::Msg(439), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "metadata", num: 2, kind: Kind::Msg(476), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "items", num: 1, kind: Kind::Msg(482), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[1, 0],
     },
-    // 457
+    // 500
     Message {
         name: "io.k8s.apimachinery.pkg.runtime.RawExtension",
         type_meta: false,
@@ -6338,7 +6911,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         ],
         by_num: &[0],
     },
-    // 458
+    // 501
     Message {
         name: "io.k8s.apimachinery.pkg.runtime.TypeMeta",
         type_meta: false,
@@ -6350,21 +6923,21 @@ pub(crate) static MESSAGES: [Message; 463] = [
         ],
         by_num: &[0, 1],
     },
-    // 459
+    // 502
     Message {
         name: "io.k8s.apimachinery.pkg.runtime.Unknown",
         type_meta: false,
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "typeMeta", num: 1, kind: Kind::Msg(458), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "typeMeta", num: 1, kind: Kind::Msg(501), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "raw", num: 2, kind: Kind::Bytes, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "contentEncoding", num: 3, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "contentType", num: 4, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1, 2, 3],
     },
-    // 460
+    // 503
     Message {
         name: "io.k8s.apimachinery.pkg.util.intstr.IntOrString",
         type_meta: false,
@@ -6377,7 +6950,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         ],
         by_num: &[0, 1, 2],
     },
-    // 461
+    // 504
     Message {
         name: "io.k8s.apimachinery.pkg.api.resource.Quantity",
         type_meta: false,
@@ -6388,7 +6961,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
         ],
         by_num: &[0],
     },
-    // 462
+    // 505
     Message {
         name: "io.k8s.apimachinery.pkg.api.resource.QuantityValue",
         type_meta: false,
@@ -6402,7 +6975,7 @@ pub(crate) static MESSAGES: [Message; 463] = [
 ];
 
 /// (group, version, kind, message index) of every kind with TypeMeta, sorted.
-pub(crate) static KINDS: [(&str, &str, &str, u16); 111] = [
+pub(crate) static KINDS: [(&str, &str, &str, u16); 119] = [
     ("", "v1", "Binding", 8),
     ("", "v1", "ComponentStatus", 19),
     ("", "v1", "ComponentStatusList", 20),
@@ -6446,7 +7019,7 @@ pub(crate) static KINDS: [(&str, &str, &str, u16); 111] = [
     ("", "v1", "ServiceAccountList", 206),
     ("", "v1", "ServiceList", 208),
     ("", "v1", "ServiceProxyOptions", 210),
-    ("", "v1", "Status", 446),
+    ("", "v1", "Status", 489),
     ("apiextensions.k8s.io", "v1", "ConversionReview", 281),
     (
         "apiextensions.k8s.io",
@@ -6482,11 +7055,11 @@ pub(crate) static KINDS: [(&str, &str, &str, u16); 111] = [
     ("discovery.k8s.io", "v1", "EndpointSliceList", 273),
     ("events.k8s.io", "v1", "Event", 408),
     ("events.k8s.io", "v1", "EventList", 409),
-    ("meta.k8s.io", "v1", "DeleteOptions", 419),
-    ("meta.k8s.io", "v1", "PartialObjectMetadata", 439),
-    ("meta.k8s.io", "v1", "PartialObjectMetadataList", 440),
-    ("meta.k8s.io", "v1", "Status", 446),
-    ("meta.k8s.io", "v1beta1", "PartialObjectMetadataList", 456),
+    ("meta.k8s.io", "v1", "DeleteOptions", 462),
+    ("meta.k8s.io", "v1", "PartialObjectMetadata", 482),
+    ("meta.k8s.io", "v1", "PartialObjectMetadataList", 483),
+    ("meta.k8s.io", "v1", "Status", 489),
+    ("meta.k8s.io", "v1beta1", "PartialObjectMetadataList", 499),
     ("networking.k8s.io", "v1", "IPAddress", 331),
     ("networking.k8s.io", "v1", "IPAddressList", 332),
     ("networking.k8s.io", "v1", "Ingress", 335),
@@ -6515,6 +7088,14 @@ pub(crate) static KINDS: [(&str, &str, &str, u16); 111] = [
     ("rbac.authorization.k8s.io", "v1", "RoleBinding", 371),
     ("rbac.authorization.k8s.io", "v1", "RoleBindingList", 372),
     ("rbac.authorization.k8s.io", "v1", "RoleList", 373),
+    ("resource.k8s.io", "v1", "DeviceClass", 426),
+    ("resource.k8s.io", "v1", "DeviceClassList", 428),
+    ("resource.k8s.io", "v1", "ResourceClaim", 442),
+    ("resource.k8s.io", "v1", "ResourceClaimList", 444),
+    ("resource.k8s.io", "v1", "ResourceClaimTemplate", 447),
+    ("resource.k8s.io", "v1", "ResourceClaimTemplateList", 448),
+    ("resource.k8s.io", "v1", "ResourceSlice", 451),
+    ("resource.k8s.io", "v1", "ResourceSliceList", 452),
     ("scheduling.k8s.io", "v1", "PriorityClass", 402),
     ("scheduling.k8s.io", "v1", "PriorityClassList", 403),
     ("storage.k8s.io", "v1", "CSIDriver", 381),
