@@ -14,7 +14,7 @@
 
 use base64::Engine as _;
 
-use super::json::{Json, Val, MAX_DEPTH};
+use super::json::{Doc, Json, Val, MAX_DEPTH};
 use super::schema::{message, Card, Field, Kind, Message, MessageType, Special};
 use super::special;
 use super::wire::{
@@ -26,21 +26,23 @@ use super::ProtoError;
 /// protobuf bytes — not enveloped (see `envelope`). `apiVersion`/`kind` at the top level
 /// of a kind are accepted and not part of the message (they go into the envelope).
 pub fn encode(ty: MessageType, json: &[u8]) -> Result<Vec<u8>, ProtoError> {
-    let doc = Json::parse(json)?;
+    let doc = Doc::parse(json)?;
     let mut out = Vec::with_capacity(json.len());
-    encode_value(&mut out, ty, &doc)?;
+    encode_value(&mut out, ty, &doc, &doc.root)?;
     Ok(out)
 }
 
+/// Encode `v` (a value of `d`) as a message of type `ty`.
 pub(crate) fn encode_value(
     out: &mut Vec<u8>,
     ty: MessageType,
-    doc: &Json<'_>,
+    d: &Doc<'_>,
+    v: &Json<'_>,
 ) -> Result<(), ProtoError> {
-    if !matches!(doc.v, Val::Obj(_)) {
-        return Err(mismatch(ty.def(), "(top level)", "object", doc));
+    if !matches!(v.v, Val::Obj(_)) {
+        return Err(mismatch(ty.def(), "(top level)", "object", v));
     }
-    msg_body(out, ty.0, Some(doc), 0)
+    msg_body(out, d, ty.0, Some(v), 0)
 }
 
 fn mismatch(m: &Message, field: &str, expected: &'static str, got: &Json<'_>) -> ProtoError {
@@ -57,6 +59,7 @@ const NO_FIELDS: usize = 64;
 /// The body of message `mi` from `v` (`None`/`null`: the zero value).
 fn msg_body(
     out: &mut Vec<u8>,
+    d: &Doc<'_>,
     mi: u16,
     v: Option<&Json<'_>>,
     depth: usize,
@@ -66,11 +69,11 @@ fn msg_body(
     }
     let m = message(mi);
     if m.special != Special::None {
-        return special_body(out, m, v, depth);
+        return special_body(out, d, m, v, depth);
     }
     match v.map(|j| &j.v) {
-        None | Some(Val::Null) => fields(out, m, &[], depth, true),
-        Some(Val::Obj(members)) => fields(out, m, members, depth, true),
+        None | Some(Val::Null) => fields(out, d, m, &[], depth, true),
+        Some(Val::Obj(k)) => fields(out, d, m, d.kids(*k), depth, true),
         Some(_) => Err(mismatch(m, "(value)", "object", v.expect("some"))),
     }
 }
@@ -88,8 +91,9 @@ fn known_key(m: &Message, key: &str) -> bool {
 
 fn fields(
     out: &mut Vec<u8>,
+    d: &Doc<'_>,
     m: &Message,
-    members: &[(std::borrow::Cow<'_, str>, Json<'_>)],
+    members: &[Json<'_>],
     depth: usize,
     check_keys: bool,
 ) -> Result<(), ProtoError> {
@@ -100,7 +104,8 @@ fn fields(
         )));
     }
     let mut slots: [Option<&Json<'_>>; NO_FIELDS] = [None; NO_FIELDS];
-    for (key, val) in members {
+    for val in members {
+        let key = &val.key;
         match m
             .fields
             .iter()
@@ -125,17 +130,18 @@ fn fields(
             };
             put_tag(out, f.num, WT_LEN);
             let pos = begin_len(out);
-            fields(out, message(c), members, depth + 1, false)?;
+            fields(out, d, message(c), members, depth + 1, false)?;
             end_len(out, pos);
             continue;
         }
-        field(out, m, f, slots[i as usize], depth)?;
+        field(out, d, m, f, slots[i as usize], depth)?;
     }
     Ok(())
 }
 
 fn field(
     out: &mut Vec<u8>,
+    d: &Doc<'_>,
     m: &Message,
     f: &Field,
     v: Option<&Json<'_>>,
@@ -144,18 +150,18 @@ fn field(
     let v = v.filter(|j| !matches!(j.v, Val::Null));
     match f.card {
         Card::Single => match v {
-            Some(v) => single(out, m, f, v, depth),
+            Some(v) => single(out, d, m, f, v, depth),
             None if f.ptr => Ok(()),
-            None => zero(out, f, depth),
+            None => zero(out, d, f, depth),
         },
         Card::Repeated => match v.map(|j| &j.v) {
             None => Ok(()),
             Some(Val::Arr(items)) => {
-                for it in items {
+                for it in d.kids(*items) {
                     if matches!(it.v, Val::Null) {
-                        zero(out, f, depth)?;
+                        zero(out, d, f, depth)?;
                     } else {
-                        single(out, m, f, it, depth)?;
+                        single(out, d, m, f, it, depth)?;
                     }
                 }
                 Ok(())
@@ -164,7 +170,7 @@ fn field(
         },
         Card::Map => match v.map(|j| &j.v) {
             None => Ok(()),
-            Some(Val::Obj(members)) => map(out, m, f, members, depth),
+            Some(Val::Obj(k)) => map(out, d, m, f, d.kids(*k), depth),
             Some(_) => Err(mismatch(m, f.json, "object", v.expect("some"))),
         },
     }
@@ -172,14 +178,14 @@ fn field(
 
 fn map(
     out: &mut Vec<u8>,
+    d: &Doc<'_>,
     m: &Message,
     f: &Field,
-    members: &[(std::borrow::Cow<'_, str>, Json<'_>)],
+    members: &[Json<'_>],
     depth: usize,
 ) -> Result<(), ProtoError> {
     // Go sorts the keys (sortkeys.Strings); a repeated JSON key keeps its last value.
-    let mut entries: Vec<(&str, &Json<'_>)> =
-        members.iter().map(|(k, v)| (k.as_ref(), v)).collect();
+    let mut entries: Vec<(&str, &Json<'_>)> = members.iter().map(|v| (v.key.as_ref(), v)).collect();
     entries.sort_by(|a, b| a.0.cmp(b.0));
     let mut i = 0;
     while i < entries.len() {
@@ -202,7 +208,7 @@ fn map(
             Kind::Msg(c) => {
                 put_tag(out, 2, WT_LEN);
                 let p = begin_len(out);
-                msg_body(out, c, (!null).then_some(val), depth + 1)?;
+                msg_body(out, d, c, (!null).then_some(val), depth + 1)?;
                 end_len(out, p);
             }
             _ => {
@@ -249,6 +255,7 @@ fn int_of<T: std::str::FromStr>(m: &Message, f: &Field, v: &Json<'_>) -> Result<
 /// One value (a single field, or one element of a repeated field) with its tag.
 fn single(
     out: &mut Vec<u8>,
+    d: &Doc<'_>,
     m: &Message,
     f: &Field,
     v: &Json<'_>,
@@ -287,7 +294,7 @@ fn single(
         Kind::Msg(c) => {
             put_tag(out, f.num, WT_LEN);
             let pos = begin_len(out);
-            msg_body(out, c, Some(v), depth + 1)?;
+            msg_body(out, d, c, Some(v), depth + 1)?;
             end_len(out, pos);
         }
     }
@@ -295,7 +302,7 @@ fn single(
 }
 
 /// The zero value of a value (non-pointer) field, which Go writes anyway.
-fn zero(out: &mut Vec<u8>, f: &Field, depth: usize) -> Result<(), ProtoError> {
+fn zero(out: &mut Vec<u8>, d: &Doc<'_>, f: &Field, depth: usize) -> Result<(), ProtoError> {
     match f.kind {
         // `[]byte` fields are written only when non-nil, even as values.
         Kind::Bytes => {}
@@ -311,7 +318,7 @@ fn zero(out: &mut Vec<u8>, f: &Field, depth: usize) -> Result<(), ProtoError> {
         Kind::Msg(c) => {
             put_tag(out, f.num, WT_LEN);
             let pos = begin_len(out);
-            msg_body(out, c, None, depth + 1)?;
+            msg_body(out, d, c, None, depth + 1)?;
             end_len(out, pos);
         }
     }
@@ -327,6 +334,7 @@ fn sub_message(m: &Message, num: u32) -> u16 {
 
 fn special_body(
     out: &mut Vec<u8>,
+    d: &Doc<'_>,
     m: &Message,
     v: Option<&Json<'_>>,
     depth: usize,
@@ -404,7 +412,7 @@ fn special_body(
                 let Val::Arr(items) = &v.v else {
                     return Err(wrong("array", v));
                 };
-                for it in items {
+                for it in d.kids(*items) {
                     match &it.v {
                         Val::Str(s) => put_bytes(out, 1, s.as_bytes()),
                         Val::Null => put_bytes(out, 1, b""),
@@ -420,11 +428,11 @@ fn special_body(
                 Some(Val::Obj(_)) => {
                     put_tag(out, 1, WT_LEN);
                     let p = begin_len(out);
-                    msg_body(out, sub_message(m, 1), v, depth + 1)?;
+                    msg_body(out, d, sub_message(m, 1), v, depth + 1)?;
                     end_len(out, p);
                 }
                 Some(Val::Arr(items)) => {
-                    for it in items {
+                    for it in d.kids(*items) {
                         if list_of_strings {
                             let Val::Str(s) = &it.v else {
                                 return Err(wrong("string", it));
@@ -433,7 +441,7 @@ fn special_body(
                         } else {
                             put_tag(out, 2, WT_LEN);
                             let p = begin_len(out);
-                            msg_body(out, sub_message(m, 2), Some(it), depth + 1)?;
+                            msg_body(out, d, sub_message(m, 2), Some(it), depth + 1)?;
                             end_len(out, p);
                         }
                     }
@@ -455,7 +463,7 @@ fn special_body(
             if let Some(s) = schema {
                 put_tag(out, 2, WT_LEN);
                 let p = begin_len(out);
-                msg_body(out, sub_message(m, 2), Some(s), depth + 1)?;
+                msg_body(out, d, sub_message(m, 2), Some(s), depth + 1)?;
                 end_len(out, p);
             }
         }

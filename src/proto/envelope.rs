@@ -19,7 +19,7 @@
 //!   framer. One frame = `len(4, BE)` + `0a <type> 12 <RawExtension{0a <envelope>}>`.
 
 use super::encode::encode_value;
-use super::json::{Json, Val};
+use super::json::{Doc, Val};
 use super::schema::{lookup, MessageType};
 use super::wire::{
     begin_len, end_len, put_bytes, put_tag, put_varint, varint_len, Reader, WireValue, WT_LEN,
@@ -67,13 +67,13 @@ pub fn encode_unknown(api_version: &str, kind: &str, raw: &[u8]) -> Vec<u8> {
 /// `apiVersion`/`kind` name the envelope; the kind's message is looked up from them.
 pub fn encode_object(api_version: &str, kind: &str, json: &[u8]) -> Result<Vec<u8>, ProtoError> {
     let ty = type_of(api_version, kind)?;
-    let doc = Json::parse(json)?;
+    let doc = Doc::parse(json)?;
     let mut out = Vec::with_capacity(json.len() + 32);
     out.extend_from_slice(&MAGIC);
     put_type_meta(&mut out, api_version, kind);
     put_tag(&mut out, 2, WT_LEN);
     let pos = begin_len(&mut out);
-    encode_value(&mut out, ty, &doc)?;
+    encode_value(&mut out, ty, &doc, &doc.root)?;
     end_len(&mut out, pos);
     out.extend_from_slice(&UNKNOWN_TAIL);
     Ok(out)
@@ -333,25 +333,22 @@ pub fn encode_status(status_json: &[u8]) -> Result<Vec<u8>, ProtoError> {
 /// `as=PartialObjectMetadata` (meta.k8s.io v1 and v1beta1 share the message). Works for
 /// any object with standard metadata, custom resources included.
 pub fn partial_object_metadata(object_json: &[u8]) -> Result<Vec<u8>, ProtoError> {
-    let doc = Json::parse(object_json)?;
-    let Val::Obj(members) = &doc.v else {
-        return Err(ProtoError::InvalidValue(
-            "object JSON is not an object".into(),
-        ));
-    };
-    let meta = members
-        .iter()
-        .rev()
-        .find(|(k, _)| k == "metadata")
-        .map(|(_, v)| v);
+    let doc = Doc::parse(object_json)?;
+    let members = doc
+        .members(&doc.root)
+        .ok_or_else(|| ProtoError::InvalidValue("object JSON is not an object".into()))?;
+    let meta = members.iter().rev().find(|v| v.key == "metadata");
     let object_meta =
         MessageType::by_name("io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta").expect("in table");
     let mut out = Vec::with_capacity(object_json.len() / 2);
     put_tag(&mut out, 1, WT_LEN);
     let pos = begin_len(&mut out);
     match meta {
-        Some(m) if !matches!(m.v, Val::Null) => encode_value(&mut out, object_meta, m)?,
-        _ => encode_value(&mut out, object_meta, &Json::parse(b"{}")?)?,
+        Some(m) if !matches!(m.v, Val::Null) => encode_value(&mut out, object_meta, &doc, m)?,
+        _ => {
+            let empty = Doc::parse(b"{}")?;
+            encode_value(&mut out, object_meta, &empty, &empty.root)?
+        }
     }
     end_len(&mut out, pos);
     Ok(out)

@@ -3,8 +3,8 @@
 //! Hand-written rather than `serde_json::Value` for two reasons: `runtime.RawExtension`,
 //! `metav1.FieldsV1` and apiextensions `JSON` carry the *exact* input bytes into
 //! protobuf (Go's `UnmarshalJSON` copies them), which a parsed-and-reprinted value would
-//! not reproduce (number spelling, escapes); and borrowing strings that need no
-//! unescaping parses a pod with a few dozen allocations instead of hundreds.
+//! not reproduce (number spelling, escapes); and a pod parses with two allocations
+//! (an arena of values, strings borrowed unless they have escapes) instead of hundreds.
 
 use std::borrow::Cow;
 
@@ -13,11 +13,29 @@ use super::ProtoError;
 /// Deeper documents are refused (CRD schemas nest ~30 levels in practice).
 pub(crate) const MAX_DEPTH: usize = 200;
 
+/// A parsed document: every value is a node in one arena, containers refer to their
+/// children as a contiguous range of it. Two allocations per document instead of one
+/// per object and array.
+#[derive(Debug)]
+pub(crate) struct Doc<'a> {
+    nodes: Vec<Json<'a>>,
+    pub root: Json<'a>,
+}
+
 #[derive(Debug)]
 pub(crate) struct Json<'a> {
     /// The value's bytes exactly as in the input.
     pub raw: &'a [u8],
+    /// The member name when the value is inside an object (empty in arrays).
+    pub key: Cow<'a, str>,
     pub v: Val<'a>,
+}
+
+/// Children of a container: `nodes[start..start + len]`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Kids {
+    start: u32,
+    len: u32,
 }
 
 #[derive(Debug)]
@@ -27,12 +45,12 @@ pub(crate) enum Val<'a> {
     /// The number's literal text (validated against the JSON grammar).
     Num(&'a str),
     Str(Cow<'a, str>),
-    Arr(Vec<Json<'a>>),
-    Obj(Vec<(Cow<'a, str>, Json<'a>)>),
+    Arr(Kids),
+    Obj(Kids),
 }
 
-impl<'a> Json<'a> {
-    pub(crate) fn parse(input: &'a [u8]) -> Result<Json<'a>, ProtoError> {
+impl<'a> Doc<'a> {
+    pub(crate) fn parse(input: &'a [u8]) -> Result<Doc<'a>, ProtoError> {
         // One UTF-8 check for the whole input (vectorised for ASCII); strings are then
         // sliced out of the `str`, which costs a char-boundary check, not a re-validation.
         let src =
@@ -41,16 +59,36 @@ impl<'a> Json<'a> {
             s: input,
             src,
             pos: 0,
+            nodes: Vec::with_capacity(input.len() / 12 + 4),
+            stack: Vec::with_capacity(64),
         };
         p.ws();
-        let v = p.value(0)?;
+        let root = p.value(0, Cow::Borrowed(""))?;
         p.ws();
         if p.pos != input.len() {
             return Err(p.err("trailing data after the JSON value"));
         }
-        Ok(v)
+        Ok(Doc {
+            nodes: p.nodes,
+            root,
+        })
     }
 
+    /// The members of an object or the elements of an array.
+    pub(crate) fn kids(&self, k: Kids) -> &[Json<'a>] {
+        &self.nodes[k.start as usize..(k.start + k.len) as usize]
+    }
+
+    /// `Some(members)` when `j` is an object.
+    pub(crate) fn members(&self, j: &Json<'a>) -> Option<&[Json<'a>]> {
+        match j.v {
+            Val::Obj(k) => Some(self.kids(k)),
+            _ => None,
+        }
+    }
+}
+
+impl Json<'_> {
     pub(crate) fn type_name(&self) -> &'static str {
         match self.v {
             Val::Null => "null",
@@ -68,6 +106,9 @@ struct Parser<'a> {
     /// The same bytes as `s`, known to be UTF-8.
     src: &'a str,
     pos: usize,
+    nodes: Vec<Json<'a>>,
+    /// Children of the containers being parsed; moved to `nodes` when a container closes.
+    stack: Vec<Json<'a>>,
 }
 
 impl<'a> Parser<'a> {
@@ -94,7 +135,15 @@ impl<'a> Parser<'a> {
         }
     }
 
-    fn value(&mut self, depth: usize) -> Result<Json<'a>, ProtoError> {
+    /// Move the children pushed since `mark` into the arena.
+    fn close(&mut self, mark: usize) -> Kids {
+        let start = self.nodes.len() as u32;
+        let len = (self.stack.len() - mark) as u32;
+        self.nodes.extend(self.stack.drain(mark..));
+        Kids { start, len }
+    }
+
+    fn value(&mut self, depth: usize, key: Cow<'a, str>) -> Result<Json<'a>, ProtoError> {
         if depth > MAX_DEPTH {
             return Err(ProtoError::TooDeep);
         }
@@ -106,14 +155,15 @@ impl<'a> Parser<'a> {
             b'"' => Val::Str(self.string()?),
             b'[' => {
                 self.pos += 1;
-                let mut items = Vec::new();
+                let mark = self.stack.len();
                 self.ws();
                 if self.peek() == Some(b']') {
                     self.pos += 1;
                 } else {
                     loop {
                         self.ws();
-                        items.push(self.value(depth + 1)?);
+                        let v = self.value(depth + 1, Cow::Borrowed(""))?;
+                        self.stack.push(v);
                         self.ws();
                         match self.peek() {
                             Some(b',') => self.pos += 1,
@@ -125,11 +175,11 @@ impl<'a> Parser<'a> {
                         }
                     }
                 }
-                Val::Arr(items)
+                Val::Arr(self.close(mark))
             }
             b'{' => {
                 self.pos += 1;
-                let mut members = Vec::new();
+                let mark = self.stack.len();
                 self.ws();
                 if self.peek() == Some(b'}') {
                     self.pos += 1;
@@ -146,8 +196,8 @@ impl<'a> Parser<'a> {
                         }
                         self.pos += 1;
                         self.ws();
-                        let v = self.value(depth + 1)?;
-                        members.push((key, v));
+                        let v = self.value(depth + 1, key)?;
+                        self.stack.push(v);
                         self.ws();
                         match self.peek() {
                             Some(b',') => self.pos += 1,
@@ -159,13 +209,14 @@ impl<'a> Parser<'a> {
                         }
                     }
                 }
-                Val::Obj(members)
+                Val::Obj(self.close(mark))
             }
             b'-' | b'0'..=b'9' => Val::Num(self.number()?),
             _ => return Err(self.err("unexpected character")),
         };
         Ok(Json {
             raw: &self.s[start..self.pos],
+            key,
             v,
         })
     }
@@ -367,7 +418,7 @@ pub(crate) fn write_go_string(out: &mut Vec<u8>, s: &[u8]) {
 /// `>`, `&`, U+2028 and U+2029 inside strings; every other byte is copied as is.
 /// Fails on invalid JSON (so does Go's Marshal).
 pub(crate) fn write_compact(out: &mut Vec<u8>, raw: &[u8]) -> Result<(), ProtoError> {
-    Json::parse(raw)?;
+    Doc::parse(raw)?;
     let mut in_str = false;
     let mut esc = false;
     let mut i = 0;
@@ -426,12 +477,18 @@ mod tests {
     #[test]
     fn parses_and_keeps_raw_bytes() {
         let doc = br#"{"a": [1, 2.5e3, "x\u00e9\ud83d\ude00"], "b": {"c": null}, "d": true}"#;
-        let j = Json::parse(doc).unwrap();
-        let Val::Obj(m) = &j.v else { panic!() };
-        assert_eq!(m[0].1.raw, br#"[1, 2.5e3, "x\u00e9\ud83d\ude00"]"#);
-        let Val::Arr(a) = &m[0].1.v else { panic!() };
+        let d = Doc::parse(doc).unwrap();
+        let m = d.members(&d.root).unwrap();
+        assert_eq!(
+            (m[0].key.as_ref(), m[0].raw),
+            ("a", &br#"[1, 2.5e3, "x\u00e9\ud83d\ude00"]"#[..])
+        );
+        let Val::Arr(a) = m[0].v else { panic!() };
+        let a = d.kids(a);
         assert!(matches!(a[1].v, Val::Num("2.5e3")));
         assert!(matches!(&a[2].v, Val::Str(s) if s == "xé😀"));
+        let inner = d.members(&m[1]).unwrap();
+        assert_eq!((inner[0].key.as_ref(), inner[0].raw), ("c", &b"null"[..]));
     }
 
     #[test]
@@ -448,14 +505,14 @@ mod tests {
             b"\"\\q\"",
         ] {
             assert!(
-                Json::parse(bad).is_err(),
+                Doc::parse(bad).is_err(),
                 "{:?}",
                 String::from_utf8_lossy(bad)
             );
         }
         let deep = "[".repeat(MAX_DEPTH + 5);
         assert!(matches!(
-            Json::parse(deep.as_bytes()),
+            Doc::parse(deep.as_bytes()),
             Err(ProtoError::TooDeep)
         ));
     }
