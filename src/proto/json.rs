@@ -342,12 +342,32 @@ impl<'a> Parser<'a> {
     }
 }
 
+/// Bytes `write_go_string` cannot copy as they are: control characters, `"`, `\\`, the
+/// HTML-sensitive `<`, `>`, `&`, and every non-ASCII byte (UTF-8 checks, U+2028/9).
+static SPECIAL_BYTE: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut i = 0;
+    while i < 256 {
+        t[i] = i < 0x20 || i >= 0x80 || matches!(i as u8, b'"' | b'\\' | b'<' | b'>' | b'&');
+        i += 1;
+    }
+    t
+};
+
 /// Write `s` as a JSON string the way Go's `encoding/json` does (HTML-safe escaping, as
 /// kube-apiserver's `json.Encoder` leaves on): `<`, `>`, `&`, U+2028 and U+2029 become
 /// `\u003c`, `\u003e`, `\u0026`, `\u2028`, `\u2029`; control characters are escaped;
 /// each byte of invalid UTF-8 becomes `\ufffd`.
 pub(crate) fn write_go_string(out: &mut Vec<u8>, s: &[u8]) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
+    // Fast path: printable ASCII with nothing to escape (nearly every Kubernetes string).
+    if !s.iter().any(|&c| SPECIAL_BYTE[c as usize]) {
+        out.reserve(s.len() + 2);
+        out.push(b'"');
+        out.extend_from_slice(s);
+        out.push(b'"');
+        return;
+    }
     out.push(b'"');
     let mut rest = s;
     loop {
