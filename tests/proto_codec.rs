@@ -88,6 +88,8 @@ fn pod_round_trips_through_k8s_pb_and_typed_fields_match() {
     // prost writes every Some field in tag order, as Go writes every value field: for an
     // object without empty map values the bytes are the same.
     assert_eq!(ours, theirs, "k8s-pb re-encodes the same bytes");
+    let (_, o, t): (core::Pod, _, _) = round_trip("pod-4k", "v1", "Pod");
+    assert_eq!(o, t);
     let meta = pod.metadata.as_ref().unwrap();
     assert_eq!(meta.name.as_deref(), Some("web-7d4b9c8f6d-x2x9k"));
     assert_eq!(
