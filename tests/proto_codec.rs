@@ -338,6 +338,16 @@ fn secret_node_service_endpointslice_deployment_event_crd_namespace_round_trip()
     let (ns, o, t): (core::Namespace, _, _) = round_trip("namespace", "v1", "Namespace");
     assert_eq!(o, t);
     assert_eq!(ns.status.as_ref().unwrap().phase.as_deref(), Some("Active"));
+
+    let (hpa, o, t): (k8s_pb::api::autoscaling::v2::HorizontalPodAutoscaler, _, _) =
+        round_trip("hpa", "autoscaling/v2", "HorizontalPodAutoscaler");
+    assert_eq!(o, t);
+    let spec = hpa.spec.as_ref().unwrap();
+    let up = spec.behavior.as_ref().unwrap().scale_up.as_ref().unwrap();
+    assert_eq!(up.stabilization_window_seconds, Some(0), "a pointer to 0");
+    let status = hpa.status.as_ref().unwrap();
+    // A value string that is empty is still written (`0a 00`).
+    assert_eq!(status.current_metrics[3].r#type.as_deref(), Some(""));
 }
 
 /// An empty ConfigMap with a name and a creation timestamp, derived by hand from Go's
@@ -792,4 +802,39 @@ fn generated_schema_is_up_to_date() {
         show(&out.stdout),
         show(&out.stderr)
     );
+}
+
+/// `ExtraValue` is a Go `[]string` marshalled as the message `{1: repeated string}`: a
+/// bare JSON array, inside a map.
+#[test]
+fn csr_extra_values_are_wrapper_messages_with_bare_array_json() {
+    let json = br#"{"kind":"CertificateSigningRequest","apiVersion":"certificates.k8s.io/v1","metadata":{"name":"csr-x7k2p","uid":"c3d4e5f6-a7b8-4c9d-0e1f-2a3b4c5d6e7f","resourceVersion":"900","creationTimestamp":"2026-03-01T09:00:00Z"},"spec":{"request":"LS0tLS1CRUdJTg==","signerName":"kubernetes.io/kube-apiserver-client-kubelet","expirationSeconds":86400,"usages":["digital signature","client auth"],"username":"system:node:node-7","groups":["system:nodes","system:authenticated"],"extra":{"authentication.kubernetes.io/credential-id":["X509SHA256=ab12"],"empty":[]}},"status":{"conditions":[{"type":"Approved","status":"True","reason":"AutoApproved","message":"Auto approving kubelet client certificate after SubjectAccessReview.","lastUpdateTime":"2026-03-01T09:00:01Z","lastTransitionTime":"2026-03-01T09:00:01Z"}],"certificate":"LS0tLS1CRUdJTiBDRVJU"}}"#;
+    let t = ty("certificates.k8s.io/v1", "CertificateSigningRequest");
+    let b = proto::encode(t, json).unwrap();
+    let csr =
+        k8s_pb::api::certificates::v1::CertificateSigningRequest::decode(b.as_slice()).unwrap();
+    let spec = csr.spec.as_ref().unwrap();
+    assert_eq!(
+        spec.extra["authentication.kubernetes.io/credential-id"].items,
+        vec!["X509SHA256=ab12"]
+    );
+    assert_eq!(spec.request.as_deref(), Some(&b"-----BEGIN"[..]));
+    // Go writes every map entry's value, an empty ExtraValue as `12 00`; prost leaves
+    // default values out of map entries, so its bytes are 2 shorter.
+    let entry = [&[0x0a, 0x05][..], b"empty", &[0x12, 0x00]].concat();
+    assert!(
+        b.windows(entry.len()).any(|w| w == entry),
+        "empty ExtraValue written"
+    );
+    assert_eq!(csr.encode_to_vec().len(), b.len() - 2);
+    // An empty ExtraValue decodes to a nil slice, which encoding/json prints as null.
+    let back = show(
+        &proto::decode(
+            t,
+            &b,
+            Some(("certificates.k8s.io/v1", "CertificateSigningRequest")),
+        )
+        .unwrap(),
+    );
+    assert_eq!(back, show(json).replace(r#""empty":[]"#, r#""empty":null"#));
 }
