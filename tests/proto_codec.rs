@@ -350,6 +350,76 @@ fn secret_node_service_endpointslice_deployment_event_crd_namespace_round_trip()
     assert_eq!(status.current_metrics[3].r#type.as_deref(), Some(""));
 }
 
+/// The webhook configurations, API priority and fairness and autoscaling/v1: pointers
+/// without `omitempty` (`sideEffects`, `nominalConcurrencyShares`) print `null` when nil,
+/// nil slices without `omitempty` (`namespaces`) too, and the inline `Rule` of
+/// `RuleWithOperations` is flat in JSON but field 2 in protobuf.
+#[test]
+fn admission_flowcontrol_and_autoscaling_v1_round_trip() {
+    use k8s_pb::api::{admissionregistration, autoscaling, flowcontrol};
+
+    let (mw, o, t): (
+        admissionregistration::v1::MutatingWebhookConfiguration,
+        _,
+        _,
+    ) = round_trip(
+        "mutatingwebhook",
+        "admissionregistration.k8s.io/v1",
+        "MutatingWebhookConfiguration",
+    );
+    assert_eq!(o, t);
+    let hook = &mw.webhooks[0];
+    assert_eq!(
+        hook.rules[0].rule.as_ref().unwrap().resources,
+        vec!["pods"],
+        "inline Rule is the nested field 2"
+    );
+    assert_eq!(
+        hook.client_config
+            .as_ref()
+            .unwrap()
+            .service
+            .as_ref()
+            .unwrap()
+            .port,
+        Some(443)
+    );
+    assert_eq!(mw.webhooks[1].side_effects, None, "null pointer is absent");
+
+    let (fs, o, t): (flowcontrol::v1::FlowSchema, _, _) = round_trip(
+        "flowschema",
+        "flowcontrol.apiserver.k8s.io/v1",
+        "FlowSchema",
+    );
+    assert_eq!(o, t);
+    let spec = fs.spec.as_ref().unwrap();
+    assert_eq!(spec.matching_precedence, Some(800));
+    assert!(spec.rules[0].resource_rules[1].namespaces.is_empty());
+
+    let (plc, o, t): (flowcontrol::v1::PriorityLevelConfiguration, _, _) = round_trip(
+        "prioritylevel",
+        "flowcontrol.apiserver.k8s.io/v1",
+        "PriorityLevelConfiguration",
+    );
+    assert_eq!(o, t);
+    let limited = plc.spec.as_ref().unwrap().limited.as_ref().unwrap();
+    assert_eq!(limited.nominal_concurrency_shares, Some(40));
+    assert!(
+        plc.status.is_some(),
+        "an empty status struct is still written"
+    );
+
+    let (hpa, o, t): (autoscaling::v1::HorizontalPodAutoscaler, _, _) =
+        round_trip("hpa-v1", "autoscaling/v1", "HorizontalPodAutoscaler");
+    assert_eq!(o, t);
+    let status = hpa.status.as_ref().unwrap();
+    assert_eq!(
+        (status.current_replicas, status.desired_replicas),
+        (Some(0), Some(0)),
+        "zero value ints are written"
+    );
+}
+
 /// An empty ConfigMap with a name and a creation timestamp, derived by hand from Go's
 /// `ConfigMap.MarshalToSizedBuffer` / `ObjectMeta.MarshalToSizedBuffer` /
 /// `Time.MarshalToSizedBuffer` and `Unknown.NestedMarshalTo`.
@@ -742,6 +812,14 @@ fn lookup_covers_the_cached_kinds_and_refuses_others() {
         ("resource.k8s.io/v1", "DeviceClass"),
         ("apiextensions.k8s.io/v1", "CustomResourceDefinition"),
         ("apiregistration.k8s.io/v1", "APIService"),
+        ("autoscaling/v1", "HorizontalPodAutoscaler"),
+        ("autoscaling/v2", "HorizontalPodAutoscaler"),
+        ("certificates.k8s.io/v1", "CertificateSigningRequest"),
+        ("flowcontrol.apiserver.k8s.io/v1", "FlowSchema"),
+        (
+            "admissionregistration.k8s.io/v1",
+            "ValidatingWebhookConfiguration",
+        ),
         ("meta.k8s.io/v1", "PartialObjectMetadataList"),
         ("meta.k8s.io/v1beta1", "PartialObjectMetadataList"),
     ] {
@@ -753,6 +831,13 @@ fn lookup_covers_the_cached_kinds_and_refuses_others() {
         "custom resources are JSON only"
     );
     assert!(!proto::is_served("", "v1", "Widget"));
+    // Not transcribed from a Go source that has them (docs/protobuf.md, Coverage).
+    assert!(!proto::is_served(
+        "admissionregistration.k8s.io",
+        "v1",
+        "ValidatingAdmissionPolicy"
+    ));
+    assert!(!proto::is_served("apps", "v1beta2", "Deployment"));
     assert!(matches!(
         proto::encode_object("example.com/v1", "Widget", b"{}"),
         Err(ProtoError::UnknownKind(_))

@@ -3,7 +3,7 @@
 
 use super::{Card, Field, Kind, Message, Special};
 
-pub(crate) static MESSAGES: [Message; 536] = [
+pub(crate) static MESSAGES: [Message; 607] = [
     // 0
     Message {
         name: "io.k8s.api.core.v1.AWSElasticBlockStoreVolumeSource",
@@ -116,7 +116,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(510), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(581), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "target", num: 2, kind: Kind::Msg(120), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -248,7 +248,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         fields: &[
             Field { json: "name", num: 1, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "signerName", num: 2, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
-            Field { json: "labelSelector", num: 3, kind: Kind::Msg(503), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "labelSelector", num: 3, kind: Kind::Msg(574), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "optional", num: 5, kind: Kind::Bool, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "path", num: 4, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
@@ -275,7 +275,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(510), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(581), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "conditions", num: 2, kind: Kind::Msg(18), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -287,7 +287,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(506), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(577), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(19), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -299,7 +299,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(510), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(581), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "immutable", num: 4, kind: Kind::Bool, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "data", num: 2, kind: Kind::Str, card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "binaryData", num: 3, kind: Kind::Bytes, card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
@@ -338,7 +338,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(506), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(577), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(21), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -516,7 +516,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "startedAt", num: 1, kind: Kind::Msg(523), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "startedAt", num: 1, kind: Kind::Msg(594), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0],
     },
@@ -531,8 +531,8 @@ pub(crate) static MESSAGES: [Message; 536] = [
             Field { json: "signal", num: 2, kind: Kind::I32, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "reason", num: 3, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "message", num: 4, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "startedAt", num: 5, kind: Kind::Msg(523), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "finishedAt", num: 6, kind: Kind::Msg(523), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "startedAt", num: 5, kind: Kind::Msg(594), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "finishedAt", num: 6, kind: Kind::Msg(594), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "containerID", num: 7, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1, 2, 3, 4, 5, 6],
@@ -565,7 +565,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
             Field { json: "imageID", num: 7, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "containerID", num: 8, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "started", num: 9, kind: Kind::Bool, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
-            Field { json: "allocatedResources", num: 10, kind: Kind::Msg(534), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "allocatedResources", num: 10, kind: Kind::Msg(605), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "resources", num: 11, kind: Kind::Msg(187), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "volumeMounts", num: 12, kind: Kind::Msg(229), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: true },
             Field { json: "user", num: 13, kind: Kind::Msg(40), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
@@ -641,7 +641,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         verified: true,
         fields: &[
             Field { json: "medium", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "sizeLimit", num: 2, kind: Kind::Msg(534), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "sizeLimit", num: 2, kind: Kind::Msg(605), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
     },
@@ -693,7 +693,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(510), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(581), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "subsets", num: 2, kind: Kind::Msg(48), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -705,7 +705,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(506), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(577), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(49), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -816,16 +816,16 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(510), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(581), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "involvedObject", num: 2, kind: Kind::Msg(120), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "reason", num: 3, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "message", num: 4, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "source", num: 5, kind: Kind::Msg(60), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "firstTimestamp", num: 6, kind: Kind::Msg(523), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "lastTimestamp", num: 7, kind: Kind::Msg(523), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "firstTimestamp", num: 6, kind: Kind::Msg(594), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "lastTimestamp", num: 7, kind: Kind::Msg(594), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "count", num: 8, kind: Kind::I32, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "type", num: 9, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "eventTime", num: 10, kind: Kind::Msg(509), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "eventTime", num: 10, kind: Kind::Msg(580), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "series", num: 11, kind: Kind::Msg(59), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "action", num: 12, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "related", num: 13, kind: Kind::Msg(120), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
@@ -841,7 +841,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(506), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(577), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(57), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -854,7 +854,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         verified: true,
         fields: &[
             Field { json: "count", num: 1, kind: Kind::I32, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "lastObservedTime", num: 2, kind: Kind::Msg(509), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "lastObservedTime", num: 2, kind: Kind::Msg(580), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
     },
@@ -1026,7 +1026,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         verified: true,
         fields: &[
             Field { json: "path", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "port", num: 2, kind: Kind::Msg(533), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "port", num: 2, kind: Kind::Msg(604), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "host", num: 3, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "scheme", num: 4, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "httpHeaders", num: 5, kind: Kind::Msg(73), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
@@ -1181,7 +1181,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(510), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(581), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "spec", num: 2, kind: Kind::Msg(86), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -1194,11 +1194,11 @@ pub(crate) static MESSAGES: [Message; 536] = [
         verified: true,
         fields: &[
             Field { json: "type", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
-            Field { json: "max", num: 2, kind: Kind::Msg(534), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "min", num: 3, kind: Kind::Msg(534), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "default", num: 4, kind: Kind::Msg(534), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "defaultRequest", num: 5, kind: Kind::Msg(534), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "maxLimitRequestRatio", num: 6, kind: Kind::Msg(534), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "max", num: 2, kind: Kind::Msg(605), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "min", num: 3, kind: Kind::Msg(605), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "default", num: 4, kind: Kind::Msg(605), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "defaultRequest", num: 5, kind: Kind::Msg(605), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "maxLimitRequestRatio", num: 6, kind: Kind::Msg(605), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1, 2, 3, 4, 5],
     },
@@ -1209,7 +1209,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(506), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(577), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(83), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -1245,8 +1245,8 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: false,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(506), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
-            Field { json: "items", num: 2, kind: Kind::Msg(530), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: true },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(577), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
+            Field { json: "items", num: 2, kind: Kind::Msg(601), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: true },
         ],
         by_num: &[0, 1],
     },
@@ -1330,7 +1330,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(510), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(581), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "spec", num: 2, kind: Kind::Msg(98), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "status", num: 3, kind: Kind::Msg(99), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
@@ -1345,7 +1345,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         fields: &[
             Field { json: "type", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "status", num: 2, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
-            Field { json: "lastTransitionTime", num: 4, kind: Kind::Msg(523), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "lastTransitionTime", num: 4, kind: Kind::Msg(594), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "reason", num: 5, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "message", num: 6, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
@@ -1358,7 +1358,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(506), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(577), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(95), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -1393,7 +1393,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(510), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(581), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "spec", num: 2, kind: Kind::Msg(115), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "status", num: 3, kind: Kind::Msg(116), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
@@ -1432,8 +1432,8 @@ pub(crate) static MESSAGES: [Message; 536] = [
         fields: &[
             Field { json: "type", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "status", num: 2, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
-            Field { json: "lastHeartbeatTime", num: 3, kind: Kind::Msg(523), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "lastTransitionTime", num: 4, kind: Kind::Msg(523), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "lastHeartbeatTime", num: 3, kind: Kind::Msg(594), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "lastTransitionTime", num: 4, kind: Kind::Msg(594), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "reason", num: 5, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "message", num: 6, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
@@ -1493,7 +1493,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(506), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(577), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(100), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -1593,8 +1593,8 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "capacity", num: 1, kind: Kind::Msg(534), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "allocatable", num: 2, kind: Kind::Msg(534), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "capacity", num: 1, kind: Kind::Msg(605), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "allocatable", num: 2, kind: Kind::Msg(605), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "phase", num: 3, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "conditions", num: 4, kind: Kind::Msg(103), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "addresses", num: 5, kind: Kind::Msg(101), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
@@ -1678,7 +1678,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(510), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(581), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "spec", num: 2, kind: Kind::Msg(131), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "status", num: 3, kind: Kind::Msg(132), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
@@ -1691,7 +1691,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(510), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(581), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "spec", num: 2, kind: Kind::Msg(125), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "status", num: 3, kind: Kind::Msg(126), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
@@ -1706,8 +1706,8 @@ pub(crate) static MESSAGES: [Message; 536] = [
         fields: &[
             Field { json: "type", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "status", num: 2, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
-            Field { json: "lastProbeTime", num: 3, kind: Kind::Msg(523), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "lastTransitionTime", num: 4, kind: Kind::Msg(523), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "lastProbeTime", num: 3, kind: Kind::Msg(594), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "lastTransitionTime", num: 4, kind: Kind::Msg(594), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "reason", num: 5, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "message", num: 6, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
@@ -1720,7 +1720,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(506), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(577), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(122), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -1733,7 +1733,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         verified: true,
         fields: &[
             Field { json: "accessModes", num: 1, kind: Kind::Str, card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "selector", num: 4, kind: Kind::Msg(503), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "selector", num: 4, kind: Kind::Msg(574), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "resources", num: 2, kind: Kind::Msg(232), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "volumeName", num: 3, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "storageClassName", num: 5, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
@@ -1753,9 +1753,9 @@ pub(crate) static MESSAGES: [Message; 536] = [
         fields: &[
             Field { json: "phase", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "accessModes", num: 2, kind: Kind::Str, card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "capacity", num: 3, kind: Kind::Msg(534), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "capacity", num: 3, kind: Kind::Msg(605), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "conditions", num: 4, kind: Kind::Msg(123), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "allocatedResources", num: 5, kind: Kind::Msg(534), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "allocatedResources", num: 5, kind: Kind::Msg(605), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "allocatedResourceStatuses", num: 7, kind: Kind::Str, card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "currentVolumeAttributesClassName", num: 8, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "modifyVolumeStatus", num: 9, kind: Kind::Msg(93), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
@@ -1769,7 +1769,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(510), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(581), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "spec", num: 2, kind: Kind::Msg(125), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -1793,7 +1793,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(506), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(577), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(121), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -1837,7 +1837,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "capacity", num: 1, kind: Kind::Msg(534), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "capacity", num: 1, kind: Kind::Msg(605), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "persistentVolumeSource", num: 2, kind: Kind::Msg(130), card: Card::Single, ptr: false, omitempty: true, inline: true, inferred: false },
             Field { json: "accessModes", num: 3, kind: Kind::Str, card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "claimRef", num: 4, kind: Kind::Msg(120), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
@@ -1860,7 +1860,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
             Field { json: "phase", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "message", num: 2, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "reason", num: 3, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "lastPhaseTransitionTime", num: 4, kind: Kind::Msg(523), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "lastPhaseTransitionTime", num: 4, kind: Kind::Msg(594), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1, 2, 3],
     },
@@ -1883,7 +1883,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(510), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(581), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "spec", num: 2, kind: Kind::Msg(157), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "status", num: 3, kind: Kind::Msg(158), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
@@ -1908,10 +1908,10 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "labelSelector", num: 1, kind: Kind::Msg(503), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "labelSelector", num: 1, kind: Kind::Msg(574), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "namespaces", num: 2, kind: Kind::Str, card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "topologyKey", num: 3, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
-            Field { json: "namespaceSelector", num: 4, kind: Kind::Msg(503), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "namespaceSelector", num: 4, kind: Kind::Msg(574), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "matchLabelKeys", num: 5, kind: Kind::Str, card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "mismatchLabelKeys", num: 6, kind: Kind::Str, card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
@@ -1971,8 +1971,8 @@ pub(crate) static MESSAGES: [Message; 536] = [
             Field { json: "type", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "observedGeneration", num: 7, kind: Kind::I64, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "status", num: 2, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
-            Field { json: "lastProbeTime", num: 3, kind: Kind::Msg(523), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "lastTransitionTime", num: 4, kind: Kind::Msg(523), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "lastProbeTime", num: 3, kind: Kind::Msg(594), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "lastTransitionTime", num: 4, kind: Kind::Msg(594), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "reason", num: 5, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "message", num: 6, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
@@ -2049,7 +2049,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(506), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(577), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(134), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -2065,7 +2065,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
             Field { json: "follow", num: 2, kind: Kind::Bool, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "previous", num: 3, kind: Kind::Bool, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "sinceSeconds", num: 4, kind: Kind::I64, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
-            Field { json: "sinceTime", num: 5, kind: Kind::Msg(523), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "sinceTime", num: 5, kind: Kind::Msg(594), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "timestamps", num: 6, kind: Kind::Bool, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "tailLines", num: 7, kind: Kind::I64, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "limitBytes", num: 8, kind: Kind::I64, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
@@ -2184,7 +2184,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "podController", num: 1, kind: Kind::Msg(511), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "podController", num: 1, kind: Kind::Msg(582), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0],
     },
@@ -2227,7 +2227,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
             Field { json: "runtimeClassName", num: 29, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "enableServiceLinks", num: 30, kind: Kind::Bool, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "preemptionPolicy", num: 31, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
-            Field { json: "overhead", num: 32, kind: Kind::Msg(534), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "overhead", num: 32, kind: Kind::Msg(605), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "topologySpreadConstraints", num: 33, kind: Kind::Msg(223), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "setHostnameAsFQDN", num: 35, kind: Kind::Bool, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "os", num: 36, kind: Kind::Msg(148), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
@@ -2257,7 +2257,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
             Field { json: "hostIPs", num: 16, kind: Kind::Msg(75), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "podIP", num: 6, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "podIPs", num: 12, kind: Kind::Msg(145), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "startTime", num: 7, kind: Kind::Msg(523), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "startTime", num: 7, kind: Kind::Msg(594), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "initContainerStatuses", num: 10, kind: Kind::Msg(39), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "containerStatuses", num: 8, kind: Kind::Msg(39), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "qosClass", num: 9, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
@@ -2265,7 +2265,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
             Field { json: "resize", num: 14, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "resourceClaimStatuses", num: 15, kind: Kind::Msg(153), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "extendedResourceClaimStatus", num: 18, kind: Kind::Msg(144), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
-            Field { json: "allocatedResources", num: 19, kind: Kind::Msg(534), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: true },
+            Field { json: "allocatedResources", num: 19, kind: Kind::Msg(605), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: true },
             Field { json: "resources", num: 20, kind: Kind::Msg(187), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
         ],
         by_num: &[1, 2, 3, 4, 6, 8, 10, 12, 13, 11, 5, 9, 14, 15, 16, 7, 0, 17, 18, 19],
@@ -2277,7 +2277,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(510), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(581), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "status", num: 2, kind: Kind::Msg(158), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -2289,7 +2289,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(510), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(581), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "template", num: 2, kind: Kind::Msg(162), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -2301,7 +2301,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(506), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(577), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(160), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -2313,7 +2313,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(510), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(581), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "spec", num: 2, kind: Kind::Msg(157), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -2363,7 +2363,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         verified: true,
         fields: &[
             Field { json: "podSignature", num: 1, kind: Kind::Msg(156), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
-            Field { json: "evictionTime", num: 2, kind: Kind::Msg(523), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "evictionTime", num: 2, kind: Kind::Msg(594), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "reason", num: 3, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "message", num: 4, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
@@ -2483,7 +2483,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(510), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(581), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "range", num: 2, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "data", num: 3, kind: Kind::Bytes, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
@@ -2496,7 +2496,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(510), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(581), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "spec", num: 2, kind: Kind::Msg(178), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "status", num: 3, kind: Kind::Msg(179), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
@@ -2511,7 +2511,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         fields: &[
             Field { json: "type", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "status", num: 2, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
-            Field { json: "lastTransitionTime", num: 3, kind: Kind::Msg(523), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "lastTransitionTime", num: 3, kind: Kind::Msg(594), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "reason", num: 4, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "message", num: 5, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
@@ -2524,7 +2524,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(506), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(577), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(175), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -2580,7 +2580,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         fields: &[
             Field { json: "containerName", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "resource", num: 2, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
-            Field { json: "divisor", num: 3, kind: Kind::Msg(534), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "divisor", num: 3, kind: Kind::Msg(605), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1, 2],
     },
@@ -2603,7 +2603,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(510), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(581), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "spec", num: 2, kind: Kind::Msg(185), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "status", num: 3, kind: Kind::Msg(186), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
@@ -2616,7 +2616,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(506), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(577), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(183), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -2628,7 +2628,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "hard", num: 1, kind: Kind::Msg(534), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "hard", num: 1, kind: Kind::Msg(605), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "scopes", num: 2, kind: Kind::Str, card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "scopeSelector", num: 3, kind: Kind::Msg(192), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
         ],
@@ -2641,8 +2641,8 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "hard", num: 1, kind: Kind::Msg(534), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "used", num: 2, kind: Kind::Msg(534), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "hard", num: 1, kind: Kind::Msg(605), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "used", num: 2, kind: Kind::Msg(605), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
     },
@@ -2653,8 +2653,8 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "limits", num: 1, kind: Kind::Msg(534), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "requests", num: 2, kind: Kind::Msg(534), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "limits", num: 1, kind: Kind::Msg(605), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "requests", num: 2, kind: Kind::Msg(605), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "claims", num: 3, kind: Kind::Msg(180), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1, 2],
@@ -2768,7 +2768,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(510), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(581), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "immutable", num: 5, kind: Kind::Bool, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "data", num: 2, kind: Kind::Bytes, card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "stringData", num: 4, kind: Kind::Str, card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
@@ -2808,7 +2808,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(506), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(577), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(195), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -2892,7 +2892,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(510), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(581), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "spec", num: 2, kind: Kind::Msg(211), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "status", num: 3, kind: Kind::Msg(212), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
@@ -2905,7 +2905,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(510), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(581), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "secrets", num: 2, kind: Kind::Msg(120), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "imagePullSecrets", num: 3, kind: Kind::Msg(91), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "automountServiceAccountToken", num: 4, kind: Kind::Bool, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
@@ -2919,7 +2919,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(506), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(577), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(205), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -2944,7 +2944,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(506), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(577), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(204), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -2960,7 +2960,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
             Field { json: "protocol", num: 2, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "appProtocol", num: 6, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "port", num: 3, kind: Kind::I32, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
-            Field { json: "targetPort", num: 4, kind: Kind::Msg(533), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "targetPort", num: 4, kind: Kind::Msg(604), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "nodePort", num: 5, kind: Kind::I32, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1, 3, 4, 5, 2],
@@ -3014,7 +3014,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         verified: true,
         fields: &[
             Field { json: "loadBalancer", num: 1, kind: Kind::Msg(90), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "conditions", num: 2, kind: Kind::Msg(490), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "conditions", num: 2, kind: Kind::Msg(561), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
     },
@@ -3089,7 +3089,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "port", num: 1, kind: Kind::Msg(533), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "port", num: 1, kind: Kind::Msg(604), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "host", num: 2, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -3104,7 +3104,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
             Field { json: "key", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "value", num: 2, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "effect", num: 3, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
-            Field { json: "timeAdded", num: 4, kind: Kind::Msg(523), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "timeAdded", num: 4, kind: Kind::Msg(594), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1, 2, 3],
     },
@@ -3156,7 +3156,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
             Field { json: "maxSkew", num: 1, kind: Kind::I32, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "topologyKey", num: 2, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "whenUnsatisfiable", num: 3, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
-            Field { json: "labelSelector", num: 4, kind: Kind::Msg(503), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "labelSelector", num: 4, kind: Kind::Msg(574), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "minDomains", num: 5, kind: Kind::I32, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "nodeAffinityPolicy", num: 6, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "nodeTaintsPolicy", num: 7, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
@@ -3280,8 +3280,8 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "limits", num: 1, kind: Kind::Msg(534), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "requests", num: 2, kind: Kind::Msg(534), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "limits", num: 1, kind: Kind::Msg(605), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "requests", num: 2, kind: Kind::Msg(605), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
     },
@@ -3385,8 +3385,8 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(510), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "data", num: 2, kind: Kind::Msg(530), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(581), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "data", num: 2, kind: Kind::Msg(601), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "revision", num: 3, kind: Kind::I64, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1, 2],
@@ -3398,7 +3398,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(506), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(577), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(238), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -3410,7 +3410,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(510), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(581), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "spec", num: 2, kind: Kind::Msg(243), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "status", num: 3, kind: Kind::Msg(244), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
@@ -3425,7 +3425,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         fields: &[
             Field { json: "type", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "status", num: 2, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
-            Field { json: "lastTransitionTime", num: 3, kind: Kind::Msg(523), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "lastTransitionTime", num: 3, kind: Kind::Msg(594), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "reason", num: 4, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "message", num: 5, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
@@ -3438,7 +3438,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(506), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(577), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(240), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -3450,7 +3450,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "selector", num: 1, kind: Kind::Msg(503), card: Card::Single, ptr: true, omitempty: false, inline: false, inferred: false },
+            Field { json: "selector", num: 1, kind: Kind::Msg(574), card: Card::Single, ptr: true, omitempty: false, inline: false, inferred: false },
             Field { json: "template", num: 2, kind: Kind::Msg(162), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "updateStrategy", num: 3, kind: Kind::Msg(245), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "minReadySeconds", num: 4, kind: Kind::I32, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
@@ -3497,7 +3497,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(510), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(581), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "spec", num: 2, kind: Kind::Msg(249), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "status", num: 3, kind: Kind::Msg(250), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
@@ -3512,8 +3512,8 @@ pub(crate) static MESSAGES: [Message; 536] = [
         fields: &[
             Field { json: "type", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "status", num: 2, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
-            Field { json: "lastUpdateTime", num: 6, kind: Kind::Msg(523), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "lastTransitionTime", num: 7, kind: Kind::Msg(523), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "lastUpdateTime", num: 6, kind: Kind::Msg(594), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "lastTransitionTime", num: 7, kind: Kind::Msg(594), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "reason", num: 4, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "message", num: 5, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
@@ -3526,7 +3526,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(506), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(577), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(246), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -3539,7 +3539,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         verified: true,
         fields: &[
             Field { json: "replicas", num: 1, kind: Kind::I32, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
-            Field { json: "selector", num: 2, kind: Kind::Msg(503), card: Card::Single, ptr: true, omitempty: false, inline: false, inferred: false },
+            Field { json: "selector", num: 2, kind: Kind::Msg(574), card: Card::Single, ptr: true, omitempty: false, inline: false, inferred: false },
             Field { json: "template", num: 3, kind: Kind::Msg(162), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "strategy", num: 4, kind: Kind::Msg(251), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "minReadySeconds", num: 5, kind: Kind::I32, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
@@ -3588,7 +3588,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(510), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(581), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "spec", num: 2, kind: Kind::Msg(255), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "status", num: 3, kind: Kind::Msg(256), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
@@ -3603,7 +3603,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         fields: &[
             Field { json: "type", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "status", num: 2, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
-            Field { json: "lastTransitionTime", num: 3, kind: Kind::Msg(523), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "lastTransitionTime", num: 3, kind: Kind::Msg(594), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "reason", num: 4, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "message", num: 5, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
@@ -3616,7 +3616,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(506), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(577), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(252), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -3630,7 +3630,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         fields: &[
             Field { json: "replicas", num: 1, kind: Kind::I32, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "minReadySeconds", num: 4, kind: Kind::I32, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "selector", num: 2, kind: Kind::Msg(503), card: Card::Single, ptr: true, omitempty: false, inline: false, inferred: false },
+            Field { json: "selector", num: 2, kind: Kind::Msg(574), card: Card::Single, ptr: true, omitempty: false, inline: false, inferred: false },
             Field { json: "template", num: 3, kind: Kind::Msg(162), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 2, 3, 1],
@@ -3659,8 +3659,8 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "maxUnavailable", num: 1, kind: Kind::Msg(533), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
-            Field { json: "maxSurge", num: 2, kind: Kind::Msg(533), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "maxUnavailable", num: 1, kind: Kind::Msg(604), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "maxSurge", num: 2, kind: Kind::Msg(604), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
     },
@@ -3671,8 +3671,8 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "maxUnavailable", num: 1, kind: Kind::Msg(533), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
-            Field { json: "maxSurge", num: 2, kind: Kind::Msg(533), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "maxUnavailable", num: 1, kind: Kind::Msg(604), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "maxSurge", num: 2, kind: Kind::Msg(604), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
     },
@@ -3684,7 +3684,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         verified: true,
         fields: &[
             Field { json: "partition", num: 1, kind: Kind::I32, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
-            Field { json: "maxUnavailable", num: 2, kind: Kind::Msg(533), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "maxUnavailable", num: 2, kind: Kind::Msg(604), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
     },
@@ -3695,7 +3695,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(510), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(581), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "spec", num: 2, kind: Kind::Msg(265), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "status", num: 3, kind: Kind::Msg(266), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
@@ -3710,7 +3710,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         fields: &[
             Field { json: "type", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "status", num: 2, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
-            Field { json: "lastTransitionTime", num: 3, kind: Kind::Msg(523), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "lastTransitionTime", num: 3, kind: Kind::Msg(594), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "reason", num: 4, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "message", num: 5, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
@@ -3723,7 +3723,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(506), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(577), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(260), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -3759,7 +3759,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         verified: true,
         fields: &[
             Field { json: "replicas", num: 1, kind: Kind::I32, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
-            Field { json: "selector", num: 2, kind: Kind::Msg(503), card: Card::Single, ptr: true, omitempty: false, inline: false, inferred: false },
+            Field { json: "selector", num: 2, kind: Kind::Msg(574), card: Card::Single, ptr: true, omitempty: false, inline: false, inferred: false },
             Field { json: "template", num: 3, kind: Kind::Msg(162), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "volumeClaimTemplates", num: 4, kind: Kind::Msg(122), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "serviceName", num: 5, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
@@ -3868,7 +3868,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(510), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(581), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "addressType", num: 4, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "endpoints", num: 2, kind: Kind::Msg(268), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "ports", num: 3, kind: Kind::Msg(271), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
@@ -3882,7 +3882,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(506), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(577), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(272), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -3916,7 +3916,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(510), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(581), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "spec", num: 2, kind: Kind::Msg(278), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -3928,7 +3928,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(506), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(577), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(276), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -3942,8 +3942,8 @@ pub(crate) static MESSAGES: [Message; 536] = [
         fields: &[
             Field { json: "holderIdentity", num: 1, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "leaseDurationSeconds", num: 2, kind: Kind::I32, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
-            Field { json: "acquireTime", num: 3, kind: Kind::Msg(509), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
-            Field { json: "renewTime", num: 4, kind: Kind::Msg(509), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "acquireTime", num: 3, kind: Kind::Msg(580), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "renewTime", num: 4, kind: Kind::Msg(580), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "leaseTransitions", num: 5, kind: Kind::I32, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "strategy", num: 6, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
             Field { json: "preferredHolder", num: 7, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
@@ -3959,7 +3959,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         fields: &[
             Field { json: "uid", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "desiredAPIVersion", num: 2, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
-            Field { json: "objects", num: 3, kind: Kind::Msg(530), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "objects", num: 3, kind: Kind::Msg(601), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1, 2],
     },
@@ -3971,8 +3971,8 @@ pub(crate) static MESSAGES: [Message; 536] = [
         verified: true,
         fields: &[
             Field { json: "uid", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
-            Field { json: "convertedObjects", num: 2, kind: Kind::Msg(530), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
-            Field { json: "result", num: 3, kind: Kind::Msg(519), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "convertedObjects", num: 2, kind: Kind::Msg(601), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "result", num: 3, kind: Kind::Msg(590), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1, 2],
     },
@@ -4023,7 +4023,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(510), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(581), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "spec", num: 2, kind: Kind::Msg(288), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "status", num: 3, kind: Kind::Msg(289), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
@@ -4038,7 +4038,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         fields: &[
             Field { json: "type", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "status", num: 2, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
-            Field { json: "lastTransitionTime", num: 3, kind: Kind::Msg(523), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "lastTransitionTime", num: 3, kind: Kind::Msg(594), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "reason", num: 4, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "message", num: 5, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "observedGeneration", num: 6, kind: Kind::I64, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
@@ -4052,7 +4052,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(506), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(577), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(284), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -4354,7 +4354,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(510), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(581), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "spec", num: 2, kind: Kind::Msg(309), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "status", num: 3, kind: Kind::Msg(310), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
@@ -4369,7 +4369,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         fields: &[
             Field { json: "type", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "status", num: 2, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
-            Field { json: "lastTransitionTime", num: 3, kind: Kind::Msg(523), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "lastTransitionTime", num: 3, kind: Kind::Msg(594), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "reason", num: 4, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "message", num: 5, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
@@ -4382,7 +4382,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(506), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(577), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(306), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -4435,7 +4435,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(510), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(581), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "spec", num: 2, kind: Kind::Msg(314), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "status", num: 3, kind: Kind::Msg(315), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
@@ -4448,7 +4448,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(506), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(577), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(312), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -4479,8 +4479,8 @@ pub(crate) static MESSAGES: [Message; 536] = [
         verified: true,
         fields: &[
             Field { json: "active", num: 1, kind: Kind::Msg(120), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "lastScheduleTime", num: 4, kind: Kind::Msg(523), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
-            Field { json: "lastSuccessfulTime", num: 5, kind: Kind::Msg(523), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "lastScheduleTime", num: 4, kind: Kind::Msg(594), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "lastSuccessfulTime", num: 5, kind: Kind::Msg(594), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1, 2],
     },
@@ -4491,7 +4491,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(510), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(581), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "spec", num: 2, kind: Kind::Msg(319), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "status", num: 3, kind: Kind::Msg(320), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
@@ -4506,8 +4506,8 @@ pub(crate) static MESSAGES: [Message; 536] = [
         fields: &[
             Field { json: "type", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "status", num: 2, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
-            Field { json: "lastProbeTime", num: 3, kind: Kind::Msg(523), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "lastTransitionTime", num: 4, kind: Kind::Msg(523), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "lastProbeTime", num: 3, kind: Kind::Msg(594), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "lastTransitionTime", num: 4, kind: Kind::Msg(594), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "reason", num: 5, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "message", num: 6, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
@@ -4520,7 +4520,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(506), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(577), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(316), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -4540,7 +4540,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
             Field { json: "backoffLimit", num: 7, kind: Kind::I32, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "backoffLimitPerIndex", num: 12, kind: Kind::I32, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
             Field { json: "maxFailedIndexes", num: 13, kind: Kind::I32, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
-            Field { json: "selector", num: 4, kind: Kind::Msg(503), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "selector", num: 4, kind: Kind::Msg(574), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "manualSelector", num: 5, kind: Kind::Bool, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "template", num: 6, kind: Kind::Msg(162), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "ttlSecondsAfterFinished", num: 8, kind: Kind::I32, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
@@ -4559,8 +4559,8 @@ pub(crate) static MESSAGES: [Message; 536] = [
         verified: true,
         fields: &[
             Field { json: "conditions", num: 1, kind: Kind::Msg(317), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "startTime", num: 2, kind: Kind::Msg(523), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
-            Field { json: "completionTime", num: 3, kind: Kind::Msg(523), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "startTime", num: 2, kind: Kind::Msg(594), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "completionTime", num: 3, kind: Kind::Msg(594), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "active", num: 4, kind: Kind::I32, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "succeeded", num: 5, kind: Kind::I32, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "failed", num: 6, kind: Kind::I32, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
@@ -4579,7 +4579,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(510), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(581), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "spec", num: 2, kind: Kind::Msg(319), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -4699,7 +4699,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(510), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(581), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "spec", num: 2, kind: Kind::Msg(333), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -4711,7 +4711,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(506), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(577), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(331), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -4746,7 +4746,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(510), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(581), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "spec", num: 2, kind: Kind::Msg(348), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "status", num: 3, kind: Kind::Msg(349), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
@@ -4771,7 +4771,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(510), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(581), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "spec", num: 2, kind: Kind::Msg(340), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -4783,7 +4783,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(506), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(577), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(337), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -4822,7 +4822,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(506), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(577), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(335), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -4943,7 +4943,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(510), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(581), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "spec", num: 2, kind: Kind::Msg(357), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -4979,7 +4979,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(506), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(577), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(351), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -4991,8 +4991,8 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "podSelector", num: 1, kind: Kind::Msg(503), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
-            Field { json: "namespaceSelector", num: 2, kind: Kind::Msg(503), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "podSelector", num: 1, kind: Kind::Msg(574), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "namespaceSelector", num: 2, kind: Kind::Msg(574), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "ipBlock", num: 3, kind: Kind::Msg(334), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1, 2],
@@ -5005,7 +5005,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         verified: true,
         fields: &[
             Field { json: "protocol", num: 1, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
-            Field { json: "port", num: 2, kind: Kind::Msg(533), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "port", num: 2, kind: Kind::Msg(604), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "endPort", num: 3, kind: Kind::I32, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1, 2],
@@ -5017,7 +5017,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "podSelector", num: 1, kind: Kind::Msg(503), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "podSelector", num: 1, kind: Kind::Msg(574), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "ingress", num: 2, kind: Kind::Msg(353), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "egress", num: 3, kind: Kind::Msg(352), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "policyTypes", num: 4, kind: Kind::Str, card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
@@ -5057,7 +5057,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(510), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(581), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "spec", num: 2, kind: Kind::Msg(362), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "status", num: 3, kind: Kind::Msg(363), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
@@ -5070,7 +5070,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(506), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(577), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(360), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -5093,7 +5093,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "conditions", num: 1, kind: Kind::Msg(490), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "conditions", num: 1, kind: Kind::Msg(561), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0],
     },
@@ -5104,7 +5104,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "clusterRoleSelectors", num: 1, kind: Kind::Msg(503), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "clusterRoleSelectors", num: 1, kind: Kind::Msg(574), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0],
     },
@@ -5115,7 +5115,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(510), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(581), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "rules", num: 2, kind: Kind::Msg(369), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "aggregationRule", num: 3, kind: Kind::Msg(364), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
         ],
@@ -5128,7 +5128,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(510), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(581), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "subjects", num: 2, kind: Kind::Msg(375), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "roleRef", num: 3, kind: Kind::Msg(374), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
@@ -5141,7 +5141,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(506), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(577), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(366), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -5153,7 +5153,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(506), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(577), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(365), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -5180,7 +5180,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(510), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(581), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "rules", num: 2, kind: Kind::Msg(369), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -5192,7 +5192,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(510), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(581), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "subjects", num: 2, kind: Kind::Msg(375), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "roleRef", num: 3, kind: Kind::Msg(374), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
@@ -5205,7 +5205,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(506), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(577), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(371), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -5217,7 +5217,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(506), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(577), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(370), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -5256,8 +5256,8 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(510), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "deleteOptions", num: 2, kind: Kind::Msg(492), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(581), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "deleteOptions", num: 2, kind: Kind::Msg(563), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
     },
@@ -5268,7 +5268,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(510), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(581), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "spec", num: 2, kind: Kind::Msg(379), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "status", num: 3, kind: Kind::Msg(380), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
@@ -5281,7 +5281,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(506), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(577), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(377), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -5293,9 +5293,9 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "minAvailable", num: 1, kind: Kind::Msg(533), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
-            Field { json: "selector", num: 2, kind: Kind::Msg(503), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
-            Field { json: "maxUnavailable", num: 3, kind: Kind::Msg(533), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "minAvailable", num: 1, kind: Kind::Msg(604), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "selector", num: 2, kind: Kind::Msg(574), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "maxUnavailable", num: 3, kind: Kind::Msg(604), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "unhealthyPodEvictionPolicy", num: 4, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1, 2, 3],
@@ -5308,12 +5308,12 @@ pub(crate) static MESSAGES: [Message; 536] = [
         verified: true,
         fields: &[
             Field { json: "observedGeneration", num: 1, kind: Kind::I64, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "disruptedPods", num: 2, kind: Kind::Msg(523), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "disruptedPods", num: 2, kind: Kind::Msg(594), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "disruptionsAllowed", num: 3, kind: Kind::I32, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "currentHealthy", num: 4, kind: Kind::I32, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "desiredHealthy", num: 5, kind: Kind::I32, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "expectedPods", num: 6, kind: Kind::I32, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
-            Field { json: "conditions", num: 7, kind: Kind::Msg(490), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "conditions", num: 7, kind: Kind::Msg(561), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1, 2, 3, 4, 5, 6],
     },
@@ -5324,7 +5324,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(510), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(581), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "spec", num: 2, kind: Kind::Msg(383), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -5336,7 +5336,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(506), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(577), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(381), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -5368,7 +5368,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(510), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(581), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "spec", num: 2, kind: Kind::Msg(387), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -5394,7 +5394,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(506), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(577), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(384), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -5417,11 +5417,11 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(510), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "nodeTopology", num: 2, kind: Kind::Msg(503), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(581), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "nodeTopology", num: 2, kind: Kind::Msg(574), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "storageClassName", num: 3, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
-            Field { json: "capacity", num: 4, kind: Kind::Msg(534), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
-            Field { json: "maximumVolumeSize", num: 5, kind: Kind::Msg(534), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "capacity", num: 4, kind: Kind::Msg(605), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "maximumVolumeSize", num: 5, kind: Kind::Msg(605), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1, 2, 3, 4],
     },
@@ -5432,7 +5432,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(506), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(577), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(388), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -5444,7 +5444,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(510), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(581), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "provisioner", num: 2, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "parameters", num: 3, kind: Kind::Str, card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "reclaimPolicy", num: 4, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
@@ -5462,7 +5462,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(506), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(577), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(390), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -5486,7 +5486,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(510), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(581), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "spec", num: 2, kind: Kind::Msg(396), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "status", num: 3, kind: Kind::Msg(397), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
@@ -5499,7 +5499,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(506), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(577), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(393), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -5550,7 +5550,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(510), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(581), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "driverName", num: 2, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "parameters", num: 3, kind: Kind::Str, card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
@@ -5563,7 +5563,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(506), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(577), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(398), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -5575,7 +5575,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "time", num: 1, kind: Kind::Msg(523), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "time", num: 1, kind: Kind::Msg(594), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "message", num: 2, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "errorCode", num: 3, kind: Kind::I32, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
         ],
@@ -5599,7 +5599,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(510), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(581), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "value", num: 2, kind: Kind::I32, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "globalDefault", num: 3, kind: Kind::Bool, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "description", num: 4, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
@@ -5614,7 +5614,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(506), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(577), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(402), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -5626,7 +5626,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "podFixed", num: 1, kind: Kind::Msg(534), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "podFixed", num: 1, kind: Kind::Msg(605), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0],
     },
@@ -5637,7 +5637,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(510), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(581), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "handler", num: 2, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "overhead", num: 3, kind: Kind::Msg(404), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "scheduling", num: 4, kind: Kind::Msg(407), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
@@ -5651,7 +5651,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(506), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(577), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(405), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -5675,8 +5675,8 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(510), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
-            Field { json: "eventTime", num: 2, kind: Kind::Msg(509), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(581), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "eventTime", num: 2, kind: Kind::Msg(580), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "series", num: 3, kind: Kind::Msg(410), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "reportingController", num: 4, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "reportingInstance", num: 5, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
@@ -5687,8 +5687,8 @@ pub(crate) static MESSAGES: [Message; 536] = [
             Field { json: "note", num: 10, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "type", num: 11, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "deprecatedSource", num: 12, kind: Kind::Msg(60), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "deprecatedFirstTimestamp", num: 13, kind: Kind::Msg(523), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "deprecatedLastTimestamp", num: 14, kind: Kind::Msg(523), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "deprecatedFirstTimestamp", num: 13, kind: Kind::Msg(594), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "deprecatedLastTimestamp", num: 14, kind: Kind::Msg(594), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "deprecatedCount", num: 15, kind: Kind::I32, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14],
@@ -5700,7 +5700,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(506), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(577), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(408), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -5713,7 +5713,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         verified: true,
         fields: &[
             Field { json: "count", num: 1, kind: Kind::I32, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
-            Field { json: "lastObservedTime", num: 2, kind: Kind::Msg(509), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "lastObservedTime", num: 2, kind: Kind::Msg(580), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
     },
@@ -5728,8 +5728,8 @@ pub(crate) static MESSAGES: [Message; 536] = [
             Field { json: "pool", num: 2, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "device", num: 3, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "shareID", num: 7, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
-            Field { json: "conditions", num: 4, kind: Kind::Msg(490), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
-            Field { json: "data", num: 5, kind: Kind::Msg(530), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "conditions", num: 4, kind: Kind::Msg(561), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "data", num: 5, kind: Kind::Msg(601), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "networkData", num: 6, kind: Kind::Msg(440), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1, 2, 4, 5, 6, 3],
@@ -5743,7 +5743,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         fields: &[
             Field { json: "devices", num: 1, kind: Kind::Msg(421), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "nodeSelector", num: 3, kind: Kind::Msg(112), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
-            Field { json: "allocationTimestamp", num: 5, kind: Kind::Msg(523), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "allocationTimestamp", num: 5, kind: Kind::Msg(594), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1, 2],
     },
@@ -5765,8 +5765,8 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "default", num: 1, kind: Kind::Msg(534), card: Card::Single, ptr: true, omitempty: false, inline: false, inferred: false },
-            Field { json: "validValues", num: 3, kind: Kind::Msg(534), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "default", num: 1, kind: Kind::Msg(605), card: Card::Single, ptr: true, omitempty: false, inline: false, inferred: false },
+            Field { json: "validValues", num: 3, kind: Kind::Msg(605), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "validRange", num: 4, kind: Kind::Msg(415), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1, 2],
@@ -5778,9 +5778,9 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "min", num: 1, kind: Kind::Msg(534), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
-            Field { json: "max", num: 2, kind: Kind::Msg(534), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
-            Field { json: "step", num: 3, kind: Kind::Msg(534), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "min", num: 1, kind: Kind::Msg(605), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "max", num: 2, kind: Kind::Msg(605), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "step", num: 3, kind: Kind::Msg(605), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1, 2],
     },
@@ -5791,7 +5791,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "requests", num: 1, kind: Kind::Msg(534), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "requests", num: 1, kind: Kind::Msg(605), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0],
     },
@@ -5802,7 +5802,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "value", num: 1, kind: Kind::Msg(534), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "value", num: 1, kind: Kind::Msg(605), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0],
     },
@@ -5890,7 +5890,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "value", num: 1, kind: Kind::Msg(534), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "value", num: 1, kind: Kind::Msg(605), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "requestPolicy", num: 2, kind: Kind::Msg(414), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -5927,7 +5927,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(510), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(581), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "spec", num: 2, kind: Kind::Msg(429), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -5950,7 +5950,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(506), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(577), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(426), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -6033,7 +6033,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
             Field { json: "bindingConditions", num: 7, kind: Kind::Str, card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "bindingFailureConditions", num: 8, kind: Kind::Str, card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "shareID", num: 9, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
-            Field { json: "consumedCapacity", num: 10, kind: Kind::Msg(534), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "consumedCapacity", num: 10, kind: Kind::Msg(605), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1, 2, 3, 4, 5, 6, 7, 8, 9],
     },
@@ -6075,7 +6075,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
             Field { json: "key", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "value", num: 2, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "effect", num: 3, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
-            Field { json: "timeAdded", num: 4, kind: Kind::Msg(523), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "timeAdded", num: 4, kind: Kind::Msg(594), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1, 2, 3],
     },
@@ -6132,7 +6132,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         verified: true,
         fields: &[
             Field { json: "driver", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
-            Field { json: "parameters", num: 2, kind: Kind::Msg(530), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "parameters", num: 2, kind: Kind::Msg(601), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
     },
@@ -6143,7 +6143,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(510), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(581), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "spec", num: 2, kind: Kind::Msg(445), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "status", num: 3, kind: Kind::Msg(446), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
@@ -6170,7 +6170,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(506), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(577), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(442), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -6206,7 +6206,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(510), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(581), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "spec", num: 2, kind: Kind::Msg(449), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -6218,7 +6218,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(506), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(577), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(447), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -6230,7 +6230,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(510), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(581), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "spec", num: 2, kind: Kind::Msg(445), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -6255,7 +6255,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(510), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(581), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "spec", num: 2, kind: Kind::Msg(453), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -6267,7 +6267,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(506), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(577), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "items", num: 2, kind: Kind::Msg(451), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
@@ -6292,33 +6292,35 @@ pub(crate) static MESSAGES: [Message; 536] = [
     },
     // 454
     Message {
-        name: "io.k8s.api.autoscaling.v2.ContainerResourceMetricSource",
+        name: "io.k8s.api.autoscaling.v1.ContainerResourceMetricSource",
         type_meta: false,
         special: Special::None,
-        verified: true,
+        verified: false,
         fields: &[
-            Field { json: "name", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
-            Field { json: "target", num: 2, kind: Kind::Msg(470), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
-            Field { json: "container", num: 3, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "name", num: 1, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
+            Field { json: "targetAverageUtilization", num: 2, kind: Kind::I32, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
+            Field { json: "targetAverageValue", num: 3, kind: Kind::Msg(605), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
+            Field { json: "container", num: 5, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
         ],
-        by_num: &[0, 1, 2],
+        by_num: &[0, 1, 2, 3],
     },
     // 455
     Message {
-        name: "io.k8s.api.autoscaling.v2.ContainerResourceMetricStatus",
+        name: "io.k8s.api.autoscaling.v1.ContainerResourceMetricStatus",
         type_meta: false,
         special: Special::None,
-        verified: true,
+        verified: false,
         fields: &[
-            Field { json: "name", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
-            Field { json: "current", num: 2, kind: Kind::Msg(471), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
-            Field { json: "container", num: 3, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "name", num: 1, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
+            Field { json: "currentAverageUtilization", num: 2, kind: Kind::I32, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
+            Field { json: "currentAverageValue", num: 3, kind: Kind::Msg(605), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
+            Field { json: "container", num: 4, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
         ],
-        by_num: &[0, 1, 2],
+        by_num: &[0, 1, 2, 3],
     },
     // 456
     Message {
-        name: "io.k8s.api.autoscaling.v2.CrossVersionObjectReference",
+        name: "io.k8s.api.autoscaling.v1.CrossVersionObjectReference",
         type_meta: false,
         special: Special::None,
         verified: true,
@@ -6331,29 +6333,315 @@ pub(crate) static MESSAGES: [Message; 536] = [
     },
     // 457
     Message {
+        name: "io.k8s.api.autoscaling.v1.ExternalMetricSource",
+        type_meta: false,
+        special: Special::None,
+        verified: false,
+        fields: &[
+            Field { json: "metricName", num: 1, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
+            Field { json: "metricSelector", num: 2, kind: Kind::Msg(574), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
+            Field { json: "targetValue", num: 3, kind: Kind::Msg(605), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
+            Field { json: "targetAverageValue", num: 4, kind: Kind::Msg(605), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
+        ],
+        by_num: &[0, 1, 2, 3],
+    },
+    // 458
+    Message {
+        name: "io.k8s.api.autoscaling.v1.ExternalMetricStatus",
+        type_meta: false,
+        special: Special::None,
+        verified: false,
+        fields: &[
+            Field { json: "metricName", num: 1, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
+            Field { json: "metricSelector", num: 2, kind: Kind::Msg(574), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
+            Field { json: "currentValue", num: 3, kind: Kind::Msg(605), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
+            Field { json: "currentAverageValue", num: 4, kind: Kind::Msg(605), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
+        ],
+        by_num: &[0, 1, 2, 3],
+    },
+    // 459
+    Message {
+        name: "io.k8s.api.autoscaling.v1.HorizontalPodAutoscaler",
+        type_meta: true,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "metadata", num: 1, kind: Kind::Msg(581), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "spec", num: 2, kind: Kind::Msg(462), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "status", num: 3, kind: Kind::Msg(463), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1, 2],
+    },
+    // 460
+    Message {
+        name: "io.k8s.api.autoscaling.v1.HorizontalPodAutoscalerCondition",
+        type_meta: false,
+        special: Special::None,
+        verified: false,
+        fields: &[
+            Field { json: "type", num: 1, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
+            Field { json: "status", num: 2, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
+            Field { json: "lastTransitionTime", num: 3, kind: Kind::Msg(594), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
+            Field { json: "reason", num: 4, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
+            Field { json: "message", num: 5, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
+        ],
+        by_num: &[0, 1, 2, 3, 4],
+    },
+    // 461
+    Message {
+        name: "io.k8s.api.autoscaling.v1.HorizontalPodAutoscalerList",
+        type_meta: true,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "metadata", num: 1, kind: Kind::Msg(577), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "items", num: 2, kind: Kind::Msg(459), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1],
+    },
+    // 462
+    Message {
+        name: "io.k8s.api.autoscaling.v1.HorizontalPodAutoscalerSpec",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "scaleTargetRef", num: 1, kind: Kind::Msg(456), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "minReplicas", num: 2, kind: Kind::I32, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "maxReplicas", num: 3, kind: Kind::I32, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "targetCPUUtilizationPercentage", num: 4, kind: Kind::I32, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1, 2, 3],
+    },
+    // 463
+    Message {
+        name: "io.k8s.api.autoscaling.v1.HorizontalPodAutoscalerStatus",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "observedGeneration", num: 1, kind: Kind::I64, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "lastScaleTime", num: 2, kind: Kind::Msg(594), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "currentReplicas", num: 3, kind: Kind::I32, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "desiredReplicas", num: 4, kind: Kind::I32, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "currentCPUUtilizationPercentage", num: 5, kind: Kind::I32, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1, 2, 3, 4],
+    },
+    // 464
+    Message {
+        name: "io.k8s.api.autoscaling.v1.MetricSpec",
+        type_meta: false,
+        special: Special::None,
+        verified: false,
+        fields: &[
+            Field { json: "type", num: 1, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
+            Field { json: "object", num: 2, kind: Kind::Msg(466), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
+            Field { json: "pods", num: 3, kind: Kind::Msg(468), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
+            Field { json: "resource", num: 4, kind: Kind::Msg(470), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
+            Field { json: "containerResource", num: 7, kind: Kind::Msg(454), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
+            Field { json: "external", num: 5, kind: Kind::Msg(457), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
+        ],
+        by_num: &[0, 1, 2, 3, 5, 4],
+    },
+    // 465
+    Message {
+        name: "io.k8s.api.autoscaling.v1.MetricStatus",
+        type_meta: false,
+        special: Special::None,
+        verified: false,
+        fields: &[
+            Field { json: "type", num: 1, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
+            Field { json: "object", num: 2, kind: Kind::Msg(467), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
+            Field { json: "pods", num: 3, kind: Kind::Msg(469), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
+            Field { json: "resource", num: 4, kind: Kind::Msg(471), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
+            Field { json: "containerResource", num: 7, kind: Kind::Msg(455), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
+            Field { json: "external", num: 5, kind: Kind::Msg(458), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
+        ],
+        by_num: &[0, 1, 2, 3, 5, 4],
+    },
+    // 466
+    Message {
+        name: "io.k8s.api.autoscaling.v1.ObjectMetricSource",
+        type_meta: false,
+        special: Special::None,
+        verified: false,
+        fields: &[
+            Field { json: "target", num: 1, kind: Kind::Msg(456), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
+            Field { json: "metricName", num: 2, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
+            Field { json: "targetValue", num: 3, kind: Kind::Msg(605), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
+            Field { json: "selector", num: 4, kind: Kind::Msg(574), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
+            Field { json: "averageValue", num: 5, kind: Kind::Msg(605), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
+        ],
+        by_num: &[0, 1, 2, 3, 4],
+    },
+    // 467
+    Message {
+        name: "io.k8s.api.autoscaling.v1.ObjectMetricStatus",
+        type_meta: false,
+        special: Special::None,
+        verified: false,
+        fields: &[
+            Field { json: "target", num: 1, kind: Kind::Msg(456), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
+            Field { json: "metricName", num: 2, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
+            Field { json: "currentValue", num: 3, kind: Kind::Msg(605), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
+            Field { json: "selector", num: 4, kind: Kind::Msg(574), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
+            Field { json: "averageValue", num: 5, kind: Kind::Msg(605), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
+        ],
+        by_num: &[0, 1, 2, 3, 4],
+    },
+    // 468
+    Message {
+        name: "io.k8s.api.autoscaling.v1.PodsMetricSource",
+        type_meta: false,
+        special: Special::None,
+        verified: false,
+        fields: &[
+            Field { json: "metricName", num: 1, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
+            Field { json: "targetAverageValue", num: 2, kind: Kind::Msg(605), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
+            Field { json: "selector", num: 3, kind: Kind::Msg(574), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
+        ],
+        by_num: &[0, 1, 2],
+    },
+    // 469
+    Message {
+        name: "io.k8s.api.autoscaling.v1.PodsMetricStatus",
+        type_meta: false,
+        special: Special::None,
+        verified: false,
+        fields: &[
+            Field { json: "metricName", num: 1, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
+            Field { json: "currentAverageValue", num: 2, kind: Kind::Msg(605), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
+            Field { json: "selector", num: 3, kind: Kind::Msg(574), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
+        ],
+        by_num: &[0, 1, 2],
+    },
+    // 470
+    Message {
+        name: "io.k8s.api.autoscaling.v1.ResourceMetricSource",
+        type_meta: false,
+        special: Special::None,
+        verified: false,
+        fields: &[
+            Field { json: "name", num: 1, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
+            Field { json: "targetAverageUtilization", num: 2, kind: Kind::I32, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
+            Field { json: "targetAverageValue", num: 3, kind: Kind::Msg(605), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
+        ],
+        by_num: &[0, 1, 2],
+    },
+    // 471
+    Message {
+        name: "io.k8s.api.autoscaling.v1.ResourceMetricStatus",
+        type_meta: false,
+        special: Special::None,
+        verified: false,
+        fields: &[
+            Field { json: "name", num: 1, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
+            Field { json: "currentAverageUtilization", num: 2, kind: Kind::I32, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
+            Field { json: "currentAverageValue", num: 3, kind: Kind::Msg(605), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
+        ],
+        by_num: &[0, 1, 2],
+    },
+    // 472
+    Message {
+        name: "io.k8s.api.autoscaling.v1.Scale",
+        type_meta: true,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "metadata", num: 1, kind: Kind::Msg(581), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "spec", num: 2, kind: Kind::Msg(473), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "status", num: 3, kind: Kind::Msg(474), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1, 2],
+    },
+    // 473
+    Message {
+        name: "io.k8s.api.autoscaling.v1.ScaleSpec",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "replicas", num: 1, kind: Kind::I32, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+        ],
+        by_num: &[0],
+    },
+    // 474
+    Message {
+        name: "io.k8s.api.autoscaling.v1.ScaleStatus",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "replicas", num: 1, kind: Kind::I32, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "selector", num: 2, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1],
+    },
+    // 475
+    Message {
+        name: "io.k8s.api.autoscaling.v2.ContainerResourceMetricSource",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "name", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "target", num: 2, kind: Kind::Msg(491), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "container", num: 3, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1, 2],
+    },
+    // 476
+    Message {
+        name: "io.k8s.api.autoscaling.v2.ContainerResourceMetricStatus",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "name", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "current", num: 2, kind: Kind::Msg(492), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "container", num: 3, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1, 2],
+    },
+    // 477
+    Message {
+        name: "io.k8s.api.autoscaling.v2.CrossVersionObjectReference",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "kind", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "name", num: 2, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "apiVersion", num: 3, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1, 2],
+    },
+    // 478
+    Message {
         name: "io.k8s.api.autoscaling.v2.ExternalMetricSource",
         type_meta: false,
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metric", num: 1, kind: Kind::Msg(467), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
-            Field { json: "target", num: 2, kind: Kind::Msg(470), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "metric", num: 1, kind: Kind::Msg(488), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "target", num: 2, kind: Kind::Msg(491), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
     },
-    // 458
+    // 479
     Message {
         name: "io.k8s.api.autoscaling.v2.ExternalMetricStatus",
         type_meta: false,
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metric", num: 1, kind: Kind::Msg(467), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
-            Field { json: "current", num: 2, kind: Kind::Msg(471), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "metric", num: 1, kind: Kind::Msg(488), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "current", num: 2, kind: Kind::Msg(492), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
     },
-    // 459
+    // 480
     Message {
         name: "io.k8s.api.autoscaling.v2.HPAScalingPolicy",
         type_meta: false,
@@ -6366,7 +6654,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         ],
         by_num: &[0, 1, 2],
     },
-    // 460
+    // 481
     Message {
         name: "io.k8s.api.autoscaling.v2.HPAScalingRules",
         type_meta: false,
@@ -6375,37 +6663,37 @@ pub(crate) static MESSAGES: [Message; 536] = [
         fields: &[
             Field { json: "stabilizationWindowSeconds", num: 3, kind: Kind::I32, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "selectPolicy", num: 1, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
-            Field { json: "policies", num: 2, kind: Kind::Msg(459), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "tolerance", num: 4, kind: Kind::Msg(534), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
+            Field { json: "policies", num: 2, kind: Kind::Msg(480), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "tolerance", num: 4, kind: Kind::Msg(605), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
         ],
         by_num: &[1, 2, 0, 3],
     },
-    // 461
+    // 482
     Message {
         name: "io.k8s.api.autoscaling.v2.HorizontalPodAutoscaler",
         type_meta: true,
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(510), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "spec", num: 2, kind: Kind::Msg(465), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "status", num: 3, kind: Kind::Msg(466), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(581), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "spec", num: 2, kind: Kind::Msg(486), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "status", num: 3, kind: Kind::Msg(487), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1, 2],
     },
-    // 462
+    // 483
     Message {
         name: "io.k8s.api.autoscaling.v2.HorizontalPodAutoscalerBehavior",
         type_meta: false,
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "scaleUp", num: 1, kind: Kind::Msg(460), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
-            Field { json: "scaleDown", num: 2, kind: Kind::Msg(460), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "scaleUp", num: 1, kind: Kind::Msg(481), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "scaleDown", num: 2, kind: Kind::Msg(481), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
     },
-    // 463
+    // 484
     Message {
         name: "io.k8s.api.autoscaling.v2.HorizontalPodAutoscalerCondition",
         type_meta: false,
@@ -6414,40 +6702,40 @@ pub(crate) static MESSAGES: [Message; 536] = [
         fields: &[
             Field { json: "type", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "status", num: 2, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
-            Field { json: "lastTransitionTime", num: 3, kind: Kind::Msg(523), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "lastTransitionTime", num: 3, kind: Kind::Msg(594), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "reason", num: 4, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "message", num: 5, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1, 2, 3, 4],
     },
-    // 464
+    // 485
     Message {
         name: "io.k8s.api.autoscaling.v2.HorizontalPodAutoscalerList",
         type_meta: true,
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(506), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "items", num: 2, kind: Kind::Msg(461), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(577), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "items", num: 2, kind: Kind::Msg(482), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
     },
-    // 465
+    // 486
     Message {
         name: "io.k8s.api.autoscaling.v2.HorizontalPodAutoscalerSpec",
         type_meta: false,
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "scaleTargetRef", num: 1, kind: Kind::Msg(456), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "scaleTargetRef", num: 1, kind: Kind::Msg(477), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "minReplicas", num: 2, kind: Kind::I32, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "maxReplicas", num: 3, kind: Kind::I32, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
-            Field { json: "metrics", num: 4, kind: Kind::Msg(468), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "behavior", num: 5, kind: Kind::Msg(462), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "metrics", num: 4, kind: Kind::Msg(489), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "behavior", num: 5, kind: Kind::Msg(483), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1, 2, 3, 4],
     },
-    // 466
+    // 487
     Message {
         name: "io.k8s.api.autoscaling.v2.HorizontalPodAutoscalerStatus",
         type_meta: false,
@@ -6455,15 +6743,15 @@ pub(crate) static MESSAGES: [Message; 536] = [
         verified: true,
         fields: &[
             Field { json: "observedGeneration", num: 1, kind: Kind::I64, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
-            Field { json: "lastScaleTime", num: 2, kind: Kind::Msg(523), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "lastScaleTime", num: 2, kind: Kind::Msg(594), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "currentReplicas", num: 3, kind: Kind::I32, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "desiredReplicas", num: 4, kind: Kind::I32, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
-            Field { json: "currentMetrics", num: 5, kind: Kind::Msg(469), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
-            Field { json: "conditions", num: 6, kind: Kind::Msg(463), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "currentMetrics", num: 5, kind: Kind::Msg(490), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "conditions", num: 6, kind: Kind::Msg(484), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1, 2, 3, 4, 5],
     },
-    // 467
+    // 488
     Message {
         name: "io.k8s.api.autoscaling.v2.MetricIdentifier",
         type_meta: false,
@@ -6471,11 +6759,11 @@ pub(crate) static MESSAGES: [Message; 536] = [
         verified: true,
         fields: &[
             Field { json: "name", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
-            Field { json: "selector", num: 2, kind: Kind::Msg(503), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "selector", num: 2, kind: Kind::Msg(574), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
     },
-    // 468
+    // 489
     Message {
         name: "io.k8s.api.autoscaling.v2.MetricSpec",
         type_meta: false,
@@ -6483,15 +6771,15 @@ pub(crate) static MESSAGES: [Message; 536] = [
         verified: true,
         fields: &[
             Field { json: "type", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
-            Field { json: "object", num: 2, kind: Kind::Msg(472), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
-            Field { json: "pods", num: 3, kind: Kind::Msg(474), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
-            Field { json: "resource", num: 4, kind: Kind::Msg(476), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
-            Field { json: "containerResource", num: 7, kind: Kind::Msg(454), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
-            Field { json: "external", num: 5, kind: Kind::Msg(457), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "object", num: 2, kind: Kind::Msg(493), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "pods", num: 3, kind: Kind::Msg(495), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "resource", num: 4, kind: Kind::Msg(497), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "containerResource", num: 7, kind: Kind::Msg(475), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "external", num: 5, kind: Kind::Msg(478), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1, 2, 3, 5, 4],
     },
-    // 469
+    // 490
     Message {
         name: "io.k8s.api.autoscaling.v2.MetricStatus",
         type_meta: false,
@@ -6499,15 +6787,15 @@ pub(crate) static MESSAGES: [Message; 536] = [
         verified: true,
         fields: &[
             Field { json: "type", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
-            Field { json: "object", num: 2, kind: Kind::Msg(473), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
-            Field { json: "pods", num: 3, kind: Kind::Msg(475), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
-            Field { json: "resource", num: 4, kind: Kind::Msg(477), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
-            Field { json: "containerResource", num: 7, kind: Kind::Msg(455), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
-            Field { json: "external", num: 5, kind: Kind::Msg(458), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "object", num: 2, kind: Kind::Msg(494), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "pods", num: 3, kind: Kind::Msg(496), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "resource", num: 4, kind: Kind::Msg(498), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "containerResource", num: 7, kind: Kind::Msg(476), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "external", num: 5, kind: Kind::Msg(479), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1, 2, 3, 5, 4],
     },
-    // 470
+    // 491
     Message {
         name: "io.k8s.api.autoscaling.v2.MetricTarget",
         type_meta: false,
@@ -6515,76 +6803,76 @@ pub(crate) static MESSAGES: [Message; 536] = [
         verified: true,
         fields: &[
             Field { json: "type", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
-            Field { json: "value", num: 2, kind: Kind::Msg(534), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
-            Field { json: "averageValue", num: 3, kind: Kind::Msg(534), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "value", num: 2, kind: Kind::Msg(605), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "averageValue", num: 3, kind: Kind::Msg(605), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "averageUtilization", num: 4, kind: Kind::I32, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1, 2, 3],
     },
-    // 471
+    // 492
     Message {
         name: "io.k8s.api.autoscaling.v2.MetricValueStatus",
         type_meta: false,
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "value", num: 1, kind: Kind::Msg(534), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
-            Field { json: "averageValue", num: 2, kind: Kind::Msg(534), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "value", num: 1, kind: Kind::Msg(605), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "averageValue", num: 2, kind: Kind::Msg(605), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "averageUtilization", num: 3, kind: Kind::I32, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1, 2],
     },
-    // 472
+    // 493
     Message {
         name: "io.k8s.api.autoscaling.v2.ObjectMetricSource",
         type_meta: false,
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "describedObject", num: 1, kind: Kind::Msg(456), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
-            Field { json: "target", num: 2, kind: Kind::Msg(470), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
-            Field { json: "metric", num: 3, kind: Kind::Msg(467), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "describedObject", num: 1, kind: Kind::Msg(477), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "target", num: 2, kind: Kind::Msg(491), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "metric", num: 3, kind: Kind::Msg(488), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1, 2],
     },
-    // 473
+    // 494
     Message {
         name: "io.k8s.api.autoscaling.v2.ObjectMetricStatus",
         type_meta: false,
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metric", num: 1, kind: Kind::Msg(467), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
-            Field { json: "current", num: 2, kind: Kind::Msg(471), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
-            Field { json: "describedObject", num: 3, kind: Kind::Msg(456), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "metric", num: 1, kind: Kind::Msg(488), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "current", num: 2, kind: Kind::Msg(492), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "describedObject", num: 3, kind: Kind::Msg(477), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1, 2],
     },
-    // 474
+    // 495
     Message {
         name: "io.k8s.api.autoscaling.v2.PodsMetricSource",
         type_meta: false,
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metric", num: 1, kind: Kind::Msg(467), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
-            Field { json: "target", num: 2, kind: Kind::Msg(470), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "metric", num: 1, kind: Kind::Msg(488), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "target", num: 2, kind: Kind::Msg(491), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
     },
-    // 475
+    // 496
     Message {
         name: "io.k8s.api.autoscaling.v2.PodsMetricStatus",
         type_meta: false,
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metric", num: 1, kind: Kind::Msg(467), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
-            Field { json: "current", num: 2, kind: Kind::Msg(471), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "metric", num: 1, kind: Kind::Msg(488), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "current", num: 2, kind: Kind::Msg(492), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
     },
-    // 476
+    // 497
     Message {
         name: "io.k8s.api.autoscaling.v2.ResourceMetricSource",
         type_meta: false,
@@ -6592,11 +6880,11 @@ pub(crate) static MESSAGES: [Message; 536] = [
         verified: true,
         fields: &[
             Field { json: "name", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
-            Field { json: "target", num: 2, kind: Kind::Msg(470), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "target", num: 2, kind: Kind::Msg(491), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
     },
-    // 477
+    // 498
     Message {
         name: "io.k8s.api.autoscaling.v2.ResourceMetricStatus",
         type_meta: false,
@@ -6604,24 +6892,24 @@ pub(crate) static MESSAGES: [Message; 536] = [
         verified: true,
         fields: &[
             Field { json: "name", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
-            Field { json: "current", num: 2, kind: Kind::Msg(471), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "current", num: 2, kind: Kind::Msg(492), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
     },
-    // 478
+    // 499
     Message {
         name: "io.k8s.api.certificates.v1.CertificateSigningRequest",
         type_meta: true,
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(510), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "spec", num: 2, kind: Kind::Msg(481), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
-            Field { json: "status", num: 3, kind: Kind::Msg(482), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(581), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "spec", num: 2, kind: Kind::Msg(502), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "status", num: 3, kind: Kind::Msg(503), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1, 2],
     },
-    // 479
+    // 500
     Message {
         name: "io.k8s.api.certificates.v1.CertificateSigningRequestCondition",
         type_meta: false,
@@ -6632,24 +6920,24 @@ pub(crate) static MESSAGES: [Message; 536] = [
             Field { json: "status", num: 6, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "reason", num: 2, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "message", num: 3, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "lastUpdateTime", num: 4, kind: Kind::Msg(523), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "lastTransitionTime", num: 5, kind: Kind::Msg(523), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "lastUpdateTime", num: 4, kind: Kind::Msg(594), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "lastTransitionTime", num: 5, kind: Kind::Msg(594), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 2, 3, 4, 5, 1],
     },
-    // 480
+    // 501
     Message {
         name: "io.k8s.api.certificates.v1.CertificateSigningRequestList",
         type_meta: true,
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(506), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "items", num: 2, kind: Kind::Msg(478), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(577), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "items", num: 2, kind: Kind::Msg(499), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
     },
-    // 481
+    // 502
     Message {
         name: "io.k8s.api.certificates.v1.CertificateSigningRequestSpec",
         type_meta: false,
@@ -6663,23 +6951,23 @@ pub(crate) static MESSAGES: [Message; 536] = [
             Field { json: "username", num: 2, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "uid", num: 3, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "groups", num: 4, kind: Kind::Str, card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "extra", num: 6, kind: Kind::Msg(483), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "extra", num: 6, kind: Kind::Msg(504), card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 4, 5, 6, 3, 7, 1, 2],
     },
-    // 482
+    // 503
     Message {
         name: "io.k8s.api.certificates.v1.CertificateSigningRequestStatus",
         type_meta: false,
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "conditions", num: 1, kind: Kind::Msg(479), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "conditions", num: 1, kind: Kind::Msg(500), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "certificate", num: 2, kind: Kind::Bytes, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
     },
-    // 483
+    // 504
     Message {
         name: "io.k8s.api.certificates.v1.ExtraValue",
         type_meta: false,
@@ -6690,7 +6978,660 @@ pub(crate) static MESSAGES: [Message; 536] = [
         ],
         by_num: &[0],
     },
-    // 484
+    // 505
+    Message {
+        name: "io.k8s.api.flowcontrol.v1.ExemptPriorityLevelConfiguration",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "nominalConcurrencyShares", num: 1, kind: Kind::I32, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "lendablePercent", num: 2, kind: Kind::I32, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1],
+    },
+    // 506
+    Message {
+        name: "io.k8s.api.flowcontrol.v1.FlowDistinguisherMethod",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "type", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+        ],
+        by_num: &[0],
+    },
+    // 507
+    Message {
+        name: "io.k8s.api.flowcontrol.v1.FlowSchema",
+        type_meta: true,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "metadata", num: 1, kind: Kind::Msg(581), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "spec", num: 2, kind: Kind::Msg(510), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "status", num: 3, kind: Kind::Msg(511), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1, 2],
+    },
+    // 508
+    Message {
+        name: "io.k8s.api.flowcontrol.v1.FlowSchemaCondition",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "type", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "status", num: 2, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "lastTransitionTime", num: 3, kind: Kind::Msg(594), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "reason", num: 4, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "message", num: 5, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1, 2, 3, 4],
+    },
+    // 509
+    Message {
+        name: "io.k8s.api.flowcontrol.v1.FlowSchemaList",
+        type_meta: true,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "metadata", num: 1, kind: Kind::Msg(577), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "items", num: 2, kind: Kind::Msg(507), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1],
+    },
+    // 510
+    Message {
+        name: "io.k8s.api.flowcontrol.v1.FlowSchemaSpec",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "priorityLevelConfiguration", num: 1, kind: Kind::Msg(520), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "matchingPrecedence", num: 2, kind: Kind::I32, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "distinguisherMethod", num: 3, kind: Kind::Msg(506), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "rules", num: 4, kind: Kind::Msg(516), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1, 2, 3],
+    },
+    // 511
+    Message {
+        name: "io.k8s.api.flowcontrol.v1.FlowSchemaStatus",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "conditions", num: 1, kind: Kind::Msg(508), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
+        ],
+        by_num: &[0],
+    },
+    // 512
+    Message {
+        name: "io.k8s.api.flowcontrol.v1.GroupSubject",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "name", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+        ],
+        by_num: &[0],
+    },
+    // 513
+    Message {
+        name: "io.k8s.api.flowcontrol.v1.LimitResponse",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "type", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "queuing", num: 2, kind: Kind::Msg(523), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1],
+    },
+    // 514
+    Message {
+        name: "io.k8s.api.flowcontrol.v1.LimitedPriorityLevelConfiguration",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "nominalConcurrencyShares", num: 1, kind: Kind::I32, card: Card::Single, ptr: true, omitempty: false, inline: false, inferred: false },
+            Field { json: "limitResponse", num: 2, kind: Kind::Msg(513), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "lendablePercent", num: 3, kind: Kind::I32, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "borrowingLimitPercent", num: 4, kind: Kind::I32, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1, 2, 3],
+    },
+    // 515
+    Message {
+        name: "io.k8s.api.flowcontrol.v1.NonResourcePolicyRule",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "verbs", num: 1, kind: Kind::Str, card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "nonResourceURLs", num: 6, kind: Kind::Str, card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1],
+    },
+    // 516
+    Message {
+        name: "io.k8s.api.flowcontrol.v1.PolicyRulesWithSubjects",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "subjects", num: 1, kind: Kind::Msg(526), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "resourceRules", num: 2, kind: Kind::Msg(524), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "nonResourceRules", num: 3, kind: Kind::Msg(515), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1, 2],
+    },
+    // 517
+    Message {
+        name: "io.k8s.api.flowcontrol.v1.PriorityLevelConfiguration",
+        type_meta: true,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "metadata", num: 1, kind: Kind::Msg(581), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "spec", num: 2, kind: Kind::Msg(521), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "status", num: 3, kind: Kind::Msg(522), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1, 2],
+    },
+    // 518
+    Message {
+        name: "io.k8s.api.flowcontrol.v1.PriorityLevelConfigurationCondition",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "type", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "status", num: 2, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "lastTransitionTime", num: 3, kind: Kind::Msg(594), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "reason", num: 4, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "message", num: 5, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1, 2, 3, 4],
+    },
+    // 519
+    Message {
+        name: "io.k8s.api.flowcontrol.v1.PriorityLevelConfigurationList",
+        type_meta: true,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "metadata", num: 1, kind: Kind::Msg(577), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "items", num: 2, kind: Kind::Msg(517), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1],
+    },
+    // 520
+    Message {
+        name: "io.k8s.api.flowcontrol.v1.PriorityLevelConfigurationReference",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "name", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+        ],
+        by_num: &[0],
+    },
+    // 521
+    Message {
+        name: "io.k8s.api.flowcontrol.v1.PriorityLevelConfigurationSpec",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "type", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "limited", num: 2, kind: Kind::Msg(514), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "exempt", num: 3, kind: Kind::Msg(505), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1, 2],
+    },
+    // 522
+    Message {
+        name: "io.k8s.api.flowcontrol.v1.PriorityLevelConfigurationStatus",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "conditions", num: 1, kind: Kind::Msg(518), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
+        ],
+        by_num: &[0],
+    },
+    // 523
+    Message {
+        name: "io.k8s.api.flowcontrol.v1.QueuingConfiguration",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "queues", num: 1, kind: Kind::I32, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "handSize", num: 2, kind: Kind::I32, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "queueLengthLimit", num: 3, kind: Kind::I32, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1, 2],
+    },
+    // 524
+    Message {
+        name: "io.k8s.api.flowcontrol.v1.ResourcePolicyRule",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "verbs", num: 1, kind: Kind::Str, card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "apiGroups", num: 2, kind: Kind::Str, card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "resources", num: 3, kind: Kind::Str, card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "clusterScope", num: 4, kind: Kind::Bool, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "namespaces", num: 5, kind: Kind::Str, card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1, 2, 3, 4],
+    },
+    // 525
+    Message {
+        name: "io.k8s.api.flowcontrol.v1.ServiceAccountSubject",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "namespace", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "name", num: 2, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1],
+    },
+    // 526
+    Message {
+        name: "io.k8s.api.flowcontrol.v1.Subject",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "kind", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "user", num: 2, kind: Kind::Msg(527), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "group", num: 3, kind: Kind::Msg(512), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "serviceAccount", num: 4, kind: Kind::Msg(525), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1, 2, 3],
+    },
+    // 527
+    Message {
+        name: "io.k8s.api.flowcontrol.v1.UserSubject",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "name", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+        ],
+        by_num: &[0],
+    },
+    // 528
+    Message {
+        name: "io.k8s.api.admissionregistration.v1.AuditAnnotation",
+        type_meta: false,
+        special: Special::None,
+        verified: false,
+        fields: &[
+            Field { json: "key", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: true },
+            Field { json: "valueExpression", num: 2, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: true },
+        ],
+        by_num: &[0, 1],
+    },
+    // 529
+    Message {
+        name: "io.k8s.api.admissionregistration.v1.ExpressionWarning",
+        type_meta: false,
+        special: Special::None,
+        verified: false,
+        fields: &[
+            Field { json: "fieldRef", num: 2, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: true },
+            Field { json: "warning", num: 3, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: true },
+        ],
+        by_num: &[0, 1],
+    },
+    // 530
+    Message {
+        name: "io.k8s.api.admissionregistration.v1.MatchCondition",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "name", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "expression", num: 2, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1],
+    },
+    // 531
+    Message {
+        name: "io.k8s.api.admissionregistration.v1.MatchResources",
+        type_meta: false,
+        special: Special::None,
+        verified: false,
+        fields: &[
+            Field { json: "namespaceSelector", num: 1, kind: Kind::Msg(574), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
+            Field { json: "objectSelector", num: 2, kind: Kind::Msg(574), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
+            Field { json: "resourceRules", num: 3, kind: Kind::Msg(535), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: true },
+            Field { json: "excludeResourceRules", num: 4, kind: Kind::Msg(535), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: true },
+            Field { json: "matchPolicy", num: 7, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
+        ],
+        by_num: &[0, 1, 2, 3, 4],
+    },
+    // 532
+    Message {
+        name: "io.k8s.api.admissionregistration.v1.MutatingWebhook",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "name", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "clientConfig", num: 2, kind: Kind::Msg(554), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "rules", num: 3, kind: Kind::Msg(539), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "failurePolicy", num: 4, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "matchPolicy", num: 9, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "namespaceSelector", num: 5, kind: Kind::Msg(574), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "objectSelector", num: 11, kind: Kind::Msg(574), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "sideEffects", num: 6, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: false, inline: false, inferred: false },
+            Field { json: "timeoutSeconds", num: 7, kind: Kind::I32, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "admissionReviewVersions", num: 8, kind: Kind::Str, card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "reinvocationPolicy", num: 10, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "matchConditions", num: 12, kind: Kind::Msg(530), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1, 2, 3, 5, 7, 8, 9, 4, 10, 6, 11],
+    },
+    // 533
+    Message {
+        name: "io.k8s.api.admissionregistration.v1.MutatingWebhookConfiguration",
+        type_meta: true,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "metadata", num: 1, kind: Kind::Msg(581), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "webhooks", num: 2, kind: Kind::Msg(532), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1],
+    },
+    // 534
+    Message {
+        name: "io.k8s.api.admissionregistration.v1.MutatingWebhookConfigurationList",
+        type_meta: true,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "metadata", num: 1, kind: Kind::Msg(577), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "items", num: 2, kind: Kind::Msg(533), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1],
+    },
+    // 535
+    Message {
+        name: "io.k8s.api.admissionregistration.v1.NamedRuleWithOperations",
+        type_meta: false,
+        special: Special::None,
+        verified: false,
+        fields: &[
+            Field { json: "resourceNames", num: 1, kind: Kind::Str, card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: true },
+            Field { json: "ruleWithOperations", num: 2, kind: Kind::Msg(539), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
+        ],
+        by_num: &[0, 1],
+    },
+    // 536
+    Message {
+        name: "io.k8s.api.admissionregistration.v1.ParamKind",
+        type_meta: false,
+        special: Special::None,
+        verified: false,
+        fields: &[
+            Field { json: "apiVersion", num: 1, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
+            Field { json: "kind", num: 2, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
+        ],
+        by_num: &[0, 1],
+    },
+    // 537
+    Message {
+        name: "io.k8s.api.admissionregistration.v1.ParamRef",
+        type_meta: false,
+        special: Special::None,
+        verified: false,
+        fields: &[
+            Field { json: "name", num: 1, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
+            Field { json: "namespace", num: 2, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
+            Field { json: "selector", num: 3, kind: Kind::Msg(574), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
+            Field { json: "parameterNotFoundAction", num: 4, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
+        ],
+        by_num: &[0, 1, 2, 3],
+    },
+    // 538
+    Message {
+        name: "io.k8s.api.admissionregistration.v1.Rule",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "apiGroups", num: 1, kind: Kind::Str, card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "apiVersions", num: 2, kind: Kind::Str, card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "resources", num: 3, kind: Kind::Str, card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "scope", num: 4, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1, 2, 3],
+    },
+    // 539
+    Message {
+        name: "io.k8s.api.admissionregistration.v1.RuleWithOperations",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "operations", num: 1, kind: Kind::Str, card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "rule", num: 2, kind: Kind::Msg(538), card: Card::Single, ptr: false, omitempty: true, inline: true, inferred: false },
+        ],
+        by_num: &[0, 1],
+    },
+    // 540
+    Message {
+        name: "io.k8s.api.admissionregistration.v1.ServiceReference",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "namespace", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "name", num: 2, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "path", num: 3, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "port", num: 4, kind: Kind::I32, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1, 2, 3],
+    },
+    // 541
+    Message {
+        name: "io.k8s.api.admissionregistration.v1.TypeChecking",
+        type_meta: false,
+        special: Special::None,
+        verified: false,
+        fields: &[
+            Field { json: "expressionWarnings", num: 1, kind: Kind::Msg(529), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: true },
+        ],
+        by_num: &[0],
+    },
+    // 542
+    Message {
+        name: "io.k8s.api.admissionregistration.v1.ValidatingAdmissionPolicy",
+        type_meta: false,
+        special: Special::None,
+        verified: false,
+        fields: &[
+            Field { json: "metadata", num: 1, kind: Kind::Msg(581), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: true },
+            Field { json: "spec", num: 2, kind: Kind::Msg(547), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
+            Field { json: "status", num: 3, kind: Kind::Msg(548), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
+        ],
+        by_num: &[0, 1, 2],
+    },
+    // 543
+    Message {
+        name: "io.k8s.api.admissionregistration.v1.ValidatingAdmissionPolicyBinding",
+        type_meta: false,
+        special: Special::None,
+        verified: false,
+        fields: &[
+            Field { json: "metadata", num: 1, kind: Kind::Msg(581), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: true },
+            Field { json: "spec", num: 2, kind: Kind::Msg(545), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: true },
+        ],
+        by_num: &[0, 1],
+    },
+    // 544
+    Message {
+        name: "io.k8s.api.admissionregistration.v1.ValidatingAdmissionPolicyBindingList",
+        type_meta: false,
+        special: Special::None,
+        verified: false,
+        fields: &[
+            Field { json: "metadata", num: 1, kind: Kind::Msg(577), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
+            Field { json: "items", num: 2, kind: Kind::Msg(543), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: true },
+        ],
+        by_num: &[0, 1],
+    },
+    // 545
+    Message {
+        name: "io.k8s.api.admissionregistration.v1.ValidatingAdmissionPolicyBindingSpec",
+        type_meta: false,
+        special: Special::None,
+        verified: false,
+        fields: &[
+            Field { json: "policyName", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: true },
+            Field { json: "paramRef", num: 2, kind: Kind::Msg(537), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
+            Field { json: "matchResources", num: 3, kind: Kind::Msg(531), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
+            Field { json: "validationActions", num: 4, kind: Kind::Str, card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: true },
+        ],
+        by_num: &[0, 1, 2, 3],
+    },
+    // 546
+    Message {
+        name: "io.k8s.api.admissionregistration.v1.ValidatingAdmissionPolicyList",
+        type_meta: false,
+        special: Special::None,
+        verified: false,
+        fields: &[
+            Field { json: "metadata", num: 1, kind: Kind::Msg(577), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
+            Field { json: "items", num: 2, kind: Kind::Msg(542), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: true },
+        ],
+        by_num: &[0, 1],
+    },
+    // 547
+    Message {
+        name: "io.k8s.api.admissionregistration.v1.ValidatingAdmissionPolicySpec",
+        type_meta: false,
+        special: Special::None,
+        verified: false,
+        fields: &[
+            Field { json: "paramKind", num: 1, kind: Kind::Msg(536), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
+            Field { json: "matchConstraints", num: 2, kind: Kind::Msg(531), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
+            Field { json: "validations", num: 3, kind: Kind::Msg(552), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: true },
+            Field { json: "failurePolicy", num: 4, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
+            Field { json: "auditAnnotations", num: 5, kind: Kind::Msg(528), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: true },
+            Field { json: "matchConditions", num: 6, kind: Kind::Msg(530), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: true },
+            Field { json: "variables", num: 7, kind: Kind::Msg(553), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: true },
+        ],
+        by_num: &[0, 1, 2, 3, 4, 5, 6],
+    },
+    // 548
+    Message {
+        name: "io.k8s.api.admissionregistration.v1.ValidatingAdmissionPolicyStatus",
+        type_meta: false,
+        special: Special::None,
+        verified: false,
+        fields: &[
+            Field { json: "observedGeneration", num: 1, kind: Kind::I64, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
+            Field { json: "typeChecking", num: 2, kind: Kind::Msg(541), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
+            Field { json: "conditions", num: 3, kind: Kind::Msg(561), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: true },
+        ],
+        by_num: &[0, 1, 2],
+    },
+    // 549
+    Message {
+        name: "io.k8s.api.admissionregistration.v1.ValidatingWebhook",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "name", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "clientConfig", num: 2, kind: Kind::Msg(554), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "rules", num: 3, kind: Kind::Msg(539), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "failurePolicy", num: 4, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "matchPolicy", num: 9, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "namespaceSelector", num: 5, kind: Kind::Msg(574), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "objectSelector", num: 10, kind: Kind::Msg(574), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "sideEffects", num: 6, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: false, inline: false, inferred: false },
+            Field { json: "timeoutSeconds", num: 7, kind: Kind::I32, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "admissionReviewVersions", num: 8, kind: Kind::Str, card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "matchConditions", num: 11, kind: Kind::Msg(530), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1, 2, 3, 5, 7, 8, 9, 4, 6, 10],
+    },
+    // 550
+    Message {
+        name: "io.k8s.api.admissionregistration.v1.ValidatingWebhookConfiguration",
+        type_meta: true,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "metadata", num: 1, kind: Kind::Msg(581), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "webhooks", num: 2, kind: Kind::Msg(549), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1],
+    },
+    // 551
+    Message {
+        name: "io.k8s.api.admissionregistration.v1.ValidatingWebhookConfigurationList",
+        type_meta: true,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "metadata", num: 1, kind: Kind::Msg(577), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "items", num: 2, kind: Kind::Msg(550), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
+        ],
+        by_num: &[0, 1],
+    },
+    // 552
+    Message {
+        name: "io.k8s.api.admissionregistration.v1.Validation",
+        type_meta: false,
+        special: Special::None,
+        verified: false,
+        fields: &[
+            Field { json: "expression", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: true },
+            Field { json: "message", num: 2, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
+            Field { json: "reason", num: 3, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
+            Field { json: "messageExpression", num: 4, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
+        ],
+        by_num: &[0, 1, 2, 3],
+    },
+    // 553
+    Message {
+        name: "io.k8s.api.admissionregistration.v1.Variable",
+        type_meta: false,
+        special: Special::None,
+        verified: false,
+        fields: &[
+            Field { json: "name", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: true },
+            Field { json: "expression", num: 2, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: true },
+        ],
+        by_num: &[0, 1],
+    },
+    // 554
+    Message {
+        name: "io.k8s.api.admissionregistration.v1.WebhookClientConfig",
+        type_meta: false,
+        special: Special::None,
+        verified: true,
+        fields: &[
+            Field { json: "url", num: 3, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "service", num: 1, kind: Kind::Msg(540), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "caBundle", num: 2, kind: Kind::Bytes, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+        ],
+        by_num: &[1, 2, 0],
+    },
+    // 555
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.APIGroup",
         type_meta: false,
@@ -6698,24 +7639,24 @@ pub(crate) static MESSAGES: [Message; 536] = [
         verified: false,
         fields: &[
             Field { json: "name", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: true },
-            Field { json: "versions", num: 2, kind: Kind::Msg(500), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: true },
-            Field { json: "preferredVersion", num: 3, kind: Kind::Msg(500), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
-            Field { json: "serverAddressByClientCIDRs", num: 4, kind: Kind::Msg(518), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: true },
+            Field { json: "versions", num: 2, kind: Kind::Msg(571), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: true },
+            Field { json: "preferredVersion", num: 3, kind: Kind::Msg(571), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
+            Field { json: "serverAddressByClientCIDRs", num: 4, kind: Kind::Msg(589), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: true },
         ],
         by_num: &[0, 1, 2, 3],
     },
-    // 485
+    // 556
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.APIGroupList",
         type_meta: false,
         special: Special::None,
         verified: false,
         fields: &[
-            Field { json: "groups", num: 1, kind: Kind::Msg(484), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: true },
+            Field { json: "groups", num: 1, kind: Kind::Msg(555), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: true },
         ],
         by_num: &[0],
     },
-    // 486
+    // 557
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.APIResource",
         type_meta: false,
@@ -6728,14 +7669,14 @@ pub(crate) static MESSAGES: [Message; 536] = [
             Field { json: "group", num: 8, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
             Field { json: "version", num: 9, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
             Field { json: "kind", num: 3, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: true },
-            Field { json: "verbs", num: 4, kind: Kind::Msg(527), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
+            Field { json: "verbs", num: 4, kind: Kind::Msg(598), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
             Field { json: "shortNames", num: 5, kind: Kind::Str, card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: true },
             Field { json: "categories", num: 7, kind: Kind::Str, card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: true },
             Field { json: "storageVersionHash", num: 10, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
         ],
         by_num: &[0, 2, 5, 6, 7, 1, 8, 3, 4, 9],
     },
-    // 487
+    // 558
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.APIResourceList",
         type_meta: false,
@@ -6743,11 +7684,11 @@ pub(crate) static MESSAGES: [Message; 536] = [
         verified: false,
         fields: &[
             Field { json: "groupVersion", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: true },
-            Field { json: "resources", num: 2, kind: Kind::Msg(486), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: true },
+            Field { json: "resources", num: 2, kind: Kind::Msg(557), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: true },
         ],
         by_num: &[0, 1],
     },
-    // 488
+    // 559
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.APIVersions",
         type_meta: false,
@@ -6755,11 +7696,11 @@ pub(crate) static MESSAGES: [Message; 536] = [
         verified: false,
         fields: &[
             Field { json: "versions", num: 1, kind: Kind::Str, card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: true },
-            Field { json: "serverAddressByClientCIDRs", num: 2, kind: Kind::Msg(518), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: true },
+            Field { json: "serverAddressByClientCIDRs", num: 2, kind: Kind::Msg(589), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: true },
         ],
         by_num: &[0, 1],
     },
-    // 489
+    // 560
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.ApplyOptions",
         type_meta: false,
@@ -6772,7 +7713,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         ],
         by_num: &[0, 1, 2],
     },
-    // 490
+    // 561
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.Condition",
         type_meta: false,
@@ -6782,13 +7723,13 @@ pub(crate) static MESSAGES: [Message; 536] = [
             Field { json: "type", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "status", num: 2, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "observedGeneration", num: 3, kind: Kind::I64, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "lastTransitionTime", num: 4, kind: Kind::Msg(523), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "lastTransitionTime", num: 4, kind: Kind::Msg(594), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "reason", num: 5, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
             Field { json: "message", num: 6, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1, 2, 3, 4, 5],
     },
-    // 491
+    // 562
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.CreateOptions",
         type_meta: false,
@@ -6801,7 +7742,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         ],
         by_num: &[0, 1, 2],
     },
-    // 492
+    // 563
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.DeleteOptions",
         type_meta: true,
@@ -6809,7 +7750,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         verified: true,
         fields: &[
             Field { json: "gracePeriodSeconds", num: 1, kind: Kind::I64, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
-            Field { json: "preconditions", num: 2, kind: Kind::Msg(516), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "preconditions", num: 2, kind: Kind::Msg(587), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "orphanDependents", num: 3, kind: Kind::Bool, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "propagationPolicy", num: 4, kind: Kind::Str, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "dryRun", num: 5, kind: Kind::Str, card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
@@ -6817,7 +7758,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         ],
         by_num: &[0, 1, 2, 3, 4, 5],
     },
-    // 493
+    // 564
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.Duration",
         type_meta: false,
@@ -6828,7 +7769,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         ],
         by_num: &[0],
     },
-    // 494
+    // 565
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.FieldSelectorRequirement",
         type_meta: false,
@@ -6841,7 +7782,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         ],
         by_num: &[0, 1, 2],
     },
-    // 495
+    // 566
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.FieldsV1",
         type_meta: false,
@@ -6852,7 +7793,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         ],
         by_num: &[0],
     },
-    // 496
+    // 567
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.GetOptions",
         type_meta: false,
@@ -6863,7 +7804,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         ],
         by_num: &[0],
     },
-    // 497
+    // 568
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.GroupKind",
         type_meta: false,
@@ -6875,7 +7816,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         ],
         by_num: &[0, 1],
     },
-    // 498
+    // 569
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.GroupResource",
         type_meta: false,
@@ -6887,7 +7828,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         ],
         by_num: &[0, 1],
     },
-    // 499
+    // 570
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.GroupVersion",
         type_meta: false,
@@ -6899,7 +7840,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         ],
         by_num: &[0, 1],
     },
-    // 500
+    // 571
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.GroupVersionForDiscovery",
         type_meta: false,
@@ -6911,7 +7852,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         ],
         by_num: &[0, 1],
     },
-    // 501
+    // 572
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.GroupVersionKind",
         type_meta: false,
@@ -6924,7 +7865,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         ],
         by_num: &[0, 1, 2],
     },
-    // 502
+    // 573
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.GroupVersionResource",
         type_meta: false,
@@ -6937,7 +7878,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         ],
         by_num: &[0, 1, 2],
     },
-    // 503
+    // 574
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.LabelSelector",
         type_meta: false,
@@ -6945,11 +7886,11 @@ pub(crate) static MESSAGES: [Message; 536] = [
         verified: true,
         fields: &[
             Field { json: "matchLabels", num: 1, kind: Kind::Str, card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "matchExpressions", num: 2, kind: Kind::Msg(504), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "matchExpressions", num: 2, kind: Kind::Msg(575), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
     },
-    // 504
+    // 575
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.LabelSelectorRequirement",
         type_meta: false,
@@ -6962,19 +7903,19 @@ pub(crate) static MESSAGES: [Message; 536] = [
         ],
         by_num: &[0, 1, 2],
     },
-    // 505
+    // 576
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.List",
         type_meta: false,
         special: Special::None,
         verified: false,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(506), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
-            Field { json: "items", num: 2, kind: Kind::Msg(530), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: true },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(577), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: true },
+            Field { json: "items", num: 2, kind: Kind::Msg(601), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: true },
         ],
         by_num: &[0, 1],
     },
-    // 506
+    // 577
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.ListMeta",
         type_meta: false,
@@ -6988,7 +7929,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         ],
         by_num: &[0, 1, 2, 3],
     },
-    // 507
+    // 578
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.ListOptions",
         type_meta: false,
@@ -7008,7 +7949,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         ],
         by_num: &[0, 1, 2, 4, 6, 7, 8, 3, 5, 9],
     },
-    // 508
+    // 579
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.ManagedFieldsEntry",
         type_meta: false,
@@ -7018,14 +7959,14 @@ pub(crate) static MESSAGES: [Message; 536] = [
             Field { json: "manager", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "operation", num: 2, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "apiVersion", num: 3, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "time", num: 4, kind: Kind::Msg(523), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "time", num: 4, kind: Kind::Msg(594), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "fieldsType", num: 6, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "fieldsV1", num: 7, kind: Kind::Msg(495), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "fieldsV1", num: 7, kind: Kind::Msg(566), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "subresource", num: 8, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1, 2, 3, 4, 5, 6],
     },
-    // 509
+    // 580
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.MicroTime",
         type_meta: false,
@@ -7037,7 +7978,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         ],
         by_num: &[0, 1],
     },
-    // 510
+    // 581
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta",
         type_meta: false,
@@ -7051,18 +7992,18 @@ pub(crate) static MESSAGES: [Message; 536] = [
             Field { json: "uid", num: 5, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "resourceVersion", num: 6, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "generation", num: 7, kind: Kind::I64, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "creationTimestamp", num: 8, kind: Kind::Msg(523), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "deletionTimestamp", num: 9, kind: Kind::Msg(523), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "creationTimestamp", num: 8, kind: Kind::Msg(594), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "deletionTimestamp", num: 9, kind: Kind::Msg(594), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "deletionGracePeriodSeconds", num: 10, kind: Kind::I64, card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "labels", num: 11, kind: Kind::Str, card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "annotations", num: 12, kind: Kind::Str, card: Card::Map, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "ownerReferences", num: 13, kind: Kind::Msg(511), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "ownerReferences", num: 13, kind: Kind::Msg(582), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "finalizers", num: 14, kind: Kind::Str, card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "managedFields", num: 17, kind: Kind::Msg(508), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "managedFields", num: 17, kind: Kind::Msg(579), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14],
     },
-    // 511
+    // 582
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.OwnerReference",
         type_meta: false,
@@ -7078,30 +8019,30 @@ pub(crate) static MESSAGES: [Message; 536] = [
         ],
         by_num: &[1, 2, 3, 0, 4, 5],
     },
-    // 512
+    // 583
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.PartialObjectMetadata",
         type_meta: true,
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(510), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(581), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0],
     },
-    // 513
+    // 584
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.PartialObjectMetadataList",
         type_meta: true,
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(506), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "items", num: 2, kind: Kind::Msg(512), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(577), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "items", num: 2, kind: Kind::Msg(583), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
     },
-    // 514
+    // 585
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.Patch",
         type_meta: false,
@@ -7111,7 +8052,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         ],
         by_num: &[],
     },
-    // 515
+    // 586
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.PatchOptions",
         type_meta: false,
@@ -7125,7 +8066,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         ],
         by_num: &[0, 1, 2, 3],
     },
-    // 516
+    // 587
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.Preconditions",
         type_meta: false,
@@ -7137,7 +8078,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         ],
         by_num: &[0, 1],
     },
-    // 517
+    // 588
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.RootPaths",
         type_meta: false,
@@ -7148,7 +8089,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         ],
         by_num: &[0],
     },
-    // 518
+    // 589
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.ServerAddressByClientCIDR",
         type_meta: false,
@@ -7160,23 +8101,23 @@ pub(crate) static MESSAGES: [Message; 536] = [
         ],
         by_num: &[0, 1],
     },
-    // 519
+    // 590
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.Status",
         type_meta: true,
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 1, kind: Kind::Msg(506), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "metadata", num: 1, kind: Kind::Msg(577), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "status", num: 2, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "message", num: 3, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "reason", num: 4, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "details", num: 5, kind: Kind::Msg(521), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
+            Field { json: "details", num: 5, kind: Kind::Msg(592), card: Card::Single, ptr: true, omitempty: true, inline: false, inferred: false },
             Field { json: "code", num: 6, kind: Kind::I32, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1, 2, 3, 4, 5],
     },
-    // 520
+    // 591
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.StatusCause",
         type_meta: false,
@@ -7189,7 +8130,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         ],
         by_num: &[0, 1, 2],
     },
-    // 521
+    // 592
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.StatusDetails",
         type_meta: false,
@@ -7200,12 +8141,12 @@ pub(crate) static MESSAGES: [Message; 536] = [
             Field { json: "group", num: 2, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "kind", num: 3, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "uid", num: 6, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "causes", num: 4, kind: Kind::Msg(520), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "causes", num: 4, kind: Kind::Msg(591), card: Card::Repeated, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "retryAfterSeconds", num: 5, kind: Kind::I32, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1, 2, 4, 5, 3],
     },
-    // 522
+    // 593
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.TableOptions",
         type_meta: false,
@@ -7216,7 +8157,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         ],
         by_num: &[0],
     },
-    // 523
+    // 594
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.Time",
         type_meta: false,
@@ -7228,7 +8169,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         ],
         by_num: &[0, 1],
     },
-    // 524
+    // 595
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.Timestamp",
         type_meta: false,
@@ -7240,7 +8181,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         ],
         by_num: &[0, 1],
     },
-    // 525
+    // 596
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.TypeMeta",
         type_meta: false,
@@ -7252,7 +8193,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         ],
         by_num: &[0, 1],
     },
-    // 526
+    // 597
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.UpdateOptions",
         type_meta: false,
@@ -7265,7 +8206,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         ],
         by_num: &[0, 1, 2],
     },
-    // 527
+    // 598
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.Verbs",
         type_meta: false,
@@ -7276,7 +8217,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         ],
         by_num: &[0],
     },
-    // 528
+    // 599
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1.WatchEvent",
         type_meta: false,
@@ -7284,23 +8225,23 @@ pub(crate) static MESSAGES: [Message; 536] = [
         verified: true,
         fields: &[
             Field { json: "type", num: 1, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
-            Field { json: "object", num: 2, kind: Kind::Msg(530), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "object", num: 2, kind: Kind::Msg(601), card: Card::Single, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[0, 1],
     },
-    // 529
+    // 600
     Message {
         name: "io.k8s.apimachinery.pkg.apis.meta.v1beta1.PartialObjectMetadataList",
         type_meta: true,
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "metadata", num: 2, kind: Kind::Msg(506), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
-            Field { json: "items", num: 1, kind: Kind::Msg(512), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
+            Field { json: "metadata", num: 2, kind: Kind::Msg(577), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "items", num: 1, kind: Kind::Msg(583), card: Card::Repeated, ptr: false, omitempty: false, inline: false, inferred: false },
         ],
         by_num: &[1, 0],
     },
-    // 530
+    // 601
     Message {
         name: "io.k8s.apimachinery.pkg.runtime.RawExtension",
         type_meta: false,
@@ -7311,7 +8252,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         ],
         by_num: &[0],
     },
-    // 531
+    // 602
     Message {
         name: "io.k8s.apimachinery.pkg.runtime.TypeMeta",
         type_meta: false,
@@ -7323,21 +8264,21 @@ pub(crate) static MESSAGES: [Message; 536] = [
         ],
         by_num: &[0, 1],
     },
-    // 532
+    // 603
     Message {
         name: "io.k8s.apimachinery.pkg.runtime.Unknown",
         type_meta: false,
         special: Special::None,
         verified: true,
         fields: &[
-            Field { json: "typeMeta", num: 1, kind: Kind::Msg(531), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
+            Field { json: "typeMeta", num: 1, kind: Kind::Msg(602), card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "raw", num: 2, kind: Kind::Bytes, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "contentEncoding", num: 3, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
             Field { json: "contentType", num: 4, kind: Kind::Str, card: Card::Single, ptr: false, omitempty: true, inline: false, inferred: false },
         ],
         by_num: &[0, 1, 2, 3],
     },
-    // 533
+    // 604
     Message {
         name: "io.k8s.apimachinery.pkg.util.intstr.IntOrString",
         type_meta: false,
@@ -7350,7 +8291,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         ],
         by_num: &[0, 1, 2],
     },
-    // 534
+    // 605
     Message {
         name: "io.k8s.apimachinery.pkg.api.resource.Quantity",
         type_meta: false,
@@ -7361,7 +8302,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
         ],
         by_num: &[0],
     },
-    // 535
+    // 606
     Message {
         name: "io.k8s.apimachinery.pkg.api.resource.QuantityValue",
         type_meta: false,
@@ -7375,7 +8316,7 @@ pub(crate) static MESSAGES: [Message; 536] = [
 ];
 
 /// (group, version, kind, message index) of every kind with TypeMeta, sorted.
-pub(crate) static KINDS: [(&str, &str, &str, u16); 123] = [
+pub(crate) static KINDS: [(&str, &str, &str, u16); 134] = [
     ("", "v1", "Binding", 8),
     ("", "v1", "ComponentStatus", 19),
     ("", "v1", "ComponentStatusList", 20),
@@ -7419,7 +8360,31 @@ pub(crate) static KINDS: [(&str, &str, &str, u16); 123] = [
     ("", "v1", "ServiceAccountList", 206),
     ("", "v1", "ServiceList", 208),
     ("", "v1", "ServiceProxyOptions", 210),
-    ("", "v1", "Status", 519),
+    ("", "v1", "Status", 590),
+    (
+        "admissionregistration.k8s.io",
+        "v1",
+        "MutatingWebhookConfiguration",
+        533,
+    ),
+    (
+        "admissionregistration.k8s.io",
+        "v1",
+        "MutatingWebhookConfigurationList",
+        534,
+    ),
+    (
+        "admissionregistration.k8s.io",
+        "v1",
+        "ValidatingWebhookConfiguration",
+        550,
+    ),
+    (
+        "admissionregistration.k8s.io",
+        "v1",
+        "ValidatingWebhookConfigurationList",
+        551,
+    ),
     ("apiextensions.k8s.io", "v1", "ConversionReview", 281),
     (
         "apiextensions.k8s.io",
@@ -7445,8 +8410,11 @@ pub(crate) static KINDS: [(&str, &str, &str, u16); 123] = [
     ("apps", "v1", "ReplicaSetList", 254),
     ("apps", "v1", "StatefulSet", 260),
     ("apps", "v1", "StatefulSetList", 262),
-    ("autoscaling", "v2", "HorizontalPodAutoscaler", 461),
-    ("autoscaling", "v2", "HorizontalPodAutoscalerList", 464),
+    ("autoscaling", "v1", "HorizontalPodAutoscaler", 459),
+    ("autoscaling", "v1", "HorizontalPodAutoscalerList", 461),
+    ("autoscaling", "v1", "Scale", 472),
+    ("autoscaling", "v2", "HorizontalPodAutoscaler", 482),
+    ("autoscaling", "v2", "HorizontalPodAutoscalerList", 485),
     ("batch", "v1", "CronJob", 312),
     ("batch", "v1", "CronJobList", 313),
     ("batch", "v1", "Job", 316),
@@ -7455,13 +8423,13 @@ pub(crate) static KINDS: [(&str, &str, &str, u16); 123] = [
         "certificates.k8s.io",
         "v1",
         "CertificateSigningRequest",
-        478,
+        499,
     ),
     (
         "certificates.k8s.io",
         "v1",
         "CertificateSigningRequestList",
-        480,
+        501,
     ),
     ("coordination.k8s.io", "v1", "Lease", 276),
     ("coordination.k8s.io", "v1", "LeaseList", 277),
@@ -7469,11 +8437,25 @@ pub(crate) static KINDS: [(&str, &str, &str, u16); 123] = [
     ("discovery.k8s.io", "v1", "EndpointSliceList", 273),
     ("events.k8s.io", "v1", "Event", 408),
     ("events.k8s.io", "v1", "EventList", 409),
-    ("meta.k8s.io", "v1", "DeleteOptions", 492),
-    ("meta.k8s.io", "v1", "PartialObjectMetadata", 512),
-    ("meta.k8s.io", "v1", "PartialObjectMetadataList", 513),
-    ("meta.k8s.io", "v1", "Status", 519),
-    ("meta.k8s.io", "v1beta1", "PartialObjectMetadataList", 529),
+    ("flowcontrol.apiserver.k8s.io", "v1", "FlowSchema", 507),
+    ("flowcontrol.apiserver.k8s.io", "v1", "FlowSchemaList", 509),
+    (
+        "flowcontrol.apiserver.k8s.io",
+        "v1",
+        "PriorityLevelConfiguration",
+        517,
+    ),
+    (
+        "flowcontrol.apiserver.k8s.io",
+        "v1",
+        "PriorityLevelConfigurationList",
+        519,
+    ),
+    ("meta.k8s.io", "v1", "DeleteOptions", 563),
+    ("meta.k8s.io", "v1", "PartialObjectMetadata", 583),
+    ("meta.k8s.io", "v1", "PartialObjectMetadataList", 584),
+    ("meta.k8s.io", "v1", "Status", 590),
+    ("meta.k8s.io", "v1beta1", "PartialObjectMetadataList", 600),
     ("networking.k8s.io", "v1", "IPAddress", 331),
     ("networking.k8s.io", "v1", "IPAddressList", 332),
     ("networking.k8s.io", "v1", "Ingress", 335),
