@@ -844,6 +844,58 @@ fn lookup_covers_the_cached_kinds_and_refuses_others() {
     ));
 }
 
+/// `ObjectMeta.creationTimestamp` is `omitempty,omitzero` since 1.33 (kubernetes#130989):
+/// a zero time (pod templates, or `null` from an older apiserver) is an empty message in
+/// protobuf, as before, and left out of the JSON instead of `"creationTimestamp":null`.
+/// Other zero times (no `omitzero`) still print `null`.
+#[test]
+fn zero_creation_timestamp_is_left_out_of_json() {
+    let t = ty("v1", "ConfigMap");
+    let absent = proto::encode(t, br#"{"metadata":{"name":"a"}}"#).unwrap();
+    let null = proto::encode(t, br#"{"metadata":{"name":"a","creationTimestamp":null}}"#).unwrap();
+    assert_eq!(absent, null);
+    // ObjectMeta: ..., 7: generation 0, 8: Time{} (empty message), as Go writes a value
+    // struct that is zero.
+    assert!(absent.windows(4).any(|w| w == [0x38, 0x00, 0x42, 0x00]));
+    let back = proto::decode(t, &null, Some(("v1", "ConfigMap"))).unwrap();
+    assert_eq!(
+        show(&back),
+        r#"{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"a"}}"#
+    );
+    // Go's zero time written as seconds (-62135596800) is IsZero too.
+    let mut secs = vec![0x08];
+    let mut v = (-62_135_596_800i64) as u64;
+    while v >= 0x80 {
+        secs.push(v as u8 | 0x80);
+        v >>= 7;
+    }
+    secs.push(v as u8);
+    let meta = [&[0x0a, 0x01, b'a', 0x42, secs.len() as u8][..], &secs].concat();
+    let cm = [&[0x0a, meta.len() as u8][..], &meta].concat();
+    assert_eq!(
+        show(&proto::decode(t, &cm, None).unwrap()),
+        r#"{"metadata":{"name":"a"}}"#
+    );
+    // A condition's zero lastTransitionTime has no omitzero: `null`.
+    let pod = ty("v1", "Pod");
+    let b = proto::encode(
+        pod,
+        br#"{"metadata":{"name":"p","creationTimestamp":"2026-01-01T00:00:00Z"},"spec":{"containers":null},"status":{"conditions":[{"type":"Ready","status":"True","lastTransitionTime":null}]}}"#,
+    )
+    .unwrap();
+    let json = show(&proto::decode(pod, &b, None).unwrap());
+    assert!(
+        json.contains(r#""creationTimestamp":"2026-01-01T00:00:00Z""#),
+        "{json}"
+    );
+    assert!(
+        json.contains(
+            r#"{"type":"Ready","status":"True","lastProbeTime":null,"lastTransitionTime":null}"#
+        ),
+        "{json}"
+    );
+}
+
 #[test]
 fn time_drops_nanoseconds_micro_time_keeps_microseconds() {
     // time_proto.go: ProtoTime writes Seconds only (Nanos stays 0) and Unmarshal ignores

@@ -166,7 +166,16 @@ fn single_field(
             null_or_skip(out, f, first);
             return Ok(());
         }
-        // Struct values are never omitted by encoding/json, omitempty or not.
+        // `omitzero` (only on metav1.Time fields): left out when Time.IsZero.
+        if f.omitzero {
+            let cm = message(c);
+            let tb = b.unwrap_or(&[]);
+            debug_assert!(matches!(cm.special, Special::Time | Special::MicroTime));
+            if time_parts(cm, tb, &collect(cm, tb)?).is_none() {
+                return Ok(());
+            }
+        }
+        // Struct values are never omitted by encoding/json under `omitempty`.
         key(out, first, f.json);
         return message_json(out, c, b, depth + 1, None);
     }
@@ -408,6 +417,25 @@ fn all_len<'a>(slots: &Slots<'a>, m: &Message, num: u32) -> Vec<&'a [u8]> {
         .collect()
 }
 
+/// Seconds and nanoseconds of a `metav1.Time` / `MicroTime` message, `None` for Go's zero
+/// time: time_proto.go's `Unmarshal` makes `time.Time{}` of empty bytes, else
+/// `time.Unix(p.Seconds, 0)` (Time drops nanos) or `time.Unix(p.Seconds, p.Nanos)`
+/// (micro_time_proto.go); `IsZero` is true for 0001-01-01T00:00:00Z either way.
+fn time_parts(m: &Message, bytes: &[u8], slots: &Slots<'_>) -> Option<(i64, i32)> {
+    const GO_ZERO_TIME_UNIX: i64 = -62_135_596_800;
+    let secs = last_varint(slots, m, 1).map(|x| x as i64);
+    let nanos = if m.special == Special::Time {
+        0
+    } else {
+        last_varint(slots, m, 2).unwrap_or(0) as i32
+    };
+    match secs {
+        _ if bytes.is_empty() => None,
+        Some(GO_ZERO_TIME_UNIX) if nanos == 0 => None,
+        s => Some((s.unwrap_or(0), nanos)),
+    }
+}
+
 fn special_json(
     out: &mut Vec<u8>,
     m: &Message,
@@ -417,22 +445,18 @@ fn special_json(
     let slots = collect(m, bytes)?;
     match m.special {
         Special::None => unreachable!("caller checks"),
-        Special::Time | Special::MicroTime => {
-            // time_proto.go: an empty message is the zero time, which is `null`.
-            if bytes.is_empty() {
-                out.extend_from_slice(b"null");
-            } else {
-                let secs = last_varint(&slots, m, 1).unwrap_or(0) as i64;
-                let nanos = last_varint(&slots, m, 2).unwrap_or(0) as i32;
+        Special::Time | Special::MicroTime => match time_parts(m, bytes, &slots) {
+            // The zero time's MarshalJSON is `null`.
+            None => out.extend_from_slice(b"null"),
+            Some((secs, nanos)) => {
                 let s = if m.special == Special::Time {
-                    // time_proto.go `Unmarshal`: time.Unix(p.Seconds, 0) - nanos dropped.
                     special::format_time(secs, 0)?
                 } else {
                     special::format_micro_time(secs, nanos)?
                 };
                 write_go_string(out, s.as_bytes());
             }
-        }
+        },
         Special::Duration => {
             let d = last_varint(&slots, m, 1).unwrap_or(0) as i64;
             write_go_string(out, special::format_duration(d).as_bytes());

@@ -60,6 +60,10 @@ pub(crate) struct Field {
     pub ptr: bool,
     /// The `json:` tag has `omitempty`.
     pub omitempty: bool,
+    /// The `json:` tag has `omitzero` (Go 1.24): encoding/json leaves a zero value out,
+    /// structs included. Only `ObjectMeta.creationTimestamp` has it (since 1.33,
+    /// kubernetes#130989); JSON only, the protobuf bytes do not change.
+    pub omitzero: bool,
     /// Embedded struct with `json:",inline"`: its fields appear in the parent JSON
     /// object, its bytes as a nested message.
     pub inline: bool,
@@ -185,6 +189,18 @@ mod tests {
                     m.name,
                     f.json
                 );
+                // decode implements `omitzero` for times only (Time.IsZero).
+                if f.omitzero {
+                    let Kind::Msg(r) = f.kind else {
+                        panic!("{}.{}: omitzero on a scalar", m.name, f.json)
+                    };
+                    assert!(
+                        matches!(message(r).special, Special::Time | Special::MicroTime),
+                        "{}.{}: omitzero on a struct other than a time",
+                        m.name,
+                        f.json
+                    );
+                }
             }
         }
     }
