@@ -17,6 +17,7 @@ pub mod logging;
 pub mod metrics;
 pub mod negotiate;
 pub mod partial_metadata;
+pub mod proto;
 pub mod proxy;
 pub mod request;
 pub mod selector;
