@@ -17,6 +17,7 @@ fn args(pods: usize, churn: f64) -> DemoArgs {
         pods,
         pod_size: 4096,
         churn,
+        secure: false,
     }
 }
 

@@ -6,7 +6,7 @@
 
 use serde_json::{json, Map, Value};
 
-use crate::request::{ApiPath, Parsed, Verb};
+use crate::request::{ApiPath, ApiRequest, ListOptions, Parsed, Verb};
 use crate::selector::label::Op;
 
 /// One selector requirement as `authorization.k8s.io/v1` carries it.
@@ -37,14 +37,22 @@ impl Attributes {
     /// The attributes of a resource read (get, list, watch), derived from the typed request
     /// exactly as requestinfo.go derives them. `None` for anything else.
     pub fn of_read(req: &Parsed) -> Option<Self> {
-        let ApiPath::Resource(rp) = &req.api.path else {
-            return None;
-        };
-        let verb = req.api.verb;
-        if !matches!(verb, Verb::Get | Verb::List | Verb::Watch) {
+        if !matches!(req.api.verb, Verb::Get | Verb::List | Verb::Watch) {
             return None;
         }
-        let opts = req.valid_options();
+        Self::of_request(&req.api, req.valid_options())
+    }
+
+    /// The attributes of any resource request (`None` for non-resource paths and methods
+    /// the API has no verb for), given its decoded options if it is a read.
+    pub fn of_request(api: &ApiRequest, opts: Option<&ListOptions>) -> Option<Self> {
+        let ApiPath::Resource(rp) = &api.path else {
+            return None;
+        };
+        let verb = api.verb;
+        if verb == Verb::Other {
+            return None;
+        }
         let mut name = rp.name.clone().unwrap_or_default();
         // requestinfo.go: a list or watch whose field selector requires one metadata.name
         // is about that name (a valid path segment only).

@@ -93,12 +93,18 @@ pub struct Watch {
 /// Sends `GET base+path` over HTTP/1.1 and returns once the response headers are in,
 /// whatever the status (bad input tests read the Status body with [`Watch::body_json`]).
 pub async fn open(base: &str, path: &str) -> Watch {
+    open_with(base, path, &[]).await
+}
+
+/// [`open`] with extra request headers (e.g. a bearer token).
+pub async fn open_with(base: &str, path: &str, headers: &[(String, String)]) -> Watch {
     let what = format!("{base}{path}");
     let client: Client<_, Empty<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
-    let req = Request::get(&what)
-        .header("accept", "application/json")
-        .body(Empty::new())
-        .expect("valid request");
+    let mut req = Request::get(&what).header("accept", "application/json");
+    for (k, v) in headers {
+        req = req.header(k.as_str(), v.as_str());
+    }
+    let req = req.body(Empty::new()).expect("valid request");
     let resp = match tokio::time::timeout(HEADERS_TIMEOUT, client.request(req)).await {
         Ok(Ok(r)) => r,
         Ok(Err(e)) => panic!("watch {what}: {e:?}"),
@@ -109,7 +115,12 @@ pub async fn open(base: &str, path: &str) -> Watch {
 
 /// [`open`], asserting a 200.
 pub async fn open_ok(base: &str, path: &str) -> Watch {
-    let mut w = open(base, path).await;
+    open_ok_with(base, path, &[]).await
+}
+
+/// [`open_ok`] with extra request headers.
+pub async fn open_ok_with(base: &str, path: &str, headers: &[(String, String)]) -> Watch {
+    let mut w = open_with(base, path, headers).await;
     if w.status != StatusCode::OK {
         let body = w.rest(Duration::from_secs(5)).await;
         panic!(
