@@ -61,7 +61,8 @@ impl User {
     /// `Impersonate-User`, `Impersonate-Uid`, one `Impersonate-Group` per group and one
     /// `Impersonate-Extra-<key>` per extra value, as client-go's impersonating round
     /// tripper writes them (extra keys path-escaped, so that any key is a legal header
-    /// name). A value that is not a legal header value is left out (it cannot come from a
+    /// name; header names are lower case, and the apiserver unescapes `%2f` as `%2F`). A
+    /// value that is not a legal header value is left out (it cannot come from a
     /// TokenReview: Kubernetes names are printable).
     pub fn impersonation_headers(&self) -> &[(HeaderName, HeaderValue)] {
         self.headers.get_or_init(|| {
@@ -163,7 +164,7 @@ mod tests {
             ("impersonate-group", "system:serviceaccounts"),
             ("impersonate-group", AUTHENTICATED),
             (
-                "impersonate-extra-authentication.kubernetes.io%2Fpod-name",
+                "impersonate-extra-authentication.kubernetes.io%2fpod-name",
                 "p1",
             ),
         ];
