@@ -256,7 +256,7 @@ async fn a_clients_own_impersonation_is_checked_then_applied() {
     assert_eq!(r.status, 403);
     assert_eq!(
         r.json()["message"],
-        "users.authentication.k8s.io \"bob\" is forbidden: User \"alice\" cannot impersonate resource \"users\" in API group \"authentication.k8s.io\" at the cluster scope"
+        "users \"bob\" is forbidden: User \"alice\" cannot impersonate resource \"users\" in API group \"\" at the cluster scope"
     );
     // The admin may (kubectl --as=bob): the read is then authorized as bob.
     let r = env

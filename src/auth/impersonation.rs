@@ -61,10 +61,13 @@ pub async fn impersonate(
     };
     // Each part of the identity needs its own permission.
     let mut checks = Vec::new();
+    // impersonation.go's object references: users, groups and service accounts have no
+    // apiVersion (so group "" and no version), uids and userextras are
+    // authentication.k8s.io/v1.
     let ask = |group: &str, resource: &str, sub: &str, ns: &str, name: &str| Attributes {
         verb: "impersonate".into(),
         group: group.into(),
-        version: "v1".into(),
+        version: if group.is_empty() { "" } else { "v1" }.into(),
         resource: resource.into(),
         subresource: sub.into(),
         namespace: ns.into(),
@@ -83,10 +86,10 @@ pub async fn impersonate(
                 format!("system:serviceaccounts:{ns}"),
             ];
         }
-        None => checks.push(ask("authentication.k8s.io", "users", "", "", &user)),
+        None => checks.push(ask("", "users", "", "", &user)),
     }
     for g in &groups {
-        checks.push(ask("authentication.k8s.io", "groups", "", "", g));
+        checks.push(ask("", "groups", "", "", g));
     }
     for (key, vals) in &extra {
         for v in vals {

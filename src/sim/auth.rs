@@ -291,8 +291,6 @@ fn impersonation(
     if !may {
         let attrs = Attributes {
             verb: "impersonate".into(),
-            group: "authentication.k8s.io".into(),
-            version: "v1".into(),
             resource: "users".into(),
             name: user.into(),
             ..Default::default()

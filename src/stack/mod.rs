@@ -72,6 +72,9 @@ use crate::request::Parsed;
 /// The composed API service: one request in, one response out (errors are responses).
 pub type ApiService = BoxCloneSyncService<Request<Incoming>, Response<Body>, Infallible>;
 
+/// The stack over any request body (benches and tests drive it with their own bodies).
+pub type ApiServiceOf<B> = BoxCloneSyncService<Request<B>, Response<Body>, Infallible>;
+
 /// The future of the stack's own async layers.
 pub type BoxFuture = Pin<Box<dyn Future<Output = Result<Response<Body>, Infallible>> + Send>>;
 
