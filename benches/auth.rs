@@ -5,6 +5,15 @@
 //!     cargo bench --bench auth                          # full
 //!     WATCHGATE_BENCH_QUICK=1 cargo bench --bench auth  # short measurements
 //!
+//! Wall time on a shared 2-core machine is noisy, so the bench also has a counting mode
+//! for instruction counts, paired without and with the requests:
+//!
+//!     WATCHGATE_AUTH_COUNT=get/warm:0    valgrind --tool=callgrind target/release/deps/auth-*
+//!     WATCHGATE_AUTH_COUNT=get/warm:2000 valgrind --tool=callgrind target/release/deps/auth-*
+//!
+//! (instructions per request = the difference / 2000; scenarios `get|watch-start` ×
+//! `none|warm|cold/local`).
+//!
 //! The API stack (`stack::layers`) runs around a stub innermost service that answers like
 //! the cache (a 4 KiB pod, `X-Watchgate-Source: cache`), so the figures are the stack's
 //! own work: `none` is the stack without security, `warm` with it and both decision
@@ -19,7 +28,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
+use criterion::{criterion_group, BatchSize, Criterion};
 use http::{HeaderValue, Request, Response};
 use http_body_util::{BodyExt, Empty};
 
@@ -169,9 +178,69 @@ fn config() -> Criterion {
     }
 }
 
+/// Counting mode: runs one scenario `n` times (after the same set-up as with `n` = 0).
+fn count(spec: &str) {
+    let (scenario, n) = spec.rsplit_once(':').expect("scenario:n");
+    let n: usize = n.parse().expect("a count");
+    let (kind, variant) = scenario.split_once('/').expect("get|watch-start/variant");
+    let uri = if kind == "get" { GET } else { WATCH };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let _guard = rt.enter();
+    let secured = |reviews: Arc<dyn Reviews>| {
+        layers(
+            stub(),
+            Options {
+                metrics: false,
+                security: Some(Security::new(&SecurityConfig::default(), reviews)),
+            },
+        )
+    };
+    let run = |svc: &watchgate::stack::ApiServiceOf<Empty<Bytes>>| {
+        let svc = svc.clone();
+        rt.block_on(async move {
+            use tower::ServiceExt;
+            let resp = svc.oneshot(request(uri)).await.unwrap();
+            assert_eq!(resp.status(), 200);
+            resp.into_body().collect().await.unwrap();
+        })
+    };
+    match variant {
+        "none" => {
+            let svc = layers(stub(), Options::default());
+            run(&svc);
+            (0..n).for_each(|_| run(&svc));
+        }
+        "warm" => {
+            let svc = secured(Arc::new(LocalReviews));
+            run(&svc);
+            (0..n).for_each(|_| run(&svc));
+        }
+        "cold/local" => {
+            // The same set-up whatever `n` (2,000 fresh stacks), so that the difference
+            // between two counts is the requests alone.
+            assert!(n <= 2000, "at most 2000 cold requests");
+            let fresh: Vec<_> = (0..2000).map(|_| secured(Arc::new(LocalReviews))).collect();
+            run(&secured(Arc::new(LocalReviews)));
+            fresh.iter().take(n).for_each(run);
+        }
+        other => panic!("unknown variant {other}"),
+    }
+}
+
 criterion_group! {
     name = benches;
     config = config();
     targets = bench
 }
-criterion_main!(benches);
+
+fn main() {
+    if let Ok(spec) = std::env::var("WATCHGATE_AUTH_COUNT") {
+        count(&spec);
+        return;
+    }
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+}

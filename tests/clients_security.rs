@@ -39,7 +39,9 @@ async fn kubectl_without_a_token_gets_the_apiservers_401() {
         "error: You must be logged in to the server (the server has asked for the client to provide credentials)"
     );
     // The same as against the apiserver itself.
-    let direct = support::Kubectl::new(env.sim.url()).run(&["get", "pods"]).await;
+    let direct = support::Kubectl::new(env.sim.url())
+        .run(&["get", "pods"])
+        .await;
     assert_eq!(last(direct.assert_failure()), err);
 }
 
@@ -49,7 +51,10 @@ async fn kube_rs_with_a_token_works_through_the_gateway() {
     put_pod(env.sim.handle(), "team-a", "a1", json!({}), "n1", "Running");
     let client = kube_client(&env, ALICE);
     let pods: Api<Pod> = Api::namespaced(client.clone(), "team-a");
-    let list = pods.list(&ListParams::default()).await.expect("alice lists pods");
+    let list = pods
+        .list(&ListParams::default())
+        .await
+        .expect("alice lists pods");
     assert_eq!(list.items.len(), 1);
     // A watch from the list's resourceVersion (served by the cache once it has synced).
     let rv = list.metadata.resource_version.unwrap();
@@ -75,7 +80,9 @@ async fn kube_rs_with_a_token_works_through_the_gateway() {
         .await
         .expect("alice creates a configmap");
     let records = env.sim.handle().sim().audit.records();
-    assert!(records.iter().any(|r| r.user == "alice" && r.verb == "create"));
+    assert!(records
+        .iter()
+        .any(|r| r.user == "alice" && r.verb == "create"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -140,7 +140,10 @@ async fn every_kustomization_renders_and_passes_the_strict_schema_check() {
                 .filter(|d| d["kind"] == "Deployment")
                 .filter(|d| selects(&d["spec"]["template"]["metadata"]["labels"]))
                 .collect();
-            assert!(!fronted.is_empty(), "deploy/{dir}: a Service selecting nothing");
+            assert!(
+                !fronted.is_empty(),
+                "deploy/{dir}: a Service selecting nothing"
+            );
             for d in fronted {
                 for (c, flags) in watchgate_containers(d) {
                     assert_eq!(
@@ -157,7 +160,10 @@ async fn every_kustomization_renders_and_passes_the_strict_schema_check() {
                             .as_object()
                             .is_some_and(|m| m.iter().all(|(k, v)| &labels[k] == v))
                 });
-                assert!(guarded, "deploy/{dir}: no NetworkPolicy guards the Service's pods");
+                assert!(
+                    guarded,
+                    "deploy/{dir}: no NetworkPolicy guards the Service's pods"
+                );
             }
         }
     }

@@ -41,7 +41,8 @@ async fn warm(env: &Secure, token: &str, path: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_without_a_token_get_the_apiservers_401() {
     let env = Secure::start().await;
-    let expected = "{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"metadata\":{},\"status\":\"Failure\",\
+    let expected =
+        "{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"metadata\":{},\"status\":\"Failure\",\
                     \"message\":\"Unauthorized\",\"reason\":\"Unauthorized\",\"code\":401}\n";
     for path in [
         "/api/v1/pods?resourceVersion=0",
@@ -58,13 +59,22 @@ async fn requests_without_a_token_get_the_apiservers_401() {
             assert_eq!(r.headers["content-type"], "application/json");
             // The apiserver's own answer, byte for byte.
             let direct = env.direct(token).get(path).await;
-            assert_eq!((direct.status, direct.text()), (r.status, r.text()), "{path}");
+            assert_eq!(
+                (direct.status, direct.text()),
+                (r.status, r.text()),
+                "{path}"
+            );
         }
     }
     // A malformed Authorization header is no credential: 401 too, never a 500.
     let r = env
         .http(None)
-        .request(Method::GET, "/api/v1/pods", &[("authorization", "Bearer")], Vec::new())
+        .request(
+            Method::GET,
+            "/api/v1/pods",
+            &[("authorization", "Bearer")],
+            Vec::new(),
+        )
         .await;
     assert_eq!(r.status, 401);
 }
@@ -94,11 +104,19 @@ async fn anonymous_requests_are_served_only_with_anonymous_auth() {
 async fn a_denied_read_gets_the_apiservers_403_also_when_the_cache_holds_it() {
     let env = Secure::start().await;
     let secrets = find("", "v1", "secrets").unwrap();
-    put_object(env.sim.handle(), secrets, "default", secret("default", "db"));
+    put_object(
+        env.sim.handle(),
+        secrets,
+        "default",
+        secret("default", "db"),
+    );
     // The admin warms the secrets cache.
     warm(&env, ADMIN, SECRETS_RV0).await;
     let cached = env.http(Some(ADMIN)).get(SECRETS_RV0).await;
-    assert!(cached.text().contains("aHVudGVyMg=="), "the cache holds the secret");
+    assert!(
+        cached.text().contains("aHVudGVyMg=="),
+        "the cache holds the secret"
+    );
 
     for path in [
         SECRETS_RV0,
@@ -112,7 +130,11 @@ async fn a_denied_read_gets_the_apiservers_403_also_when_the_cache_holds_it() {
         let r = env.http(Some(ALICE)).get(path).await;
         let direct = env.direct(Some(ALICE)).get(path).await;
         assert_eq!(r.status, 403, "{path}: {}", r.text());
-        assert_eq!(r.text(), direct.text(), "{path}: the apiserver's 403, byte for byte");
+        assert_eq!(
+            r.text(),
+            direct.text(),
+            "{path}: the apiserver's 403, byte for byte"
+        );
         assert!(!r.text().contains("aHVudGVyMg=="));
         assert_eq!(r.headers["x-content-type-options"], "nosniff");
     }
@@ -129,7 +151,10 @@ async fn a_denied_read_gets_the_apiservers_403_also_when_the_cache_holds_it() {
          \"reason\":\"Forbidden\",\"details\":{\"name\":\"db\",\"kind\":\"secrets\"},\"code\":403}\n"
     );
     // A watch: the same 403, and not one event byte.
-    let mut w = env.http(Some(ALICE)).watch_any("/api/v1/secrets?watch=true&resourceVersion=0").await;
+    let mut w = env
+        .http(Some(ALICE))
+        .watch_any("/api/v1/secrets?watch=true&resourceVersion=0")
+        .await;
     assert_eq!(w.status, 403);
     let body = w.body_json().await;
     assert_eq!(body["reason"], "Forbidden");
@@ -178,7 +203,11 @@ async fn a_user_never_receives_an_event_of_a_watch_it_may_not_make() {
     assert_eq!(own.next("b1 ADDED").await.name(), "b1");
     put_pod(sim, "team-a", "a3", json!({}), "n1", "Running");
     put_pod(sim, "team-b", "b2", json!({}), "n1", "Running");
-    assert_eq!(own.next("b2 ADDED").await.name(), "b2", "no team-a event in between");
+    assert_eq!(
+        own.next("b2 ADDED").await.name(),
+        "b2",
+        "no team-a event in between"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -198,7 +227,9 @@ async fn a_denied_user_is_never_answered_from_a_cache_another_user_warmed() {
         assert_eq!(r.status, 403, "{path}: {}", r.text());
         assert!(!r.text().contains("\"a1\"") || r.text().contains("is forbidden"));
     }
-    let r = bob.get("/api/v1/namespaces/team-b/pods?resourceVersion=0").await;
+    let r = bob
+        .get("/api/v1/namespaces/team-b/pods?resourceVersion=0")
+        .await;
     assert_eq!((r.status.as_u16(), r.source()), (200, Some("cache")));
     let names: Vec<String> = r.json()["items"]
         .as_array()
@@ -224,7 +255,10 @@ async fn forwarded_writes_are_made_as_the_client() {
         .iter()
         .find(|w| w.path == "/api/v1/namespaces/default/configmaps")
         .expect("the write is recorded");
-    assert_eq!(write.user, "alice", "made as the client, not as the gateway");
+    assert_eq!(
+        write.user, "alice",
+        "made as the client, not as the gateway"
+    );
     assert_eq!(write.impersonator.as_deref(), Some(GATEWAY_USER));
     assert_eq!(write.groups, ["developers", "system:authenticated"]);
     assert_eq!(write.verb, "create");
@@ -251,7 +285,12 @@ async fn a_clients_own_impersonation_is_checked_then_applied() {
     // Alice may not impersonate.
     let r = env
         .http(Some(ALICE))
-        .request(Method::GET, "/api/v1/pods?resourceVersion=0", &[("impersonate-user", "bob")], Vec::new())
+        .request(
+            Method::GET,
+            "/api/v1/pods?resourceVersion=0",
+            &[("impersonate-user", "bob")],
+            Vec::new(),
+        )
         .await;
     assert_eq!(r.status, 403);
     assert_eq!(
@@ -261,10 +300,18 @@ async fn a_clients_own_impersonation_is_checked_then_applied() {
     // The admin may (kubectl --as=bob): the read is then authorized as bob.
     let r = env
         .http(Some(ADMIN))
-        .request(Method::GET, "/api/v1/pods?resourceVersion=0", &[("impersonate-user", "bob")], Vec::new())
+        .request(
+            Method::GET,
+            "/api/v1/pods?resourceVersion=0",
+            &[("impersonate-user", "bob")],
+            Vec::new(),
+        )
         .await;
     assert_eq!(r.status, 403, "{}", r.text());
-    assert!(r.json()["message"].as_str().unwrap().contains("User \"bob\""));
+    assert!(r.json()["message"]
+        .as_str()
+        .unwrap()
+        .contains("User \"bob\""));
     // And a forwarded write as bob is made as bob.
     let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "as-bob"}});
     let r = env
@@ -272,12 +319,18 @@ async fn a_clients_own_impersonation_is_checked_then_applied() {
         .request(
             Method::POST,
             "/api/v1/namespaces/default/configmaps",
-            &[("impersonate-user", "bob"), ("content-type", "application/json")],
+            &[
+                ("impersonate-user", "bob"),
+                ("content-type", "application/json"),
+            ],
             serde_json::to_vec(&cm).unwrap(),
         )
         .await;
     assert_eq!(r.status, 403, "{}", r.text());
-    assert!(r.json()["message"].as_str().unwrap().contains("User \"bob\""));
+    assert!(r.json()["message"]
+        .as_str()
+        .unwrap()
+        .contains("User \"bob\""));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -288,7 +341,9 @@ async fn decisions_are_cached_per_user_and_request() {
     let before = env.reviews();
     let bob = env.http(Some(BOB));
     for _ in 0..20 {
-        let r = bob.get("/api/v1/namespaces/team-b/pods?resourceVersion=0").await;
+        let r = bob
+            .get("/api/v1/namespaces/team-b/pods?resourceVersion=0")
+            .await;
         assert_eq!((r.status.as_u16(), r.source()), (200, Some("cache")));
         let r = bob.get("/api/v1/pods?resourceVersion=0").await;
         assert_eq!(r.status, 403);
@@ -339,7 +394,12 @@ async fn every_answer_carries_an_audit_id() {
     let id = r.headers["audit-id"].to_str().unwrap();
     assert_eq!(id.len(), 36, "a UUID: {id}");
     let r = http
-        .request(Method::GET, "/version", &[("audit-id", "client-chosen")], Vec::new())
+        .request(
+            Method::GET,
+            "/version",
+            &[("audit-id", "client-chosen")],
+            Vec::new(),
+        )
         .await;
     assert_eq!(r.headers["audit-id"], "client-chosen");
 }

@@ -57,8 +57,7 @@ impl Attributes {
         // requestinfo.go: a list or watch whose field selector requires one metadata.name
         // is about that name (a valid path segment only).
         if name.is_empty() && matches!(verb, Verb::List | Verb::Watch) && !rp.legacy_watch {
-            if let Some(n) = opts.and_then(|o| o.field_selector.requires_exact("metadata.name"))
-            {
+            if let Some(n) = opts.and_then(|o| o.field_selector.requires_exact("metadata.name")) {
                 if valid_path_segment(n) {
                     name = n.to_string();
                 }
@@ -180,12 +179,22 @@ mod tests {
     fn reads_are_described_as_requestinfo_describes_them() {
         let a = attrs("/api/v1/namespaces/ns1/pods/p1?resourceVersion=0");
         assert_eq!(
-            (a.verb.as_str(), a.namespace.as_str(), a.resource.as_str(), a.name.as_str()),
+            (
+                a.verb.as_str(),
+                a.namespace.as_str(),
+                a.resource.as_str(),
+                a.name.as_str()
+            ),
             ("get", "ns1", "pods", "p1")
         );
         let a = attrs("/apis/apps/v1/deployments?watch=1&resourceVersion=0");
         assert_eq!(
-            (a.verb.as_str(), a.group.as_str(), a.version.as_str(), a.namespace.as_str()),
+            (
+                a.verb.as_str(),
+                a.group.as_str(),
+                a.version.as_str(),
+                a.namespace.as_str()
+            ),
             ("watch", "apps", "v1", "")
         );
         // kubectl get pod x -w: a watch of one name through the field selector.
@@ -215,7 +224,12 @@ mod tests {
             .collect();
         assert_eq!(
             ops,
-            [("a", "In"), ("c", "Exists"), ("d", "DoesNotExist"), ("e", "NotIn")]
+            [
+                ("a", "In"),
+                ("c", "Exists"),
+                ("d", "DoesNotExist"),
+                ("e", "NotIn")
+            ]
         );
     }
 

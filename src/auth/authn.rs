@@ -154,14 +154,23 @@ mod tests {
 
     fn with(name: &'static str, value: &str) -> HeaderMap {
         let mut h = HeaderMap::new();
-        h.insert(HeaderName::from_static(name), HeaderValue::from_str(value).unwrap());
+        h.insert(
+            HeaderName::from_static(name),
+            HeaderValue::from_str(value).unwrap(),
+        );
         h
     }
 
     #[test]
     fn bearer_tokens_are_read_as_kube_reads_them() {
-        assert_eq!(take_token(&mut with("authorization", "Bearer abc")).as_deref(), Some("abc"));
-        assert_eq!(take_token(&mut with("authorization", "bearer abc x")).as_deref(), Some("abc"));
+        assert_eq!(
+            take_token(&mut with("authorization", "Bearer abc")).as_deref(),
+            Some("abc")
+        );
+        assert_eq!(
+            take_token(&mut with("authorization", "bearer abc x")).as_deref(),
+            Some("abc")
+        );
         assert_eq!(take_token(&mut with("authorization", "Bearer ")), None);
         assert_eq!(take_token(&mut with("authorization", "Basic YTpi")), None);
         assert_eq!(take_token(&mut HeaderMap::new()), None);

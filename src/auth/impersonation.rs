@@ -56,8 +56,10 @@ pub async fn impersonate(
         if groups.is_empty() && uid.is_none() && extra.is_empty() {
             return Ok(None);
         }
-        return Err(Status::internal("requested impersonation without impersonating a user")
-            .into_response());
+        return Err(
+            Status::internal("requested impersonation without impersonating a user")
+                .into_response(),
+        );
     };
     // Each part of the identity needs its own permission.
     let mut checks = Vec::new();

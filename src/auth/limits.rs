@@ -133,7 +133,10 @@ mod tests {
         assert!(limits.admit(&a, false).is_some(), "a place was freed");
         let root = user("root", &[MASTERS]);
         for _ in 0..10 {
-            assert!(limits.admit(&root, true).is_some(), "system:masters is exempt");
+            assert!(
+                limits.admit(&root, true).is_some(),
+                "system:masters is exempt"
+            );
         }
     }
 }

@@ -207,12 +207,11 @@ struct ReviewUser {
 }
 
 pub fn parse_token_review(v: &Value) -> Result<TokenVerdict, ReviewError> {
-    let status: TokenReviewStatus = serde_json::from_value(v["status"].clone()).map_err(|e| {
-        ReviewError::Failed {
+    let status: TokenReviewStatus =
+        serde_json::from_value(v["status"].clone()).map_err(|e| ReviewError::Failed {
             kind: "TokenReview",
             reason: format!("unexpected status: {e}"),
-        }
-    })?;
+        })?;
     if !status.authenticated || status.user.username.is_empty() {
         return Ok(TokenVerdict::Rejected(status.error));
     }

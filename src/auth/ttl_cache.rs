@@ -196,7 +196,9 @@ mod tests {
         assert_eq!(v, Ok(1));
         // Errors are returned, not kept.
         let e = cache
-            .get_or_fetch(&2, || async { Err::<(u32, Duration), _>("down".to_string()) })
+            .get_or_fetch(&2, || async {
+                Err::<(u32, Duration), _>("down".to_string())
+            })
             .await;
         assert_eq!(e, Err("down".to_string()));
         assert_eq!(cache.get(&2), None);
@@ -209,7 +211,9 @@ mod tests {
     #[test]
     fn expiry_is_by_instant() {
         // std Instant is not paused by tokio: check expiry with a zero TTL.
-        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
         rt.block_on(async {
             let cache: TtlCache<u8, u32, String> = TtlCache::new(10);
             cache

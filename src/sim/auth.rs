@@ -44,8 +44,8 @@ use crate::auth::answers;
 use crate::auth::attributes::Attributes;
 use crate::auth::authn::take_token;
 use crate::auth::user::{
-    path_unescape, UserInfo, ANONYMOUS, AUTHENTICATED, IMPERSONATE_EXTRA_PREFIX,
-    IMPERSONATE_GROUP, IMPERSONATE_UID, IMPERSONATE_USER, UNAUTHENTICATED,
+    path_unescape, UserInfo, ANONYMOUS, AUTHENTICATED, IMPERSONATE_EXTRA_PREFIX, IMPERSONATE_GROUP,
+    IMPERSONATE_UID, IMPERSONATE_USER, UNAUTHENTICATED,
 };
 use crate::body::Body;
 use crate::request::{ApiPath, ApiRequest, Verb};
@@ -276,10 +276,7 @@ fn impersonation(
     headers: &HeaderMap,
     requestor: UserInfo,
 ) -> Result<Identity, Response<Body>> {
-    let Some(user) = headers
-        .get(IMPERSONATE_USER)
-        .and_then(|v| v.to_str().ok())
-    else {
+    let Some(user) = headers.get(IMPERSONATE_USER).and_then(|v| v.to_str().ok()) else {
         return Ok(Identity {
             user: requestor,
             impersonator: None,
@@ -362,8 +359,7 @@ pub fn token_review(policy: &Policy, audit: &Audit, body: &[u8]) -> Response<Bod
 pub fn access_review(policy: &Policy, audit: &Audit, body: &[u8]) -> Response<Body> {
     audit.access_reviews.fetch_add(1, Ordering::Relaxed);
     let Ok(req) = serde_json::from_slice::<Value>(body) else {
-        return crate::status::Status::bad_request("invalid SubjectAccessReview")
-            .into_response();
+        return crate::status::Status::bad_request("invalid SubjectAccessReview").into_response();
     };
     let spec = &req["spec"];
     let ra = &spec["resourceAttributes"];

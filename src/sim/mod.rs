@@ -378,7 +378,10 @@ pub async fn handle(sim: Arc<Sim>, req: Request<Incoming>) -> Response<Body> {
                 _ => None,
             };
             if let Some(access) = review {
-                let body = match Limited::new(req.into_body(), MAX_BODY_BYTES).collect().await {
+                let body = match Limited::new(req.into_body(), MAX_BODY_BYTES)
+                    .collect()
+                    .await
+                {
                     Ok(c) => c.to_bytes(),
                     Err(e) => {
                         return Status::bad_request(format!("unable to read request body: {e}"))

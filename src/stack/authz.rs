@@ -53,9 +53,11 @@ pub fn may_be_served_locally(req: &Parsed) -> bool {
         && matches!(req.api.verb, Verb::Get | Verb::List | Verb::Watch)
         && rp.subresource.is_none()
         && rp.extra.is_empty()
-        && req
-            .valid_options()
-            .is_some_and(|o| o.resource_version.as_deref().is_some_and(|rv| !rv.is_empty()))
+        && req.valid_options().is_some_and(|o| {
+            o.resource_version
+                .as_deref()
+                .is_some_and(|rv| !rv.is_empty())
+        })
 }
 
 impl<S, B> Service<Request<B>> for Authz<S>

@@ -58,12 +58,8 @@ where
                 .any(|k| k.as_str().starts_with("impersonate-"));
             if asks {
                 if let Some(requestor) = req.extensions().get::<Arc<User>>().cloned() {
-                    match impersonation::impersonate(
-                        &security.authz,
-                        &requestor,
-                        req.headers_mut(),
-                    )
-                    .await
+                    match impersonation::impersonate(&security.authz, &requestor, req.headers_mut())
+                        .await
                     {
                         Ok(Some(user)) => {
                             req.extensions_mut().insert(user);

@@ -85,7 +85,12 @@ where
             let resp = fut.await?;
             Ok(match permit {
                 None => resp,
-                Some(permit) => resp.map(|inner| body::boxed(Permitted { inner, _permit: permit })),
+                Some(permit) => resp.map(|inner| {
+                    body::boxed(Permitted {
+                        inner,
+                        _permit: permit,
+                    })
+                }),
             })
         })
     }

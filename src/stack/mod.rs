@@ -62,7 +62,7 @@ use tower::ServiceBuilder;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::set_header::SetResponseHeaderLayer;
-use tower_http::trace::TraceLayer;
+use tower_http::trace::{DefaultOnFailure, TraceLayer};
 
 use crate::auth::Security;
 use crate::body::Body;
@@ -133,7 +133,13 @@ where
         .layer(SetRequestIdLayer::new(AUDIT_ID, MakeRequestUuid))
         .layer(PropagateRequestIdLayer::new(AUDIT_ID))
         .map_response(|resp: Response<_>| resp.map(crate::body::boxed))
-        .layer(TraceLayer::new_for_http().make_span_with(span))
+        .layer(
+            TraceLayer::new_for_http()
+                .make_span_with(span)
+                // A 5xx is an answer like any other here (the upstream's 503, a panic's
+                // 500, already logged where it happens): not an ERROR line per request.
+                .on_failure(DefaultOnFailure::new().level(tracing::Level::DEBUG)),
+        )
         .map_response(|resp: Response<_>| resp.map(crate::body::boxed))
         .service(instrumented);
     BoxCloneSyncService::new(outer)

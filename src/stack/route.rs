@@ -50,8 +50,7 @@ impl Router {
         if let Some(status) = reject(&req) {
             return status.into_response();
         }
-        let may_answer =
-            !self.require_authorized || req.extensions().get::<Authorized>().is_some();
+        let may_answer = !self.require_authorized || req.extensions().get::<Authorized>().is_some();
         if let (Some(cache), Some(parsed), true) = (&self.cache, Parsed::of(&req), may_answer) {
             if let Some(resp) = crate::cache::serve::try_serve(cache, &parsed).await {
                 return resp;

@@ -9,7 +9,9 @@ use watchgate::sim::auth::demo_policy;
 
 use super::http::Http;
 use super::kubectl::Kubectl;
-use super::servers::{cluster_config, start_gateway_with, start_sim_with, GatewayServer, SimServer};
+use super::servers::{
+    cluster_config, start_gateway_with, start_sim_with, GatewayServer, SimServer,
+};
 
 pub const GATEWAY: &str = "watchgate-token";
 pub const GATEWAY_USER: &str = "system:serviceaccount:watchgate:watchgate";
