@@ -155,7 +155,7 @@ impl Default for AuthArgs {
 impl AuthArgs {
     /// The security settings, or `None` for `--auth=none`.
     pub fn security(&self) -> Option<crate::auth::SecurityConfig> {
-        (self.mode == AuthMode::Delegated).then(|| crate::auth::SecurityConfig {
+        (self.mode == AuthMode::Delegated).then_some(crate::auth::SecurityConfig {
             anonymous: self.anonymous_auth,
             token_ttl: self.authentication_token_webhook_cache_ttl,
             token_failure_ttl: self.authentication_token_webhook_cache_failure_ttl,

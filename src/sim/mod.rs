@@ -90,8 +90,8 @@ pub struct SimArgs {
     pub fault_watch_410: u32,
     /// A policy file (users, tokens, rules; see docs/simulator.md): requests are then
     /// authenticated and authorized, TokenReview and SubjectAccessReview are served, and
-    /// writes are recorded with their identity (/debug/sim/audit). `demo` uses the
-    /// built-in demo policy
+    /// writes are recorded with their identity (/debug/sim/audit). `demo --secure` uses
+    /// the built-in demo policy
     #[arg(long)]
     pub policy: Option<std::path::PathBuf>,
 }
