@@ -403,3 +403,41 @@ async fn every_answer_carries_an_audit_id() {
         .await;
     assert_eq!(r.headers["audit-id"], "client-chosen");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_decision_the_cache_does_not_answer() {
+    // The gateway's identity may review tokens and impersonate, but not create
+    // SubjectAccessReviews: every review fails, so reads are forwarded and the upstream
+    // decides (as the client), never the cache.
+    let policy = watchgate::sim::auth::DEMO_POLICY.replacen(
+        "    impersonate: true\n    rules:\n      - verbs: [\"*\"]\n        resources: [\"*\"]",
+        "    impersonate: true\n    rules:\n      - verbs: [\"*\"]\n        resources: [tokenreviews.authentication.k8s.io, pods, secrets]",
+        1,
+    );
+    assert_ne!(
+        policy,
+        watchgate::sim::auth::DEMO_POLICY,
+        "the policy was edited"
+    );
+    let policy = std::sync::Arc::new(watchgate::sim::auth::Policy::parse(&policy).unwrap());
+    let env = Secure::start_with_policy(policy, SecurityConfig::default()).await;
+    put_pod(env.sim.handle(), "team-a", "a1", json!({}), "n1", "Running");
+    let path = "/api/v1/pods?resourceVersion=0";
+    // An unauthorized read does not even start a cache; start it as `--cache pods`
+    // would. It syncs (the gateway's own reads), but no read is authorized.
+    let registry = env.gateway.handle().cache().unwrap().clone();
+    registry.ensure_started("", "v1", "pods");
+    wait_until("the pods cache syncs", Duration::from_secs(20), || {
+        let synced = registry
+            .get("", "v1", "pods")
+            .is_some_and(|c| c.is_synced());
+        async move { synced }
+    })
+    .await;
+    let r = env.http(Some(ALICE)).get(path).await;
+    assert_eq!((r.status.as_u16(), r.source()), (200, Some("upstream")));
+    let r = env.http(Some(BOB)).get(path).await;
+    assert_eq!((r.status.as_u16(), r.source()), (403, Some("upstream")));
+    let r = env.direct(Some(BOB)).get(path).await;
+    assert_eq!(r.status, 403, "the same answer as the apiserver's own");
+}

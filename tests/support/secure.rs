@@ -33,8 +33,16 @@ impl Secure {
     }
 
     pub async fn start_with(security: SecurityConfig) -> Self {
+        Self::start_with_policy(demo_policy(), security).await
+    }
+
+    /// With another simulator policy (the gateway still authenticates with [`GATEWAY`]).
+    pub async fn start_with_policy(
+        policy: std::sync::Arc<watchgate::sim::auth::Policy>,
+        security: SecurityConfig,
+    ) -> Self {
         let mut sim_cfg = cluster_config();
-        sim_cfg.policy = Some(demo_policy());
+        sim_cfg.policy = Some(policy);
         let sim = start_sim_with(sim_cfg).await;
         let mut upstream = kube::Config::new(sim.url().parse().unwrap());
         upstream.auth_info.token = Some(GATEWAY.to_string().into());
