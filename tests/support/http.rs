@@ -201,11 +201,18 @@ impl Http {
     /// Opens a watch (`path` must carry `watch=true` or be a legacy `/watch/` path) and
     /// asserts that it answers 200 with a stream, read event by event.
     pub async fn watch(&self, path: &str) -> super::watch::Watch {
-        super::watch::open_ok_with(&self.base, path, &self.headers).await
+        super::watch::open_ok_with(&self.base, path, &self.watch_headers()).await
     }
 
     /// Opens a watch and returns once its response head is in, whatever the status.
     pub async fn watch_any(&self, path: &str) -> super::watch::Watch {
-        super::watch::open_with(&self.base, path, &self.headers).await
+        super::watch::open_with(&self.base, path, &self.watch_headers()).await
+    }
+
+    /// A watch's headers: JSON, and this client's own (its token).
+    fn watch_headers(&self) -> Vec<(&str, &str)> {
+        std::iter::once(("accept", JSON))
+            .chain(self.headers.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .collect()
     }
 }
