@@ -60,7 +60,9 @@ use hyper::body::Incoming;
 use tower::util::BoxCloneSyncService;
 use tower::ServiceBuilder;
 use tower_http::catch_panic::CatchPanicLayer;
-use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
+use tower_http::request_id::{
+    MakeRequestId, PropagateRequestIdLayer, RequestId, SetRequestIdLayer,
+};
 use tower_http::set_header::SetResponseHeaderLayer;
 use tower_http::trace::{DefaultOnFailure, TraceLayer};
 
@@ -130,7 +132,7 @@ where
         .service(inner);
     let outer = ServiceBuilder::new()
         .map_request(parse)
-        .layer(SetRequestIdLayer::new(AUDIT_ID, MakeRequestUuid))
+        .layer(SetRequestIdLayer::new(AUDIT_ID, NewAuditId))
         .layer(PropagateRequestIdLayer::new(AUDIT_ID))
         .map_response(|resp: Response<_>| resp.map(crate::body::boxed))
         .layer(
@@ -143,6 +145,23 @@ where
         .map_response(|resp: Response<_>| resp.map(crate::body::boxed))
         .service(instrumented);
     BoxCloneSyncService::new(outer)
+}
+
+/// A random (version 4) UUID for each request without an `Audit-ID`, as kube-apiserver
+/// makes one. From the thread's random generator rather than tower-http's
+/// `MakeRequestUuid`, whose `Uuid::new_v4` asks the kernel (a system call) each time.
+#[derive(Clone, Copy, Default)]
+pub struct NewAuditId;
+
+impl MakeRequestId for NewAuditId {
+    fn make_request_id<B>(&mut self, _req: &Request<B>) -> Option<RequestId> {
+        let id = uuid::Builder::from_random_bytes(rand::random()).into_uuid();
+        let text = id
+            .hyphenated()
+            .encode_lower(&mut uuid::Uuid::encode_buffer())
+            .to_owned();
+        HeaderValue::from_str(&text).ok().map(RequestId::new)
+    }
 }
 
 /// The parse layer's function.
@@ -188,6 +207,18 @@ mod tests {
         let bytes = body.collect().await.unwrap().to_bytes();
         let v = serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null);
         (Response::from_parts(parts, ()), v)
+    }
+
+    #[test]
+    fn audit_ids_are_version_4_uuids() {
+        let req = Request::get("/").body(()).unwrap();
+        let a = NewAuditId.make_request_id(&req).unwrap();
+        let b = NewAuditId.make_request_id(&req).unwrap();
+        let a = a.header_value().to_str().unwrap().to_string();
+        assert_ne!(a, b.header_value().to_str().unwrap());
+        let id = uuid::Uuid::parse_str(&a).unwrap();
+        assert_eq!((a.len(), id.get_version_num()), (36, 4));
+        assert_eq!(id.get_variant(), uuid::Variant::RFC4122);
     }
 
     #[tokio::test]
