@@ -441,3 +441,42 @@ async fn without_a_decision_the_cache_does_not_answer() {
     let r = env.direct(Some(BOB)).get(path).await;
     assert_eq!(r.status, 403, "the same answer as the apiserver's own");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_user_has_its_own_in_flight_limit() {
+    let env = Secure::start_with(SecurityConfig {
+        max_in_flight_per_user: 1,
+        ..Default::default()
+    })
+    .await;
+    let (alice, bob) = (env.http(Some(ALICE)), env.http(Some(BOB)));
+    // Tokens reviewed first, so that only the requests themselves are slow below.
+    assert_eq!(alice.get("/version").await.status, 200);
+    assert_eq!(bob.get("/version").await.status, 200);
+    // The upstream now takes 1.5 s per request: two requests sent together are both in
+    // flight at the gateway (they arrive within that window), so alice's second is refused
+    // at once, whichever it is, while bob's is not.
+    env.sim
+        .handle()
+        .faults()
+        .set_latency(Duration::from_millis(1500));
+    let (a, b, c) = tokio::join!(
+        alice.get("/version"),
+        alice.get("/apis"),
+        bob.get("/version")
+    );
+    let mut codes = [a.status.as_u16(), b.status.as_u16()];
+    codes.sort();
+    assert_eq!(codes, [200, 429], "one of alice's two is refused");
+    assert_eq!(c.status, 200, "bob has his own budget");
+    let r = if a.status == 429 { a } else { b };
+    assert_eq!(r.text(), "Too many requests, please try again later.\n");
+    assert_eq!(r.headers["retry-after"], "1");
+    assert_eq!(r.source(), Some("gateway"));
+    env.sim.handle().faults().set_latency(Duration::ZERO);
+    assert_eq!(
+        alice.get("/version").await.status,
+        200,
+        "her place was freed"
+    );
+}
