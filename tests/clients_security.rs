@@ -6,8 +6,8 @@
 //! kubectl 1.37 attaches a kubeconfig's credentials only to TLS connections (clientcmd
 //! reads the user's auth info only when the transport is TLS), and TLS serving is not
 //! built yet (docs/security.md), so kubectl is used here for the 401 only; the
-//! authenticated cases use kube-rs, which sends its token on any transport. The kubectl
-//! variants need `--tls-cert-file`.
+//! authenticated cases use kube-rs and the Python client, which send their token on any
+//! transport. The kubectl variants need `--tls-cert-file`.
 
 mod support;
 
@@ -126,4 +126,38 @@ async fn kube_rs_gets_the_apiservers_403_for_secrets_also_when_they_are_cached()
         Err(kube::Error::Api(status)) => assert_eq!(status.code, 403),
         other => panic!("expected a 403, got {other:?}"),
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_client_with_a_token_reads_what_its_user_may() {
+    let env = Secure::start().await;
+    put_pod(env.sim.handle(), "team-a", "a1", json!({}), "n1", "Running");
+    let secrets = find("", "v1", "secrets").unwrap();
+    put_object(
+        env.sim.handle(),
+        secrets,
+        "default",
+        json!({"kind": "Secret", "apiVersion": "v1",
+               "metadata": {"name": "db", "namespace": "default"}, "data": {"p": "eA=="}}),
+    );
+    for path in [
+        "/api/v1/secrets?resourceVersion=0",
+        "/api/v1/pods?resourceVersion=0",
+    ] {
+        support::wait::wait_until("cached", EVENT_TIMEOUT, || async {
+            let r = env.http(Some(ADMIN)).get(path).await;
+            r.status == 200 && r.source() == Some("cache")
+        })
+        .await;
+    }
+    let alice = env.kubectl(Some(ALICE));
+    let kubeconfig = alice.kubeconfig().to_str().unwrap().to_string();
+    let out =
+        support::python::run("secure_reads.py", &[&kubeconfig], support::COMMAND_TIMEOUT).await;
+    let v: serde_json::Value = serde_json::from_str(out.assert_success()).unwrap();
+    assert_eq!(
+        v,
+        json!({"pods": ["a1"], "secrets": {"status": 403, "reason": "Forbidden",
+            "message": "secrets is forbidden: User \"alice\" cannot list resource \"secrets\" in API group \"\" at the cluster scope"}})
+    );
 }
