@@ -31,13 +31,19 @@ pub struct Identity<S> {
     inner: S,
 }
 
-/// Rewrites `req`'s identity headers for `user`.
+/// Rewrites `req`'s identity headers for `user`. Front-proxy headers (`X-Remote-User`,
+/// `-Group`, `-Extra-*`, `-Uid`, the apiserver's default `--requestheader-*` names) go too:
+/// a client must not be able to assert an identity to an upstream that would trust
+/// watchgate as a front proxy.
 pub fn as_user<B>(req: &mut Request<B>, user: &User) {
     let headers = req.headers_mut();
     headers.remove(header::AUTHORIZATION);
     let stale: Vec<_> = headers
         .keys()
-        .filter(|k| k.as_str().starts_with("impersonate-"))
+        .filter(|k| {
+            let k = k.as_str();
+            k.starts_with("impersonate-") || k.starts_with("x-remote-")
+        })
         .cloned()
         .collect();
     for k in stale {
@@ -65,5 +71,46 @@ where
             as_user(&mut req, &user);
         }
         self.inner.call(req)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::auth::UserInfo;
+
+    #[test]
+    fn a_forwarded_request_carries_only_the_users_identity() {
+        let mut req = Request::get("/api/v1/pods")
+            .header("authorization", "Bearer client-token")
+            .header("impersonate-user", "root")
+            .header("impersonate-group", "system:masters")
+            .header("x-remote-user", "root")
+            .header("x-remote-extra-scopes", "all")
+            .header("accept", "application/json")
+            .body(())
+            .unwrap();
+        let user = User::new(UserInfo {
+            name: "alice".into(),
+            groups: vec!["developers".into(), "system:authenticated".into()],
+            ..Default::default()
+        });
+        as_user(&mut req, &user);
+        let mut h: Vec<(String, String)> = req
+            .headers()
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_str().unwrap().to_string()))
+            .collect();
+        h.sort();
+        let want = [
+            ("accept", "application/json"),
+            ("impersonate-group", "developers"),
+            ("impersonate-group", "system:authenticated"),
+            ("impersonate-user", "alice"),
+        ];
+        assert_eq!(
+            h,
+            want.map(|(k, v)| (k.to_string(), v.to_string())).to_vec()
+        );
     }
 }
