@@ -16,7 +16,7 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 #[derive(Args, Debug, Clone)]
 pub struct ServeArgs {
     /// The IP address on which to serve. Anything but loopback must be chosen explicitly
-    /// and, until client authentication exists, prints a loud warning.
+    /// and, with --auth=none, prints a loud warning.
     #[arg(long, default_value = "127.0.0.1")]
     pub address: IpAddr,
     /// The port on which to serve (0 picks a free port).
@@ -92,6 +92,85 @@ pub struct ServeArgs {
     /// always pages a list, then watches.
     #[arg(long, value_enum, default_value = "auto", value_name = "MODE")]
     pub upstream_watch_list: crate::cache::reflector::WatchListMode,
+    #[command(flatten)]
+    pub auth: AuthArgs,
+}
+
+/// Who may use the gateway: `--auth` and its settings (docs/security.md).
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AuthMode {
+    /// No client authentication: every request acts with watchgate's upstream
+    /// credentials. Only for a listener on loopback inside one pod (sidecar mode).
+    #[default]
+    None,
+    /// Clients are authenticated with TokenReview and the reads the gateway answers are
+    /// authorized with SubjectAccessReview, both asked of the upstream; forwarded requests
+    /// impersonate the client.
+    Delegated,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct AuthArgs {
+    /// Client authentication and authorization: `none` (every client acts with
+    /// watchgate's credentials; loopback sidecars only) or `delegated` (TokenReview,
+    /// SubjectAccessReview and impersonation through the upstream; see docs/security.md)
+    #[arg(long = "auth", value_enum, default_value = "none", value_name = "MODE")]
+    pub mode: AuthMode,
+    /// With --auth=delegated: requests without credentials are served as
+    /// system:anonymous (group system:unauthenticated) instead of getting a 401
+    #[arg(long)]
+    pub anonymous_auth: bool,
+    /// How long a token the upstream's TokenReview accepted is trusted without asking again
+    #[arg(long, default_value = "2m", value_parser = parse_duration)]
+    pub authentication_token_webhook_cache_ttl: Duration,
+    /// How long a token the TokenReview rejected is refused without asking again
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub authentication_token_webhook_cache_failure_ttl: Duration,
+    /// How long an allowed SubjectAccessReview decision is reused
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    pub authorization_webhook_cache_authorized_ttl: Duration,
+    /// How long a denied SubjectAccessReview decision is reused
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    pub authorization_webhook_cache_unauthorized_ttl: Duration,
+    /// With --auth=delegated: requests one user may have in flight at once (watches and
+    /// other long-running requests excepted); beyond it, 429 with Retry-After. 0: no limit
+    #[arg(long, default_value_t = 100)]
+    pub max_requests_inflight_per_user: usize,
+    /// With --auth=delegated: watches (and followed logs, exec, attach, port-forward) one
+    /// user may have open at once; beyond it, 429 with Retry-After. 0: no limit
+    #[arg(long, default_value_t = 500)]
+    pub max_watches_per_user: usize,
+}
+
+impl Default for AuthArgs {
+    fn default() -> Self {
+        let d = crate::auth::SecurityConfig::default();
+        Self {
+            mode: AuthMode::None,
+            anonymous_auth: false,
+            authentication_token_webhook_cache_ttl: d.token_ttl,
+            authentication_token_webhook_cache_failure_ttl: d.token_failure_ttl,
+            authorization_webhook_cache_authorized_ttl: d.allow_ttl,
+            authorization_webhook_cache_unauthorized_ttl: d.deny_ttl,
+            max_requests_inflight_per_user: d.max_in_flight_per_user,
+            max_watches_per_user: d.max_watches_per_user,
+        }
+    }
+}
+
+impl AuthArgs {
+    /// The security settings, or `None` for `--auth=none`.
+    pub fn security(&self) -> Option<crate::auth::SecurityConfig> {
+        (self.mode == AuthMode::Delegated).then_some(crate::auth::SecurityConfig {
+            anonymous: self.anonymous_auth,
+            token_ttl: self.authentication_token_webhook_cache_ttl,
+            token_failure_ttl: self.authentication_token_webhook_cache_failure_ttl,
+            allow_ttl: self.authorization_webhook_cache_authorized_ttl,
+            deny_ttl: self.authorization_webhook_cache_unauthorized_ttl,
+            max_in_flight_per_user: self.max_requests_inflight_per_user,
+            max_watches_per_user: self.max_watches_per_user,
+        })
+    }
 }
 
 /// Everything the gateway needs to run, independent of how it was obtained.
@@ -126,6 +205,8 @@ pub struct GatewayConfig {
     pub write_stall_timeout: Option<Duration>,
     /// How the caches' reflectors read the upstream (watch-list or paged list).
     pub reflector: crate::cache::reflector::ReflectorConfig,
+    /// Client authentication, authorization and per-user limits (`None`: `--auth=none`).
+    pub security: Option<crate::auth::SecurityConfig>,
     /// Record Prometheus metrics (on by default). Off, the request path skips its
     /// instrumentation and `/metrics` answers 404: what the benchmarks compare against.
     pub metrics: bool,
@@ -143,6 +224,7 @@ impl std::fmt::Debug for GatewayConfig {
             .field("shutdown_timeout", &self.shutdown_timeout)
             .field("upstream_connect_timeout", &self.upstream_connect_timeout)
             .field("upstream_response_timeout", &self.upstream_response_timeout)
+            .field("security", &self.security)
             .finish()
     }
 }
@@ -189,6 +271,7 @@ impl GatewayConfig {
             http2_max_streams: 1000,
             write_stall_timeout: Some(crate::watch::DEFAULT_STALL_TIMEOUT),
             reflector: Default::default(),
+            security: None,
             metrics: true,
         }
     }
@@ -196,6 +279,13 @@ impl GatewayConfig {
     /// Resolve the flags of `watchgate serve`, including kube's config inference.
     pub async fn from_args(args: &ServeArgs) -> anyhow::Result<Self> {
         let (upstream, upstream_servers) = infer_upstream(args).await?;
+        let security = args.auth.security();
+        if security.is_some() && upstream.auth_info.impersonate.is_some() {
+            anyhow::bail!(
+                "--auth=delegated impersonates each client upstream, so the kubeconfig's \
+                 user must not impersonate (`as:`) itself"
+            );
+        }
         Ok(Self {
             listen: SocketAddr::new(args.address, args.port),
             admin_listen: SocketAddr::new(args.admin_address, args.admin_port),
@@ -222,6 +312,7 @@ impl GatewayConfig {
                 watch_list: args.upstream_watch_list,
                 ..Default::default()
             },
+            security,
             metrics: true,
         })
     }
@@ -403,6 +494,7 @@ mod tests {
             http2_max_streams_per_connection: 1000,
             write_stall_timeout: Duration::from_secs(60),
             upstream_watch_list: Default::default(),
+            auth: Default::default(),
         };
         let cfg = GatewayConfig::from_args(&args).await.unwrap();
         assert_eq!(cfg.upstream.cluster_url, "http://127.0.0.1:1234/");
@@ -483,6 +575,7 @@ mod tests {
             http2_max_streams_per_connection: 1000,
             write_stall_timeout: Duration::from_secs(60),
             upstream_watch_list: Default::default(),
+            auth: Default::default(),
         };
         let cfg = GatewayConfig::from_args(&args).await.unwrap();
         assert_eq!(cfg.upstream.cluster_url, "https://10.0.0.1:6443/");

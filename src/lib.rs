@@ -7,6 +7,7 @@
 //! [`table`] and [`partial_metadata`] are shared by both: how an answer is negotiated and
 //! rendered (Tables, PartialObjectMetadata) the way kube-apiserver does it.
 
+pub mod auth;
 pub mod body;
 pub mod cache;
 pub mod codec;

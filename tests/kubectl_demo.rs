@@ -17,6 +17,7 @@ fn args(pods: usize, churn: f64) -> DemoArgs {
         pods,
         pod_size: 4096,
         churn,
+        secure: false,
     }
 }
 
@@ -79,5 +80,24 @@ async fn demo_churn_shows_up_in_kubectl_get_watch() {
         assert!(initial < 10_000, "no churn seen: {:?}", watch.seen());
     }
     watch.kill().await;
+    demo.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_secure_demo_authenticates_and_authorizes_its_clients() {
+    let mut a = args(12, 0.0);
+    a.secure = true;
+    let demo = demo::start(&a).await.expect("the secure demo starts");
+    let path = "/api/v1/pods?limit=1";
+    let r = support::Http::new(&demo.url()).get(path).await;
+    assert_eq!(r.status, 401, "no token: {}", r.text());
+    let r = support::Http::with_token(&demo.url(), demo::ADMIN_TOKEN)
+        .get(path)
+        .await;
+    assert_eq!(r.status, 200, "the admin: {}", r.text());
+    let r = support::Http::with_token(&demo.url(), "alice-token")
+        .get("/api/v1/secrets?resourceVersion=0")
+        .await;
+    assert_eq!(r.status, 403, "alice may not read secrets: {}", r.text());
     demo.shutdown().await;
 }

@@ -53,7 +53,9 @@ impl Gateway {
             .with_context(|| format!("binding admin {}", cfg.admin_listen))?;
         let addr = api.local_addr()?;
         let admin_addr = admin.local_addr()?;
-        warn_if_exposed(&addr, "API");
+        if cfg.security.is_none() {
+            warn_if_exposed(&addr, "API");
+        }
         // The admin listener serves health and metrics, no cluster data: pods bind it on
         // their IP for the kubelet's probes and Prometheus, so a note is enough.
         if config::is_exposed(&admin_addr) {
@@ -95,10 +97,19 @@ impl Gateway {
             drain: drain.watcher(),
             metrics: cfg.metrics,
         };
+        let security = cfg.security.as_ref().map(|sec| {
+            let reviews = crate::auth::UpstreamReviews::new(upstream.clone());
+            crate::auth::Security::new(sec, std::sync::Arc::new(reviews))
+        });
         let proxy = Proxy::new(upstream, drain.watcher())
             .with_response_timeout(cfg.upstream_response_timeout);
-        let service =
-            crate::stack::api(crate::stack::route::Router::new(proxy, cache), cfg.metrics);
+        let service = crate::stack::api(
+            crate::stack::route::Router::new(proxy, cache),
+            crate::stack::Options {
+                metrics: cfg.metrics,
+                security,
+            },
+        );
         let api_handler: Handler = Arc::new(move |req| {
             use tower::ServiceExt as _;
             let service = service.clone();
@@ -197,8 +208,9 @@ fn warn_if_exposed(addr: &SocketAddr, which: &str) {
     if config::is_exposed(addr) {
         let msg = format!(
             "WARNING: the {which} listener binds {addr}, which is reachable from other \
-             machines. watchgate has no client authentication yet: anyone who can reach \
-             this port acts with watchgate's upstream credentials."
+             machines, and --auth=none authenticates no client: anyone who can reach \
+             this port acts with watchgate's upstream credentials. Use --auth=delegated \
+             (docs/security.md)."
         );
         eprintln!("\n{}\n{msg}\n{}\n", "!".repeat(78), "!".repeat(78));
         tracing::warn!("{msg}");

@@ -11,6 +11,7 @@
 
 pub mod answer;
 pub mod apply;
+pub mod auth;
 pub mod churn;
 pub mod convert;
 pub mod discovery;
@@ -97,6 +98,12 @@ pub struct SimArgs {
     /// --http2-max-streams-per-connection default)
     #[arg(long, default_value_t = DEFAULT_HTTP2_MAX_STREAMS)]
     pub http2_max_streams_per_connection: u32,
+    /// A policy file (users, tokens, rules; see docs/simulator.md): requests are then
+    /// authenticated and authorized, TokenReview and SubjectAccessReview are served, and
+    /// writes are recorded with their identity (/debug/sim/audit). `demo --secure` uses
+    /// the built-in demo policy
+    #[arg(long)]
+    pub policy: Option<std::path::PathBuf>,
 }
 
 /// kube-apiserver's default `--http2-max-streams-per-connection` (its secure serving's
@@ -127,6 +134,8 @@ pub struct SimConfig {
     pub bootstrap_namespaces: bool,
     /// Concurrent streams per HTTP/2 connection (SETTINGS_MAX_CONCURRENT_STREAMS).
     pub http2_max_streams: u32,
+    /// Authentication and authorization policy (`None`: every request is allowed).
+    pub policy: Option<Arc<auth::Policy>>,
 }
 
 impl Default for SimConfig {
@@ -142,6 +151,7 @@ impl Default for SimConfig {
             faults: faults::FaultConfig::default(),
             bootstrap_namespaces: false,
             http2_max_streams: DEFAULT_HTTP2_MAX_STREAMS,
+            policy: None,
         }
     }
 }
@@ -172,6 +182,12 @@ impl SimConfig {
             },
             bootstrap_namespaces: true,
             http2_max_streams: a.http2_max_streams_per_connection.max(1),
+            policy: a
+                .policy
+                .as_deref()
+                .map(auth::Policy::load)
+                .transpose()?
+                .map(Arc::new),
         })
     }
 }
@@ -185,6 +201,8 @@ pub struct Sim {
     pub faults: Arc<Faults>,
     /// Flips to true on shutdown; watch streams end when it does.
     pub shutdown: tokio_watch::Receiver<bool>,
+    /// The writes made, with their identities (recorded with a policy only).
+    pub audit: Arc<auth::Audit>,
 }
 
 impl Sim {
@@ -203,6 +221,7 @@ impl Sim {
             faults: Arc::new(Faults::new(cfg.faults.clone())),
             cfg,
             shutdown: rx,
+            audit: Arc::default(),
         });
         (sim, tx)
     }
@@ -398,6 +417,42 @@ pub async fn handle(sim: Arc<Sim>, req: Request<Incoming>) -> Response<Body> {
         tokio::time::sleep(latency).await;
     }
     let api = request::parse(req.method(), req.uri());
+    // The simulator's own controls (/debug/sim/*) are not part of the API it plays.
+    let control = matches!(&api.path, ApiPath::NonResource(p) if p.starts_with("/debug/sim/"));
+    let identity = match &sim.cfg.policy {
+        Some(_) if control => None,
+        Some(policy) => match auth::check(policy, req.headers(), &api) {
+            Ok(identity) => Some(identity),
+            Err(refused) => return refused,
+        },
+        None => None,
+    };
+    if let (Some(policy), ApiPath::Resource(rp)) = (&sim.cfg.policy, &api.path) {
+        if *req.method() == Method::POST && rp.name.is_none() && rp.namespace.is_none() {
+            let review = match (rp.group.as_str(), rp.version.as_str(), rp.resource.as_str()) {
+                ("authentication.k8s.io", "v1", "tokenreviews") => Some(false),
+                ("authorization.k8s.io", "v1", "subjectaccessreviews") => Some(true),
+                _ => None,
+            };
+            if let Some(access) = review {
+                let body = match Limited::new(req.into_body(), MAX_BODY_BYTES)
+                    .collect()
+                    .await
+                {
+                    Ok(c) => c.to_bytes(),
+                    Err(e) => {
+                        return Status::bad_request(format!("unable to read request body: {e}"))
+                            .into_response()
+                    }
+                };
+                return if access {
+                    auth::access_review(policy, &sim.audit, &body)
+                } else {
+                    auth::token_review(policy, &sim.audit, &body)
+                };
+            }
+        }
+    }
     let rp = match &api.path {
         ApiPath::NonResource(path) => {
             if let Some(resp) = debug_endpoint(&sim, req.method(), path) {
@@ -465,7 +520,42 @@ pub async fn handle(sim: Arc<Sim>, req: Request<Incoming>) -> Response<Body> {
                 }
             };
             let req = Request::from_parts(parts, bytes);
-            write::handle(&sim, &api, rt, req).await
+            let resp = write::handle(&sim, &api, rt, req).await;
+            if let Some(id) = identity {
+                sim.audit.record(auth::AuditRecord {
+                    verb: api.verb.as_str(),
+                    path: api_path(&api),
+                    code: resp.status().as_u16(),
+                    user: id.user.name,
+                    groups: id.user.groups,
+                    impersonator: id.impersonator,
+                });
+            }
+            resp
+        }
+    }
+}
+
+/// The request path, for the audit records.
+fn api_path(api: &request::ApiRequest) -> String {
+    match &api.path {
+        ApiPath::NonResource(p) => p.clone(),
+        ApiPath::Resource(rp) => {
+            let mut p = if rp.group.is_empty() {
+                format!("/api/{}", rp.version)
+            } else {
+                format!("/apis/{}/{}", rp.group, rp.version)
+            };
+            if let Some(ns) = &rp.namespace {
+                p.push_str(&format!("/namespaces/{ns}"));
+            }
+            p.push('/');
+            p.push_str(&rp.resource);
+            for part in [&rp.name, &rp.subresource].into_iter().flatten() {
+                p.push('/');
+                p.push_str(part);
+            }
+            p
         }
     }
 }
@@ -478,6 +568,7 @@ fn debug_endpoint(sim: &Arc<Sim>, method: &Method, path: &str) -> Option<Respons
             sim.stats.reset();
             json_response(StatusCode::OK, &sim.stats.to_json())
         }
+        (&Method::GET, "/debug/sim/audit") => json_response(StatusCode::OK, &sim.audit.to_json()),
         (&Method::GET, "/debug/sim/faults") => json_response(StatusCode::OK, &sim.faults.to_json()),
         (&Method::POST, "/debug/sim/faults/compact") => {
             sim.store.compact_now();

@@ -129,6 +129,21 @@ pub async fn open_ok(base: &str, path: &str) -> Watch {
     w
 }
 
+/// [`open_with`], asserting a 200.
+pub async fn open_ok_with(base: &str, path: &str, headers: &[(&str, &str)]) -> Watch {
+    let mut w = open_with(base, path, headers).await;
+    if w.status != StatusCode::OK {
+        let body = w.rest(Duration::from_secs(5)).await;
+        panic!(
+            "watch {}: status {}, body {}",
+            w.what,
+            w.status,
+            String::from_utf8_lossy(&body)
+        );
+    }
+    w
+}
+
 impl Watch {
     /// A watch from a response obtained some other way (e.g. an HTTP/2 stream).
     pub fn from_response(what: String, resp: http::Response<Incoming>) -> Self {
