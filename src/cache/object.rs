@@ -63,6 +63,12 @@ struct Derived {
     /// The JSON of `metadata` as `PartialObjectMetadata` carries it (`None`: the object
     /// has no usable metadata, which the cache never admits).
     metadata_json: std::sync::OnceLock<Option<Bytes>>,
+    /// The object's protobuf message (not enveloped), as kube-apiserver would encode it
+    /// (`crate::proto`); `None` when it cannot be encoded (a field newer than the schema):
+    /// protobuf answers that need it are then forwarded.
+    proto: std::sync::OnceLock<Option<Bytes>>,
+    /// The `PartialObjectMetadata` protobuf message of the object.
+    metadata_proto: std::sync::OnceLock<Option<Bytes>>,
 }
 
 impl CachedObject {
@@ -114,15 +120,57 @@ impl CachedObject {
             .iter()
             .map(|(_, v)| std::mem::size_of::<(&str, Box<str>)>() + v.len())
             .sum();
-        let derived = self
-            .derived
-            .metadata_json
-            .get()
-            .and_then(Option::as_ref)
-            // A slice of `raw` costs nothing more.
-            .filter(|m| !self.raw.as_ptr_range().contains(&m.as_ptr()))
-            .map_or(0, Bytes::len);
+        let derived = self.derived_bytes();
         std::mem::size_of::<Self>() + self.raw.len() + self.key.len() + labels + fields + derived
+    }
+
+    /// The bytes of the representations built so far, beyond the JSON (slices of the JSON
+    /// or of the protobuf cost nothing more).
+    pub fn derived_bytes(&self) -> usize {
+        let d = &self.derived;
+        let own = |cell: &std::sync::OnceLock<Option<Bytes>>, within: Option<&Bytes>| {
+            cell.get()
+                .and_then(Option::as_ref)
+                .filter(|b| within.is_none_or(|w| !w.as_ptr_range().contains(&b.as_ptr())))
+                .map_or(0, Bytes::len)
+        };
+        let proto = d.proto.get().and_then(Option::as_ref);
+        own(&d.metadata_json, Some(&self.raw))
+            + own(&d.proto, None)
+            + own(&d.metadata_proto, proto)
+    }
+
+    /// The object's protobuf message (bare, not enveloped) as type `ty`, built once.
+    pub fn proto(&self, ty: crate::proto::MessageType) -> Option<Bytes> {
+        self.derived
+            .proto
+            .get_or_init(|| match crate::proto::encode(ty, &self.raw) {
+                Ok(b) => Some(Bytes::from(b)),
+                Err(err) => {
+                    tracing::debug!(key = %self.key, %err, "object has no protobuf form");
+                    None
+                }
+            })
+            .clone()
+    }
+
+    /// The `PartialObjectMetadata` protobuf message of the object, built once: for a
+    /// built-in type, the first field of its own message (`metadata`, field 1, which Go
+    /// writes first) when that is built; otherwise encoded from the JSON.
+    pub fn metadata_proto(&self, ty: Option<crate::proto::MessageType>) -> Option<Bytes> {
+        self.derived
+            .metadata_proto
+            .get_or_init(|| {
+                if let Some(msg) = ty.and_then(|t| self.proto(t)) {
+                    if let Some(end) = first_field_end(&msg, 0x0a) {
+                        return Some(msg.slice(..end));
+                    }
+                }
+                crate::proto::partial_object_metadata(&self.raw)
+                    .ok()
+                    .map(Bytes::from)
+            })
+            .clone()
     }
 
     /// The object's `metadata` as `PartialObjectMetadata` carries it in JSON
@@ -259,6 +307,23 @@ impl CachedObject {
         let uid = meta.uid.as_deref().map(Uid::of).unwrap_or_default();
         Ok((key, ns.len(), resource_version, uid, labels))
     }
+}
+
+/// Where a protobuf message's first field ends, when that field has the `tag` byte (a
+/// length-delimited field 1 is `0x0a`).
+fn first_field_end(msg: &[u8], tag: u8) -> Option<usize> {
+    if msg.first() != Some(&tag) {
+        return None;
+    }
+    let mut len: usize = 0;
+    for (i, b) in msg.iter().enumerate().skip(1).take(10) {
+        len |= usize::from(b & 0x7f) << (7 * (i - 1));
+        if b & 0x80 == 0 {
+            let end = i + 1 + len;
+            return (end <= msg.len()).then_some(end);
+        }
+    }
+    None
 }
 
 /// An object's `metadata.uid` in 16 bytes instead of a 36-byte string plus its pointer.
