@@ -5,6 +5,7 @@
 //! upstream through [`proxy`] or (later) are served from the cache. [`sim`] is the
 //! simulated apiserver used by the demo, the tests and the benches.
 
+pub mod apipath;
 pub mod body;
 pub mod cache;
 pub mod codec;

@@ -62,7 +62,8 @@ pub async fn try_serve(registry: &Arc<Registry>, req: &Parsed) -> Option<Respons
     let ApiPath::Resource(rp) = &req.api.path else {
         return None;
     };
-    if rp.subresource.is_some() || !rp.extra.is_empty() || rp.legacy_watch {
+    // A path only the upstream can interpret (`crate::apipath`) is its to answer.
+    if !rp.canonical || rp.subresource.is_some() || !rp.extra.is_empty() || rp.legacy_watch {
         return None;
     }
     if !matches!(req.api.verb, Verb::Get | Verb::List) {

@@ -44,7 +44,9 @@ pub async fn try_watch(registry: &Arc<Registry>, req: &Parsed) -> Option<Respons
     let ApiPath::Resource(rp) = &req.api.path else {
         return None;
     };
+    // A path only the upstream can interpret (`crate::apipath`) is its to answer.
     if req.api.verb != Verb::Watch
+        || !rp.canonical
         || rp.subresource.is_some()
         || !rp.extra.is_empty()
         || req.api.query_get("pretty").is_some()
