@@ -565,13 +565,31 @@ pub fn parse_resource_version(rv: &str) -> Result<u64, String> {
     if rv.is_empty() || rv == "0" {
         return Ok(0);
     }
-    rv.parse::<u64>().map_err(|e| {
-        let why = match e.kind() {
-            std::num::IntErrorKind::PosOverflow => "value out of range",
-            _ => "invalid syntax",
-        };
+    parse_uint(rv).map_err(|why| {
         let q = crate::selector::validation::go_quote(rv);
         format!("resourceVersion: Invalid value: {q}: strconv.ParseUint: parsing {q}: {why}")
+    })
+}
+
+/// Why `strconv.ParseUint` refused a string (its `NumError.Err` text).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum UintError {
+    #[error("invalid syntax")]
+    Syntax,
+    #[error("value out of range")]
+    Range,
+}
+
+/// `strconv.ParseUint(s, 10, 64)`: ASCII digits only. Rust's `u64::from_str` also takes a
+/// leading `+`, which Go refuses: `resourceVersion=+5` is the apiserver's 400, and was
+/// served from the cache before this (found by tests/bad_input_properties.rs).
+pub fn parse_uint(s: &str) -> Result<u64, UintError> {
+    if s.starts_with('+') {
+        return Err(UintError::Syntax);
+    }
+    s.parse::<u64>().map_err(|e| match e.kind() {
+        std::num::IntErrorKind::PosOverflow => UintError::Range,
+        _ => UintError::Syntax,
     })
 }
 
@@ -801,6 +819,11 @@ mod tests {
             "resourceVersion: Invalid value: \"-1\": strconv.ParseUint: parsing \"-1\": invalid syntax"
         );
         assert_eq!(parse_resource_version("0"), Ok(0));
+        // Go's ParseUint takes no sign (Rust's parse would).
+        assert_eq!(
+            parse_resource_version("+5").unwrap_err(),
+            "resourceVersion: Invalid value: \"+5\": strconv.ParseUint: parsing \"+5\": invalid syntax"
+        );
         assert_eq!(parse_resource_version(""), Ok(0));
     }
 }

@@ -4,6 +4,7 @@
 pub mod discovery;
 pub mod events;
 mod fields;
+pub mod list_page;
 pub mod object;
 pub mod reflector;
 pub mod registry;

@@ -237,12 +237,15 @@ impl CachedObject {
     ) -> Result<(Box<str>, usize, u64, Uid, Box<[(Box<str>, Box<str>)]>), ObjectError> {
         let header: Header<'_> = serde_json::from_slice(raw)?;
         let meta = header.metadata.ok_or(ObjectError::MissingName)?;
-        let name = meta.name.ok_or(ObjectError::MissingName)?;
+        // An empty name names nothing (the apiserver never sends one).
+        let name = meta
+            .name
+            .filter(|n| !n.is_empty())
+            .ok_or(ObjectError::MissingName)?;
         let rv_text = meta
             .resource_version
             .ok_or(ObjectError::MissingResourceVersion)?;
-        let resource_version = rv_text
-            .parse::<u64>()
+        let resource_version = crate::request::parse_uint(&rv_text)
             .map_err(|_| ObjectError::BadResourceVersion(rv_text.to_string()))?;
         let ns = meta.namespace.unwrap_or_default();
         let key: Box<str> = if ns.is_empty() {
@@ -383,6 +386,22 @@ mod tests {
         assert_eq!(o.field("status.phase"), Some("Running"));
         assert_eq!(o.field("spec.hostNetwork"), Some("false"));
         assert_eq!(o.field("metadata.namespace"), Some("prod"));
+    }
+
+    #[test]
+    fn names_and_resource_versions_must_be_real() {
+        let parse =
+            |meta: &str| CachedObject::parse(Bytes::from(format!(r#"{{"metadata":{meta}}}"#)), &[]);
+        assert!(matches!(
+            parse(r#"{"name":"","resourceVersion":"1"}"#),
+            Err(ObjectError::MissingName)
+        ));
+        // Go's ParseUint takes no sign.
+        assert!(matches!(
+            parse(r#"{"name":"a","resourceVersion":"+1"}"#),
+            Err(ObjectError::BadResourceVersion(_))
+        ));
+        assert!(parse(r#"{"name":"a","resourceVersion":"1"}"#).is_ok());
     }
 
     #[test]

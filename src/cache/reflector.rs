@@ -60,10 +60,10 @@ use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use rand::Rng;
 use serde::Deserialize;
-use serde_json::value::RawValue;
 use tokio::sync::watch;
 
-use super::events::{Bookmark, ErrorStatus, LineSplitter, RawEvent};
+use super::events::{decode_event, Decoded, ErrorStatus, LineSplitter, MalformedEvent, RawEvent};
+use super::list_page::{decode_page, BodyFormat};
 use super::object::CachedObject;
 use super::resource::ResourceInfo;
 use super::store::{Change, Snapshot, Store};
@@ -520,35 +520,22 @@ impl Reflector {
                     String::from_utf8_lossy(&bytes[..bytes.len().min(512)])
                 ));
             }
-            let page: ListPage<'_> =
-                serde_json::from_slice(&bytes).map_err(|e| format!("list is not JSON: {e}"))?;
-            for item in page.items {
-                match CachedObject::parse(
-                    Bytes::copy_from_slice(item.get().as_bytes()),
-                    &self.info.field_labels,
-                ) {
-                    Ok(obj) => {
-                        snapshot.insert(Arc::new(obj));
-                    }
-                    Err(err) => {
-                        // One broken object must not keep the whole type out of the cache;
-                        // it is counted and logged, and the watch will bring its next version.
-                        self.stats.malformed_objects.fetch_add(1, Ordering::Relaxed);
-                        tracing::warn!(resource = %self.info.resource, error = %err, "skipping malformed object in list");
-                    }
-                }
+            let page = decode_page(BodyFormat::Json, &bytes, &self.info.field_labels)
+                .map_err(|e| e.to_string())?;
+            for obj in page.objects {
+                snapshot.insert(Arc::new(obj));
             }
-            let rv = page.metadata.resource_version.parse::<u64>().map_err(|_| {
-                format!(
-                    "list resourceVersion {:?} is not a number",
-                    page.metadata.resource_version
-                )
-            })?;
+            for err in page.malformed {
+                // One broken object must not keep the whole type out of the cache; it is
+                // counted and logged, and the watch will bring its next version.
+                self.stats.malformed_objects.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(resource = %self.info.resource, error = %err, "skipping malformed object in list");
+            }
             // Every page of a paged list is served at the first page's resourceVersion.
-            snapshot.resource_version = rv;
-            match page.metadata.cont {
-                Some(c) if !c.is_empty() => cont = Some(c),
-                _ => return Ok(snapshot),
+            snapshot.resource_version = page.resource_version;
+            match page.continue_token {
+                Some(c) => cont = Some(c),
+                None => return Ok(snapshot),
             }
         }
     }
@@ -698,12 +685,14 @@ impl Reflector {
                         .get(INITIAL_EVENTS_END)
                         .is_some_and(|v| v == "true");
                     if end {
-                        let rv = b.metadata.resource_version.parse::<u64>().map_err(|_| {
-                            Failed(format!(
-                                "bookmark resourceVersion {:?} is not a number",
-                                b.metadata.resource_version
-                            ))
-                        })?;
+                        let rv = crate::request::parse_uint(&b.metadata.resource_version).map_err(
+                            |_| {
+                                Failed(format!(
+                                    "bookmark resourceVersion {:?} is not a number",
+                                    b.metadata.resource_version
+                                ))
+                            },
+                        )?;
                         let mut snapshot = Snapshot::default();
                         for (_, o) in objects {
                             snapshot.insert(o);
@@ -726,56 +715,24 @@ impl Reflector {
 
     /// Applies one event line; returns how the watch ends if this event ends it.
     fn apply_event(&self, line: &[u8]) -> Option<WatchEnd> {
-        let ev: RawEvent<'_> = match serde_json::from_slice(line) {
-            Ok(ev) => ev,
-            Err(e) => return Some(WatchEnd::Malformed(format!("event is not JSON: {e}"))),
+        let decoded = match decode_event(line, &self.info.field_labels) {
+            Ok(d) => d,
+            Err(e) => {
+                if !matches!(e, MalformedEvent::NotJson(_)) {
+                    self.stats.events.fetch_add(1, Ordering::Relaxed);
+                }
+                return Some(WatchEnd::Malformed(e.to_string()));
+            }
         };
         self.stats.events.fetch_add(1, Ordering::Relaxed);
-        let object = || {
-            CachedObject::parse(
-                Bytes::copy_from_slice(ev.object.get().as_bytes()),
-                &self.info.field_labels,
-            )
-            .map(Arc::new)
-        };
-        match ev.kind {
-            "ADDED" | "MODIFIED" => match object() {
-                Ok(o) => self.store.apply(Change::Upsert(o)),
-                Err(e) => return Some(WatchEnd::Malformed(e.to_string())),
-            },
-            "DELETED" => match object() {
-                Ok(o) => self.store.apply(Change::Delete(o)),
-                Err(e) => return Some(WatchEnd::Malformed(e.to_string())),
-            },
-            "BOOKMARK" => {
-                let rv = serde_json::from_str::<Bookmark<'_>>(ev.object.get())
-                    .ok()
-                    .and_then(|b| b.metadata.resource_version.parse::<u64>().ok());
-                match rv {
-                    Some(rv) => self.store.apply(Change::Progress(rv)),
-                    None => {
-                        return Some(WatchEnd::Malformed(
-                            "bookmark without a numeric resourceVersion".into(),
-                        ))
-                    }
-                }
+        match decoded {
+            Decoded::Upsert(o) => self.store.apply(Change::Upsert(Arc::new(o))),
+            Decoded::Delete(o) => self.store.apply(Change::Delete(Arc::new(o))),
+            Decoded::Progress(rv) => self.store.apply(Change::Progress(rv)),
+            Decoded::Expired(message) => return Some(WatchEnd::Expired(message)),
+            Decoded::Failed { code, message } => {
+                return Some(WatchEnd::Failed(format!("watch error {code}: {message}")))
             }
-            "ERROR" => {
-                let st: ErrorStatus =
-                    serde_json::from_str(ev.object.get()).unwrap_or(ErrorStatus {
-                        code: 0,
-                        reason: String::new(),
-                        message: ev.object.get().to_string(),
-                    });
-                return Some(
-                    if st.code == 410 || st.reason == "Expired" || st.reason == "Gone" {
-                        WatchEnd::Expired(st.message)
-                    } else {
-                        WatchEnd::Failed(format!("watch error {}: {}", st.code, st.message))
-                    },
-                );
-            }
-            other => return Some(WatchEnd::Malformed(format!("unknown event type {other:?}"))),
         }
         None
     }
@@ -793,21 +750,6 @@ struct ListBookmarkMeta {
     resource_version: String,
     #[serde(default)]
     annotations: HashMap<String, String>,
-}
-
-#[derive(Deserialize)]
-struct ListPage<'a> {
-    metadata: ListMeta,
-    #[serde(borrow, default)]
-    items: Vec<&'a RawValue>,
-}
-
-#[derive(Deserialize)]
-struct ListMeta {
-    #[serde(rename = "resourceVersion", default)]
-    resource_version: String,
-    #[serde(rename = "continue", default)]
-    cont: Option<String>,
 }
 
 #[cfg(test)]

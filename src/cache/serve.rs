@@ -145,11 +145,13 @@ fn cacheable(opts: &ListOptions, verb: Verb) -> Option<(Option<u64>, Option<usiz
 }
 
 /// Field selectors are answered from the fields parsed into each object; any other field
-/// label goes upstream, which knows whether the type supports it.
+/// label goes upstream, which knows whether the type supports it. `metadata.namespace` is
+/// a field of namespaced types only (`generic.ObjectMetaFieldsSet`): on nodes or
+/// namespaces the apiserver refuses it with a 400 (found by tests/bad_input_properties.rs).
 pub fn fields_indexed(cache: &ResourceCache, opts: &ListOptions) -> bool {
     opts.field_selector.terms.iter().all(|t| {
         t.field == "metadata.name"
-            || t.field == "metadata.namespace"
+            || (t.field == "metadata.namespace" && cache.info.namespaced)
             || cache.info.field_labels.iter().any(|(l, _)| *l == t.field)
     })
 }
