@@ -1460,3 +1460,58 @@ fn the_reflector_relists_after_garbage_and_never_serves_it() {
         drop(stub);
     });
 }
+
+// ---------------------------------------------------------------------------------------
+// SPDY from port-forward clients (the simulator's side of kubectl port-forward)
+
+#[test]
+fn spdy_frames_and_header_blocks_never_panic() {
+    use watchgate::sim::spdy;
+    let syn = (
+        any::<u32>(),
+        any::<u8>(),
+        prop::collection::vec(any::<u8>(), 0..80),
+    )
+        .prop_map(|(id, flags, block)| {
+            let mut p = id.to_be_bytes().to_vec();
+            p.extend_from_slice(&[0; 6]);
+            p.extend_from_slice(&block);
+            spdy::control_frame(spdy::SYN_STREAM, flags, &p).to_vec()
+        });
+    let bytes = prop_oneof![
+        syn,
+        prop::collection::vec(any::<u8>(), 0..200),
+        // A zlib header that names SPDY's dictionary, then noise.
+        prop::collection::vec(any::<u8>(), 0..100).prop_map(|mut v| {
+            let mut z = vec![0x78, 0xf9, 0xe3, 0xc6, 0xa7, 0xc2];
+            z.append(&mut v);
+            z
+        }),
+    ];
+    TestRunner::new(config(3000))
+        .run(&(bytes, 1usize..32), |(b, cut)| {
+            let mut buf = bytes::BytesMut::new();
+            let mut inflater = spdy::HeaderInflater::default();
+            for chunk in b.chunks(cut) {
+                buf.extend_from_slice(chunk);
+                while let Ok(Some(f)) = spdy::next_frame(&mut buf) {
+                    if let spdy::Frame::Control {
+                        kind: spdy::SYN_STREAM,
+                        flags,
+                        payload,
+                    } = f
+                    {
+                        if let Ok((_, _, block)) = spdy::parse_syn_stream(flags, &payload) {
+                            if let Ok(h) = inflater.inflate(&block) {
+                                let _ = spdy::parse_header_block(&h);
+                            }
+                        }
+                    }
+                }
+            }
+            let _ = spdy::HeaderInflater::default().inflate(&b);
+            let _ = spdy::parse_header_block(&b);
+            Ok(())
+        })
+        .unwrap();
+}
