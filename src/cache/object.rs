@@ -101,9 +101,26 @@ impl CachedObject {
         }
     }
 
-    /// The memory this object holds: itself, its JSON and its parsed header (for the
-    /// watch history's byte budget).
+    /// The memory this object holds: itself, its JSON, its parsed header and the other
+    /// representations built so far (for the watch history's byte budget).
     pub fn heap_bytes(&self) -> usize {
+        let derived = self
+            .derived
+            .metadata_json
+            .get()
+            .and_then(Option::as_ref)
+            // A slice of `raw` costs nothing more.
+            .filter(|m| !self.raw.as_ptr_range().contains(&m.as_ptr()))
+            .map_or(0, Bytes::len);
+        self.resident_bytes() + derived
+    }
+
+    /// What the object holds from the moment it is parsed until it is dropped: itself,
+    /// its JSON and its parsed header. Unlike [`CachedObject::heap_bytes`] it never
+    /// changes, so the cache's byte budget can add it on insert and take it back on
+    /// removal (representations built later on demand are not counted; for built-in types
+    /// they are slices of the JSON anyway).
+    pub fn resident_bytes(&self) -> usize {
         let labels: usize = self
             .labels
             .iter()
@@ -114,15 +131,7 @@ impl CachedObject {
             .iter()
             .map(|(_, v)| std::mem::size_of::<(&str, Box<str>)>() + v.len())
             .sum();
-        let derived = self
-            .derived
-            .metadata_json
-            .get()
-            .and_then(Option::as_ref)
-            // A slice of `raw` costs nothing more.
-            .filter(|m| !self.raw.as_ptr_range().contains(&m.as_ptr()))
-            .map_or(0, Bytes::len);
-        std::mem::size_of::<Self>() + self.raw.len() + self.key.len() + labels + fields + derived
+        std::mem::size_of::<Self>() + self.raw.len() + self.key.len() + labels + fields
     }
 
     /// The object's `metadata` as `PartialObjectMetadata` carries it in JSON

@@ -50,7 +50,7 @@
 //! with jitter so that a sick apiserver is not hammered.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -62,11 +62,12 @@ use rand::Rng;
 use serde::Deserialize;
 use tokio::sync::watch;
 
+use super::budget::{ByteBudget, OverBudget};
 use super::events::{decode_event, Decoded, ErrorStatus, LineSplitter, MalformedEvent, RawEvent};
 use super::list_page::{decode_page, BodyFormat};
 use super::object::CachedObject;
 use super::resource::ResourceInfo;
-use super::store::{Change, Snapshot, Store};
+use super::store::{entry_bytes, Change, Snapshot, Store};
 use crate::body;
 use crate::upstream::Upstream;
 
@@ -177,6 +178,8 @@ enum WatchEnd {
     Failed(String),
     /// An event could not be understood: relist so that nothing is lost.
     Malformed(String),
+    /// The cache outgrew its byte budget: stop caching the resource.
+    OverBudget(OverBudget),
 }
 
 /// The state machine's states (see the module docs).
@@ -187,6 +190,8 @@ enum Step {
     Watch(u64),
     /// Keep reading an open watch (the watch-list's stream after its initial events).
     Follow(EventStream),
+    /// The resource does not fit the byte budget: the reflector stops (`Reflector::drop_cache`).
+    Dropped(OverBudget),
 }
 
 /// Why a state is being built: logged once it is in place, so that a relist is one line
@@ -216,7 +221,27 @@ enum WatchListFailure {
     Unsupported(String),
     /// A transient failure: a paged list this time, watch-list again next time.
     Failed(String),
+    /// The initial events outgrew the byte budget.
+    OverBudget(OverBudget),
 }
+
+/// Why a paged list produced no state.
+#[derive(Debug)]
+enum ListError {
+    /// The upstream failed or sent garbage: retry after a backoff.
+    Failed(String),
+    /// The pages read so far outgrow the byte budget.
+    OverBudget(OverBudget),
+}
+
+impl From<String> for ListError {
+    fn from(s: String) -> Self {
+        ListError::Failed(s)
+    }
+}
+
+/// What the registry does when a reflector drops its cache for its size.
+pub type OnDrop = Arc<dyn Fn(OverBudget) + Send + Sync>;
 
 /// An open upstream watch, read line by line. Counted in
 /// [`ReflectorStats::watches_open`] from creation to drop.
@@ -293,6 +318,10 @@ pub struct Reflector {
     synced: watch::Sender<bool>,
     stats: Arc<ReflectorStats>,
     config: ReflectorConfig,
+    /// The caches' byte budget, and what this cache holds of it (committed).
+    budget: Arc<ByteBudget>,
+    held: AtomicUsize,
+    on_drop: Option<OnDrop>,
 }
 
 impl Reflector {
@@ -310,7 +339,17 @@ impl Reflector {
             synced,
             stats,
             config: ReflectorConfig::default(),
+            budget: Arc::new(ByteBudget::default()),
+            held: AtomicUsize::new(0),
+            on_drop: None,
         }
+    }
+
+    /// Holds the cache to `budget`; `on_drop` runs if it stops caching for its size.
+    pub fn with_budget(mut self, budget: Arc<ByteBudget>, on_drop: OnDrop) -> Self {
+        self.budget = budget;
+        self.on_drop = Some(on_drop);
+        self
     }
 
     pub fn with_config(mut self, config: ReflectorConfig) -> Self {
@@ -340,6 +379,10 @@ impl Reflector {
                     drop(stream);
                     self.after_watch(end, &mut backoff).await
                 }
+                Step::Dropped(why) => {
+                    self.drop_cache(why);
+                    return;
+                }
             };
         }
     }
@@ -365,10 +408,13 @@ impl Reflector {
             match self.watch_list().await {
                 Ok((snapshot, stream)) => {
                     self.stats.watch_lists.fetch_add(1, Ordering::Relaxed);
-                    self.install(snapshot, started, "watch-list", &cause);
+                    if let Err(why) = self.install(snapshot, started, "watch-list", &cause) {
+                        return Step::Dropped(why);
+                    }
                     backoff.reset();
                     return Step::Follow(stream);
                 }
+                Err(WatchListFailure::OverBudget(why)) => return Step::Dropped(why),
                 Err(WatchListFailure::Unsupported(msg)) => {
                     self.stats
                         .watch_list_fallbacks
@@ -386,11 +432,14 @@ impl Reflector {
         }
         match self.list().await {
             Ok(snapshot) => {
-                self.install(snapshot, started, "list", &cause);
+                if let Err(why) = self.install(snapshot, started, "list", &cause) {
+                    return Step::Dropped(why);
+                }
                 backoff.reset();
                 Step::Watch(self.store.resource_version())
             }
-            Err(err) => {
+            Err(ListError::OverBudget(why)) => Step::Dropped(why),
+            Err(ListError::Failed(err)) => {
                 self.stats.errors.fetch_add(1, Ordering::Relaxed);
                 let delay = backoff.next_delay();
                 let what = match cause {
@@ -406,7 +455,15 @@ impl Reflector {
 
     /// Replaces the store's state with a complete new snapshot, in one step, and logs it:
     /// the start-up's "synced …" progress line, or a relist's one line with its reason.
-    fn install(&self, snapshot: Snapshot, started: Instant, via: &'static str, cause: &SyncCause) {
+    /// A snapshot the byte budget cannot hold is not installed.
+    fn install(
+        &self,
+        snapshot: Snapshot,
+        started: Instant,
+        via: &'static str,
+        cause: &SyncCause,
+    ) -> Result<(), OverBudget> {
+        self.commit(snapshot.heap)?;
         let (n, rv) = (snapshot.len(), snapshot.resource_version);
         let bytes = snapshot.bytes;
         self.store.replace(snapshot);
@@ -442,6 +499,40 @@ impl Reflector {
                 "relisted {what} after {reason}"
             ),
         }
+        Ok(())
+    }
+
+    /// Moves this cache's share of the byte budget to `heap`, if it fits.
+    fn commit(&self, heap: usize) -> Result<(), OverBudget> {
+        let held = self.held.load(Ordering::Relaxed);
+        self.budget.try_commit(held, heap)?;
+        self.held.store(heap, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Stops caching the resource: it does not fit the byte budget. Its watchers end (and
+    /// resume through the upstream), its share of the budget is given back, and the
+    /// registry forwards its requests from now on (kubernetes/kubernetes#142062 asks the
+    /// apiserver for the same).
+    fn drop_cache(&self, why: OverBudget) {
+        let held = self.held.swap(0, Ordering::Relaxed);
+        self.budget.release(held);
+        self.synced.send_replace(false);
+        self.store.hub().shutdown();
+        let r = self.budget.config.retry_after;
+        let retry = if r.as_secs() >= 60 && r.as_secs() % 60 == 0 {
+            format!("{}m", r.as_secs() / 60)
+        } else {
+            crate::logging::seconds(r)
+        };
+        tracing::warn!(
+            resource = %self.info.resource, group = %self.info.group, reason = why.reason(),
+            "not caching {}: {why}; its requests are forwarded (caching is tried again on a request after {retry})",
+            self.info.resource
+        );
+        if let Some(f) = &self.on_drop {
+            f(why);
+        }
     }
 
     /// What follows the end of a watch.
@@ -471,6 +562,7 @@ impl Reflector {
                     anomaly: true,
                 })
             }
+            WatchEnd::OverBudget(why) => Step::Dropped(why),
             WatchEnd::Failed(msg) => {
                 self.stats.errors.fetch_add(1, Ordering::Relaxed);
                 let delay = backoff.next_delay();
@@ -499,7 +591,7 @@ impl Reflector {
     }
 
     /// Reads the whole collection, page by page, into a new snapshot.
-    async fn list(&self) -> Result<Snapshot, String> {
+    async fn list(&self) -> Result<Snapshot, ListError> {
         self.stats.lists.fetch_add(1, Ordering::Relaxed);
         let base = self.info.collection_path();
         let mut snapshot = Snapshot::default();
@@ -515,10 +607,10 @@ impl Reflector {
             };
             let (status, bytes) = self.get(format!("{base}?{query}")).await?;
             if !status.is_success() {
-                return Err(format!(
+                return Err(ListError::Failed(format!(
                     "list returned {status}: {}",
                     String::from_utf8_lossy(&bytes[..bytes.len().min(512)])
-                ));
+                )));
             }
             let page = decode_page(BodyFormat::Json, &bytes, &self.info.field_labels)
                 .map_err(|e| e.to_string())?;
@@ -531,6 +623,11 @@ impl Reflector {
                 self.stats.malformed_objects.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(resource = %self.info.resource, error = %err, "skipping malformed object in list");
             }
+            // A list too large for the budget is given up as soon as it is known to be:
+            // the whole of it is never held.
+            self.budget
+                .check(self.held.load(Ordering::Relaxed), snapshot.heap)
+                .map_err(ListError::OverBudget)?;
             // Every page of a paged list is served at the first page's resourceVersion.
             snapshot.resource_version = page.resource_version;
             match page.continue_token {
@@ -629,6 +726,10 @@ impl Reflector {
         // A temporary map, like client-go's temporaryStore: only the complete state
         // reaches the store.
         let mut objects: BTreeMap<Box<str>, Arc<CachedObject>> = BTreeMap::new();
+        // What `objects` holds as the byte budget counts it: checked as it grows, so an
+        // initial state too large for the budget is given up before all of it is held.
+        let mut heap = 0usize;
+        let held = self.held.load(Ordering::Relaxed);
         let mut deadline = tokio::time::Instant::now() + idle;
         loop {
             let line = match tokio::time::timeout_at(deadline, stream.next_line()).await {
@@ -659,7 +760,13 @@ impl Reflector {
                     deadline = tokio::time::Instant::now() + idle;
                     match parsed() {
                         Ok(o) => {
-                            objects.insert(o.key.clone(), Arc::new(o));
+                            heap += entry_bytes(&o);
+                            if let Some(old) = objects.insert(o.key.clone(), Arc::new(o)) {
+                                heap -= entry_bytes(&old);
+                            }
+                            self.budget
+                                .check(held, heap)
+                                .map_err(WatchListFailure::OverBudget)?;
                         }
                         // As for a list item: skipped, counted, logged.
                         Err(err) => {
@@ -674,7 +781,9 @@ impl Reflector {
                         self.stats.malformed_objects.fetch_add(1, Ordering::Relaxed);
                         Failed(format!("malformed DELETED event: {e}"))
                     })?;
-                    objects.remove(&o.key);
+                    if let Some(old) = objects.remove(&o.key) {
+                        heap -= entry_bytes(&old);
+                    }
                 }
                 "BOOKMARK" => {
                     let b: ListBookmark = serde_json::from_str(ev.object.get())
@@ -726,8 +835,17 @@ impl Reflector {
         };
         self.stats.events.fetch_add(1, Ordering::Relaxed);
         match decoded {
-            Decoded::Upsert(o) => self.store.apply(Change::Upsert(Arc::new(o))),
-            Decoded::Delete(o) => self.store.apply(Change::Delete(Arc::new(o))),
+            Decoded::Upsert(o) => {
+                self.store.apply(Change::Upsert(Arc::new(o)));
+                // The change is in; a cache it takes over the budget is dropped whole.
+                if let Err(why) = self.commit(self.store.snapshot().heap) {
+                    return Some(WatchEnd::OverBudget(why));
+                }
+            }
+            Decoded::Delete(o) => {
+                self.store.apply(Change::Delete(Arc::new(o)));
+                let _ = self.commit(self.store.snapshot().heap);
+            }
             Decoded::Progress(rv) => self.store.apply(Change::Progress(rv)),
             Decoded::Expired(message) => return Some(WatchEnd::Expired(message)),
             Decoded::Failed { code, message } => {
