@@ -137,6 +137,19 @@ async fn paths_are_matched_as_the_apiserver_matches_them() {
             "upstream",
             "\"name\":\"b\"",
         ),
+        // A namespaced type has no route by name outside a namespace.
+        (
+            "/api/v1/pods/a?resourceVersion=0",
+            404,
+            "upstream",
+            "the server could not find the requested resource",
+        ),
+        (
+            "/api/v1/watch/pods/a?resourceVersion=0",
+            404,
+            "upstream",
+            "the server could not find the requested resource",
+        ),
         // Names the storage layer refuses, and an empty {name}.
         (
             "/api/v1/namespaces/ns1/pods/..?resourceVersion=0",
@@ -190,6 +203,31 @@ async fn paths_are_matched_as_the_apiserver_matches_them() {
     let resp = raw::h1_get(gw_addr, "/api/v1/pods/?watch=1&resourceVersion=0").await;
     assert_eq!(resp.status(), 200);
     assert_eq!(resp.headers()["x-watchgate-source"], "cache");
+}
+
+#[tokio::test]
+async fn the_all_namespaces_path_takes_only_list_and_watch() {
+    let sim = watchgate::sim::start(cluster_config()).await.unwrap();
+    let gw = gateway(&sim.url()).await;
+    for base in [sim.url(), gw.url()] {
+        let http = support::Http::new(&base);
+        for resp in [
+            http.post_json(
+                "/api/v1/pods",
+                &json!({"metadata": {"name": "x", "namespace": "ns1"}}),
+            )
+            .await,
+            http.delete("/api/v1/pods").await,
+        ] {
+            assert_eq!(resp.status, 405, "{base}");
+            assert_eq!(
+                resp.json(),
+                json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                       "message": "the server does not allow this method on the requested resource",
+                       "reason": "MethodNotAllowed", "details": {}, "code": 405})
+            );
+        }
+    }
 }
 
 #[tokio::test]

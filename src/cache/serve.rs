@@ -95,6 +95,11 @@ pub async fn try_serve(registry: &Arc<Registry>, req: &Parsed) -> Option<Respons
     if plan.namespace.is_some() && !cache.info.namespaced && !own_namespace {
         return None;
     }
+    // Nor has a namespaced one a route by name outside a namespace (`/api/v1/pods/a`):
+    // the upstream's 404 too (src/apipath.rs).
+    if plan.name.is_some() && plan.namespace.is_none() && cache.info.namespaced {
+        return None;
+    }
     if !fields_indexed(&cache, &plan.opts) {
         return None;
     }

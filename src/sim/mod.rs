@@ -381,8 +381,24 @@ pub async fn handle(sim: Arc<Sim>, req: Request<Incoming>) -> Response<Body> {
             .as_deref()
             .is_some_and(|s| !rt.subresources.contains(&s))
         || (rp.legacy_watch && !matches!(*req.method(), Method::GET | Method::HEAD))
+        // A namespaced type has no route by name outside a namespace (`/api/v1/pods/a`).
+        || (rt.namespaced && rp.namespace.is_none() && rp.name.is_some())
     {
         return Status::path_not_found().into_response();
+    }
+    // Its all-namespaces path (`/api/v1/pods`) has routes for list and watch only:
+    // go-restful's 405 for anything else.
+    if rt.namespaced
+        && rp.namespace.is_none()
+        && !matches!(*req.method(), Method::GET | Method::HEAD)
+    {
+        let mut s = Status::new(
+            405,
+            "MethodNotAllowed",
+            "the server does not allow this method on the requested resource",
+        );
+        s.with_details = true;
+        return s.into_response();
     }
     if let Some(status) = path_parameters(&rp, api.verb) {
         return status.into_response();

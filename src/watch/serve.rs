@@ -79,7 +79,11 @@ pub async fn try_watch(registry: &Arc<Registry>, req: &Parsed) -> Option<Respons
         return None;
     }
     let own_namespace = rp.group.is_empty() && rp.resource == "namespaces";
-    if rp.namespace.is_some() && !cache.info.namespaced && !own_namespace {
+    // Paths with no route: a cluster-scoped type under a namespace, a namespaced one by
+    // name outside a namespace (`/api/v1/watch/pods/a`). The upstream's 404 to give.
+    if (rp.namespace.is_some() && !cache.info.namespaced && !own_namespace)
+        || (rp.name.is_some() && rp.namespace.is_none() && cache.info.namespaced)
+    {
         return None;
     }
     if !fields_indexed(&cache, &opts) {
