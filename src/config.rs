@@ -65,6 +65,16 @@ pub struct ServeArgs {
     /// Forward every request; serve nothing from the cache.
     #[arg(long)]
     pub disable_cache: bool,
+    /// The byte budget of all caches together (their objects' JSON, parsed headers and
+    /// map entries; the watch histories are apart). A resource that would take the caches
+    /// past it is not cached, or stops being cached, and its requests are forwarded; it is
+    /// tried again on a request 10 minutes later. 0 = no limit. Accepts Ki, Mi and Gi suffixes
+    #[arg(long, default_value = "0", value_parser = parse_bytes, value_name = "BYTES")]
+    pub cache_max_bytes: usize,
+    /// The byte budget of any one resource's cache, counted the same way; a resource over
+    /// it is forwarded instead. 0 = no limit. Accepts Ki, Mi and Gi suffixes
+    #[arg(long, default_value = "0", value_parser = parse_bytes, value_name = "BYTES")]
+    pub cache_max_resource_bytes: usize,
     /// How long watch events stay in each resource's history, so that clients resuming
     /// from a recent resourceVersion continue instead of relisting (kube-apiserver: ~75 s).
     #[arg(long, default_value = "5m", value_parser = parse_duration)]
@@ -196,6 +206,8 @@ pub struct GatewayConfig {
     pub upstream_response_timeout: Duration,
     /// Which resources are cached; `None` forwards everything.
     pub cache: Option<crate::cache::registry::CachePolicy>,
+    /// How many bytes the caches may hold (`--cache-max-bytes`, `--cache-max-resource-bytes`).
+    pub cache_budget: crate::cache::budget::BudgetConfig,
     /// How downstream watches are served from the cache (history window, bookmarks).
     pub watch: crate::watch::WatchConfig,
     /// Concurrent streams per HTTP/2 connection on the API listener.
@@ -267,6 +279,7 @@ impl GatewayConfig {
             upstream_connect_timeout: Duration::from_secs(5),
             upstream_response_timeout: Duration::from_secs(70),
             cache: Some(Default::default()),
+            cache_budget: Default::default(),
             watch: Default::default(),
             http2_max_streams: 1000,
             write_stall_timeout: Some(crate::watch::DEFAULT_STALL_TIMEOUT),
@@ -299,6 +312,11 @@ impl GatewayConfig {
                 prewarm: args.cache.clone(),
                 exclude: args.no_cache.clone(),
             }),
+            cache_budget: crate::cache::budget::BudgetConfig {
+                max_bytes: args.cache_max_bytes,
+                max_resource_bytes: args.cache_max_resource_bytes,
+                ..Default::default()
+            },
             watch: crate::watch::WatchConfig {
                 history_window: args.watch_history_window,
                 history_bytes: args.watch_history_bytes,
@@ -488,6 +506,8 @@ mod tests {
             cache: vec![],
             no_cache: vec![],
             disable_cache: false,
+            cache_max_bytes: 0,
+            cache_max_resource_bytes: 0,
             watch_history_window: Duration::from_secs(300),
             watch_history_bytes: 1 << 20,
             watch_bookmark_interval: Duration::from_secs(60),
@@ -569,6 +589,8 @@ mod tests {
             cache: vec![],
             no_cache: vec![],
             disable_cache: false,
+            cache_max_bytes: 0,
+            cache_max_resource_bytes: 0,
             watch_history_window: Duration::from_secs(300),
             watch_history_bytes: 1 << 20,
             watch_bookmark_interval: Duration::from_secs(60),

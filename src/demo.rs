@@ -179,39 +179,48 @@ fn get(uri: &str, token: Option<&str>) -> anyhow::Result<http::Request<Empty<byt
     Ok(req.body(Empty::new())?)
 }
 
-/// The name and namespace of one seeded pod, for the examples (best effort).
-async fn some_pod(url: &str, token: Option<&str>) -> Option<(String, String)> {
-    let client = Client::builder(TokioExecutor::new()).build_http::<Empty<bytes::Bytes>>();
-    let req = get(&format!("{url}/api/v1/pods?limit=1"), token).ok()?;
-    let resp = client.request(req).await.ok()?;
-    let body = resp.into_body().collect().await.ok()?.to_bytes();
-    let v: serde_json::Value = serde_json::from_slice(&body).ok()?;
-    let meta = &v["items"][0]["metadata"];
-    Some((
-        meta["namespace"].as_str()?.to_string(),
-        meta["name"].as_str()?.to_string(),
-    ))
+/// The pod the printed examples use: the first seeded pod, `pod-0`. Churn updates seeded
+/// pods but deletes only the `churn-N` pods it created itself, so this one exists for as
+/// long as the demo runs (unless someone deletes it); it is bound to a node and Running,
+/// which `logs`, `exec` and `port-forward` need. `None` when no pods are seeded.
+pub fn example_pod(args: &DemoArgs) -> Option<(String, String)> {
+    let spec = args.seed_spec();
+    (spec.pods > 0).then(|| (spec.namespace_of(0), "pod-0".to_string()))
 }
 
-/// What to type, printed once everything is up.
-fn instructions(args: &DemoArgs, demo: &Demo, pod: Option<(String, String)>) -> String {
+/// The local port the printed port-forward example listens on.
+pub const EXAMPLE_LOCAL_PORT: u16 = 18080;
+
+/// What to type, printed once everything is up (tests/kubectl_demo.rs runs every
+/// `kubectl` line of it).
+pub fn instructions(args: &DemoArgs, demo: &Demo) -> String {
     let url = demo.url();
-    let (ns, name) = pod.unwrap_or_else(|| ("<namespace>".into(), "<pod>".into()));
     if args.secure {
         return secure_instructions(&url, demo);
     }
     let k = format!("kubectl --server {url}");
+    let mut examples = vec![
+        format!("{k} get pods -A -w"),
+        format!("{k} get nodes"),
+        format!("{k} get deployments,services,configmaps -A"),
+        format!("{k} get --raw /apis"),
+    ];
+    if let Some((ns, name)) = example_pod(args) {
+        let local = EXAMPLE_LOCAL_PORT;
+        examples.extend([
+            format!("{k} logs -f -n {ns} {name}"),
+            format!("echo hello | {k} exec -i -n {ns} {name} -- cat"),
+            format!("{k} port-forward -n {ns} pod/{name} {local}:8080"),
+            format!("curl http://127.0.0.1:{local}/    # while port-forward runs"),
+        ]);
+    }
+    let examples: String = examples.iter().map(|e| format!("\n  {e}")).collect();
     format!(
         "\nwatchgate demo is running.\n\
          \n  simulated apiserver  {sim} ({pods} pods of ~{size} B, {nodes} nodes, {churn} writes/s)\
          \n  gateway              {url} (admin: http://{admin}/healthz)\n\
          \nIn another terminal (kubectl 1.37 is in .venv/bin after ./scripts/test):\n\
-         \n  {k} get pods -A -w\
-         \n  {k} get nodes\
-         \n  {k} get deployments,services,configmaps -A\
-         \n  {k} get --raw /apis\
-         \n  {k} logs -f -n {ns} {name}\
-         \n  echo hello | {k} exec -i -n {ns} {name} -- cat\n\
+         {examples}\n\
          \nCtrl-C stops the demo.\n",
         sim = demo.sim.url(),
         pods = args.pods,
@@ -253,8 +262,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
     let demo = start(&args).await?;
-    let pod = some_pod(&demo.url(), demo.token).await;
-    println!("{}", instructions(&args, &demo, pod));
+    println!("{}", instructions(&args, &demo));
 
     tokio::select! {
         _ = int.recv() => {}

@@ -7,6 +7,7 @@
 //! [`table`] and [`partial_metadata`] are shared by both: how an answer is negotiated and
 //! rendered (Tables, PartialObjectMetadata) the way kube-apiserver does it.
 
+pub mod apipath;
 pub mod auth;
 pub mod body;
 pub mod cache;

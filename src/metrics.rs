@@ -45,6 +45,10 @@ pub const CACHE_SYNC_DURATION: &str = "watchgate_cache_sync_duration_seconds";
 pub const CACHE_RESOURCE_VERSION: &str = "watchgate_cache_resource_version";
 pub const CACHE_SYNCED: &str = "watchgate_cache_synced";
 pub const CACHE_EVENTS_TOTAL: &str = "watchgate_cache_events_total";
+pub const CACHE_BUDGET_USED: &str = "watchgate_cache_budget_used_bytes";
+pub const CACHE_BUDGET_LIMIT: &str = "watchgate_cache_budget_limit_bytes";
+pub const CACHE_OVER_BUDGET: &str = "watchgate_cache_over_budget";
+pub const CACHE_DROPPED_TOTAL: &str = "watchgate_cache_dropped_total";
 pub const REFLECTOR_LISTS_TOTAL: &str = "watchgate_reflector_lists_total";
 pub const REFLECTOR_RELISTS_TOTAL: &str = "watchgate_reflector_relists_total";
 pub const REFLECTOR_RESTARTS_TOTAL: &str = "watchgate_reflector_restarts_total";
@@ -230,6 +234,24 @@ fn describe() {
         CACHE_EVENTS_TOTAL,
         "Watch events a resource's reflector applied to the cache."
     );
+    describe_gauge!(
+        CACHE_BUDGET_USED,
+        Unit::Bytes,
+        "What a resource's cache holds as the byte budget counts it (objects' JSON, parsed headers, map entries)."
+    );
+    describe_gauge!(
+        CACHE_BUDGET_LIMIT,
+        Unit::Bytes,
+        "The byte budget: scope=total is --cache-max-bytes, scope=resource --cache-max-resource-bytes (0: no limit)."
+    );
+    describe_gauge!(
+        CACHE_OVER_BUDGET,
+        "1 while a resource is not cached because it did not fit the byte budget (its requests are forwarded), 0 while it is cached."
+    );
+    describe_counter!(
+        CACHE_DROPPED_TOTAL,
+        "Times a resource was not cached, or stopped being cached, for its size, by reason: resource_budget or total_budget."
+    );
     describe_counter!(
         REFLECTOR_LISTS_TOTAL,
         "Upstream lists a reflector made (the first one and every relist)."
@@ -272,6 +294,18 @@ pub fn render(registry: Option<&Registry>) -> String {
 /// process (tests) a counter shows the larger of their totals, and a gauge whatever the
 /// last refresh set: such tests give each gateway its own resource.
 fn refresh_cache_metrics(registry: &Registry) {
+    let budget = registry.budget();
+    gauge!(CACHE_BUDGET_LIMIT, "scope" => "total").set(budget.config.max_bytes as f64);
+    gauge!(CACHE_BUDGET_LIMIT, "scope" => "resource").set(budget.config.max_resource_bytes as f64);
+    for d in registry.dropped() {
+        let (g, r) = (d.info.group.clone(), d.info.resource.clone());
+        gauge!(CACHE_OVER_BUDGET, "group" => g.clone(), "resource" => r.clone()).set(1.0);
+        gauge!(CACHE_BUDGET_USED, "group" => g, "resource" => r).set(0.0);
+    }
+    for ((g, r, reason), n) in registry.drop_counts() {
+        counter!(CACHE_DROPPED_TOTAL, "group" => g, "resource" => r, "reason" => reason)
+            .absolute(n);
+    }
     for c in registry.caches() {
         let g = c.info.group.clone();
         let r = c.info.resource.clone();
@@ -284,6 +318,9 @@ fn refresh_cache_metrics(registry: &Registry) {
             .set(snapshot.len() as f64);
         gauge!(CACHE_BYTES, "group" => g.clone(), "resource" => r.clone())
             .set(snapshot.bytes as f64);
+        gauge!(CACHE_BUDGET_USED, "group" => g.clone(), "resource" => r.clone())
+            .set(snapshot.heap as f64);
+        gauge!(CACHE_OVER_BUDGET, "group" => g.clone(), "resource" => r.clone()).set(0.0);
         gauge!(CACHE_RESOURCE_VERSION, "group" => g.clone(), "resource" => r.clone())
             .set(c.store.resource_version() as f64);
         gauge!(CACHE_SYNCED, "group" => g.clone(), "resource" => r.clone()).set(if c.is_synced() {

@@ -1,9 +1,13 @@
 //! Parsing the upstream's watch stream: newline-delimited JSON events, split from body
-//! frames that need not align with lines.
+//! frames that need not align with lines ([`LineSplitter`]), each decoded into what the
+//! reflector does with it ([`decode_event`]). Both are pure, so that every input an
+//! upstream can send is property-tested (tests/bad_input_properties.rs).
 
 use bytes::{Buf, Bytes, BytesMut};
 use serde::Deserialize;
 use serde_json::value::RawValue;
+
+use super::object::{CachedObject, ObjectError};
 
 /// The longest single event accepted. kube-apiserver limits objects to about 1.5 MiB in
 /// etcd; anything far beyond that is a broken stream, and the bound keeps memory bounded.
@@ -13,6 +17,9 @@ pub const MAX_EVENT_BYTES: usize = 64 * 1024 * 1024;
 #[derive(Default)]
 pub struct LineSplitter {
     buf: BytesMut,
+    /// How much of `buf` is known to hold no newline: a long line arriving in many small
+    /// frames is scanned once, not once per frame.
+    scanned: usize,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -24,13 +31,15 @@ impl LineSplitter {
     pub fn push(&mut self, frame: Bytes) -> Result<Vec<Bytes>, EventTooLarge> {
         self.buf.extend_from_slice(&frame);
         let mut lines = Vec::new();
-        while let Some(pos) = self.buf.iter().position(|&b| b == b'\n') {
-            let line = self.buf.split_to(pos).freeze();
+        while let Some(at) = memchr::memchr(b'\n', &self.buf[self.scanned..]) {
+            let line = self.buf.split_to(self.scanned + at).freeze();
             self.buf.advance(1);
+            self.scanned = 0;
             if !line.iter().all(u8::is_ascii_whitespace) {
                 lines.push(line);
             }
         }
+        self.scanned = self.buf.len();
         if self.buf.len() > MAX_EVENT_BYTES {
             return Err(EventTooLarge);
         }
@@ -117,6 +126,83 @@ pub struct Bookmark<'a> {
 pub struct BookmarkMeta<'a> {
     #[serde(rename = "resourceVersion", borrow)]
     pub resource_version: std::borrow::Cow<'a, str>,
+}
+
+/// What one watch event asks of the cache.
+#[derive(Debug)]
+pub enum Decoded {
+    /// ADDED or MODIFIED: the object's new state.
+    Upsert(CachedObject),
+    /// DELETED: the object's last state.
+    Delete(CachedObject),
+    /// BOOKMARK: the upstream has reached this resourceVersion.
+    Progress(u64),
+    /// An ERROR event saying the resourceVersion is gone (410 Expired or Gone): relist.
+    Expired(String),
+    /// An ERROR event saying the upstream is behind the requested resourceVersion ("Too
+    /// large resource version"): try again, never relist.
+    Behind(ErrorStatus),
+    /// Any other ERROR event: the watch failed; resume after a backoff.
+    Failed { code: u16, message: String },
+}
+
+/// A line of a watch stream that is not an event the cache can apply: the reflector
+/// relists rather than guess.
+#[derive(Debug, thiserror::Error)]
+pub enum MalformedEvent {
+    #[error("event is not JSON: {0}")]
+    NotJson(#[source] serde_json::Error),
+    #[error("{0}")]
+    Object(#[from] ObjectError),
+    #[error("bookmark without a numeric resourceVersion")]
+    Bookmark,
+    #[error("unknown event type {0:?}")]
+    UnknownType(String),
+}
+
+/// Decodes one line of an upstream watch (JSON: `{"type":…,"object":…}`).
+/// `field_labels` are the type's field-selector labels (see [`CachedObject::parse`]).
+pub fn decode_event(
+    line: &[u8],
+    field_labels: &[(&'static str, &'static str)],
+) -> Result<Decoded, MalformedEvent> {
+    let ev: RawEvent<'_> = serde_json::from_slice(line).map_err(MalformedEvent::NotJson)?;
+    let object = || {
+        CachedObject::parse(
+            Bytes::copy_from_slice(ev.object.get().as_bytes()),
+            field_labels,
+        )
+    };
+    Ok(match ev.kind {
+        "ADDED" | "MODIFIED" => Decoded::Upsert(object()?),
+        "DELETED" => Decoded::Delete(object()?),
+        "BOOKMARK" => {
+            let rv = serde_json::from_str::<Bookmark<'_>>(ev.object.get())
+                .ok()
+                .and_then(|b| crate::request::parse_uint(&b.metadata.resource_version).ok())
+                .ok_or(MalformedEvent::Bookmark)?;
+            Decoded::Progress(rv)
+        }
+        "ERROR" => {
+            let st: ErrorStatus =
+                serde_json::from_str(ev.object.get()).unwrap_or_else(|_| ErrorStatus {
+                    message: ev.object.get().to_string(),
+                    ..Default::default()
+                });
+            if st.code == 410 || st.reason == "Expired" || st.reason == "Gone" {
+                Decoded::Expired(st.message)
+            } else if st.is_too_large_resource_version() {
+                // A lagging apiserver: retried (elsewhere), never relisted.
+                Decoded::Behind(st)
+            } else {
+                Decoded::Failed {
+                    code: st.code,
+                    message: st.message,
+                }
+            }
+        }
+        other => return Err(MalformedEvent::UnknownType(other.to_string())),
+    })
 }
 
 #[cfg(test)]

@@ -107,9 +107,26 @@ impl CachedObject {
         }
     }
 
-    /// The memory this object holds: itself, its JSON and its parsed header (for the
-    /// watch history's byte budget).
+    /// The memory this object holds: itself, its JSON, its parsed header and the other
+    /// representations built so far (for the watch history's byte budget).
     pub fn heap_bytes(&self) -> usize {
+        let derived = self
+            .derived
+            .metadata_json
+            .get()
+            .and_then(Option::as_ref)
+            // A slice of `raw` costs nothing more.
+            .filter(|m| !self.raw.as_ptr_range().contains(&m.as_ptr()))
+            .map_or(0, Bytes::len);
+        self.resident_bytes() + derived
+    }
+
+    /// What the object holds from the moment it is parsed until it is dropped: itself,
+    /// its JSON and its parsed header. Unlike [`CachedObject::heap_bytes`] it never
+    /// changes, so the cache's byte budget can add it on insert and take it back on
+    /// removal (representations built later on demand are not counted; for built-in types
+    /// they are slices of the JSON anyway).
+    pub fn resident_bytes(&self) -> usize {
         let labels: usize = self
             .labels
             .iter()
@@ -135,9 +152,7 @@ impl CachedObject {
                 .map_or(0, Bytes::len)
         };
         let proto = d.proto.get().and_then(Option::as_ref);
-        own(&d.metadata_json, Some(&self.raw))
-            + own(&d.proto, None)
-            + own(&d.metadata_proto, proto)
+        own(&d.metadata_json, Some(&self.raw)) + own(&d.proto, None) + own(&d.metadata_proto, proto)
     }
 
     /// The object's protobuf message (bare, not enveloped) as type `ty`, built once.
@@ -285,12 +300,15 @@ impl CachedObject {
     ) -> Result<(Box<str>, usize, u64, Uid, Box<[(Box<str>, Box<str>)]>), ObjectError> {
         let header: Header<'_> = serde_json::from_slice(raw)?;
         let meta = header.metadata.ok_or(ObjectError::MissingName)?;
-        let name = meta.name.ok_or(ObjectError::MissingName)?;
+        // An empty name names nothing (the apiserver never sends one).
+        let name = meta
+            .name
+            .filter(|n| !n.is_empty())
+            .ok_or(ObjectError::MissingName)?;
         let rv_text = meta
             .resource_version
             .ok_or(ObjectError::MissingResourceVersion)?;
-        let resource_version = rv_text
-            .parse::<u64>()
+        let resource_version = crate::request::parse_uint(&rv_text)
             .map_err(|_| ObjectError::BadResourceVersion(rv_text.to_string()))?;
         let ns = meta.namespace.unwrap_or_default();
         let key: Box<str> = if ns.is_empty() {
@@ -448,6 +466,22 @@ mod tests {
         assert_eq!(o.field("status.phase"), Some("Running"));
         assert_eq!(o.field("spec.hostNetwork"), Some("false"));
         assert_eq!(o.field("metadata.namespace"), Some("prod"));
+    }
+
+    #[test]
+    fn names_and_resource_versions_must_be_real() {
+        let parse =
+            |meta: &str| CachedObject::parse(Bytes::from(format!(r#"{{"metadata":{meta}}}"#)), &[]);
+        assert!(matches!(
+            parse(r#"{"name":"","resourceVersion":"1"}"#),
+            Err(ObjectError::MissingName)
+        ));
+        // Go's ParseUint takes no sign.
+        assert!(matches!(
+            parse(r#"{"name":"a","resourceVersion":"+1"}"#),
+            Err(ObjectError::BadResourceVersion(_))
+        ));
+        assert!(parse(r#"{"name":"a","resourceVersion":"1"}"#).is_ok());
     }
 
     #[test]

@@ -61,7 +61,7 @@
 //! that is only a delay.)
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -70,13 +70,14 @@ use http::{Method, Request, StatusCode};
 use http_body_util::{BodyExt, Limited};
 use rand::Rng;
 use serde::Deserialize;
-use serde_json::value::RawValue;
 use tokio::sync::watch;
 
-use super::events::{Bookmark, ErrorStatus, LineSplitter, RawEvent};
+use super::budget::{ByteBudget, OverBudget};
+use super::events::{decode_event, Decoded, ErrorStatus, LineSplitter, MalformedEvent, RawEvent};
+use super::list_page::{decode_page, BodyFormat};
 use super::object::CachedObject;
 use super::resource::ResourceInfo;
-use super::store::{Change, Snapshot, Store};
+use super::store::{entry_bytes, Change, Snapshot, Store};
 use crate::body;
 use crate::upstream::{Internal, Served, Upstream, UpstreamBody};
 
@@ -192,6 +193,8 @@ enum WatchEnd {
     Malformed(String),
     /// The upstream endpoint is behind what the cache has seen: try again (elsewhere).
     Behind(Behind),
+    /// The cache outgrew its byte budget: stop caching the resource.
+    OverBudget(OverBudget),
 }
 
 /// An upstream endpoint that answered from behind the cache's resourceVersion.
@@ -233,6 +236,8 @@ enum Step {
     /// Keep reading an open watch (the watch-list's stream after its initial events).
     /// (Boxed: the stream holds its pooled connection's lease.)
     Follow(Box<EventStream>),
+    /// The resource does not fit the byte budget: the reflector stops (`Reflector::drop_cache`).
+    Dropped(OverBudget),
 }
 
 /// Why a state is being built: logged once it is in place, so that a relist is one line
@@ -264,7 +269,29 @@ enum WatchListFailure {
     Failed(String),
     /// A lagging endpoint: the same watch-list again, not a paged list.
     Behind(Behind),
+    /// The initial events outgrew the byte budget.
+    OverBudget(OverBudget),
 }
+
+/// Why a paged list produced no state.
+#[derive(Debug)]
+enum ListError {
+    /// A lagging endpoint: try again (elsewhere), never a relist from stale data.
+    Behind(Behind),
+    /// The upstream failed or sent garbage: retry after a backoff.
+    Failed(String),
+    /// The pages read so far outgrow the byte budget.
+    OverBudget(OverBudget),
+}
+
+impl From<String> for ListError {
+    fn from(s: String) -> Self {
+        ListError::Failed(s)
+    }
+}
+
+/// What the registry does when a reflector drops its cache for its size.
+pub type OnDrop = Arc<dyn Fn(OverBudget) + Send + Sync>;
 
 /// An open upstream watch, read line by line. Counted in
 /// [`ReflectorStats::watches_open`] from creation to drop.
@@ -349,6 +376,10 @@ pub struct Reflector {
     synced: watch::Sender<bool>,
     stats: Arc<ReflectorStats>,
     config: ReflectorConfig,
+    /// The caches' byte budget, and what this cache holds of it (committed).
+    budget: Arc<ByteBudget>,
+    held: AtomicUsize,
+    on_drop: Option<OnDrop>,
 }
 
 impl Reflector {
@@ -366,7 +397,17 @@ impl Reflector {
             synced,
             stats,
             config: ReflectorConfig::default(),
+            budget: Arc::new(ByteBudget::default()),
+            held: AtomicUsize::new(0),
+            on_drop: None,
         }
+    }
+
+    /// Holds the cache to `budget`; `on_drop` runs if it stops caching for its size.
+    pub fn with_budget(mut self, budget: Arc<ByteBudget>, on_drop: OnDrop) -> Self {
+        self.budget = budget;
+        self.on_drop = Some(on_drop);
+        self
     }
 
     pub fn with_config(mut self, config: ReflectorConfig) -> Self {
@@ -395,6 +436,10 @@ impl Reflector {
                     // streams, not streams waiting to be dropped.
                     drop(stream);
                     self.after_watch(end, &mut backoff).await
+                }
+                Step::Dropped(why) => {
+                    self.drop_cache(why);
+                    return;
                 }
             };
         }
@@ -425,13 +470,16 @@ impl Reflector {
                         return self.after_behind(behind, Step::Sync(cause)).await;
                     }
                     self.stats.watch_lists.fetch_add(1, Ordering::Relaxed);
-                    self.install(snapshot, started, "watch-list", &cause);
+                    if let Err(why) = self.install(snapshot, started, "watch-list", &cause) {
+                        return Step::Dropped(why);
+                    }
                     backoff.reset();
                     return Step::Follow(Box::new(stream));
                 }
                 Err(WatchListFailure::Behind(behind)) => {
                     return self.after_behind(behind, Step::Sync(cause)).await;
                 }
+                Err(WatchListFailure::OverBudget(why)) => return Step::Dropped(why),
                 Err(WatchListFailure::Unsupported(msg)) => {
                     self.stats
                         .watch_list_fallbacks
@@ -452,11 +500,14 @@ impl Reflector {
                 if let Some(behind) = self.older_than_cache(&snapshot, endpoint) {
                     return self.after_behind(behind, Step::Sync(cause)).await;
                 }
-                self.install(snapshot, started, "list", &cause);
+                if let Err(why) = self.install(snapshot, started, "list", &cause) {
+                    return Step::Dropped(why);
+                }
                 backoff.reset();
                 Step::Watch(self.store.resource_version())
             }
             Err(ListError::Behind(behind)) => self.after_behind(behind, Step::Sync(cause)).await,
+            Err(ListError::OverBudget(why)) => Step::Dropped(why),
             Err(ListError::Failed(err)) => {
                 self.stats.errors.fetch_add(1, Ordering::Relaxed);
                 let delay = backoff.next_delay();
@@ -509,7 +560,15 @@ impl Reflector {
 
     /// Replaces the store's state with a complete new snapshot, in one step, and logs it:
     /// the start-up's "synced …" progress line, or a relist's one line with its reason.
-    fn install(&self, snapshot: Snapshot, started: Instant, via: &'static str, cause: &SyncCause) {
+    /// A snapshot the byte budget cannot hold is not installed.
+    fn install(
+        &self,
+        snapshot: Snapshot,
+        started: Instant,
+        via: &'static str,
+        cause: &SyncCause,
+    ) -> Result<(), OverBudget> {
+        self.commit(snapshot.heap)?;
         let (n, rv) = (snapshot.len(), snapshot.resource_version);
         let bytes = snapshot.bytes;
         self.store.replace(snapshot);
@@ -545,6 +604,40 @@ impl Reflector {
                 "relisted {what} after {reason}"
             ),
         }
+        Ok(())
+    }
+
+    /// Moves this cache's share of the byte budget to `heap`, if it fits.
+    fn commit(&self, heap: usize) -> Result<(), OverBudget> {
+        let held = self.held.load(Ordering::Relaxed);
+        self.budget.try_commit(held, heap)?;
+        self.held.store(heap, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Stops caching the resource: it does not fit the byte budget. Its watchers end (and
+    /// resume through the upstream), its share of the budget is given back, and the
+    /// registry forwards its requests from now on (kubernetes/kubernetes#142062 asks the
+    /// apiserver for the same).
+    fn drop_cache(&self, why: OverBudget) {
+        let held = self.held.swap(0, Ordering::Relaxed);
+        self.budget.release(held);
+        self.synced.send_replace(false);
+        self.store.hub().shutdown();
+        let r = self.budget.config.retry_after;
+        let retry = if r.as_secs() >= 60 && r.as_secs() % 60 == 0 {
+            format!("{}m", r.as_secs() / 60)
+        } else {
+            crate::logging::seconds(r)
+        };
+        tracing::warn!(
+            resource = %self.info.resource, group = %self.info.group, reason = why.reason(),
+            "not caching {}: {why}; its requests are forwarded (caching is tried again on a request after {retry})",
+            self.info.resource
+        );
+        if let Some(f) = &self.on_drop {
+            f(why);
+        }
     }
 
     /// What follows the end of a watch.
@@ -574,6 +667,7 @@ impl Reflector {
                     anomaly: true,
                 })
             }
+            WatchEnd::OverBudget(why) => Step::Dropped(why),
             WatchEnd::Failed(msg) => {
                 self.stats.errors.fetch_add(1, Ordering::Relaxed);
                 let delay = backoff.next_delay();
@@ -647,35 +741,27 @@ impl Reflector {
                     String::from_utf8_lossy(&bytes[..bytes.len().min(512)])
                 )));
             }
-            let page: ListPage<'_> = serde_json::from_slice(&bytes)
-                .map_err(|e| ListError::Failed(format!("list is not JSON: {e}")))?;
-            for item in page.items {
-                match CachedObject::parse(
-                    Bytes::copy_from_slice(item.get().as_bytes()),
-                    &self.info.field_labels,
-                ) {
-                    Ok(obj) => {
-                        snapshot.insert(Arc::new(obj));
-                    }
-                    Err(err) => {
-                        // One broken object must not keep the whole type out of the cache;
-                        // it is counted and logged, and the watch will bring its next version.
-                        self.stats.malformed_objects.fetch_add(1, Ordering::Relaxed);
-                        tracing::warn!(resource = %self.info.resource, error = %err, "skipping malformed object in list");
-                    }
-                }
+            let page = decode_page(BodyFormat::Json, &bytes, &self.info.field_labels)
+                .map_err(|e| e.to_string())?;
+            for obj in page.objects {
+                snapshot.insert(Arc::new(obj));
             }
-            let rv = page.metadata.resource_version.parse::<u64>().map_err(|_| {
-                ListError::Failed(format!(
-                    "list resourceVersion {:?} is not a number",
-                    page.metadata.resource_version
-                ))
-            })?;
+            for err in page.malformed {
+                // One broken object must not keep the whole type out of the cache; it is
+                // counted and logged, and the watch will bring its next version.
+                self.stats.malformed_objects.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(resource = %self.info.resource, error = %err, "skipping malformed object in list");
+            }
+            // A list too large for the budget is given up as soon as it is known to be:
+            // the whole of it is never held.
+            self.budget
+                .check(self.held.load(Ordering::Relaxed), snapshot.heap)
+                .map_err(ListError::OverBudget)?;
             // Every page of a paged list is served at the first page's resourceVersion.
-            snapshot.resource_version = rv;
-            match page.metadata.cont {
-                Some(c) if !c.is_empty() => cont = Some(c),
-                _ => return Ok((snapshot, endpoint)),
+            snapshot.resource_version = page.resource_version;
+            match page.continue_token {
+                Some(c) => cont = Some(c),
+                None => return Ok((snapshot, endpoint)),
             }
         }
     }
@@ -786,6 +872,10 @@ impl Reflector {
         // A temporary map, like client-go's temporaryStore: only the complete state
         // reaches the store.
         let mut objects: BTreeMap<Box<str>, Arc<CachedObject>> = BTreeMap::new();
+        // What `objects` holds as the byte budget counts it: checked as it grows, so an
+        // initial state too large for the budget is given up before all of it is held.
+        let mut heap = 0usize;
+        let held = self.held.load(Ordering::Relaxed);
         let mut deadline = tokio::time::Instant::now() + idle;
         loop {
             let line = match tokio::time::timeout_at(deadline, stream.next_line()).await {
@@ -816,7 +906,13 @@ impl Reflector {
                     deadline = tokio::time::Instant::now() + idle;
                     match parsed() {
                         Ok(o) => {
-                            objects.insert(o.key.clone(), Arc::new(o));
+                            heap += entry_bytes(&o);
+                            if let Some(old) = objects.insert(o.key.clone(), Arc::new(o)) {
+                                heap -= entry_bytes(&old);
+                            }
+                            self.budget
+                                .check(held, heap)
+                                .map_err(WatchListFailure::OverBudget)?;
                         }
                         // As for a list item: skipped, counted, logged.
                         Err(err) => {
@@ -831,7 +927,9 @@ impl Reflector {
                         self.stats.malformed_objects.fetch_add(1, Ordering::Relaxed);
                         Failed(format!("malformed DELETED event: {e}"))
                     })?;
-                    objects.remove(&o.key);
+                    if let Some(old) = objects.remove(&o.key) {
+                        heap -= entry_bytes(&old);
+                    }
                 }
                 "BOOKMARK" => {
                     let b: ListBookmark = serde_json::from_str(ev.object.get())
@@ -842,12 +940,14 @@ impl Reflector {
                         .get(INITIAL_EVENTS_END)
                         .is_some_and(|v| v == "true");
                     if end {
-                        let rv = b.metadata.resource_version.parse::<u64>().map_err(|_| {
-                            Failed(format!(
-                                "bookmark resourceVersion {:?} is not a number",
-                                b.metadata.resource_version
-                            ))
-                        })?;
+                        let rv = crate::request::parse_uint(&b.metadata.resource_version).map_err(
+                            |_| {
+                                Failed(format!(
+                                    "bookmark resourceVersion {:?} is not a number",
+                                    b.metadata.resource_version
+                                ))
+                            },
+                        )?;
                         let mut snapshot = Snapshot::default();
                         for (_, o) in objects {
                             snapshot.insert(o);
@@ -874,67 +974,37 @@ impl Reflector {
 
     /// Applies one event line; returns how the watch ends if this event ends it.
     fn apply_event(&self, line: &[u8]) -> Option<WatchEnd> {
-        let ev: RawEvent<'_> = match serde_json::from_slice(line) {
-            Ok(ev) => ev,
-            Err(e) => return Some(WatchEnd::Malformed(format!("event is not JSON: {e}"))),
+        let decoded = match decode_event(line, &self.info.field_labels) {
+            Ok(d) => d,
+            Err(e) => {
+                if !matches!(e, MalformedEvent::NotJson(_)) {
+                    self.stats.events.fetch_add(1, Ordering::Relaxed);
+                }
+                return Some(WatchEnd::Malformed(e.to_string()));
+            }
         };
         self.stats.events.fetch_add(1, Ordering::Relaxed);
-        let object = || {
-            CachedObject::parse(
-                Bytes::copy_from_slice(ev.object.get().as_bytes()),
-                &self.info.field_labels,
-            )
-            .map(Arc::new)
-        };
-        match ev.kind {
-            "ADDED" | "MODIFIED" => match object() {
-                Ok(o) => self.store.apply(Change::Upsert(o)),
-                Err(e) => return Some(WatchEnd::Malformed(e.to_string())),
-            },
-            "DELETED" => match object() {
-                Ok(o) => self.store.apply(Change::Delete(o)),
-                Err(e) => return Some(WatchEnd::Malformed(e.to_string())),
-            },
-            "BOOKMARK" => {
-                let rv = serde_json::from_str::<Bookmark<'_>>(ev.object.get())
-                    .ok()
-                    .and_then(|b| b.metadata.resource_version.parse::<u64>().ok());
-                match rv {
-                    Some(rv) => self.store.apply(Change::Progress(rv)),
-                    None => {
-                        return Some(WatchEnd::Malformed(
-                            "bookmark without a numeric resourceVersion".into(),
-                        ))
-                    }
+        match decoded {
+            Decoded::Upsert(o) => {
+                self.store.apply(Change::Upsert(Arc::new(o)));
+                // The change is in; a cache it takes over the budget is dropped whole.
+                if let Err(why) = self.commit(self.store.snapshot().heap) {
+                    return Some(WatchEnd::OverBudget(why));
                 }
             }
-            "ERROR" => {
-                let st: ErrorStatus =
-                    serde_json::from_str(ev.object.get()).unwrap_or_else(|_| ErrorStatus {
-                        message: ev.object.get().to_string(),
-                        ..Default::default()
-                    });
-                return Some(
-                    if st.code == 410 || st.reason == "Expired" || st.reason == "Gone" {
-                        WatchEnd::Expired(st.message)
-                    } else if st.is_too_large_resource_version() {
-                        WatchEnd::Behind(Behind::from_status(&st, None))
-                    } else {
-                        WatchEnd::Failed(format!("watch error {}: {}", st.code, st.message))
-                    },
-                );
+            Decoded::Delete(o) => {
+                self.store.apply(Change::Delete(Arc::new(o)));
+                let _ = self.commit(self.store.snapshot().heap);
             }
-            other => return Some(WatchEnd::Malformed(format!("unknown event type {other:?}"))),
+            Decoded::Progress(rv) => self.store.apply(Change::Progress(rv)),
+            Decoded::Expired(message) => return Some(WatchEnd::Expired(message)),
+            Decoded::Behind(st) => return Some(WatchEnd::Behind(Behind::from_status(&st, None))),
+            Decoded::Failed { code, message } => {
+                return Some(WatchEnd::Failed(format!("watch error {code}: {message}")))
+            }
         }
         None
     }
-}
-
-/// Why a paged list produced no state.
-#[derive(Debug)]
-enum ListError {
-    Behind(Behind),
-    Failed(String),
 }
 
 /// The endpoint that answered (with several `--server`s).
@@ -954,21 +1024,6 @@ struct ListBookmarkMeta {
     resource_version: String,
     #[serde(default)]
     annotations: HashMap<String, String>,
-}
-
-#[derive(Deserialize)]
-struct ListPage<'a> {
-    metadata: ListMeta,
-    #[serde(borrow, default)]
-    items: Vec<&'a RawValue>,
-}
-
-#[derive(Deserialize)]
-struct ListMeta {
-    #[serde(rename = "resourceVersion", default)]
-    resource_version: String,
-    #[serde(rename = "continue", default)]
-    cont: Option<String>,
 }
 
 #[cfg(test)]

@@ -64,7 +64,8 @@ pub async fn try_serve(registry: &Arc<Registry>, req: &Parsed) -> Option<Respons
     let ApiPath::Resource(rp) = &req.api.path else {
         return None;
     };
-    if rp.subresource.is_some() || !rp.extra.is_empty() || rp.legacy_watch {
+    // A path only the upstream can interpret (`crate::apipath`) is its to answer.
+    if !rp.canonical || rp.subresource.is_some() || !rp.extra.is_empty() || rp.legacy_watch {
         return None;
     }
     if !matches!(req.api.verb, Verb::Get | Verb::List) {
@@ -94,6 +95,11 @@ pub async fn try_serve(registry: &Arc<Registry>, req: &Parsed) -> Option<Respons
     // `/api/v1/namespaces/{name}`, which is not such a path.
     let own_namespace = rp.group.is_empty() && rp.resource == "namespaces";
     if plan.namespace.is_some() && !cache.info.namespaced && !own_namespace {
+        return None;
+    }
+    // Nor has a namespaced one a route by name outside a namespace (`/api/v1/pods/a`):
+    // the upstream's 404 too (src/apipath.rs).
+    if plan.name.is_some() && plan.namespace.is_none() && cache.info.namespaced {
         return None;
     }
     if !fields_indexed(&cache, &plan.opts) {
@@ -146,11 +152,13 @@ fn cacheable(opts: &ListOptions, verb: Verb) -> Option<(Option<u64>, Option<usiz
 }
 
 /// Field selectors are answered from the fields parsed into each object; any other field
-/// label goes upstream, which knows whether the type supports it.
+/// label goes upstream, which knows whether the type supports it. `metadata.namespace` is
+/// a field of namespaced types only (`generic.ObjectMetaFieldsSet`): on nodes or
+/// namespaces the apiserver refuses it with a 400 (found by tests/bad_input_properties.rs).
 pub fn fields_indexed(cache: &ResourceCache, opts: &ListOptions) -> bool {
     opts.field_selector.terms.iter().all(|t| {
         t.field == "metadata.name"
-            || t.field == "metadata.namespace"
+            || (t.field == "metadata.namespace" && cache.info.namespaced)
             || cache.info.field_labels.iter().any(|(l, _)| *l == t.field)
     })
 }

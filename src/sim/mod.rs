@@ -24,9 +24,11 @@ pub mod logs;
 pub mod objects;
 pub mod openapi;
 pub mod patch;
+pub mod portforward;
 pub mod protobuf;
 pub mod resources;
 pub mod seed;
+pub mod spdy;
 pub mod stats;
 pub mod store;
 pub mod table;
@@ -416,6 +418,10 @@ pub async fn handle(sim: Arc<Sim>, req: Request<Incoming>) -> Response<Body> {
     if !latency.is_zero() {
         tokio::time::sleep(latency).await;
     }
+    // Go's server refuses a path it cannot decode before any handler runs.
+    if crate::apipath::unescape(req.uri().path()).is_err() {
+        return go_bad_request();
+    }
     let api = request::parse(req.method(), req.uri());
     // The simulator's own controls (/debug/sim/*) are not part of the API it plays.
     let control = matches!(&api.path, ApiPath::NonResource(p) if p.starts_with("/debug/sim/"));
@@ -459,13 +465,24 @@ pub async fn handle(sim: Arc<Sim>, req: Request<Incoming>) -> Response<Body> {
                 return resp;
             }
             let (parts, _) = req.into_parts();
-            return discovery::handle(&parts, &api)
-                .unwrap_or_else(|| Status::path_not_found().into_response());
+            // Every path the apiserver registers starts with one `/`; discovery's own
+            // matching is forgiving about slashes, the apiserver's mux is not.
+            if parts.uri.path().starts_with("//") {
+                return page_not_found();
+            }
+            return discovery::handle(&parts, &api).unwrap_or_else(|| {
+                // The OpenAPI handlers' own 404 is kept as the simulator always wrote it.
+                if parts.uri.path().starts_with("/openapi/") {
+                    Status::path_not_found().into_response()
+                } else {
+                    not_found(parts.uri.path())
+                }
+            });
         }
         ApiPath::Resource(rp) => rp.clone(),
     };
     let Some(rt) = resources::find(&rp.group, &rp.version, &rp.resource) else {
-        return Status::path_not_found().into_response();
+        return not_found(req.uri().path());
     };
     // Shapes the apiserver has no route for: extra segments, a namespace on a
     // cluster-scoped type, a subresource the type does not have.
@@ -476,8 +493,33 @@ pub async fn handle(sim: Arc<Sim>, req: Request<Incoming>) -> Response<Body> {
             .as_deref()
             .is_some_and(|s| !rt.subresources.contains(&s))
         || (rp.legacy_watch && !matches!(*req.method(), Method::GET | Method::HEAD))
+        // A namespaced type has no route by name outside a namespace (`/api/v1/pods/a`).
+        || (rt.namespaced && rp.namespace.is_none() && rp.name.is_some())
     {
         return Status::path_not_found().into_response();
+    }
+    // Its all-namespaces path (`/api/v1/pods`) has routes for list and watch only:
+    // go-restful's 405 for anything else.
+    if rt.namespaced
+        && rp.namespace.is_none()
+        && !matches!(*req.method(), Method::GET | Method::HEAD)
+    {
+        let mut s = Status::new(
+            405,
+            "MethodNotAllowed",
+            "the server does not allow this method on the requested resource",
+        );
+        s.with_details = true;
+        return s.into_response();
+    }
+    if let Some(status) = path_parameters(&rp, api.verb) {
+        return status.into_response();
+    }
+    let mut rp = rp;
+    if rp.namespace.as_deref() == Some("") {
+        // `/namespaces//pods`: go-restful matches the empty `{namespace}` and RequestInfo
+        // names no namespace, so a list or watch spans all of them.
+        rp.namespace = None;
     }
     let ns = rp.namespace.clone().unwrap_or_default();
     match (api.verb, rp.subresource.as_deref(), rp.name.clone()) {
@@ -558,6 +600,73 @@ fn api_path(api: &request::ApiRequest) -> String {
             p
         }
     }
+}
+
+/// What kube-apiserver answers for a path no handler serves (`crate::apipath`): a
+/// go-restful WebService's 404 Status, or Go's `http.NotFound` from the end of the
+/// delegation chain.
+pub fn not_found(raw_path: &str) -> Response<Body> {
+    match crate::apipath::handler_of_raw(raw_path) {
+        crate::apipath::Handler::Restful => Status::path_not_found().into_response(),
+        _ => page_not_found(),
+    }
+}
+
+/// Go's `http.NotFound`.
+pub fn page_not_found() -> Response<Body> {
+    let mut resp = Response::new(body::full("404 page not found\n"));
+    *resp.status_mut() = StatusCode::NOT_FOUND;
+    let h = resp.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    h.insert(
+        "x-content-type-options",
+        HeaderValue::from_static("nosniff"),
+    );
+    resp
+}
+
+/// net/http's answer to a request target it cannot parse (here: a bad `%` escape),
+/// written before any handler runs.
+fn go_bad_request() -> Response<Body> {
+    let mut resp = Response::new(body::full("400 Bad Request"));
+    *resp.status_mut() = StatusCode::BAD_REQUEST;
+    let h = resp.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    h.insert(header::CONNECTION, HeaderValue::from_static("close"));
+    resp
+}
+
+/// The Status the handlers and the storage layer give for the namespace and name that
+/// RequestInfo took from the path, before anything is looked up: an empty `{name}`
+/// (handlers' `errEmptyName`), an empty `{namespace}` for one object
+/// (`NamespaceKeyFunc`), a name that cannot be a key segment (`IsValidPathSegmentName`).
+fn path_parameters(rp: &request::ResourcePath, verb: Verb) -> Option<Status> {
+    let name = rp.name.as_deref()?;
+    if name.is_empty() {
+        return Some(Status::bad_request("name must be provided"));
+    }
+    // A watch of one object is a list with a field selector; nothing is keyed by name.
+    if verb == Verb::Watch {
+        return None;
+    }
+    if rp.namespace.as_deref() == Some("") {
+        return Some(Status::bad_request("Namespace parameter required."));
+    }
+    let reasons = crate::apipath::invalid_name_reasons(name);
+    if !reasons.is_empty() {
+        return Some(Status::bad_request(format!(
+            "Name parameter invalid: {}: {}",
+            crate::selector::validation::go_quote(name),
+            reasons.join(";")
+        )));
+    }
+    None
 }
 
 /// `/debug/sim/*`: stats and fault controls (documented in docs/simulator.md).

@@ -871,7 +871,7 @@ impl Write<'_> {
             }
             return Ok(());
         }
-        if rv.parse::<u64>().is_err() {
+        if crate::request::parse_uint(rv).is_err() {
             let (group, kind) = kind_group(self.rt);
             return Err(validate::invalid(
                 group,

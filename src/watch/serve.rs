@@ -46,7 +46,9 @@ pub async fn try_watch(registry: &Arc<Registry>, req: &Parsed) -> Option<Respons
     let ApiPath::Resource(rp) = &req.api.path else {
         return None;
     };
+    // A path only the upstream can interpret (`crate::apipath`) is its to answer.
     if req.api.verb != Verb::Watch
+        || !rp.canonical
         || rp.subresource.is_some()
         || !rp.extra.is_empty()
         || req.api.query_get("pretty").is_some()
@@ -80,7 +82,11 @@ pub async fn try_watch(registry: &Arc<Registry>, req: &Parsed) -> Option<Respons
     }
     let encoding = encoding(registry, &cache, req)?;
     let own_namespace = rp.group.is_empty() && rp.resource == "namespaces";
-    if rp.namespace.is_some() && !cache.info.namespaced && !own_namespace {
+    // Paths with no route: a cluster-scoped type under a namespace, a namespaced one by
+    // name outside a namespace (`/api/v1/watch/pods/a`). The upstream's 404 to give.
+    if (rp.namespace.is_some() && !cache.info.namespaced && !own_namespace)
+        || (rp.name.is_some() && rp.namespace.is_none() && cache.info.namespaced)
+    {
         return None;
     }
     if !fields_indexed(&cache, &opts) {
