@@ -118,7 +118,7 @@ fn lists(c: &mut Criterion) {
         api_version: "v1".into(),
         kind: "PodList".into(),
         resource_version: 100 + n as u64,
-        item_type_prefix: None,
+        items: watchgate::codec::list::ItemForm::Bare,
         continue_token: None,
         remaining_item_count: None,
     };
@@ -180,6 +180,7 @@ fn hub_with(
             .register(
                 || -> Arc<Snapshot> { unreachable!("no initial state") },
                 filter(i),
+                watchgate::watch::encoding::WatchEncoding::Json,
                 Start::After(0),
             )
             .unwrap_or_else(|_| panic!("a fresh hub has no history to be too old for"));

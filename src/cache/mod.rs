@@ -1,10 +1,13 @@
 //! The watch cache: per resource type, one upstream list+watch feeding an in-memory store
 //! from which RV="0" and NotOlderThan reads are answered. See docs/cache.md.
 
+pub mod budget;
 pub mod discovery;
 pub mod events;
 mod fields;
+pub mod list_page;
 pub mod object;
+pub mod proto_form;
 pub mod reflector;
 pub mod registry;
 pub mod resource;

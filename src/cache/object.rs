@@ -6,6 +6,7 @@
 //! size. The header is parsed once, when the object enters the cache.
 
 use std::borrow::Cow;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use bytes::Bytes;
 use serde::Deserialize;
@@ -50,6 +51,25 @@ pub struct CachedObject {
     /// Values of the field-selector labels this object's type supports, by label
     /// (`spec.nodeName`, `status.phase`, …). `metadata.*` are answered from `key`.
     pub fields: super::fields::FieldValues,
+    /// Other representations of this object, built on first use and shared by every answer
+    /// that needs them (see [`Derived`]).
+    derived: Derived,
+}
+
+/// Representations derived from an object's JSON, each built at most once, on first use.
+/// An object is immutable, so each is built at most once per object version; objects
+/// nobody asks for another representation of pay only the empty cells.
+#[derive(Debug, Default)]
+struct Derived {
+    /// The JSON of `metadata` as `PartialObjectMetadata` carries it (`None`: the object
+    /// has no usable metadata, which the cache never admits).
+    metadata_json: std::sync::OnceLock<Option<Bytes>>,
+    /// The object's protobuf message (not enveloped), as kube-apiserver would encode it
+    /// (`crate::proto`); `None` when it cannot be encoded (a field newer than the schema):
+    /// protobuf answers that need it are then forwarded.
+    proto: std::sync::OnceLock<Option<Bytes>>,
+    /// The `PartialObjectMetadata` protobuf message of the object.
+    metadata_proto: std::sync::OnceLock<Option<Bytes>>,
 }
 
 impl CachedObject {
@@ -88,9 +108,18 @@ impl CachedObject {
         }
     }
 
-    /// The memory this object holds: itself, its JSON and its parsed header (for the
-    /// watch history's byte budget).
+    /// The memory this object holds: itself, its JSON, its parsed header and the other
+    /// representations built so far (for the watch history's byte budget).
     pub fn heap_bytes(&self) -> usize {
+        self.resident_bytes() + self.derived_bytes()
+    }
+
+    /// What the object holds from the moment it is parsed until it is dropped: itself,
+    /// its JSON and its parsed header. Unlike [`CachedObject::heap_bytes`] it never
+    /// changes, so the cache's byte budget can add it on insert and take it back on
+    /// removal. Representations built later on demand are not in it: they are counted
+    /// process-wide instead ([`derived_totals`], `watchgate_cache_derived_bytes`).
+    pub fn resident_bytes(&self) -> usize {
         let labels: usize = self
             .labels
             .iter()
@@ -102,6 +131,91 @@ impl CachedObject {
             .map(|(_, v)| std::mem::size_of::<(&str, Box<str>)>() + v.len())
             .sum();
         std::mem::size_of::<Self>() + self.raw.len() + self.key.len() + labels + fields
+    }
+
+    /// The bytes of the representations built so far, beyond the JSON (slices of the JSON
+    /// or of the protobuf cost nothing more).
+    pub fn derived_bytes(&self) -> usize {
+        self.derived_parts().iter().sum()
+    }
+
+    /// [`CachedObject::derived_bytes`] by representation (`Representation` order).
+    fn derived_parts(&self) -> [usize; 3] {
+        let d = &self.derived;
+        let own = |cell: &std::sync::OnceLock<Option<Bytes>>, within: Option<&Bytes>| {
+            cell.get()
+                .and_then(Option::as_ref)
+                .map_or(0, |b| owned_len(b, within))
+        };
+        let proto = d.proto.get().and_then(Option::as_ref);
+        [
+            own(&d.metadata_json, Some(&self.raw)),
+            own(&d.proto, None),
+            own(&d.metadata_proto, proto),
+        ]
+    }
+
+    /// Whether the protobuf message has been built (or found impossible) already.
+    pub fn has_proto(&self) -> bool {
+        self.derived.proto.get().is_some()
+    }
+
+    /// Whether the `PartialObjectMetadata` protobuf message has been built already.
+    pub fn has_metadata_proto(&self) -> bool {
+        self.derived.metadata_proto.get().is_some()
+    }
+
+    /// The object's protobuf message (bare, not enveloped) as type `ty`, built once.
+    pub fn proto(&self, ty: crate::proto::MessageType) -> Option<Bytes> {
+        self.derived
+            .proto
+            .get_or_init(|| match crate::proto::encode(ty, &self.raw) {
+                Ok(b) => Some(counted(Representation::Protobuf, Bytes::from(b), None)),
+                Err(err) => {
+                    tracing::debug!(key = %self.key, %err, "object has no protobuf form");
+                    None
+                }
+            })
+            .clone()
+    }
+
+    /// The `PartialObjectMetadata` protobuf message of the object, built once: for a
+    /// built-in type, the first field of its own message (`metadata`, field 1, which Go
+    /// writes first) when that is built; otherwise encoded from the JSON.
+    pub fn metadata_proto(&self, ty: Option<crate::proto::MessageType>) -> Option<Bytes> {
+        self.derived
+            .metadata_proto
+            .get_or_init(|| {
+                if let Some(msg) = ty.and_then(|t| self.proto(t)) {
+                    if let Some(end) = first_field_end(&msg, 0x0a) {
+                        return Some(msg.slice(..end));
+                    }
+                }
+                crate::proto::partial_object_metadata(&self.raw)
+                    .ok()
+                    .map(|b| counted(Representation::MetadataProtobuf, Bytes::from(b), None))
+            })
+            .clone()
+    }
+
+    /// The object's `metadata` as `PartialObjectMetadata` carries it in JSON
+    /// (`codec::meta`): a slice of the cached bytes for built-in types; for custom
+    /// resources (`unstructured`), `ObjectMeta` rebuilt in Go field order, as the
+    /// apiserver rebuilds it. Built once, then shared.
+    pub fn metadata_json(&self, unstructured: bool) -> Option<Bytes> {
+        self.derived
+            .metadata_json
+            .get_or_init(|| {
+                let span = crate::codec::meta::metadata_span(&self.raw)?;
+                if unstructured {
+                    crate::codec::meta::object_meta_go_order(&self.raw[span])
+                        .ok()
+                        .map(|b| counted(Representation::MetadataJson, Bytes::from(b), None))
+                } else {
+                    Some(self.raw.slice(span))
+                }
+            })
+            .clone()
     }
 
     pub fn label(&self, key: &str) -> Option<&str> {
@@ -156,6 +270,7 @@ impl CachedObject {
             labels: self.labels.clone(),
             label_digest: self.label_digest,
             fields: self.fields.clone(),
+            derived: Derived::default(),
         }
     }
 
@@ -184,6 +299,7 @@ impl CachedObject {
             labels,
             label_digest,
             fields,
+            derived: Derived::default(),
         })
     }
 
@@ -194,12 +310,15 @@ impl CachedObject {
     ) -> Result<(Box<str>, usize, u64, Uid, Box<[(Box<str>, Box<str>)]>), ObjectError> {
         let header: Header<'_> = serde_json::from_slice(raw)?;
         let meta = header.metadata.ok_or(ObjectError::MissingName)?;
-        let name = meta.name.ok_or(ObjectError::MissingName)?;
+        // An empty name names nothing (the apiserver never sends one).
+        let name = meta
+            .name
+            .filter(|n| !n.is_empty())
+            .ok_or(ObjectError::MissingName)?;
         let rv_text = meta
             .resource_version
             .ok_or(ObjectError::MissingResourceVersion)?;
-        let resource_version = rv_text
-            .parse::<u64>()
+        let resource_version = crate::request::parse_uint(&rv_text)
             .map_err(|_| ObjectError::BadResourceVersion(rv_text.to_string()))?;
         let ns = meta.namespace.unwrap_or_default();
         let key: Box<str> = if ns.is_empty() {
@@ -216,6 +335,23 @@ impl CachedObject {
         let uid = meta.uid.as_deref().map(Uid::of).unwrap_or_default();
         Ok((key, ns.len(), resource_version, uid, labels))
     }
+}
+
+/// Where a protobuf message's first field ends, when that field has the `tag` byte (a
+/// length-delimited field 1 is `0x0a`).
+fn first_field_end(msg: &[u8], tag: u8) -> Option<usize> {
+    if msg.first() != Some(&tag) {
+        return None;
+    }
+    let mut len: usize = 0;
+    for (i, b) in msg.iter().enumerate().skip(1).take(10) {
+        len |= usize::from(b & 0x7f) << (7 * (i - 1));
+        if b & 0x80 == 0 {
+            let end = i + 1 + len;
+            return (end <= msg.len()).then_some(end);
+        }
+    }
+    None
 }
 
 /// An object's `metadata.uid` in 16 bytes instead of a 36-byte string plus its pointer.
@@ -343,6 +479,22 @@ mod tests {
     }
 
     #[test]
+    fn names_and_resource_versions_must_be_real() {
+        let parse =
+            |meta: &str| CachedObject::parse(Bytes::from(format!(r#"{{"metadata":{meta}}}"#)), &[]);
+        assert!(matches!(
+            parse(r#"{"name":"","resourceVersion":"1"}"#),
+            Err(ObjectError::MissingName)
+        ));
+        // Go's ParseUint takes no sign.
+        assert!(matches!(
+            parse(r#"{"name":"a","resourceVersion":"+1"}"#),
+            Err(ObjectError::BadResourceVersion(_))
+        ));
+        assert!(parse(r#"{"name":"a","resourceVersion":"1"}"#).is_ok());
+    }
+
+    #[test]
     fn type_meta_is_found_and_can_be_added_or_dropped() {
         let watch_form = Bytes::from_static(
             br#"{"kind":"Pod","apiVersion":"v1","metadata":{"name":"a","resourceVersion":"1"}}"#,
@@ -431,5 +583,66 @@ mod tests {
         );
         let o = CachedObject::parse(raw, &[]).unwrap();
         assert_eq!(o.label("k"), Some("vA"));
+    }
+}
+
+/// The representations an object may derive from its JSON, as reported in
+/// `watchgate_cache_derived_bytes{representation}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Representation {
+    /// A custom resource's `ObjectMeta` in Go field order (built-in types slice their JSON).
+    MetadataJson = 0,
+    /// The object's protobuf message.
+    Protobuf = 1,
+    /// `PartialObjectMetadata` in protobuf, when it is not a slice of the message.
+    MetadataProtobuf = 2,
+}
+
+impl Representation {
+    pub const ALL: [Representation; 3] = [
+        Representation::MetadataJson,
+        Representation::Protobuf,
+        Representation::MetadataProtobuf,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Representation::MetadataJson => "metadata_json",
+            Representation::Protobuf => "protobuf",
+            Representation::MetadataProtobuf => "metadata_protobuf",
+        }
+    }
+}
+
+/// Bytes of derived representations alive in the process, by [`Representation`]: built
+/// lazily, so they are outside the cache's byte budget (which must not change while an
+/// object is stored), but never unreported. Added when a cell is filled, taken back when
+/// its object is dropped.
+static DERIVED_BYTES: [AtomicUsize; 3] = [const { AtomicUsize::new(0) }; 3];
+
+/// The bytes [`DERIVED_BYTES`] holds, by representation.
+pub fn derived_totals() -> [(Representation, usize); 3] {
+    Representation::ALL.map(|r| (r, DERIVED_BYTES[r as usize].load(Ordering::Relaxed)))
+}
+
+fn owned_len(b: &Bytes, within: Option<&Bytes>) -> usize {
+    match within {
+        Some(w) if w.as_ptr_range().contains(&b.as_ptr()) => 0,
+        _ => b.len(),
+    }
+}
+
+fn counted(r: Representation, b: Bytes, within: Option<&Bytes>) -> Bytes {
+    DERIVED_BYTES[r as usize].fetch_add(owned_len(&b, within), Ordering::Relaxed);
+    b
+}
+
+impl Drop for CachedObject {
+    fn drop(&mut self) {
+        for (r, n) in Representation::ALL.into_iter().zip(self.derived_parts()) {
+            if n > 0 {
+                DERIVED_BYTES[r as usize].fetch_sub(n, Ordering::Relaxed);
+            }
+        }
     }
 }

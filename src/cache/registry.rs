@@ -10,6 +10,7 @@ use dashmap::DashMap;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use super::budget::{BudgetConfig, ByteBudget, OverBudget};
 use super::discovery::Discovery;
 use super::reflector::{Backoff, Reflector, ReflectorConfig, ReflectorStats};
 use super::resource::ResourceInfo;
@@ -42,6 +43,8 @@ pub fn names(spec: &str, group: &str, resource: &str) -> bool {
 /// One resource type's cache: its store, its sync state and its reflector task.
 pub struct ResourceCache {
     pub info: Arc<ResourceInfo>,
+    /// The type's protobuf messages, and whether its objects encode.
+    pub proto: Arc<super::proto_form::ProtoForm>,
     pub store: Arc<Store>,
     pub stats: Arc<ReflectorStats>,
     synced: watch::Receiver<bool>,
@@ -72,6 +75,17 @@ enum Slot {
     Ready(Arc<ResourceCache>),
     /// The upstream does not serve it as a listable, watchable resource.
     NotCacheable,
+    /// Dropped for its size (the byte budget): forwarded until `retry_after` has passed,
+    /// then a request may start caching it again.
+    Dropped(DroppedCache),
+}
+
+/// A resource not cached because it does not fit the byte budget.
+#[derive(Clone)]
+pub struct DroppedCache {
+    pub info: Arc<ResourceInfo>,
+    pub why: OverBudget,
+    pub at: std::time::Instant,
 }
 
 type Key = (String, String, String);
@@ -86,6 +100,9 @@ pub struct Registry {
     reflector: ReflectorConfig,
     /// Set by [`Registry::shutdown_watches`]: caches started later begin shut down too.
     draining: std::sync::atomic::AtomicBool,
+    budget: Arc<ByteBudget>,
+    /// Times each resource was dropped for its size, by reason (a metric).
+    drops: DashMap<(String, String, &'static str), u64>,
 }
 
 impl Registry {
@@ -104,7 +121,20 @@ impl Registry {
         watch: crate::watch::WatchConfig,
         reflector: ReflectorConfig,
     ) -> Arc<Self> {
+        Self::with_config(upstream, policy, watch, reflector, BudgetConfig::default())
+    }
+
+    /// A registry whose caches share the byte budget `budget`.
+    pub fn with_config(
+        upstream: Upstream,
+        policy: CachePolicy,
+        watch: crate::watch::WatchConfig,
+        reflector: ReflectorConfig,
+        budget: BudgetConfig,
+    ) -> Arc<Self> {
         Arc::new(Self {
+            budget: Arc::new(ByteBudget::new(budget)),
+            drops: DashMap::new(),
             discovery: Discovery::new(upstream.clone()),
             upstream,
             policy,
@@ -132,7 +162,13 @@ impl Registry {
         }
         let key = (group.to_string(), version.to_string(), resource.to_string());
         match self.slots.entry(key.clone()) {
-            Entry::Occupied(_) => return,
+            // A resource dropped for its size is tried again once its time has come.
+            Entry::Occupied(mut o) => match o.get() {
+                Slot::Dropped(d) if d.at.elapsed() >= self.budget.config.retry_after => {
+                    o.insert(Slot::Starting);
+                }
+                _ => return,
+            },
             Entry::Vacant(v) => {
                 v.insert(Slot::Starting);
             }
@@ -171,8 +207,8 @@ impl Registry {
     }
 
     /// Starts the cache of a discovered resource and makes it the slot's.
-    fn install(&self, key: Key, info: Arc<ResourceInfo>) -> Arc<ResourceCache> {
-        let cache = self.start_reflector(info);
+    fn install(self: &Arc<Self>, key: Key, info: Arc<ResourceInfo>) -> Arc<ResourceCache> {
+        let cache = self.start_reflector(key.clone(), info);
         self.slots.insert(key, Slot::Ready(cache.clone()));
         // After the insert: a drain that began meanwhile either finds the cache in
         // `shutdown_watches` or its flag is visible here (the shard lock orders the two),
@@ -183,7 +219,7 @@ impl Registry {
         cache
     }
 
-    fn start_reflector(&self, info: Arc<ResourceInfo>) -> Arc<ResourceCache> {
+    fn start_reflector(self: &Arc<Self>, key: Key, info: Arc<ResourceInfo>) -> Arc<ResourceCache> {
         let store = Arc::new(Store::for_resource(&info, self.watch.clone()));
         let stats = Arc::new(ReflectorStats::default());
         let (synced_tx, synced) = watch::channel(false);
@@ -194,15 +230,64 @@ impl Registry {
             synced_tx,
             stats.clone(),
         )
-        .with_config(self.reflector.clone());
+        .with_config(self.reflector.clone())
+        .with_budget(self.budget.clone(), self.on_drop(key, info.clone()));
         let task = tokio::spawn(reflector.run());
         Arc::new(ResourceCache {
+            proto: Arc::new(super::proto_form::ProtoForm::of(&info)),
             info,
             store,
             stats,
             synced,
             task,
         })
+    }
+
+    /// What a reflector calls when its cache does not fit the byte budget: the slot forgets
+    /// the cache (its memory goes with the last reader), and requests are forwarded.
+    fn on_drop(self: &Arc<Self>, key: Key, info: Arc<ResourceInfo>) -> super::reflector::OnDrop {
+        let registry = Arc::downgrade(self);
+        Arc::new(move |why: OverBudget| {
+            let Some(registry) = registry.upgrade() else {
+                return;
+            };
+            *registry
+                .drops
+                .entry((info.group.clone(), info.resource.clone(), why.reason()))
+                .or_default() += 1;
+            let dropped = Slot::Dropped(DroppedCache {
+                info: info.clone(),
+                why,
+                at: std::time::Instant::now(),
+            });
+            // Dropped outside the map's lock: the old cache's drop aborts its reflector.
+            let old = registry.slots.insert(key.clone(), dropped);
+            drop(old);
+        })
+    }
+
+    /// The caches' byte budget.
+    pub fn budget(&self) -> &ByteBudget {
+        &self.budget
+    }
+
+    /// The resources not cached now because they did not fit the byte budget.
+    pub fn dropped(&self) -> Vec<DroppedCache> {
+        self.slots
+            .iter()
+            .filter_map(|e| match e.value() {
+                Slot::Dropped(d) => Some(d.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// How many times each (group, resource) was dropped for its size, by reason.
+    pub fn drop_counts(&self) -> Vec<((String, String, &'static str), u64)> {
+        self.drops
+            .iter()
+            .map(|e| (e.key().clone(), *e.value()))
+            .collect()
     }
 
     /// Starts the `--cache` resources. Names without a group are looked up in the core

@@ -42,12 +42,58 @@ impl ResourceInfo {
         out
     }
 
-    /// Built-in types are served by kube-apiserver itself and list their items without
-    /// TypeMeta; custom resources (unstructured) keep it.
+    /// Built-in types are served by kube-apiserver itself (typed Go objects: list items
+    /// without TypeMeta, protobuf); custom resources are unstructured (items keep their
+    /// TypeMeta, JSON only). A CRD may live in a `*.k8s.io` group
+    /// (`gateway.networking.k8s.io`, `snapshot.storage.k8s.io`), so the test is the exact
+    /// set of groups kube-apiserver 1.36 and its embedded apiextensions and aggregator
+    /// servers serve.
     pub fn is_builtin(&self) -> bool {
-        self.group.is_empty() || !self.group.contains('.') || self.group.ends_with(".k8s.io")
+        is_builtin_group(&self.group)
+    }
+
+    /// What the Accept negotiation may offer for this type.
+    pub fn endpoint(&self) -> crate::negotiate::Endpoint {
+        if self.is_builtin() {
+            crate::negotiate::Endpoint::BUILTIN
+        } else {
+            crate::negotiate::Endpoint::CUSTOM
+        }
     }
 }
+
+/// Whether kube-apiserver serves `group` itself (see [`ResourceInfo::is_builtin`]).
+pub fn is_builtin_group(group: &str) -> bool {
+    BUILTIN_GROUPS.contains(&group)
+}
+
+/// The API groups kube-apiserver 1.36 serves itself (`kubectl api-versions` on a cluster
+/// without extensions), with apiextensions-apiserver's and kube-aggregator's.
+const BUILTIN_GROUPS: &[&str] = &[
+    "",
+    "admissionregistration.k8s.io",
+    "apiextensions.k8s.io",
+    "apiregistration.k8s.io",
+    "apps",
+    "authentication.k8s.io",
+    "authorization.k8s.io",
+    "autoscaling",
+    "batch",
+    "certificates.k8s.io",
+    "coordination.k8s.io",
+    "discovery.k8s.io",
+    "events.k8s.io",
+    "flowcontrol.apiserver.k8s.io",
+    "internal.apiserver.k8s.io",
+    "networking.k8s.io",
+    "node.k8s.io",
+    "policy",
+    "rbac.authorization.k8s.io",
+    "resource.k8s.io",
+    "scheduling.k8s.io",
+    "storage.k8s.io",
+    "storagemigration.k8s.io",
+];
 
 #[cfg(test)]
 mod tests {
@@ -75,5 +121,8 @@ mod tests {
         assert!(deps.is_builtin());
         assert!(info("networking.k8s.io", "ingresses", "Ingress").is_builtin());
         assert!(!info("example.com", "widgets", "Widget").is_builtin());
+        // CRDs in k8s.io groups are custom resources all the same.
+        assert!(!info("gateway.networking.k8s.io", "gateways", "Gateway").is_builtin());
+        assert!(!info("metrics.k8s.io", "pods", "PodMetrics").is_builtin());
     }
 }

@@ -30,9 +30,8 @@ pub struct ListHead {
     pub api_version: String,
     pub kind: String,
     pub resource_version: u64,
-    /// `Some({"kind":..,"apiVersion":..,)` when items carry their TypeMeta (custom
-    /// resources); `None` for built-in types, whose list items the apiserver writes without.
-    pub item_type_prefix: Option<Vec<u8>>,
+    /// How each item is written.
+    pub items: ItemForm,
     /// `metadata.continue` of a limited list that has more items.
     pub continue_token: Option<String>,
     /// `metadata.remainingItemCount`: set with a continue token when there is no selector.
@@ -60,9 +59,36 @@ impl ListHead {
             out.extend_from_slice(b",\"remainingItemCount\":");
             out.extend_from_slice(n.to_string().as_bytes());
         }
-        out.extend_from_slice(b"},\"items\":[");
+        out.extend_from_slice(b"},\"items\":");
         out
     }
+
+    /// What an empty list's `items` is. The apiserver's lists come from storage with an
+    /// empty, non-nil slice (`[]`); a `PartialObjectMetadataList` is built by appending to
+    /// a nil slice (`asPartialObjectMetadataList`), which Go's JSON writes as `null`.
+    fn empty_items(&self) -> &'static [u8] {
+        match self.items {
+            ItemForm::Metadata { .. } => b"null",
+            _ => b"[]",
+        }
+    }
+}
+
+/// How a list writes its items.
+#[derive(Debug, Clone)]
+pub enum ItemForm {
+    /// Without TypeMeta: items of built-in types, as the apiserver writes them.
+    Bare,
+    /// With TypeMeta (custom resources); the prefix (`{"kind":..,"apiVersion":..,`) is
+    /// added to objects stored without it.
+    Typed(Vec<u8>),
+    /// `PartialObjectMetadata` items of a `PartialObjectMetadataList`: the item head
+    /// (`codec::meta::partial_head`), then the object's metadata (`unstructured`: rebuilt
+    /// in Go order, see `CachedObject::metadata_json`).
+    Metadata {
+        head: &'static [u8],
+        unstructured: bool,
+    },
 }
 
 /// Where a limited list's page ends, decided before its head is written (the head carries
@@ -122,6 +148,27 @@ pub fn first_page(
         last_key: k.clone(),
         range_len,
     })
+}
+
+/// The objects a list selects, in list order: `namespace`'s range, those `filter` keeps,
+/// up to and including `end` (a page's last key). What [`ListBody`] streams, for answers
+/// built whole (Tables).
+pub fn selected<'a>(
+    snapshot: &'a Snapshot,
+    namespace: Option<&str>,
+    filter: Option<&'a Filter>,
+    end: Option<&str>,
+) -> impl Iterator<Item = &'a Arc<CachedObject>> + 'a {
+    let (start, ns_end) = range_bounds(namespace);
+    let upper = match end {
+        Some(k) => Bound::Included(Box::from(k)),
+        None => ns_end,
+    };
+    snapshot
+        .objects
+        .range((start, upper))
+        .map(|(_, o)| o)
+        .filter(move |o| filter.is_none_or(|f| f(o)))
 }
 
 enum Phase {
@@ -189,13 +236,20 @@ impl ListBody {
                     continue;
                 }
             }
-            if !self.first {
-                buf.push(b',');
-            }
+            buf.push(if self.first { b'[' } else { b',' });
             self.first = false;
-            match &self.head.item_type_prefix {
-                Some(prefix) => obj.write_with_type_meta(prefix, buf),
-                None => obj.write_without_type_meta(buf),
+            match &self.head.items {
+                ItemForm::Typed(prefix) => obj.write_with_type_meta(prefix, buf),
+                ItemForm::Bare => obj.write_without_type_meta(buf),
+                ItemForm::Metadata { head, unstructured } => {
+                    buf.extend_from_slice(head);
+                    // The cache admits only objects with metadata.
+                    match obj.metadata_json(*unstructured) {
+                        Some(m) => buf.extend_from_slice(&m),
+                        None => buf.extend_from_slice(b"{}"),
+                    }
+                    buf.push(b'}');
+                }
             }
             last = Some(key);
             if buf.len() >= CHUNK {
@@ -223,7 +277,12 @@ impl ListBody {
             Phase::Items => {}
         }
         if self.next_items(&mut buf) {
-            buf.extend_from_slice(b"]}\n");
+            if self.first {
+                buf.extend_from_slice(self.head.empty_items());
+            } else {
+                buf.push(b']');
+            }
+            buf.extend_from_slice(b"}\n");
             self.phase = Phase::Done;
         }
         Some(Bytes::from(buf))
@@ -284,7 +343,7 @@ mod tests {
             all.extend_from_slice(&data);
             frames += 1;
         }
-        assert!(all.ends_with(b"]}\n"));
+        assert!(all.ends_with(b"]}\n") || all.ends_with(b"null}\n"));
         (serde_json::from_slice(&all).unwrap(), frames)
     }
 
@@ -302,7 +361,7 @@ mod tests {
             api_version: "v1".into(),
             kind: "PodList".into(),
             resource_version: rv,
-            item_type_prefix: None,
+            items: ItemForm::Bare,
             continue_token: None,
             remaining_item_count: None,
         }

@@ -2,5 +2,8 @@
 //! re-serialising objects.
 
 pub mod continue_token;
+pub mod go_json;
 pub mod gzip;
 pub mod list;
+pub mod meta;
+pub mod proto_list;

@@ -3,18 +3,15 @@
 //! in both directions, so a 100 MB list or an endless watch costs a few buffers.
 
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
 use std::time::Duration;
 
-use http::{header, Method, Request, Response, Version};
+use http::{header, Request, Response, Version};
 use hyper::body::Incoming;
 
 use super::headers;
 use super::stream::{DrainingBody, TrackedBody};
 use super::upgrade;
 use crate::body::{self, Body};
-use crate::cache::registry::Registry;
-use crate::cache::serve;
 use crate::server::drain::DrainWatch;
 use crate::status::Status;
 use crate::upstream::{Upstream, UpstreamError, UpstreamResponse};
@@ -24,7 +21,6 @@ use crate::upstream::{Upstream, UpstreamError, UpstreamResponse};
 pub struct Proxy {
     upstream: Upstream,
     drain: DrainWatch,
-    cache: Option<Arc<Registry>>,
     response_timeout: Duration,
 }
 
@@ -33,7 +29,6 @@ impl Proxy {
         Self {
             upstream,
             drain,
-            cache: None,
             response_timeout: Duration::from_secs(70),
         }
     }
@@ -44,45 +39,15 @@ impl Proxy {
         self
     }
 
-    /// Serve what the cache can answer from it; forward the rest.
-    pub fn with_cache(mut self, cache: Option<Arc<Registry>>) -> Self {
-        self.cache = cache;
-        self
-    }
-
     pub fn upstream(&self) -> &Upstream {
         &self.upstream
     }
 
     /// Forward one request. Never fails: problems become a `metav1.Status` response.
-    ///
-    /// Every answer says where it came from (`X-Watchgate-Source`): the cache and the
-    /// forwarding path mark their own; what is left is a Status the gateway made itself
-    /// (the upstream unreachable or too slow, a request it refuses), marked `gateway`.
+    /// Responses are marked `X-Watchgate-Source: upstream`; a Status the gateway makes
+    /// itself (the upstream unreachable or too slow) is left unmarked, and the stack marks
+    /// it `gateway` (`stack::source`).
     pub async fn forward(&self, req: Request<Incoming>) -> Response<Body> {
-        let mut resp = self.answer(req).await;
-        resp.headers_mut()
-            .entry(headers::SOURCE_HEADER)
-            .or_insert(http::HeaderValue::from_static("gateway"));
-        resp
-    }
-
-    async fn answer(&self, req: Request<Incoming>) -> Response<Body> {
-        if let Some(status) = reject(&req) {
-            return status.into_response();
-        }
-        if let Some(cache) = &self.cache {
-            if let Some(resp) =
-                serve::try_serve(cache, req.method(), req.uri(), req.headers()).await
-            {
-                return resp;
-            }
-            if let Some(resp) =
-                crate::watch::serve::try_watch(cache, req.method(), req.uri(), req.headers()).await
-            {
-                return resp;
-            }
-        }
         if req.version() == Version::HTTP_11 && headers::is_upgrade(req.headers()) {
             return upgrade::forward(&self.upstream, &self.drain, req).await;
         }
@@ -112,6 +77,13 @@ impl Proxy {
                 tracing::debug!(error = %err, "request body ended early");
                 Status::bad_request("the request body ended before it was complete").into_response()
             }
+            // A refusal at the connection bound is load, not a failure: one line per
+            // refused request at warn would flood the log exactly when it is busiest
+            // (watchgate_upstream_refusals_total counts them).
+            Err(err @ UpstreamError::TooManyRequests(_)) => {
+                tracing::debug!(error = %err, "upstream connection bound reached");
+                err.to_status().into_response()
+            }
             Err(err) => {
                 tracing::warn!(error = %err, upstream = %self.upstream.url(), "upstream failed");
                 err.to_status().into_response()
@@ -140,26 +112,6 @@ impl Proxy {
             body::boxed(incoming)
         };
         Response::from_parts(parts, body)
-    }
-}
-
-/// Requests that must not be forwarded at all. The target must be a path: an
-/// absolute-form URI naming another host must never turn the gateway into an open proxy
-/// (only its path is used), and CONNECT or `*` have no meaning for the Kubernetes API.
-fn reject(req: &Request<Incoming>) -> Option<Status> {
-    if req.method() == Method::CONNECT {
-        return Some(Status::new(
-            405,
-            "MethodNotAllowed",
-            "CONNECT is not supported by this server",
-        ));
-    }
-    match req.uri().path_and_query() {
-        Some(pq) if pq.path().starts_with('/') => None,
-        _ => Some(Status::bad_request(format!(
-            "the request target {:?} is not an absolute path",
-            req.uri().to_string()
-        ))),
     }
 }
 

@@ -15,20 +15,23 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::{header, HeaderMap, HeaderValue, Method, Response, StatusCode};
+use http::{header, HeaderValue, Method, Response, StatusCode};
 use rand::Rng;
 
 use super::body::{WatchBody, WatchParams};
+use super::encoding::{ProtoWatch, TableWatch, WatchEncoding};
 use super::event::value_line;
 use super::filter::{WatchFilter, NAME};
 use super::hub::{Start, TooOld};
 use crate::body::{self, Body};
 use crate::cache::registry::Registry;
 use crate::cache::serve::{fields_indexed, CATCH_UP_WAIT};
+use crate::negotiate::{negotiate, negotiate_stream, Conversion, Encoding};
 use crate::proxy::headers::SOURCE_HEADER;
-use crate::request::{self, ApiPath, Verb, WatchTimeout};
+use crate::request::{self, ApiPath, Parsed, Verb, WatchTimeout};
 use crate::selector::field::Term;
 use crate::status::Status;
+use crate::table::TableOptions;
 
 /// Without timeoutSeconds, kube-apiserver picks minRequestTimeout (1800 s) × [1, 2), so
 /// that reconnects spread out (handlers/get.go).
@@ -36,27 +39,23 @@ const MIN_REQUEST_TIMEOUT: Duration = Duration::from_secs(1800);
 
 /// Serves the watch from the cache if it can; `None` means "forward it". When the gateway
 /// drains, the stream ends at an event boundary ([`Registry::shutdown_watches`]).
-pub async fn try_watch(
-    registry: &Arc<Registry>,
-    method: &Method,
-    uri: &http::Uri,
-    headers: &HeaderMap,
-) -> Option<Response<Body>> {
-    if method != Method::GET || !accepts_json_watch(headers) {
+pub async fn try_watch(registry: &Arc<Registry>, req: &Parsed) -> Option<Response<Body>> {
+    if req.api.method != Method::GET {
         return None;
     }
-    let req = request::parse(method, uri);
-    let ApiPath::Resource(rp) = &req.path else {
+    let ApiPath::Resource(rp) = &req.api.path else {
         return None;
     };
-    if req.verb != Verb::Watch
+    // A path only the upstream can interpret (`crate::apipath`) is its to answer.
+    if req.api.verb != Verb::Watch
+        || !rp.canonical
         || rp.subresource.is_some()
         || !rp.extra.is_empty()
-        || req.query_get("pretty").is_some()
+        || req.api.query_get("pretty").is_some()
     {
         return None;
     }
-    let mut opts = req.list_options().ok()?;
+    let mut opts = req.valid_options()?.clone();
     // A name in the path becomes (or must agree with) a metadata.name field selector
     // (handlers/get.go); a disagreement is the upstream's 400 to give.
     if let Some(name) = &rp.name {
@@ -81,8 +80,13 @@ pub async fn try_watch(
     if !cache.is_synced() {
         return None;
     }
+    let encoding = encoding(registry, &cache, req)?;
     let own_namespace = rp.group.is_empty() && rp.resource == "namespaces";
-    if rp.namespace.is_some() && !cache.info.namespaced && !own_namespace {
+    // Paths with no route: a cluster-scoped type under a namespace, a namespaced one by
+    // name outside a namespace (`/api/v1/watch/pods/a`). The upstream's 404 to give.
+    if (rp.namespace.is_some() && !cache.info.namespaced && !own_namespace)
+        || (rp.name.is_some() && rp.namespace.is_none() && cache.info.namespaced)
+    {
         return None;
     }
     if !fields_indexed(&cache, &opts) {
@@ -114,12 +118,21 @@ pub async fn try_watch(
         labels: opts.label_selector.clone(),
         fields: opts.field_selector.clone(),
     };
-    let reg = match cache.store.watch(filter, start) {
+    let content_type = encoding.content_type();
+    let protobuf = matches!(
+        encoding,
+        WatchEncoding::Protobuf(_) | WatchEncoding::MetadataProtobuf { .. }
+    );
+    let reg = match cache.store.watch(filter, encoding, start) {
         Ok(r) => r,
         Err(TooOld(requested, oldest)) => {
-            return Some(error_stream(&Status::too_old_resource_version(
-                requested, oldest,
-            )));
+            let status = Status::too_old_resource_version(requested, oldest);
+            let line = if protobuf {
+                super::encoding::proto_status_frame(&status)
+            } else {
+                value_line("ERROR", &status.to_value())
+            };
+            return Some(stream_response(body::full(line), content_type));
         }
     };
     let params = WatchParams {
@@ -130,7 +143,7 @@ pub async fn try_watch(
     };
     let body = WatchBody::new(cache.store.clone(), reg, params);
     let lane = Some(body.lane());
-    let mut resp = stream_response(body::boxed(body));
+    let mut resp = stream_response(body::boxed(body), content_type);
     // Over HTTP/1.1 the connection streams it outside hyper (server/h1.rs), and the hub
     // may write lone events to it itself (server/express.rs).
     resp.extensions_mut()
@@ -149,67 +162,73 @@ fn watch_timeout(t: WatchTimeout) -> Duration {
     }
 }
 
-/// JSON watches only: `application/json` (with `stream=watch` or not), `*/*`, or no
-/// Accept at all. Table and protobuf watches go upstream.
-fn accepts_json_watch(headers: &HeaderMap) -> bool {
-    let Some(accept) = headers.get(header::ACCEPT) else {
-        return true;
+/// The representation of the watch's events, negotiated as the apiserver negotiates it
+/// for this type: the list negotiation (`NegotiateOutputMediaType`) decides the conversion,
+/// the stream negotiation the encoding. The cache writes JSON objects, JSON
+/// `PartialObjectMetadata` and Tables; protobuf, a watch asked as a list
+/// (`PartialObjectMetadataList`), a bad `includeObject` and refusals go upstream.
+fn encoding(
+    registry: &Arc<Registry>,
+    cache: &crate::cache::registry::ResourceCache,
+    req: &Parsed,
+) -> Option<WatchEncoding> {
+    let endpoint = cache.info.endpoint();
+    let accept = req.accept.as_deref();
+    let n = negotiate(accept, endpoint).ok()?;
+    let stream = negotiate_stream(accept, endpoint).ok()?;
+    if stream.encoding != n.encoding || n.pretty {
+        return None;
+    }
+    let proto_watch = || ProtoWatch {
+        ty: cache.proto.object,
+        api_version: cache.info.api_version(),
+        kind: cache.info.kind.clone(),
+        form: cache.proto.clone(),
+        group: cache.info.group.clone(),
     };
-    let Ok(accept) = accept.to_str() else {
-        return false;
-    };
-    let first = accept.split(',').next().unwrap_or("").trim();
-    let mut parts = first.split(';').map(str::trim);
-    let media = parts.next().unwrap_or("");
-    let params_ok = parts.all(|p| {
-        p.is_empty()
-            || p.starts_with("q=")
-            || p.eq_ignore_ascii_case("charset=utf-8")
-            || p == "stream=watch"
-    });
-    params_ok && matches!(media, "application/json" | "*/*" | "application/*" | "")
+    if n.encoding == Encoding::Protobuf {
+        return match n.conversion {
+            None => {
+                cache.proto.types()?;
+                Some(WatchEncoding::Protobuf(proto_watch()))
+            }
+            Some(Conversion::PartialObjectMetadata(version)) if cache.proto.metadata_ok() => {
+                Some(WatchEncoding::MetadataProtobuf {
+                    version,
+                    form: proto_watch(),
+                })
+            }
+            _ => None,
+        };
+    }
+    match n.conversion {
+        None => Some(WatchEncoding::Json),
+        Some(Conversion::PartialObjectMetadata(version)) => Some(WatchEncoding::Metadata {
+            version,
+            unstructured: !cache.info.is_builtin(),
+        }),
+        Some(Conversion::Table(v)) => {
+            let opts = TableOptions::new(v, req.api.query_get("includeObject")).ok()?;
+            let convertor = crate::cache::serve::convertor(registry, cache)?;
+            Some(WatchEncoding::Table(TableWatch::new(convertor, opts)))
+        }
+        Some(Conversion::PartialObjectMetadataList(_)) => None,
+    }
 }
 
-fn stream_response(body: Body) -> Response<Body> {
+fn stream_response(body: Body, content_type: &'static str) -> Response<Body> {
     let mut resp = Response::new(body);
     *resp.status_mut() = StatusCode::OK;
     let h = resp.headers_mut();
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
     h.insert(SOURCE_HEADER, HeaderValue::from_static("cache"));
     resp
-}
-
-/// A 200 stream carrying exactly one ERROR event, as the cacher's `newErrWatcher` sends.
-fn error_stream(s: &Status) -> Response<Body> {
-    stream_response(body::full(value_line("ERROR", &s.to_value())))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::request::ListOptions;
-
-    #[test]
-    fn json_watches_only() {
-        let h = |v: &str| {
-            let mut m = HeaderMap::new();
-            m.insert(header::ACCEPT, HeaderValue::from_str(v).unwrap());
-            m
-        };
-        assert!(accepts_json_watch(&HeaderMap::new()));
-        assert!(accepts_json_watch(&h("application/json")));
-        assert!(accepts_json_watch(&h("application/json;stream=watch")));
-        assert!(accepts_json_watch(&h("*/*")));
-        assert!(!accepts_json_watch(&h(
-            "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"
-        )));
-        assert!(!accepts_json_watch(&h(
-            "application/vnd.kubernetes.protobuf;stream=watch"
-        )));
-    }
 
     #[test]
     fn timeouts_follow_the_apiserver() {

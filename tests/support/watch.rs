@@ -93,12 +93,19 @@ pub struct Watch {
 /// Sends `GET base+path` over HTTP/1.1 and returns once the response headers are in,
 /// whatever the status (bad input tests read the Status body with [`Watch::body_json`]).
 pub async fn open(base: &str, path: &str) -> Watch {
+    open_with(base, path, &[("accept", "application/json")]).await
+}
+
+/// [`open`] with the given request headers (e.g. an `Accept` asking for a Table or
+/// PartialObjectMetadata).
+pub async fn open_with(base: &str, path: &str, headers: &[(&str, &str)]) -> Watch {
     let what = format!("{base}{path}");
     let client: Client<_, Empty<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
-    let req = Request::get(&what)
-        .header("accept", "application/json")
-        .body(Empty::new())
-        .expect("valid request");
+    let mut req = Request::get(&what);
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let req = req.body(Empty::new()).expect("valid request");
     let resp = match tokio::time::timeout(HEADERS_TIMEOUT, client.request(req)).await {
         Ok(Ok(r)) => r,
         Ok(Err(e)) => panic!("watch {what}: {e:?}"),
@@ -110,6 +117,21 @@ pub async fn open(base: &str, path: &str) -> Watch {
 /// [`open`], asserting a 200.
 pub async fn open_ok(base: &str, path: &str) -> Watch {
     let mut w = open(base, path).await;
+    if w.status != StatusCode::OK {
+        let body = w.rest(Duration::from_secs(5)).await;
+        panic!(
+            "watch {}: status {}, body {}",
+            w.what,
+            w.status,
+            String::from_utf8_lossy(&body)
+        );
+    }
+    w
+}
+
+/// [`open_with`], asserting a 200.
+pub async fn open_ok_with(base: &str, path: &str, headers: &[(&str, &str)]) -> Watch {
+    let mut w = open_with(base, path, headers).await;
     if w.status != StatusCode::OK {
         let body = w.rest(Duration::from_secs(5)).await;
         panic!(
@@ -215,6 +237,43 @@ impl Watch {
                 Some(Err(e)) => {
                     panic!("watch {}: stream error: {e}\n{}", self.what, self.context())
                 }
+                None => self.ended = true,
+            }
+        }
+    }
+
+    /// The next event of a protobuf stream (`application/vnd.kubernetes.protobuf;stream=watch`:
+    /// 4-byte big-endian length, then a `WatchEvent`): its type and the object's envelope
+    /// (`k8s\0` + `runtime.Unknown`). Panics naming `desc` if none comes within
+    /// [`EVENT_TIMEOUT`], or on a malformed frame.
+    pub async fn next_proto(&mut self, desc: &str) -> (String, Bytes) {
+        let deadline = Instant::now() + EVENT_TIMEOUT;
+        loop {
+            let split = watchgate::proto::split_frame(&self.buf, 16 << 20)
+                .unwrap_or_else(|e| panic!("watch {}: {desc}: bad frame: {e}", self.what));
+            if let Some((frame, rest)) = split {
+                let used = self.buf.len() - rest.len();
+                let (ty, env) = watchgate::proto::parse_watch_event(frame)
+                    .unwrap_or_else(|e| panic!("watch {}: {desc}: bad WatchEvent: {e}", self.what));
+                let out = (ty.to_string(), Bytes::copy_from_slice(env));
+                let _ = self.buf.split_to(used);
+                return out;
+            }
+            assert!(!self.ended, "watch {}: {desc}: the stream ended", self.what);
+            let frame = match tokio::time::timeout_at(deadline, self.body.frame()).await {
+                Ok(f) => f,
+                Err(_) => panic!(
+                    "watch {}: {desc}: no frame within {EVENT_TIMEOUT:?}",
+                    self.what
+                ),
+            };
+            match frame {
+                Some(Ok(frame)) => {
+                    if let Ok(data) = frame.into_data() {
+                        self.buf.extend_from_slice(&data);
+                    }
+                }
+                Some(Err(e)) => panic!("watch {}: {desc}: stream error: {e}", self.what),
                 None => self.ended = true,
             }
         }

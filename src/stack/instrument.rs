@@ -1,21 +1,77 @@
-//! Request metrics around the API handler: one classification per request, one counter
-//! increment when the response head is known, and a guard in the response body that
-//! records the duration (or ends the long-running request) when the body is done.
+//! Request metrics, as a layer: the bounded labels come from the typed request the parse
+//! layer stored, one counter increment when the response head is known, and a guard in
+//! the response body that records the duration (or ends the long-running request) when
+//! the body is done.
 
+use std::convert::Infallible;
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Instant;
 
 use bytes::Bytes;
-use http::Response;
+use http::{Request, Response};
 use http_body::{Body as HttpBody, Frame, SizeHint};
 use metrics::{counter, gauge, histogram, Counter, Gauge, Histogram};
+use tower::{Layer, Service};
 
 use crate::body::{self, Body, BoxError};
 use crate::metrics as m;
 use crate::proxy::headers::SOURCE_HEADER;
-use crate::request::{self, ApiPath, Verb};
+use crate::request::{ApiPath, Parsed, Verb};
+
+/// Records every request's series (`watchgate_requests_total`, durations, in-flight and
+/// long-running gauges).
+#[derive(Clone, Copy, Default)]
+pub struct InstrumentLayer;
+
+impl<S> Layer<S> for InstrumentLayer {
+    type Service = Instrument<S>;
+
+    fn layer(&self, inner: S) -> Instrument<S> {
+        Instrument { inner }
+    }
+}
+
+#[derive(Clone)]
+pub struct Instrument<S> {
+    inner: S,
+}
+
+impl<S, B> Service<Request<B>> for Instrument<S>
+where
+    S: Service<Request<B>, Response = Response<Body>, Error = Infallible> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    B: Send + 'static,
+{
+    type Response = Response<Body>;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Response<Body>, Infallible>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<B>) -> Self::Future {
+        let started = Instant::now();
+        let labels = Parsed::of(&req).map(|p| RequestLabels::classify(&p));
+        let in_flight = labels
+            .as_ref()
+            .filter(|l| !l.long_running())
+            .map(|_| InFlight::start());
+        let fut = self.inner.call(req);
+        Box::pin(async move {
+            let resp = fut.await?;
+            Ok(match labels {
+                Some(labels) => observe(labels, started, in_flight, resp),
+                // The parse layer runs first, so this does not happen; a response is
+                // never lost for want of labels.
+                None => resp,
+            })
+        })
+    }
+}
 
 /// The bounded labels of one request, taken from its method and URI before it is served.
 pub struct RequestLabels {
@@ -32,14 +88,13 @@ impl RequestLabels {
         self.long_running
     }
 
-    pub fn classify(method: &http::Method, uri: &http::Uri) -> Self {
-        let req = request::parse(method, uri);
-        let verb = match req.verb {
+    pub fn classify(req: &Parsed) -> Self {
+        let verb = match req.api.verb {
             Verb::Other => "other",
             v => v.as_str(),
         };
-        let long_running = req.verb == Verb::Watch || crate::proxy::is_long_running(uri);
-        match req.path {
+        let long_running = req.long_running;
+        match &req.api.path {
             ApiPath::NonResource(_) => Self {
                 verb,
                 group: String::new(),
@@ -58,8 +113,8 @@ impl RequestLabels {
                 } else {
                     "cluster"
                 },
-                group: rp.group,
-                resource: rp.resource,
+                group: rp.group.clone(),
+                resource: rp.resource.clone(),
                 long_running,
             },
         }
@@ -298,7 +353,8 @@ mod tests {
     use super::*;
 
     fn labels(method: http::Method, uri: &str) -> RequestLabels {
-        RequestLabels::classify(&method, &uri.parse().unwrap())
+        let parsed = Parsed::new(&method, &uri.parse().unwrap(), &http::HeaderMap::new());
+        RequestLabels::classify(&parsed)
     }
 
     #[test]

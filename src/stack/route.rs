@@ -1,0 +1,99 @@
+//! The innermost service: where a request is answered.
+//!
+//! In order: requests that must never be forwarded are refused; gets and lists the cache
+//! can answer exactly come from it (`cache::serve`); watches it can serve come from the
+//! fan-out (`watch::serve`); everything else is forwarded unchanged (`proxy::Proxy`).
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use http::{Method, Request, Response};
+use hyper::body::Incoming;
+use tower::Service;
+
+use crate::auth::Authorized;
+use crate::body::Body;
+use crate::cache::registry::Registry;
+use crate::proxy::Proxy;
+use crate::request::Parsed;
+use crate::status::Status;
+
+/// Routes each request to the cache, the fan-out or the upstream.
+#[derive(Clone)]
+pub struct Router {
+    proxy: Proxy,
+    cache: Option<Arc<Registry>>,
+    /// Only requests the `authz` layer marked [`Authorized`] may be answered from the
+    /// cache or the fan-out (security on); the rest are forwarded.
+    require_authorized: bool,
+}
+
+impl Router {
+    pub fn new(proxy: Proxy, cache: Option<Arc<Registry>>) -> Self {
+        Self {
+            proxy,
+            cache,
+            require_authorized: false,
+        }
+    }
+
+    /// With security on, the cache and the fan-out answer authorized requests only.
+    pub fn require_authorization(mut self, on: bool) -> Self {
+        self.require_authorized = on;
+        self
+    }
+
+    async fn answer(self, req: Request<Incoming>) -> Response<Body> {
+        if let Some(status) = reject(&req) {
+            return status.into_response();
+        }
+        let may_answer = !self.require_authorized || req.extensions().get::<Authorized>().is_some();
+        if let (Some(cache), Some(parsed), true) = (&self.cache, Parsed::of(&req), may_answer) {
+            if let Some(resp) = crate::cache::serve::try_serve(cache, &parsed).await {
+                return resp;
+            }
+            if let Some(resp) = crate::watch::serve::try_watch(cache, &parsed).await {
+                return resp;
+            }
+        }
+        self.proxy.forward(req).await
+    }
+}
+
+impl Service<Request<Incoming>> for Router {
+    type Response = Response<Body>;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Response<Body>, Infallible>> + Send>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Request<Incoming>) -> Self::Future {
+        let this = self.clone();
+        Box::pin(async move { Ok(this.answer(req).await) })
+    }
+}
+
+/// Requests that must not be forwarded at all. The target must be a path: an
+/// absolute-form URI naming another host must never turn the gateway into an open proxy
+/// (only its path is used), and CONNECT or `*` have no meaning for the Kubernetes API.
+fn reject<B>(req: &Request<B>) -> Option<Status> {
+    if req.method() == Method::CONNECT {
+        return Some(Status::new(
+            405,
+            "MethodNotAllowed",
+            "CONNECT is not supported by this server",
+        ));
+    }
+    match req.uri().path_and_query() {
+        Some(pq) if pq.path().starts_with('/') => None,
+        _ => Some(Status::bad_request(format!(
+            "the request target {:?} is not an absolute path",
+            req.uri().to_string()
+        ))),
+    }
+}
