@@ -86,6 +86,11 @@ pub struct ServeArgs {
     /// always pages a list, then watches.
     #[arg(long, value_enum, default_value = "auto", value_name = "MODE")]
     pub upstream_watch_list: crate::cache::reflector::WatchListMode,
+    /// Where gets, lists and watches with no resourceVersion (consistent reads) are
+    /// answered: `cache` serves them from the cache once a probe of the upstream proves it
+    /// fresh (docs/consistency.md), else forwards them; `upstream` always forwards them.
+    #[arg(long, value_enum, default_value = "cache", value_name = "WHERE")]
+    pub consistent_reads: crate::cache::fresh::ConsistentReads,
 }
 
 /// Everything the gateway needs to run, independent of how it was obtained.
@@ -115,6 +120,8 @@ pub struct GatewayConfig {
     pub write_stall_timeout: Option<Duration>,
     /// How the caches' reflectors read the upstream (watch-list or paged list).
     pub reflector: crate::cache::reflector::ReflectorConfig,
+    /// Where consistent reads are answered (`--consistent-reads`).
+    pub consistent_reads: crate::cache::fresh::ConsistentReads,
     /// Record Prometheus metrics (on by default). Off, the request path skips its
     /// instrumentation and `/metrics` answers 404: what the benchmarks compare against.
     pub metrics: bool,
@@ -158,6 +165,7 @@ impl GatewayConfig {
             http2_max_streams: 1000,
             write_stall_timeout: Some(crate::watch::DEFAULT_STALL_TIMEOUT),
             reflector: Default::default(),
+            consistent_reads: Default::default(),
             metrics: true,
         }
     }
@@ -189,6 +197,7 @@ impl GatewayConfig {
                 watch_list: args.upstream_watch_list,
                 ..Default::default()
             },
+            consistent_reads: args.consistent_reads,
             metrics: true,
         })
     }
@@ -345,6 +354,7 @@ mod tests {
             http2_max_streams_per_connection: 1000,
             write_stall_timeout: Duration::from_secs(60),
             upstream_watch_list: Default::default(),
+            consistent_reads: Default::default(),
         };
         let cfg = GatewayConfig::from_args(&args).await.unwrap();
         assert_eq!(cfg.upstream.cluster_url, "http://127.0.0.1:1234/");
@@ -384,6 +394,7 @@ mod tests {
             http2_max_streams_per_connection: 1000,
             write_stall_timeout: Duration::from_secs(60),
             upstream_watch_list: Default::default(),
+            consistent_reads: Default::default(),
         };
         let cfg = GatewayConfig::from_args(&args).await.unwrap();
         assert_eq!(cfg.upstream.cluster_url, "https://10.0.0.1:6443/");

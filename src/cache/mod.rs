@@ -4,9 +4,13 @@
 pub mod discovery;
 pub mod events;
 mod fields;
+pub mod fresh;
 pub mod object;
+pub mod read_at;
 pub mod reflector;
 pub mod registry;
 pub mod resource;
 pub mod serve;
+pub mod snapshots;
 pub mod store;
+pub mod writes;

@@ -64,6 +64,7 @@ use serde_json::value::RawValue;
 use tokio::sync::watch;
 
 use super::events::{Bookmark, ErrorStatus, LineSplitter, RawEvent};
+use super::fresh::ResyncSignal;
 use super::object::CachedObject;
 use super::resource::ResourceInfo;
 use super::store::{Change, Snapshot, Store};
@@ -97,6 +98,9 @@ pub struct ReflectorStats {
     /// stream ends, 0 while the reflector lists, backs off or cannot reach the upstream.
     /// Kept by [`EventStream`]'s lifetime, so no path can forget to decrement it.
     pub watches_open: AtomicU64,
+    /// Syncs made because a consistent read could not otherwise be proven fresh
+    /// (`cache::fresh`); they are also counted in `lists`.
+    pub consistent_resyncs: AtomicU64,
 }
 
 /// The annotation of the BOOKMARK that ends a watch-list's initial events.
@@ -177,6 +181,8 @@ enum WatchEnd {
     Failed(String),
     /// An event could not be understood: relist so that nothing is lost.
     Malformed(String),
+    /// A consistent read asked for a re-sync (`cache::fresh`).
+    Resync,
 }
 
 /// The state machine's states (see the module docs).
@@ -198,6 +204,9 @@ enum SyncCause {
     /// The watch could not continue; `reason` says why. `anomaly` (an event that could not
     /// be understood) logs the relist as a warning; a 410 is routine and logs at info.
     Relist { reason: String, anomaly: bool },
+    /// A consistent read needs a state at least as new as the upstream's now, and the
+    /// stream has not brought it (`cache::fresh`). Routine: logged at debug.
+    Consistent,
 }
 
 /// What the reflector knows of the upstream's watch-list support.
@@ -293,6 +302,29 @@ pub struct Reflector {
     synced: watch::Sender<bool>,
     stats: Arc<ReflectorStats>,
     config: ReflectorConfig,
+    /// Re-sync requests from consistent reads (`None`: never asked).
+    resync: Option<Arc<ResyncSignal>>,
+}
+
+/// The reflector's end of the re-sync requests: wakes when one is made.
+struct ResyncRx {
+    signal: Arc<ResyncSignal>,
+    rx: watch::Receiver<u64>,
+}
+
+impl ResyncRx {
+    /// Resolves when a re-sync is requested after the last sync began; never when none
+    /// can be.
+    async fn requested(rx: &mut Option<ResyncRx>) {
+        match rx {
+            Some(r) => {
+                if r.rx.changed().await.is_err() {
+                    std::future::pending::<()>().await;
+                }
+            }
+            None => std::future::pending().await,
+        }
+    }
 }
 
 impl Reflector {
@@ -310,7 +342,14 @@ impl Reflector {
             synced,
             stats,
             config: ReflectorConfig::default(),
+            resync: None,
         }
+    }
+
+    /// Listens to re-sync requests from consistent reads.
+    pub fn with_resync(mut self, signal: Arc<ResyncSignal>) -> Self {
+        self.resync = Some(signal);
+        self
     }
 
     pub fn with_config(mut self, config: ReflectorConfig) -> Self {
@@ -325,16 +364,27 @@ impl Reflector {
             WatchListMode::Auto => WatchListSupport::Try,
             WatchListMode::Off => WatchListSupport::No,
         };
+        let mut resync = self.resync.clone().map(|signal| ResyncRx {
+            rx: signal.subscribe(),
+            signal,
+        });
         let mut step = Step::Sync(SyncCause::Start);
         loop {
             step = match step {
-                Step::Sync(cause) => self.sync(cause, &mut backoff, &mut watch_list).await,
+                Step::Sync(cause) => {
+                    // Every re-sync requested before this point is answered by this sync:
+                    // its request to the upstream is sent after it.
+                    if let Some(r) = resync.as_mut() {
+                        r.signal.starting(&mut r.rx);
+                    }
+                    self.sync(cause, &mut backoff, &mut watch_list).await
+                }
                 Step::Watch(from) => {
-                    let end = self.watch(from).await;
+                    let end = self.watch(from, &mut resync).await;
                     self.after_watch(end, &mut backoff).await
                 }
                 Step::Follow(mut stream) => {
-                    let end = self.follow(&mut stream).await;
+                    let end = self.follow(&mut stream, &mut resync).await;
                     // Closed before any backoff: the upstream watches gauge counts open
                     // streams, not streams waiting to be dropped.
                     drop(stream);
@@ -358,6 +408,12 @@ impl Reflector {
             // One line per relist, written when it is done (`install`).
             SyncCause::Relist { reason, .. } => {
                 tracing::debug!(resource = %self.info.resource, reason = %reason, "relisting {}", self.info.resource)
+            }
+            SyncCause::Consistent => {
+                self.stats
+                    .consistent_resyncs
+                    .fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(resource = %self.info.resource, "re-syncing {} for a consistent read", self.info.resource)
             }
         }
         let started = Instant::now();
@@ -395,7 +451,7 @@ impl Reflector {
                 let delay = backoff.next_delay();
                 let what = match cause {
                     SyncCause::Start => "list",
-                    SyncCause::Relist { .. } => "relist",
+                    SyncCause::Relist { .. } | SyncCause::Consistent => "relist",
                 };
                 tracing::warn!(resource = %self.info.resource, error = %err, "{what} failed; retrying in {delay:.1?}");
                 tokio::time::sleep(delay).await;
@@ -441,6 +497,10 @@ impl Reflector {
                 %resource, objects = n, bytes, resource_version = rv, via, reason = %reason,
                 "relisted {what} after {reason}"
             ),
+            SyncCause::Consistent => tracing::debug!(
+                %resource, objects = n, bytes, resource_version = rv, via,
+                "re-synced {what} for a consistent read"
+            ),
         }
     }
 
@@ -463,6 +523,7 @@ impl Reflector {
                     anomaly: false,
                 })
             }
+            WatchEnd::Resync => Step::Sync(SyncCause::Consistent),
             WatchEnd::Malformed(msg) => {
                 self.stats.malformed_objects.fetch_add(1, Ordering::Relaxed);
                 tokio::time::sleep(backoff.next_delay()).await;
@@ -588,22 +649,27 @@ impl Reflector {
     }
 
     /// Watches from `from` until the stream ends, applying every event to the store.
-    async fn watch(&self, from: u64) -> WatchEnd {
+    async fn watch(&self, from: u64, resync: &mut Option<ResyncRx>) -> WatchEnd {
         let timeout = Self::watch_timeout();
         let query = format!(
             "allowWatchBookmarks=true&resourceVersion={from}&timeoutSeconds={timeout}&watch=true"
         );
         match self.open(&query, timeout).await {
-            Ok(mut stream) => self.follow(&mut stream).await,
+            Ok(mut stream) => self.follow(&mut stream, resync).await,
             Err((Some(StatusCode::GONE), _)) => WatchEnd::Expired("HTTP 410 Gone".into()),
             Err((_, msg)) => WatchEnd::Failed(msg),
         }
     }
 
-    /// Reads an open watch until it ends, applying every event to the store.
-    async fn follow(&self, stream: &mut EventStream) -> WatchEnd {
+    /// Reads an open watch until it ends (or a consistent read asks for a re-sync),
+    /// applying every event to the store.
+    async fn follow(&self, stream: &mut EventStream, resync: &mut Option<ResyncRx>) -> WatchEnd {
         loop {
-            match stream.next_line().await {
+            let line = tokio::select! {
+                line = stream.next_line() => line,
+                _ = ResyncRx::requested(resync) => return WatchEnd::Resync,
+            };
+            match line {
                 Ok(None) => return WatchEnd::Closed(stream.end_reason()),
                 Err(end) => return end,
                 Ok(Some(line)) => {

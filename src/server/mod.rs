@@ -60,7 +60,7 @@ impl Gateway {
         }
         let drain = Drain::new();
         let cache = cfg.cache.clone().map(|policy| {
-            let registry = crate::cache::registry::Registry::with_reflector_config(
+            let registry = crate::cache::registry::Registry::with_config(
                 upstream.clone(),
                 policy,
                 crate::watch::WatchConfig {
@@ -68,6 +68,7 @@ impl Gateway {
                     ..cfg.watch.clone()
                 },
                 cfg.reflector.clone(),
+                cfg.consistent_reads,
             );
             registry.prewarm();
             registry
