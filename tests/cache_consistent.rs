@@ -362,7 +362,7 @@ async fn race(busy: bool) {
         let list_ok = list.status == 200
             && list.json()["items"]
                 .as_array()
-                .is_some_and(|items| items.iter().any(|o| sees(o)));
+                .is_some_and(|items| items.iter().any(&sees));
         let get_ok = get.status == 200 && sees(&get.json());
         let (wsource, events, bookmark) = watch;
         let watch_ok = events
