@@ -34,7 +34,11 @@ async fn every_read_after_a_write_through_the_gateway_sees_it_at_no_upstream_cos
         )
         .await
         .expect(201);
-    let old = rv_of(&wait_until_cached(&gw, "/api/v1/configmaps?resourceVersion=0").await.json());
+    let old = rv_of(
+        &wait_until_cached(&gw, "/api/v1/configmaps?resourceVersion=0")
+            .await
+            .json(),
+    );
     let path = "/api/v1/namespaces/default/configmaps/ryw";
     let lists = sim.stats().lists("configmaps");
     let gets = sim.stats().count("get", "configmaps");
@@ -51,14 +55,19 @@ async fn every_read_after_a_write_through_the_gateway_sees_it_at_no_upstream_cos
         // initial state of a watch from "0".
         let reads = [
             env.http.get(&format!("{path}?resourceVersion=0")).await,
-            env.http.get("/api/v1/namespaces/default/configmaps?resourceVersion=0").await,
+            env.http
+                .get("/api/v1/namespaces/default/configmaps?resourceVersion=0")
+                .await,
             env.http
                 .get(&format!(
                     "/api/v1/configmaps?resourceVersion={old}&resourceVersionMatch=NotOlderThan"
                 ))
                 .await,
         ];
-        for (what, r) in ["get RV=0", "list RV=0", "list NotOlderThan"].iter().zip(&reads) {
+        for (what, r) in ["get RV=0", "list RV=0", "list NotOlderThan"]
+            .iter()
+            .zip(&reads)
+        {
             assert_eq!(r.source(), Some("cache"), "{what}: {}", r.text());
             let body = r.json();
             let obj = match body["items"].as_array() {
@@ -81,16 +90,28 @@ async fn every_read_after_a_write_through_the_gateway_sees_it_at_no_upstream_cos
         watch.assert_from_cache();
         let added = watch.next("the initial ADDED").await;
         if added.object()["data"]["v"] != v.as_str() {
-            stale.push(format!("round {i}: watch from 0 saw {}", added.object()["data"]));
+            stale.push(format!(
+                "round {i}: watch from 0 saw {}",
+                added.object()["data"]
+            ));
         }
     }
-    assert!(stale.is_empty(), "{} stale reads:\n{}", stale.len(), stale.join("\n"));
+    assert!(
+        stale.is_empty(),
+        "{} stale reads:\n{}",
+        stale.len(),
+        stale.join("\n")
+    );
     assert_eq!(
         sim.stats().lists("configmaps"),
         lists,
         "read-your-writes must not cost probes (the answers carry the RV)"
     );
-    assert_eq!(sim.stats().count("get", "configmaps"), gets, "no read was forwarded");
+    assert_eq!(
+        sim.stats().count("get", "configmaps"),
+        gets,
+        "no read was forwarded"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -117,9 +138,15 @@ async fn after_a_delete_through_the_gateway_the_object_is_gone_from_every_read()
         assert_eq!(r.status, 200, "{}", r.text());
         let got = env
             .http
-            .get(&format!("/api/v1/namespaces/default/configmaps/{name}?resourceVersion=0"))
+            .get(&format!(
+                "/api/v1/namespaces/default/configmaps/{name}?resourceVersion=0"
+            ))
             .await;
-        assert_eq!((got.status.as_u16(), got.source()), (404, Some("cache")), "{name}");
+        assert_eq!(
+            (got.status.as_u16(), got.source()),
+            (404, Some("cache")),
+            "{name}"
+        );
         let list = env
             .http
             .get("/api/v1/namespaces/default/configmaps?resourceVersion=0")

@@ -451,6 +451,54 @@ mod tests {
         assert_eq!(store.snapshot().bytes, b.raw.len());
     }
 
+    #[test]
+    fn past_states_are_rebuilt_from_the_history_until_a_gap() {
+        let store = Store::new();
+        store.replace(Snapshot {
+            resource_version: 10,
+            ..Default::default()
+        });
+        let state = |s: &Snapshot| -> Vec<(String, u64)> {
+            s.objects
+                .values()
+                .map(|o| (o.key.to_string(), o.resource_version))
+                .collect()
+        };
+        let mut seen = vec![(10, state(&store.snapshot()))];
+        let steps = [
+            Change::Upsert(obj("a", "x", 11)),
+            Change::Upsert(obj("a", "y", 12)),
+            Change::Progress(14),
+            Change::Upsert(obj("a", "x", 15)),
+            Change::Delete(obj("a", "y", 16)),
+            Change::Upsert(obj("a", "y", 17)),
+            Change::Delete(obj("a", "x", 18)),
+        ];
+        for c in steps {
+            store.apply(c);
+            let now = store.snapshot();
+            seen.push((now.resource_version, state(&now)));
+        }
+        // Every RV, including those no event of this resource carries (13: the state at 12).
+        for rv in 10..=18 {
+            let want = &seen.iter().rev().find(|(at, _)| *at <= rv).unwrap().1;
+            let got = store.state_at(rv).expect("in the history");
+            assert_eq!(&state(&got), want, "state at {rv}");
+            assert_eq!(got.resource_version, rv);
+        }
+        assert!(store.state_at(9).is_none(), "before the first list");
+        assert!(store.state_at(19).is_none(), "not reached yet");
+        // A relist that moves the state on leaves a gap: its states are unknown.
+        let mut next = (*store.snapshot()).clone();
+        next.insert(obj("a", "z", 21));
+        next.resource_version = 22;
+        store.replace(next);
+        assert!(store.state_at(20).is_none(), "inside the relist's gap");
+        assert!(store.state_at(22).is_some());
+        // A state retained before the gap stays.
+        assert!(store.state_at(15).is_some(), "rebuilt earlier, retained");
+    }
+
     #[tokio::test(start_paused = true)]
     async fn wait_for_returns_when_the_rv_arrives_or_times_out() {
         let store = Arc::new(Store::new());
