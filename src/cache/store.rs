@@ -324,6 +324,8 @@ impl Store {
     pub fn retained_usage(&self) -> (usize, usize) {
         let hub = self.hub.lock();
         let cur = self.snapshot();
+        // The history also shrinks with time alone (no write needed): catch up here too.
+        self.trim_retained(&hub, &cur);
         let bytes = self
             .retained
             .bytes(cur.resource_version, cur.len(), |lo, hi| {
