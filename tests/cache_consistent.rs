@@ -30,8 +30,8 @@ use watchgate::sim::{start, SimHandle};
 const WATCH_LIST: &str = "allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan&sendInitialEvents=true&timeoutSeconds=561&watch=true";
 
 /// A simulator with pods in namespaces whose names prefix each other, and a gateway whose
-/// pods cache has synced.
-async fn seeded(consistent_reads: ConsistentReads) -> (SimHandle, String) {
+/// pods cache has synced: its URL and its admin URL.
+async fn seeded(consistent_reads: ConsistentReads) -> (SimHandle, String, String) {
     let sim = start(cluster_config()).await.unwrap();
     for ns in ["a", "a-b", "b"] {
         for (name, app) in [("web-1", "web"), ("web-2", "web"), ("db-1", "db")] {
@@ -42,10 +42,11 @@ async fn seeded(consistent_reads: ConsistentReads) -> (SimHandle, String) {
     cfg.consistent_reads = consistent_reads;
     let gw = start_gateway_with(cfg).await.into_handle();
     let url = gw.url();
+    let admin = format!("http://{}", gw.admin_addr());
     // Keep the gateway running for the test's lifetime.
     std::mem::forget(gw);
     wait_until_cached(&url, "/api/v1/pods?resourceVersion=0").await;
-    (sim, url)
+    (sim, url, admin)
 }
 
 fn configmap(name: &str, i: u64) -> Value {
@@ -77,7 +78,7 @@ fn assert_same_answer(path: &str, direct: &Resp, through: &Resp) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn consistent_gets_and_lists_match_the_simulator() {
-    let (sim, gw) = seeded(ConsistentReads::Cache).await;
+    let (sim, gw, _) = seeded(ConsistentReads::Cache).await;
     let (direct, through) = (Http::new(&sim.url()), Http::new(&gw));
     let paths = [
         "/api/v1/pods",
@@ -127,7 +128,7 @@ async fn consistent_gets_and_lists_match_the_simulator() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn paged_consistent_lists_match_the_simulator_page_for_page() {
-    let (sim, gw) = seeded(ConsistentReads::Cache).await;
+    let (sim, gw, _) = seeded(ConsistentReads::Cache).await;
     let (direct, through) = (Http::new(&sim.url()), Http::new(&gw));
     for first in [
         "/api/v1/pods?limit=2",
@@ -165,7 +166,7 @@ async fn paged_consistent_lists_match_the_simulator_page_for_page() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn consistent_watch_lists_match_the_simulator() {
-    let (sim, gw) = seeded(ConsistentReads::Cache).await;
+    let (sim, gw, _) = seeded(ConsistentReads::Cache).await;
     write_elsewhere(&sim, 1);
     for (i, path) in [
         format!("/api/v1/pods?{WATCH_LIST}"),
@@ -216,9 +217,52 @@ async fn consistent_watch_lists_match_the_simulator() {
     assert_same_events(path, &[de], &[te]);
 }
 
+/// Requests the gateway answered for pods lists, by source, from its metrics.
+async fn pod_lists_by_source(admin: &str, source: &str) -> f64 {
+    let text = Http::new(admin).get("/metrics").await.text();
+    support::metrics::sample(
+        &text,
+        "watchgate_requests_total",
+        &[("verb", "list"), ("resource", "pods"), ("source", source)],
+    )
+}
+
+/// kubectl (its paged `limit=500` list) and the Python client (a plain list), neither with
+/// a resourceVersion: consistent reads, answered from the cache.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_and_the_python_client_get_consistent_answers_from_the_cache() {
+    let (sim, gw, admin) = seeded(ConsistentReads::Cache).await;
+    write_elsewhere(&sim, 7);
+    let (cached, forwarded) = (
+        pod_lists_by_source(&admin, "cache").await,
+        pod_lists_by_source(&admin, "upstream").await,
+    );
+    let kubectl = support::Kubectl::new(&gw);
+    let direct = support::Kubectl::new(&sim.url());
+    let args = ["get", "pods", "-A", "-o", "json"];
+    let (got, want): (Value, Value) = (
+        serde_json::from_str(&kubectl.ok(&args).await).unwrap(),
+        serde_json::from_str(&direct.ok(&args).await).unwrap(),
+    );
+    assert_eq!(got["items"], want["items"]);
+    let out = support::python::run(
+        "list_rv0.py",
+        &[kubectl.kubeconfig().to_str().unwrap(), "consistent"],
+        Duration::from_secs(60),
+    )
+    .await;
+    assert!(out.status.success(), "{}\n{}", out.stdout, out.stderr);
+    let py: Value = serde_json::from_str(out.stdout.trim()).expect("python printed JSON");
+    let all = Http::new(&sim.url()).get_json("/api/v1/pods").await;
+    assert_eq!(py["resourceVersion"], all["metadata"]["resourceVersion"]);
+    assert_eq!(py["names"].as_array().unwrap().len(), 9);
+    assert_eq!(pod_lists_by_source(&admin, "upstream").await, forwarded);
+    assert!(pod_lists_by_source(&admin, "cache").await >= cached + 2.0);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_herd_of_consistent_reads_shares_a_few_probes() {
-    let (sim, gw) = seeded(ConsistentReads::Cache).await;
+    let (sim, gw, _) = seeded(ConsistentReads::Cache).await;
     let lists = sim.stats().lists("pods");
     let watches = sim.stats().watches("pods");
     let mut tasks = Vec::new();
@@ -257,7 +301,7 @@ async fn a_herd_of_consistent_reads_shares_a_few_probes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn consistent_reads_upstream_forwards_them() {
-    let (sim, gw) = seeded(ConsistentReads::Upstream).await;
+    let (sim, gw, _) = seeded(ConsistentReads::Upstream).await;
     let through = Http::new(&gw);
     let lists = sim.stats().lists("pods");
     let r = through.get("/api/v1/pods").await;
@@ -272,7 +316,7 @@ async fn consistent_reads_upstream_forwards_them() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_an_upstream_consistent_reads_are_forwarded_and_fail_like_any_other() {
-    let (sim, gw) = seeded(ConsistentReads::Cache).await;
+    let (sim, gw, _) = seeded(ConsistentReads::Cache).await;
     sim.shutdown().await;
     let through = Http::new(&gw);
     // The probe fails: forwarded, and the unreachable upstream's 503.
@@ -291,7 +335,7 @@ async fn without_an_upstream_consistent_reads_are_forwarded_and_fail_like_any_ot
 /// global RV moves: the cache must re-sync to prove itself fresh).
 async fn race(busy: bool) {
     const ITERATIONS: u64 = 1000;
-    let (sim, gw) = seeded(ConsistentReads::Cache).await;
+    let (sim, gw, _) = seeded(ConsistentReads::Cache).await;
     let direct = Http::new(&sim.url());
     let through = Http::new(&gw);
     put_pod(

@@ -379,8 +379,11 @@ impl Freshness {
             c.waited.fetch_add(1, Ordering::Relaxed);
             return Ok(s);
         }
-        let pays = self.resync_pays(scope, &now, last_sync);
-        if pays || self.resync.pending() {
+        // A reflector backing off after a failure answers no re-sync request soon: forward
+        // rather than wait out the bound.
+        let able = self.stats.backing_off.load(Ordering::Relaxed) == 0;
+        let pays = able && self.resync_pays(scope, &now, last_sync);
+        if pays || (able && self.resync.pending()) {
             if pays {
                 c.resyncs_requested.fetch_add(1, Ordering::Relaxed);
                 self.resync.request();

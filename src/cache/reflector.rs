@@ -101,6 +101,18 @@ pub struct ReflectorStats {
     /// Syncs made because a consistent read could not otherwise be proven fresh
     /// (`cache::fresh`); they are also counted in `lists`.
     pub consistent_resyncs: AtomicU64,
+    /// 1 while the reflector sleeps in a backoff after a failure: it answers no re-sync
+    /// request until it wakes (consistent reads then forward instead of waiting).
+    pub backing_off: AtomicU64,
+}
+
+impl ReflectorStats {
+    /// Sleeps `delay`, marked as backing off.
+    async fn back_off(&self, delay: Duration) {
+        self.backing_off.store(1, Ordering::Relaxed);
+        tokio::time::sleep(delay).await;
+        self.backing_off.store(0, Ordering::Relaxed);
+    }
 }
 
 /// The annotation of the BOOKMARK that ends a watch-list's initial events.
@@ -454,7 +466,7 @@ impl Reflector {
                     SyncCause::Relist { .. } | SyncCause::Consistent => "relist",
                 };
                 tracing::warn!(resource = %self.info.resource, error = %err, "{what} failed; retrying in {delay:.1?}");
-                tokio::time::sleep(delay).await;
+                self.stats.back_off(delay).await;
                 Step::Sync(cause)
             }
         }
@@ -526,7 +538,7 @@ impl Reflector {
             WatchEnd::Resync => Step::Sync(SyncCause::Consistent),
             WatchEnd::Malformed(msg) => {
                 self.stats.malformed_objects.fetch_add(1, Ordering::Relaxed);
-                tokio::time::sleep(backoff.next_delay()).await;
+                self.stats.back_off(backoff.next_delay()).await;
                 Step::Sync(SyncCause::Relist {
                     reason: format!("a malformed watch event ({msg})"),
                     anomaly: true,
@@ -536,7 +548,7 @@ impl Reflector {
                 self.stats.errors.fetch_add(1, Ordering::Relaxed);
                 let delay = backoff.next_delay();
                 tracing::warn!(resource = %self.info.resource, "watch failed ({msg}); resuming in {delay:.1?}");
-                tokio::time::sleep(delay).await;
+                self.stats.back_off(delay).await;
                 Step::Watch(self.store.resource_version())
             }
         }
