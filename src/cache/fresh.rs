@@ -61,11 +61,20 @@ pub const FRESH_WAIT: Duration = Duration::from_secs(3);
 /// upstream.
 pub const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// While a herd of consistent reads arrives (the last probe served more than one
-/// request), the next probe waits this long after its first request before it is sent,
-/// so that the herd shares a few probes instead of one per round trip. A lone request
-/// never waits for it.
-pub const HERD_WINDOW: Duration = Duration::from_millis(20);
+/// A probe that answered more than this many requests marks a herd (a thundering herd of
+/// informers starting at once, say). Below it (a few clients reading in a loop) every
+/// probe is sent as soon as the one before it has answered.
+pub const HERD_SIZE: u64 = 8;
+
+/// During a herd the next probe waits before it is sent, so that more of the herd shares
+/// it: 20 ms after the first herd-sized probe, doubling with each one after, up to
+/// [`HERD_WINDOW`]. kube-apiserver paces its own consistent reads the same way: while one
+/// waits, it asks etcd for progress every 100 ms.
+pub const HERD_FIRST_WINDOW: Duration = Duration::from_millis(20);
+
+/// The longest wait before a probe during a herd: at most ten probes per second per
+/// resource, however many requests arrive.
+pub const HERD_WINDOW: Duration = Duration::from_millis(100);
 
 /// Resources with at most this many objects (one page of client-go's pager) are re-synced
 /// for any waiting request, a get included: re-reading them costs the upstream about what
@@ -273,11 +282,11 @@ impl Freshness {
     /// all joined it (under the lock) before the generation is closed, and its probe is
     /// sent after that: every probe is sent after every request it answers arrived.
     async fn probe_loop(self: Arc<Self>) {
-        let mut herd = false;
+        let mut window = Duration::ZERO;
         loop {
-            if herd {
-                // More than one request per probe: let the rest of the herd join.
-                tokio::time::sleep(HERD_WINDOW).await;
+            if !window.is_zero() {
+                // A herd: let more of it join this probe.
+                tokio::time::sleep(window).await;
             }
             let (generation, served) = {
                 let mut st = self.probes.lock().expect("probe lock");
@@ -297,7 +306,11 @@ impl Freshness {
                 st.running = false;
                 return;
             }
-            herd = served > 1 || st.next_waiters > 1;
+            window = if served > HERD_SIZE || st.next_waiters > HERD_SIZE {
+                (window * 2).clamp(HERD_FIRST_WINDOW, HERD_WINDOW)
+            } else {
+                Duration::ZERO
+            };
         }
     }
 
