@@ -61,9 +61,10 @@ pub const FRESH_WAIT: Duration = Duration::from_secs(3);
 /// upstream.
 pub const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// A probe that answered more than this many requests marks a herd (a thundering herd of
-/// informers starting at once, say). Below it (a few clients reading in a loop) every
-/// probe is sent as soon as the one before it has answered.
+/// A probe that answered more than this many requests starts a herd (a thundering herd of
+/// informers starting at once, say); the herd lasts until a probe answers one request or
+/// none. Outside a herd (a few clients reading in a loop) every probe is sent as soon as
+/// the one before it has answered.
 pub const HERD_SIZE: u64 = 8;
 
 /// During a herd the next probe waits before it is sent, so that more of the herd shares
@@ -294,6 +295,7 @@ impl Freshness {
                 st.next += 1;
                 (generation, std::mem::take(&mut st.next_waiters))
             };
+            tracing::trace!(uri = %self.probe_uri, generation, requests = served, waited = ?window, "probe");
             let result = self.probe_once().await;
             self.counters.probes.fetch_add(1, Ordering::Relaxed);
             if result.is_err() {
@@ -306,7 +308,9 @@ impl Freshness {
                 st.running = false;
                 return;
             }
-            window = if served > HERD_SIZE || st.next_waiters > HERD_SIZE {
+            let herd_starts = served > HERD_SIZE || st.next_waiters > HERD_SIZE;
+            let herd_goes_on = !window.is_zero() && served > 1;
+            window = if herd_starts || herd_goes_on {
                 (window * 2).clamp(HERD_FIRST_WINDOW, HERD_WINDOW)
             } else {
                 Duration::ZERO
