@@ -24,9 +24,9 @@ async fn gateway_caching_pods(upstream: &str) -> GatewayServer {
 }
 
 /// The edge: like any gateway, but its reflectors use the paged list and a watch from its
-/// resourceVersion (`--upstream-watch-list=off`), which the origin's cache answers. A
-/// watch-list has no resourceVersion (a consistent read), so the origin would forward it
-/// and the apiserver would hold one watch per edge.
+/// resourceVersion (`--upstream-watch-list=off`), which the origin's cache answers. (A
+/// watch-list has no resourceVersion: a consistent read, which the origin also answers
+/// from its cache, after one probe of the apiserver, docs/consistency.md.)
 async fn edge_caching_pods(upstream: &str) -> GatewayServer {
     let mut cfg = GatewayConfig::for_upstream_url(upstream).expect("gateway config");
     cfg.cache = Some(CachePolicy {
