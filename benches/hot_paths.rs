@@ -180,6 +180,7 @@ fn hub_with(
             .register(
                 || -> Arc<Snapshot> { unreachable!("no initial state") },
                 filter(i),
+                watchgate::watch::encoding::WatchEncoding::Json,
                 Start::After(0),
             )
             .unwrap_or_else(|_| panic!("a fresh hub has no history to be too old for"));

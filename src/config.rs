@@ -16,7 +16,7 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 #[derive(Args, Debug, Clone)]
 pub struct ServeArgs {
     /// The IP address on which to serve. Anything but loopback must be chosen explicitly
-    /// and, until client authentication exists, prints a loud warning.
+    /// and, with --auth=none, prints a loud warning.
     #[arg(long, default_value = "127.0.0.1")]
     pub address: IpAddr,
     /// The port on which to serve (0 picks a free port).
@@ -30,8 +30,10 @@ pub struct ServeArgs {
     #[arg(long)]
     pub context: Option<String>,
     /// The address of the upstream Kubernetes API server; overrides the kubeconfig's.
-    #[arg(long)]
-    pub server: Option<String>,
+    /// Repeat it (or separate with commas) for the apiservers of one HA control plane:
+    /// requests go to the first healthy one, in order
+    #[arg(long, value_delimiter = ',')]
+    pub server: Vec<String>,
     /// The IP address of the admin listener (/healthz, /livez, /readyz, /metrics).
     #[arg(long, default_value = "127.0.0.1")]
     pub admin_address: IpAddr,
@@ -44,6 +46,10 @@ pub struct ServeArgs {
     /// How long to wait for a TCP (and TLS) connection to the upstream.
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
     pub upstream_connect_timeout: Duration,
+    /// Upstream connections open at most, over all apiservers. A tenth of them is kept
+    /// for short requests; a request that finds no room gets 429 with Retry-After
+    #[arg(long, default_value_t = crate::upstream::DEFAULT_MAX_CONNECTIONS, value_parser = parse_positive)]
+    pub upstream_max_connections: usize,
     /// How long a non-streaming request may wait for the upstream's response headers
     /// (kube-apiserver answers those within its own 60 s request timeout). Watches, followed
     /// logs and upgrades are exempt; a request's own `?timeout=` extends it.
@@ -59,6 +65,16 @@ pub struct ServeArgs {
     /// Forward every request; serve nothing from the cache.
     #[arg(long)]
     pub disable_cache: bool,
+    /// The byte budget of all caches together (their objects' JSON, parsed headers and
+    /// map entries; the watch histories are apart). A resource that would take the caches
+    /// past it is not cached, or stops being cached, and its requests are forwarded; it is
+    /// tried again on a request 10 minutes later. 0 = no limit. Accepts Ki, Mi and Gi suffixes
+    #[arg(long, default_value = "0", value_parser = parse_bytes, value_name = "BYTES")]
+    pub cache_max_bytes: usize,
+    /// The byte budget of any one resource's cache, counted the same way; a resource over
+    /// it is forwarded instead. 0 = no limit. Accepts Ki, Mi and Gi suffixes
+    #[arg(long, default_value = "0", value_parser = parse_bytes, value_name = "BYTES")]
+    pub cache_max_resource_bytes: usize,
     /// How long watch events stay in each resource's history, so that clients resuming
     /// from a recent resourceVersion continue instead of relisting (kube-apiserver: ~75 s).
     #[arg(long, default_value = "5m", value_parser = parse_duration)]
@@ -91,6 +107,85 @@ pub struct ServeArgs {
     /// fresh (docs/consistency.md), else forwards them; `upstream` always forwards them.
     #[arg(long, value_enum, default_value = "cache", value_name = "WHERE")]
     pub consistent_reads: crate::cache::fresh::ConsistentReads,
+    #[command(flatten)]
+    pub auth: AuthArgs,
+}
+
+/// Who may use the gateway: `--auth` and its settings (docs/security.md).
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AuthMode {
+    /// No client authentication: every request acts with watchgate's upstream
+    /// credentials. Only for a listener on loopback inside one pod (sidecar mode).
+    #[default]
+    None,
+    /// Clients are authenticated with TokenReview and the reads the gateway answers are
+    /// authorized with SubjectAccessReview, both asked of the upstream; forwarded requests
+    /// impersonate the client.
+    Delegated,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct AuthArgs {
+    /// Client authentication and authorization: `none` (every client acts with
+    /// watchgate's credentials; loopback sidecars only) or `delegated` (TokenReview,
+    /// SubjectAccessReview and impersonation through the upstream; see docs/security.md)
+    #[arg(long = "auth", value_enum, default_value = "none", value_name = "MODE")]
+    pub mode: AuthMode,
+    /// With --auth=delegated: requests without credentials are served as
+    /// system:anonymous (group system:unauthenticated) instead of getting a 401
+    #[arg(long)]
+    pub anonymous_auth: bool,
+    /// How long a token the upstream's TokenReview accepted is trusted without asking again
+    #[arg(long, default_value = "2m", value_parser = parse_duration)]
+    pub authentication_token_webhook_cache_ttl: Duration,
+    /// How long a token the TokenReview rejected is refused without asking again
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub authentication_token_webhook_cache_failure_ttl: Duration,
+    /// How long an allowed SubjectAccessReview decision is reused
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    pub authorization_webhook_cache_authorized_ttl: Duration,
+    /// How long a denied SubjectAccessReview decision is reused
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    pub authorization_webhook_cache_unauthorized_ttl: Duration,
+    /// With --auth=delegated: requests one user may have in flight at once (watches and
+    /// other long-running requests excepted); beyond it, 429 with Retry-After. 0: no limit
+    #[arg(long, default_value_t = 100)]
+    pub max_requests_inflight_per_user: usize,
+    /// With --auth=delegated: watches (and followed logs, exec, attach, port-forward) one
+    /// user may have open at once; beyond it, 429 with Retry-After. 0: no limit
+    #[arg(long, default_value_t = 500)]
+    pub max_watches_per_user: usize,
+}
+
+impl Default for AuthArgs {
+    fn default() -> Self {
+        let d = crate::auth::SecurityConfig::default();
+        Self {
+            mode: AuthMode::None,
+            anonymous_auth: false,
+            authentication_token_webhook_cache_ttl: d.token_ttl,
+            authentication_token_webhook_cache_failure_ttl: d.token_failure_ttl,
+            authorization_webhook_cache_authorized_ttl: d.allow_ttl,
+            authorization_webhook_cache_unauthorized_ttl: d.deny_ttl,
+            max_requests_inflight_per_user: d.max_in_flight_per_user,
+            max_watches_per_user: d.max_watches_per_user,
+        }
+    }
+}
+
+impl AuthArgs {
+    /// The security settings, or `None` for `--auth=none`.
+    pub fn security(&self) -> Option<crate::auth::SecurityConfig> {
+        (self.mode == AuthMode::Delegated).then_some(crate::auth::SecurityConfig {
+            anonymous: self.anonymous_auth,
+            token_ttl: self.authentication_token_webhook_cache_ttl,
+            token_failure_ttl: self.authentication_token_webhook_cache_failure_ttl,
+            allow_ttl: self.authorization_webhook_cache_authorized_ttl,
+            deny_ttl: self.authorization_webhook_cache_unauthorized_ttl,
+            max_in_flight_per_user: self.max_requests_inflight_per_user,
+            max_watches_per_user: self.max_watches_per_user,
+        })
+    }
 }
 
 /// Everything the gateway needs to run, independent of how it was obtained.
@@ -102,6 +197,11 @@ pub struct GatewayConfig {
     pub admin_listen: SocketAddr,
     /// The upstream apiserver: URL, TLS material and credentials, as kube inferred them.
     pub upstream: kube::Config,
+    /// The apiservers, in order of preference (`--server` given several times); empty:
+    /// `upstream.cluster_url` alone.
+    pub upstream_servers: Vec<http::Uri>,
+    /// Upstream connections open at most (`--upstream-max-connections`).
+    pub upstream_max_connections: usize,
     /// Deadline of a graceful drain.
     pub shutdown_timeout: Duration,
     /// Deadline for connecting to the upstream; a dead upstream must yield a 503, not a hang.
@@ -111,6 +211,8 @@ pub struct GatewayConfig {
     pub upstream_response_timeout: Duration,
     /// Which resources are cached; `None` forwards everything.
     pub cache: Option<crate::cache::registry::CachePolicy>,
+    /// How many bytes the caches may hold (`--cache-max-bytes`, `--cache-max-resource-bytes`).
+    pub cache_budget: crate::cache::budget::BudgetConfig,
     /// How downstream watches are served from the cache (history window, bookmarks).
     pub watch: crate::watch::WatchConfig,
     /// Concurrent streams per HTTP/2 connection on the API listener.
@@ -122,6 +224,8 @@ pub struct GatewayConfig {
     pub reflector: crate::cache::reflector::ReflectorConfig,
     /// Where consistent reads are answered (`--consistent-reads`).
     pub consistent_reads: crate::cache::fresh::ConsistentReads,
+    /// Client authentication, authorization and per-user limits (`None`: `--auth=none`).
+    pub security: Option<crate::auth::SecurityConfig>,
     /// Record Prometheus metrics (on by default). Off, the request path skips its
     /// instrumentation and `/metrics` answers 404: what the benchmarks compare against.
     pub metrics: bool,
@@ -134,9 +238,12 @@ impl std::fmt::Debug for GatewayConfig {
             .field("listen", &self.listen)
             .field("admin_listen", &self.admin_listen)
             .field("upstream", &self.upstream.cluster_url)
+            .field("upstream_servers", &self.upstream_servers)
+            .field("upstream_max_connections", &self.upstream_max_connections)
             .field("shutdown_timeout", &self.shutdown_timeout)
             .field("upstream_connect_timeout", &self.upstream_connect_timeout)
             .field("upstream_response_timeout", &self.upstream_response_timeout)
+            .field("security", &self.security)
             .finish()
     }
 }
@@ -151,32 +258,61 @@ impl GatewayConfig {
         Ok(Self::for_upstream(kube::Config::new(uri)))
     }
 
+    /// A loopback gateway on free ports in front of several apiservers of one cluster
+    /// (the first is the kube config's URL), with no credentials.
+    pub fn for_upstream_urls(urls: &[&str]) -> anyhow::Result<Self> {
+        let uris = urls
+            .iter()
+            .map(|u| {
+                u.parse::<http::Uri>()
+                    .with_context(|| format!("invalid upstream URL {u:?}"))
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        let first = uris.first().context("no upstream URL")?.clone();
+        let mut cfg = Self::for_upstream(kube::Config::new(first));
+        cfg.upstream_servers = uris;
+        Ok(cfg)
+    }
+
     /// A loopback gateway on free ports in front of an already built kube config.
     pub fn for_upstream(upstream: kube::Config) -> Self {
         Self {
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             admin_listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             upstream,
+            upstream_servers: Vec::new(),
+            upstream_max_connections: crate::upstream::DEFAULT_MAX_CONNECTIONS,
             shutdown_timeout: Duration::from_secs(30),
             upstream_connect_timeout: Duration::from_secs(5),
             upstream_response_timeout: Duration::from_secs(70),
             cache: Some(Default::default()),
+            cache_budget: Default::default(),
             watch: Default::default(),
             http2_max_streams: 1000,
             write_stall_timeout: Some(crate::watch::DEFAULT_STALL_TIMEOUT),
             reflector: Default::default(),
             consistent_reads: Default::default(),
+            security: None,
             metrics: true,
         }
     }
 
     /// Resolve the flags of `watchgate serve`, including kube's config inference.
     pub async fn from_args(args: &ServeArgs) -> anyhow::Result<Self> {
-        let upstream = infer_upstream(args).await?;
+        let (upstream, upstream_servers) = infer_upstream(args).await?;
+        let security = args.auth.security();
+        if security.is_some() && upstream.auth_info.impersonate.is_some() {
+            anyhow::bail!(
+                "--auth=delegated impersonates each client upstream, so the kubeconfig's \
+                 user must not impersonate (`as:`) itself"
+            );
+        }
         Ok(Self {
             listen: SocketAddr::new(args.address, args.port),
             admin_listen: SocketAddr::new(args.admin_address, args.admin_port),
             upstream,
+            upstream_servers,
+            upstream_max_connections: args.upstream_max_connections,
             shutdown_timeout: args.shutdown_timeout,
             upstream_connect_timeout: args.upstream_connect_timeout,
             upstream_response_timeout: args.upstream_response_timeout,
@@ -184,6 +320,11 @@ impl GatewayConfig {
                 prewarm: args.cache.clone(),
                 exclude: args.no_cache.clone(),
             }),
+            cache_budget: crate::cache::budget::BudgetConfig {
+                max_bytes: args.cache_max_bytes,
+                max_resource_bytes: args.cache_max_resource_bytes,
+                ..Default::default()
+            },
             watch: crate::watch::WatchConfig {
                 history_window: args.watch_history_window,
                 history_bytes: args.watch_history_bytes,
@@ -198,6 +339,7 @@ impl GatewayConfig {
                 ..Default::default()
             },
             consistent_reads: args.consistent_reads,
+            security,
             metrics: true,
         })
     }
@@ -206,7 +348,9 @@ impl GatewayConfig {
 /// kubectl's precedence: an explicit `--kubeconfig`, else `$KUBECONFIG`/`~/.kube/config`,
 /// else the in-cluster service account; `--server` then replaces the URL. With `--server`
 /// and no config at all, a credential-less config for that URL is used (as kubectl does).
-async fn infer_upstream(args: &ServeArgs) -> anyhow::Result<kube::Config> {
+/// Several `--server`s share the config's credentials and TLS material; the first one is
+/// the config's URL. Returns the config and every `--server`, in order.
+async fn infer_upstream(args: &ServeArgs) -> anyhow::Result<(kube::Config, Vec<http::Uri>)> {
     let options = KubeConfigOptions {
         context: args.context.clone(),
         ..Default::default()
@@ -225,30 +369,44 @@ async fn infer_upstream(args: &ServeArgs) -> anyhow::Result<kube::Config> {
         kube::Config::infer().await.map_err(anyhow::Error::from)
     };
 
-    let server = args
+    let servers = args
         .server
-        .as_deref()
-        .map(|s| {
-            s.parse::<http::Uri>()
-                .with_context(|| format!("invalid --server {s:?}"))
-        })
-        .transpose()?;
+        .iter()
+        .map(|s| parse_server(s))
+        .collect::<anyhow::Result<Vec<_>>>()?;
 
-    match (inferred, server) {
+    let config = match (inferred, servers.first()) {
         (Ok(mut config), Some(server)) => {
-            config.cluster_url = server;
-            Ok(config)
+            config.cluster_url = server.clone();
+            config
         }
-        (Ok(config), None) => Ok(config),
+        (Ok(config), None) => config,
         // Only an explicitly chosen kubeconfig or context must exist; otherwise --server
         // alone is enough.
         (Err(_), Some(server)) if args.kubeconfig.is_none() && args.context.is_none() => {
-            Ok(kube::Config::new(server))
+            kube::Config::new(server.clone())
         }
-        (Err(err), _) => Err(err.context(
-            "no upstream configuration: pass --server, --kubeconfig, or run in a cluster",
-        )),
-    }
+        (Err(err), _) => {
+            return Err(err.context(
+                "no upstream configuration: pass --server, --kubeconfig, or run in a cluster",
+            ))
+        }
+    };
+    Ok((config, servers))
+}
+
+/// One `--server`: an absolute `http://` or `https://` URL (as kubectl requires of a
+/// cluster's `server`).
+fn parse_server(s: &str) -> anyhow::Result<http::Uri> {
+    let uri = s
+        .trim()
+        .parse::<http::Uri>()
+        .with_context(|| format!("invalid --server {s:?}"))?;
+    anyhow::ensure!(
+        matches!(uri.scheme_str(), Some("http" | "https")) && uri.authority().is_some(),
+        "invalid --server {s:?}: expected an http:// or https:// URL with a host"
+    );
+    Ok(uri)
 }
 
 /// Whether binding `addr` exposes the gateway beyond this machine.
@@ -277,6 +435,14 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     };
     // `try_`: a duration past what `Duration` holds is an error, not a panic.
     Duration::try_from_secs_f64(secs).map_err(|_| format!("invalid duration {s:?}"))
+}
+
+/// A count of at least one.
+pub fn parse_positive(s: &str) -> Result<usize, String> {
+    match s.trim().parse::<usize>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err(format!("{s:?} is not a whole number of at least 1")),
+    }
 }
 
 /// A byte size: a plain number, or one with a Ki, Mi or Gi suffix.
@@ -339,15 +505,18 @@ mod tests {
             port: 0,
             kubeconfig: None,
             context: None,
-            server: Some("http://127.0.0.1:1234".into()),
+            server: vec!["http://127.0.0.1:1234".into()],
             admin_address: "127.0.0.1".parse().unwrap(),
             admin_port: 0,
             shutdown_timeout: Duration::from_secs(1),
             upstream_connect_timeout: Duration::from_secs(1),
+            upstream_max_connections: 256,
             upstream_response_timeout: Duration::from_secs(1),
             cache: vec![],
             no_cache: vec![],
             disable_cache: false,
+            cache_max_bytes: 0,
+            cache_max_resource_bytes: 0,
             watch_history_window: Duration::from_secs(300),
             watch_history_bytes: 1 << 20,
             watch_bookmark_interval: Duration::from_secs(60),
@@ -355,9 +524,50 @@ mod tests {
             write_stall_timeout: Duration::from_secs(60),
             upstream_watch_list: Default::default(),
             consistent_reads: Default::default(),
+            auth: Default::default(),
         };
         let cfg = GatewayConfig::from_args(&args).await.unwrap();
         assert_eq!(cfg.upstream.cluster_url, "http://127.0.0.1:1234/");
+        assert_eq!(cfg.upstream_servers, vec!["http://127.0.0.1:1234/"]);
+    }
+
+    #[test]
+    fn server_may_be_given_several_times_or_comma_separated() {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            serve: ServeArgs,
+        }
+        let parse = |args: &[&str]| {
+            <Cli as clap::Parser>::try_parse_from(
+                std::iter::once("watchgate").chain(args.iter().copied()),
+            )
+            .map(|c| c.serve)
+        };
+        let a = parse(&[
+            "--server",
+            "https://a:6443",
+            "--server=https://b:6443,https://c:6443",
+        ])
+        .unwrap();
+        assert_eq!(
+            a.server,
+            ["https://a:6443", "https://b:6443", "https://c:6443"]
+        );
+        assert_eq!(
+            a.upstream_max_connections,
+            crate::upstream::DEFAULT_MAX_CONNECTIONS
+        );
+        assert!(parse(&["--upstream-max-connections=0"]).is_err());
+        assert_eq!(
+            parse(&["--upstream-max-connections=3"])
+                .unwrap()
+                .upstream_max_connections,
+            3
+        );
+        assert!(parse_server("https://a:6443").is_ok());
+        assert!(parse_server("a:6443").is_err());
+        assert!(parse_server("/relative").is_err());
     }
 
     #[tokio::test]
@@ -379,15 +589,18 @@ mod tests {
             port: 0,
             kubeconfig: Some(path),
             context: None,
-            server: None,
+            server: vec![],
             admin_address: "127.0.0.1".parse().unwrap(),
             admin_port: 0,
             shutdown_timeout: Duration::from_secs(1),
             upstream_connect_timeout: Duration::from_secs(1),
+            upstream_max_connections: 256,
             upstream_response_timeout: Duration::from_secs(1),
             cache: vec![],
             no_cache: vec![],
             disable_cache: false,
+            cache_max_bytes: 0,
+            cache_max_resource_bytes: 0,
             watch_history_window: Duration::from_secs(300),
             watch_history_bytes: 1 << 20,
             watch_bookmark_interval: Duration::from_secs(60),
@@ -395,6 +608,7 @@ mod tests {
             write_stall_timeout: Duration::from_secs(60),
             upstream_watch_list: Default::default(),
             consistent_reads: Default::default(),
+            auth: Default::default(),
         };
         let cfg = GatewayConfig::from_args(&args).await.unwrap();
         assert_eq!(cfg.upstream.cluster_url, "https://10.0.0.1:6443/");
@@ -404,7 +618,7 @@ mod tests {
         let cfg = GatewayConfig::from_args(&args).await.unwrap();
         assert_eq!(cfg.upstream.cluster_url, "http://127.0.0.1:7777/");
 
-        args.server = Some("http://127.0.0.1:9999".into());
+        args.server = vec!["http://127.0.0.1:9999".into()];
         let cfg = GatewayConfig::from_args(&args).await.unwrap();
         assert_eq!(cfg.upstream.cluster_url, "http://127.0.0.1:9999/");
 

@@ -44,6 +44,12 @@ pub struct DemoArgs {
     /// Churn: writes per second across the seeded objects (0 = a still cluster).
     #[arg(long, default_value_t = 2.0)]
     pub churn: f64,
+    /// A shared, secured gateway: clients authenticate with tokens (TokenReview), reads
+    /// served from the cache are authorized (SubjectAccessReview), forwarded requests
+    /// impersonate the client; the simulator enforces a small demo policy (users admin,
+    /// alice, bob; see docs/security.md)
+    #[arg(long)]
+    pub secure: bool,
 }
 
 impl DemoArgs {
@@ -69,7 +75,13 @@ impl DemoArgs {
 pub struct Demo {
     pub sim: SimHandle,
     pub gateway: GatewayHandle,
+    /// With `--secure`: the token the demo's own checks use (the policy's admin).
+    pub token: Option<&'static str>,
 }
+
+/// The tokens of the demo policy (`sim::auth::DEMO_POLICY`).
+pub const GATEWAY_TOKEN: &str = "watchgate-token";
+pub const ADMIN_TOKEN: &str = "admin-token";
 
 impl Demo {
     /// The URL kubectl should use.
@@ -97,6 +109,7 @@ pub async fn start(args: &DemoArgs) -> anyhow::Result<Demo> {
     let sim = crate::sim::start(SimConfig {
         addr: SocketAddr::from(([127, 0, 0, 1], 0)),
         bootstrap_namespaces: true,
+        policy: args.secure.then(crate::sim::auth::demo_policy),
         ..SimConfig::default()
     })
     .await
@@ -110,7 +123,17 @@ pub async fn start(args: &DemoArgs) -> anyhow::Result<Demo> {
         sim.sim().shutdown.clone(),
     ));
 
-    let mut cfg = GatewayConfig::for_upstream_url(&sim.url())?;
+    let mut cfg = if args.secure {
+        // The gateway's own identity upstream: the demo policy's service account, which
+        // may review tokens and access and impersonate clients.
+        let mut upstream = kube::Config::new(sim.url().parse()?);
+        upstream.auth_info.token = Some(GATEWAY_TOKEN.to_string().into());
+        let mut cfg = GatewayConfig::for_upstream(upstream);
+        cfg.security = Some(crate::auth::SecurityConfig::default());
+        cfg
+    } else {
+        GatewayConfig::for_upstream_url(&sim.url())?
+    };
     cfg.listen = SocketAddr::new(args.address, args.port);
     let gateway = Gateway::start(cfg).await.with_context(|| {
         format!(
@@ -119,7 +142,11 @@ pub async fn start(args: &DemoArgs) -> anyhow::Result<Demo> {
             args.address, args.port
         )
     })?;
-    let demo = Demo { sim, gateway };
+    let demo = Demo {
+        sim,
+        gateway,
+        token: args.secure.then_some(ADMIN_TOKEN),
+    };
     demo.check().await?;
     Ok(demo)
 }
@@ -128,8 +155,8 @@ impl Demo {
     /// One list through the gateway, so "ready" is printed only when it is true.
     async fn check(&self) -> anyhow::Result<()> {
         let client = Client::builder(TokioExecutor::new()).build_http::<Empty<bytes::Bytes>>();
-        let uri: http::Uri = format!("{}/api/v1/pods?limit=1", self.url()).parse()?;
-        let resp = tokio::time::timeout(Duration::from_secs(10), client.get(uri))
+        let req = get(&format!("{}/api/v1/pods?limit=1", self.url()), self.token)?;
+        let resp = tokio::time::timeout(Duration::from_secs(10), client.request(req))
             .await
             .context("the gateway did not answer a list within 10 s")??;
         let status = resp.status();
@@ -143,36 +170,57 @@ impl Demo {
     }
 }
 
-/// The name and namespace of one seeded pod, for the examples (best effort).
-async fn some_pod(url: &str) -> Option<(String, String)> {
-    let client = Client::builder(TokioExecutor::new()).build_http::<Empty<bytes::Bytes>>();
-    let uri: http::Uri = format!("{url}/api/v1/pods?limit=1").parse().ok()?;
-    let resp = client.get(uri).await.ok()?;
-    let body = resp.into_body().collect().await.ok()?.to_bytes();
-    let v: serde_json::Value = serde_json::from_slice(&body).ok()?;
-    let meta = &v["items"][0]["metadata"];
-    Some((
-        meta["namespace"].as_str()?.to_string(),
-        meta["name"].as_str()?.to_string(),
-    ))
+/// A GET with the demo's token, if it has one.
+fn get(uri: &str, token: Option<&str>) -> anyhow::Result<http::Request<Empty<bytes::Bytes>>> {
+    let mut req = http::Request::get(uri);
+    if let Some(token) = token {
+        req = req.header(http::header::AUTHORIZATION, format!("Bearer {token}"));
+    }
+    Ok(req.body(Empty::new())?)
 }
 
-/// What to type, printed once everything is up.
-fn instructions(args: &DemoArgs, demo: &Demo, pod: Option<(String, String)>) -> String {
+/// The pod the printed examples use: the first seeded pod, `pod-0`. Churn updates seeded
+/// pods but deletes only the `churn-N` pods it created itself, so this one exists for as
+/// long as the demo runs (unless someone deletes it); it is bound to a node and Running,
+/// which `logs`, `exec` and `port-forward` need. `None` when no pods are seeded.
+pub fn example_pod(args: &DemoArgs) -> Option<(String, String)> {
+    let spec = args.seed_spec();
+    (spec.pods > 0).then(|| (spec.namespace_of(0), "pod-0".to_string()))
+}
+
+/// The local port the printed port-forward example listens on.
+pub const EXAMPLE_LOCAL_PORT: u16 = 18080;
+
+/// What to type, printed once everything is up (tests/kubectl_demo.rs runs every
+/// `kubectl` line of it).
+pub fn instructions(args: &DemoArgs, demo: &Demo) -> String {
     let url = demo.url();
+    if args.secure {
+        return secure_instructions(&url, demo);
+    }
     let k = format!("kubectl --server {url}");
-    let (ns, name) = pod.unwrap_or_else(|| ("<namespace>".into(), "<pod>".into()));
+    let mut examples = vec![
+        format!("{k} get pods -A -w"),
+        format!("{k} get nodes"),
+        format!("{k} get deployments,services,configmaps -A"),
+        format!("{k} get --raw /apis"),
+    ];
+    if let Some((ns, name)) = example_pod(args) {
+        let local = EXAMPLE_LOCAL_PORT;
+        examples.extend([
+            format!("{k} logs -f -n {ns} {name}"),
+            format!("echo hello | {k} exec -i -n {ns} {name} -- cat"),
+            format!("{k} port-forward -n {ns} pod/{name} {local}:8080"),
+            format!("curl http://127.0.0.1:{local}/    # while port-forward runs"),
+        ]);
+    }
+    let examples: String = examples.iter().map(|e| format!("\n  {e}")).collect();
     format!(
         "\nwatchgate demo is running.\n\
          \n  simulated apiserver  {sim} ({pods} pods of ~{size} B, {nodes} nodes, {churn} writes/s)\
          \n  gateway              {url} (admin: http://{admin}/healthz)\n\
          \nIn another terminal (kubectl 1.37 is in .venv/bin after ./scripts/test):\n\
-         \n  {k} get pods -A -w\
-         \n  {k} get nodes\
-         \n  {k} get deployments,services,configmaps -A\
-         \n  {k} get --raw /apis\
-         \n  {k} logs -f -n {ns} {name}\
-         \n  echo hello | {k} exec -i -n {ns} {name} -- cat\n\
+         {examples}\n\
          \nCtrl-C stops the demo.\n",
         sim = demo.sim.url(),
         pods = args.pods,
@@ -180,6 +228,29 @@ fn instructions(args: &DemoArgs, demo: &Demo, pod: Option<(String, String)>) -> 
         size = args.pod_size,
         churn = args.churn,
         admin = demo.gateway.admin_addr(),
+    )
+}
+
+/// `--secure`: who is who, and what each may do.
+fn secure_instructions(url: &str, demo: &Demo) -> String {
+    let k = format!("kubectl --server {url}");
+    format!(
+        "\nwatchgate demo --secure is running.\n\
+         \n  simulated apiserver  {sim} (enforces the demo policy; writes audited at {sim}/debug/sim/audit)\
+         \n  gateway              {url} (--auth=delegated: TokenReview, SubjectAccessReview, impersonation)\n\
+         \nUsers (docs/security.md):\
+         \n  admin-token   admin, system:masters: everything\
+         \n  alice-token   alice: reads pods, configmaps, deployments, ... but not secrets; writes configmaps\
+         \n  bob-token     bob: reads pods in namespace team-b only\n\
+         \nTry (kubectl 1.37 is in .venv/bin after ./scripts/test):\n\
+         \n  {k} --token alice-token get pods -A -w              # served by the cache, as alice\
+         \n  {k} --token alice-token get secrets -A              # 403, even though the cache holds secrets\
+         \n  {k} get pods                                        # 401: no token\
+         \n  {k} --token bob-token get pods -A                   # 403: bob may read team-b only\
+         \n  {k} --token alice-token create configmap demo --from-literal=a=b\
+         \n  curl -s {sim}/debug/sim/audit                       # the write was made as alice\n\
+         \nCtrl-C stops the demo.\n",
+        sim = demo.sim.url(),
     )
 }
 
@@ -191,8 +262,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
     let demo = start(&args).await?;
-    let pod = some_pod(&demo.url()).await;
-    println!("{}", instructions(&args, &demo, pod));
+    println!("{}", instructions(&args, &demo));
 
     tokio::select! {
         _ = int.recv() => {}

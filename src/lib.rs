@@ -3,8 +3,12 @@
 //! The crate is laid out after the boxes of the architecture (see docs/architecture.md):
 //! requests enter through [`server`], are parsed once by [`request`], and either go
 //! upstream through [`proxy`] or (later) are served from the cache. [`sim`] is the
-//! simulated apiserver used by the demo, the tests and the benches.
+//! simulated apiserver used by the demo, the tests and the benches. [`negotiate`],
+//! [`table`] and [`partial_metadata`] are shared by both: how an answer is negotiated and
+//! rendered (Tables, PartialObjectMetadata) the way kube-apiserver does it.
 
+pub mod apipath;
+pub mod auth;
 pub mod body;
 pub mod cache;
 pub mod codec;
@@ -14,6 +18,8 @@ pub mod load;
 pub mod logging;
 pub mod metrics;
 pub mod negotiate;
+pub mod partial_metadata;
+pub mod proto;
 pub mod proxy;
 pub mod request;
 pub mod selector;
@@ -21,5 +27,6 @@ pub mod server;
 pub mod sim;
 pub mod stack;
 pub mod status;
+pub mod table;
 pub mod upstream;
 pub mod watch;

@@ -32,6 +32,11 @@ pub const UPSTREAM_REQUESTS_TOTAL: &str = "watchgate_upstream_requests_total";
 pub const UPSTREAM_REQUEST_DURATION: &str = "watchgate_upstream_request_duration_seconds";
 pub const UPSTREAM_WATCHES: &str = "watchgate_upstream_watches";
 pub const UPSTREAM_UP: &str = "watchgate_upstream_up";
+pub const UPSTREAM_CONNECTIONS: &str = "watchgate_upstream_connections";
+pub const UPSTREAM_STREAMS: &str = "watchgate_upstream_streams";
+pub const UPSTREAM_REFUSALS_TOTAL: &str = "watchgate_upstream_refusals_total";
+pub const UPSTREAM_ENDPOINT_HEALTHY: &str = "watchgate_upstream_endpoint_healthy";
+pub const UPSTREAM_EJECTIONS_TOTAL: &str = "watchgate_upstream_endpoint_ejections_total";
 
 // Cache, per resource (refreshed at scrape time from the registry).
 pub const CACHE_OBJECTS: &str = "watchgate_cache_objects";
@@ -40,6 +45,10 @@ pub const CACHE_SYNC_DURATION: &str = "watchgate_cache_sync_duration_seconds";
 pub const CACHE_RESOURCE_VERSION: &str = "watchgate_cache_resource_version";
 pub const CACHE_SYNCED: &str = "watchgate_cache_synced";
 pub const CACHE_EVENTS_TOTAL: &str = "watchgate_cache_events_total";
+pub const CACHE_BUDGET_USED: &str = "watchgate_cache_budget_used_bytes";
+pub const CACHE_BUDGET_LIMIT: &str = "watchgate_cache_budget_limit_bytes";
+pub const CACHE_OVER_BUDGET: &str = "watchgate_cache_over_budget";
+pub const CACHE_DROPPED_TOTAL: &str = "watchgate_cache_dropped_total";
 pub const REFLECTOR_LISTS_TOTAL: &str = "watchgate_reflector_lists_total";
 pub const REFLECTOR_RELISTS_TOTAL: &str = "watchgate_reflector_relists_total";
 pub const REFLECTOR_RESTARTS_TOTAL: &str = "watchgate_reflector_restarts_total";
@@ -71,6 +80,12 @@ pub mod labels {
     pub const LONG_RUNNING: &[&str] = &["group", "resource"];
     /// `UPSTREAM_REQUESTS_TOTAL` and `UPSTREAM_REQUEST_DURATION`.
     pub const UPSTREAM: &[&str] = &["code"];
+    /// `UPSTREAM_CONNECTIONS` and `UPSTREAM_STREAMS`: class is `short` or `long_running`;
+    /// endpoint is the apiserver's `host:port` (one per `--server`).
+    pub const UPSTREAM_POOL: &[&str] = &["class", "endpoint"];
+    pub const UPSTREAM_REFUSALS: &[&str] = &["class"];
+    /// `UPSTREAM_ENDPOINT_HEALTHY` and `UPSTREAM_EJECTIONS_TOTAL` (several `--server`s).
+    pub const UPSTREAM_ENDPOINT: &[&str] = &["endpoint"];
     pub const CACHE: &[&str] = &["group", "resource"];
     pub const UPSTREAM_WATCHES: &[&str] = &["group", "resource"];
     pub const REFLECTOR_LISTS: &[&str] = &["group", "resource"];
@@ -193,6 +208,26 @@ fn describe() {
         UPSTREAM_UP,
         "1 when the upstream's last response (any HTTP code) arrived, 0 when the last request got none."
     );
+    describe_gauge!(
+        UPSTREAM_CONNECTIONS,
+        "Upstream connections open, by class (short or long_running: the two never share a connection) and endpoint. Bounded in all by --upstream-max-connections."
+    );
+    describe_gauge!(
+        UPSTREAM_STREAMS,
+        "Upstream requests in flight (HTTP/2 streams, or HTTP/1.1 connections in use), by class and endpoint, until their response body ends."
+    );
+    describe_counter!(
+        UPSTREAM_REFUSALS_TOTAL,
+        "Requests answered 429 because no upstream connection of their class had room and --upstream-max-connections allowed no other, by class."
+    );
+    describe_gauge!(
+        UPSTREAM_ENDPOINT_HEALTHY,
+        "With several --server endpoints: 1 while an endpoint takes requests, 0 while it is left out (a failed connection or /readyz check)."
+    );
+    describe_counter!(
+        UPSTREAM_EJECTIONS_TOTAL,
+        "With several --server endpoints: times an endpoint was left out after a failed connection or /readyz check."
+    );
     describe_gauge!(CACHE_OBJECTS, "Objects in a resource's cache.");
     describe_gauge!(
         CACHE_BYTES,
@@ -215,6 +250,24 @@ fn describe() {
     describe_counter!(
         CACHE_EVENTS_TOTAL,
         "Watch events a resource's reflector applied to the cache."
+    );
+    describe_gauge!(
+        CACHE_BUDGET_USED,
+        Unit::Bytes,
+        "What a resource's cache holds as the byte budget counts it (objects' JSON, parsed headers, map entries)."
+    );
+    describe_gauge!(
+        CACHE_BUDGET_LIMIT,
+        Unit::Bytes,
+        "The byte budget: scope=total is --cache-max-bytes, scope=resource --cache-max-resource-bytes (0: no limit)."
+    );
+    describe_gauge!(
+        CACHE_OVER_BUDGET,
+        "1 while a resource is not cached because it did not fit the byte budget (its requests are forwarded), 0 while it is cached."
+    );
+    describe_counter!(
+        CACHE_DROPPED_TOTAL,
+        "Times a resource was not cached, or stopped being cached, for its size, by reason: resource_budget or total_budget."
     );
     describe_counter!(
         REFLECTOR_LISTS_TOTAL,
@@ -247,7 +300,7 @@ fn describe() {
     );
     describe_counter!(
         REFLECTOR_RESTARTS_TOTAL,
-        "Watch restarts by reason: stream_end (rewatch from the last RV) and error (list or watch failed; backoff)."
+        "Watch restarts by reason: stream_end (rewatch from the last RV), error (list or watch failed; backoff) and upstream_behind (an apiserver answered Too large resource version, or a state older than the cache's: retried, preferring another --server; never a relist)."
     );
     describe_counter!(
         REFLECTOR_MALFORMED_TOTAL,
@@ -279,6 +332,18 @@ pub fn render(registry: Option<&Registry>) -> String {
 /// process (tests) a counter shows the larger of their totals, and a gauge whatever the
 /// last refresh set: such tests give each gateway its own resource.
 fn refresh_cache_metrics(registry: &Registry) {
+    let budget = registry.budget();
+    gauge!(CACHE_BUDGET_LIMIT, "scope" => "total").set(budget.config.max_bytes as f64);
+    gauge!(CACHE_BUDGET_LIMIT, "scope" => "resource").set(budget.config.max_resource_bytes as f64);
+    for d in registry.dropped() {
+        let (g, r) = (d.info.group.clone(), d.info.resource.clone());
+        gauge!(CACHE_OVER_BUDGET, "group" => g.clone(), "resource" => r.clone()).set(1.0);
+        gauge!(CACHE_BUDGET_USED, "group" => g, "resource" => r).set(0.0);
+    }
+    for ((g, r, reason), n) in registry.drop_counts() {
+        counter!(CACHE_DROPPED_TOTAL, "group" => g, "resource" => r, "reason" => reason)
+            .absolute(n);
+    }
     for c in registry.caches() {
         let g = c.info.group.clone();
         let r = c.info.resource.clone();
@@ -291,6 +356,9 @@ fn refresh_cache_metrics(registry: &Registry) {
             .set(snapshot.len() as f64);
         gauge!(CACHE_BYTES, "group" => g.clone(), "resource" => r.clone())
             .set(snapshot.bytes as f64);
+        gauge!(CACHE_BUDGET_USED, "group" => g.clone(), "resource" => r.clone())
+            .set(snapshot.heap as f64);
+        gauge!(CACHE_OVER_BUDGET, "group" => g.clone(), "resource" => r.clone()).set(0.0);
         gauge!(CACHE_RESOURCE_VERSION, "group" => g.clone(), "resource" => r.clone())
             .set(c.store.resource_version() as f64);
         gauge!(CACHE_SYNCED, "group" => g.clone(), "resource" => r.clone()).set(if c.is_synced() {
@@ -344,6 +412,8 @@ fn refresh_cache_metrics(registry: &Registry) {
             .absolute(load(&s.watch_restarts));
         counter!(REFLECTOR_RESTARTS_TOTAL, "group" => g.clone(), "resource" => r.clone(), "reason" => "error")
             .absolute(load(&s.errors));
+        counter!(REFLECTOR_RESTARTS_TOTAL, "group" => g.clone(), "resource" => r.clone(), "reason" => "upstream_behind")
+            .absolute(load(&s.behind));
         counter!(REFLECTOR_MALFORMED_TOTAL, "group" => g, "resource" => r)
             .absolute(load(&s.malformed_objects));
     }

@@ -301,6 +301,46 @@ fn negotiate_clauses(
     accept: Option<&str>,
     endpoint: Endpoint,
 ) -> Result<Negotiated, NotAcceptable> {
+    negotiate_restricted(accept, Restrictions::Scope(endpoint)).map_err(|()| NotAcceptable {
+        accepted: endpoint.accepted_media_types(false),
+    })
+}
+
+/// `negotiation.DefaultEndpointRestrictions`, which `responsewriters.ErrorNegotiated`
+/// uses to write an error Status: no conversion (`as=`/`g=`/`v=` rule a clause out), no
+/// `sv=`, `stream=watch` only where the encoding streams, and every serializer of the
+/// request scope allowed (custom resources included: their scope's serializer has
+/// protobuf, for PartialObjectMetadata). When this fails too, the apiserver writes the
+/// Status with `WriteRawJSON` (indented JSON, no newline).
+pub fn negotiate_error(accept: Option<&str>) -> Option<Negotiated> {
+    negotiate_restricted(accept, Restrictions::Default).ok()
+}
+
+/// `negotiation.isPrettyPrint`: the `pretty` query parameter (`strconv.ParseBool`, a bad
+/// value is false) decides when present and non-empty; otherwise a browser or
+/// command-line User-Agent (`curl`, `Wget`, `Mozilla/5.0`) gets pretty output.
+pub fn is_pretty_print(pretty_param: Option<&str>, user_agent: Option<&str>) -> bool {
+    match pretty_param.filter(|p| !p.is_empty()) {
+        Some(p) => matches!(p, "1" | "t" | "T" | "true" | "TRUE" | "True"),
+        None => user_agent.is_some_and(|ua| {
+            ua.starts_with("curl") || ua.starts_with("Wget") || ua.starts_with("Mozilla/5.0")
+        }),
+    }
+}
+
+/// Whose restrictions a negotiation applies.
+#[derive(Debug, Clone, Copy)]
+enum Restrictions {
+    /// A resource endpoint's request scope (`RequestScope.AllowsMediaTypeTransform` etc.).
+    Scope(Endpoint),
+    /// `DefaultEndpointRestrictions`.
+    Default,
+}
+
+fn negotiate_restricted(
+    accept: Option<&str>,
+    restrictions: Restrictions,
+) -> Result<Negotiated, ()> {
     let header = accept.unwrap_or("");
     if header.is_empty() {
         return Ok(Negotiated::JSON);
@@ -314,18 +354,20 @@ fn negotiate_clauses(
             if !matches {
                 continue;
             }
-            if let Some(n) = accept_options(&clause, enc, endpoint) {
+            if let Some(n) = accept_options(&clause, enc, restrictions) {
                 return Ok(n);
             }
         }
     }
-    Err(NotAcceptable {
-        accepted: endpoint.accepted_media_types(false),
-    })
+    Err(())
 }
 
 /// `acceptMediaTypeOptions`: the clause's parameters against the endpoint.
-fn accept_options(clause: &Clause, enc: Encoding, endpoint: Endpoint) -> Option<Negotiated> {
+fn accept_options(
+    clause: &Clause,
+    enc: Encoding,
+    restrictions: Restrictions,
+) -> Option<Negotiated> {
     let mut pretty = false;
     let mut stream_watch = false;
     let (mut kind, mut group, mut version, mut convert) = ("", "", "", false);
@@ -341,8 +383,13 @@ fn accept_options(clause: &Clause, enc: Encoding, endpoint: Endpoint) -> Option<
                 }
                 stream_watch = v == "watch";
             }
-            // `sv`: the request scope allows only its meta group version (v1).
-            "sv" if !v.is_empty() && v != "v1" => return None,
+            // `sv`: the request scope allows only its meta group version (v1); the
+            // default restrictions allow none.
+            "sv" if !v.is_empty()
+                && (v != "v1" || matches!(restrictions, Restrictions::Default)) =>
+            {
+                return None
+            }
             "pretty" => pretty = v == "1",
             _ => {}
         }
@@ -353,12 +400,17 @@ fn accept_options(clause: &Clause, enc: Encoding, endpoint: Endpoint) -> Option<
         group = clause.param("g").unwrap_or(group);
         version = clause.param("v").unwrap_or(version);
     }
-    let conversion = if convert {
-        Some(Conversion::parse(kind, group, version)?)
-    } else {
-        None
+    let conversion = match (convert, restrictions) {
+        (false, _) => None,
+        // `AllowsMediaTypeTransform(…, gvk) { return gvk == nil }`.
+        (true, Restrictions::Default) => return None,
+        (true, Restrictions::Scope(_)) => Some(Conversion::parse(kind, group, version)?),
     };
-    endpoint.allows(enc, conversion).then_some(Negotiated {
+    let allowed = match restrictions {
+        Restrictions::Default => true,
+        Restrictions::Scope(endpoint) => endpoint.allows(enc, conversion),
+    };
+    allowed.then_some(Negotiated {
         encoding: enc,
         conversion,
         pretty,
@@ -469,6 +521,54 @@ mod tests {
         assert!(
             negotiate_stream(Some("application/yaml,application/json"), Endpoint::BUILTIN).is_err()
         );
+    }
+
+    #[test]
+    fn errors_negotiate_without_conversions() {
+        // DefaultEndpointRestrictions: any as=/g=/v= rules a clause out, so a Table-only
+        // Accept leaves the error writer nothing (WriteRawJSON); a plain clause after it
+        // is taken.
+        assert_eq!(negotiate_error(Some(KUBECTL_TABLE)), Some(Negotiated::JSON));
+        assert_eq!(
+            negotiate_error(Some("application/json;as=Table;g=meta.k8s.io;v=v1")),
+            None
+        );
+        assert_eq!(negotiate_error(Some("text/html")), None);
+        assert_eq!(negotiate_error(Some("application/json;sv=v1")), None);
+        assert_eq!(negotiate_error(None), Some(Negotiated::JSON));
+        // Every serializer is allowed, protobuf included (the error of a custom resource
+        // asked in protobuf is written in protobuf).
+        assert_eq!(
+            negotiate_error(Some("application/vnd.kubernetes.protobuf"))
+                .unwrap()
+                .encoding,
+            Encoding::Protobuf
+        );
+        assert_eq!(
+            negotiate_error(Some("application/yaml")).unwrap().encoding,
+            Encoding::Yaml
+        );
+        assert!(
+            negotiate_error(Some("application/json;pretty=1"))
+                .unwrap()
+                .pretty
+        );
+    }
+
+    #[test]
+    fn pretty_print_as_is_pretty_print() {
+        assert!(is_pretty_print(Some("true"), None));
+        assert!(is_pretty_print(Some("1"), Some("kubectl/v1.37")));
+        assert!(!is_pretty_print(Some("false"), Some("curl/8.5.0")));
+        assert!(
+            !is_pretty_print(Some("yes"), None),
+            "ParseBool error is false"
+        );
+        assert!(is_pretty_print(Some(""), Some("curl/8.5.0")));
+        assert!(is_pretty_print(None, Some("Mozilla/5.0 (X11)")));
+        assert!(is_pretty_print(None, Some("Wget/1.21")));
+        assert!(!is_pretty_print(None, Some("kubectl/v1.37")));
+        assert!(!is_pretty_print(None, None));
     }
 
     #[test]

@@ -84,6 +84,11 @@ pub struct ResourcePath {
     pub legacy_watch: bool,
     /// Path segments beyond resource/name/subresource (the apiserver serves none: 404).
     pub extra: Vec<String>,
+    /// The path is in the one form whose meaning cannot depend on how it is routed (see
+    /// `crate::apipath`): no empty, `.` or `..` segment, valid UTF-8 once decoded, and a
+    /// name the storage layer accepts. Only canonical paths are answered from the cache;
+    /// the others are forwarded.
+    pub canonical: bool,
 }
 
 /// A parsed request: method, path classification and the raw query.
@@ -144,32 +149,32 @@ impl ListOptions {
     }
 }
 
-fn segments(path: &str) -> Vec<String> {
-    path.trim_matches('/')
-        .split('/')
-        .filter(|s| !s.is_empty())
-        .map(|s| {
-            percent_encoding::percent_decode_str(s)
-                .decode_utf8_lossy()
-                .into_owned()
-        })
-        .collect()
-}
-
 /// Sub-resources of a namespace object (`/api/v1/namespaces/{ns}/status`), which
 /// requestinfo.go must not mistake for a namespaced resource.
 const NAMESPACE_SUBRESOURCES: &[&str] = &["status", "finalize"];
 
-/// Classifies a path the way `RequestInfoFactory.NewRequestInfo` does.
+/// Classifies a raw (percent-encoded) request path the way kube-apiserver reads it
+/// (`crate::apipath`): decoded as a whole as Go decodes it, given to an API handler only
+/// when the director would, then named by `RequestInfoFactory.NewRequestInfo`. A path
+/// that does not decode, or that the director gives to the non-API mux (`//api/v1/pods`),
+/// is [`ApiPath::NonResource`].
 pub fn parse_path(path: &str) -> ApiPath {
-    let parts = segments(path);
-    let mut rest: &[String] = &parts;
-    let (group, version) = match rest.first().map(String::as_str) {
+    let Ok(bytes) = crate::apipath::unescape(path) else {
+        return ApiPath::NonResource(path.to_string());
+    };
+    let decoded = String::from_utf8_lossy(&bytes);
+    let utf8 = matches!(decoded, std::borrow::Cow::Borrowed(_));
+    if crate::apipath::handler(&decoded) == crate::apipath::Handler::Mux {
+        return ApiPath::NonResource(path.to_string());
+    }
+    let parts = crate::apipath::split_path(&decoded);
+    let mut rest: &[&str] = &parts;
+    let (group, version) = match rest.first().copied() {
         Some("api") => {
             if rest.len() < 3 {
                 return ApiPath::NonResource(path.to_string());
             }
-            let v = rest[1].clone();
+            let v = rest[1].to_string();
             rest = &rest[2..];
             (String::new(), v)
         }
@@ -177,8 +182,8 @@ pub fn parse_path(path: &str) -> ApiPath {
             if rest.len() < 4 {
                 return ApiPath::NonResource(path.to_string());
             }
-            let g = rest[1].clone();
-            let v = rest[2].clone();
+            let g = rest[1].to_string();
+            let v = rest[2].to_string();
             rest = &rest[3..];
             (g, v)
         }
@@ -189,32 +194,40 @@ pub fn parse_path(path: &str) -> ApiPath {
         version,
         ..Default::default()
     };
-    if rest.first().map(String::as_str) == Some("watch") {
+    if rest.first().copied() == Some("watch") {
         rp.legacy_watch = true;
         rest = &rest[1..];
     }
-    if rest.first().map(String::as_str) == Some("namespaces") && rest.len() > 1 {
-        rp.namespace = Some(rest[1].clone());
-        if rest.len() > 2 && !NAMESPACE_SUBRESOURCES.contains(&rest[2].as_str()) {
+    if rest.first().copied() == Some("namespaces") && rest.len() > 1 {
+        rp.namespace = Some(rest[1].to_string());
+        if rest.len() > 2 && !NAMESPACE_SUBRESOURCES.contains(&rest[2]) {
             rest = &rest[2..];
         }
     }
     if let Some(r) = rest.first() {
-        rp.resource = r.clone();
+        rp.resource = r.to_string();
     }
     if let Some(n) = rest.get(1) {
-        rp.name = Some(n.clone());
+        rp.name = Some(n.to_string());
     }
     if let Some(s) = rest.get(2) {
-        rp.subresource = Some(s.clone());
+        rp.subresource = Some(s.to_string());
     }
     if rest.len() > 3 {
-        rp.extra = rest[3..].to_vec();
+        rp.extra = rest[3..].iter().map(|s| s.to_string()).collect();
     }
     // `/api/v1/namespaces/{ns}` (and its status/finalize) is the namespace object itself.
     if rp.resource == "namespaces" {
         rp.namespace = None;
     }
+    rp.canonical = utf8
+        && parts
+            .iter()
+            .all(|p| !p.is_empty() && *p != "." && *p != "..")
+        && rp
+            .name
+            .as_deref()
+            .is_none_or(|n| crate::apipath::invalid_name_reasons(n).is_empty());
     ApiPath::Resource(rp)
 }
 
@@ -372,12 +385,10 @@ impl Parsed {
                 .and_then(|v| v.to_str().ok())
                 .map(str::to_string)
         };
-        let pretty = match api.query_get("pretty").filter(|p| !p.is_empty()) {
-            Some(p) => matches!(p, "1" | "t" | "T" | "true" | "TRUE" | "True"),
-            None => header(http::header::USER_AGENT).is_some_and(|ua| {
-                ua.starts_with("curl") || ua.starts_with("Wget") || ua.starts_with("Mozilla/5.0")
-            }),
-        };
+        let pretty = crate::negotiate::is_pretty_print(
+            api.query_get("pretty"),
+            header(http::header::USER_AGENT).as_deref(),
+        );
         let long_running = api.verb == Verb::Watch || crate::proxy::is_long_running(uri);
         Self {
             accept: header(http::header::ACCEPT),
@@ -552,13 +563,31 @@ pub fn parse_resource_version(rv: &str) -> Result<u64, String> {
     if rv.is_empty() || rv == "0" {
         return Ok(0);
     }
-    rv.parse::<u64>().map_err(|e| {
-        let why = match e.kind() {
-            std::num::IntErrorKind::PosOverflow => "value out of range",
-            _ => "invalid syntax",
-        };
+    parse_uint(rv).map_err(|why| {
         let q = crate::selector::validation::go_quote(rv);
         format!("resourceVersion: Invalid value: {q}: strconv.ParseUint: parsing {q}: {why}")
+    })
+}
+
+/// Why `strconv.ParseUint` refused a string (its `NumError.Err` text).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum UintError {
+    #[error("invalid syntax")]
+    Syntax,
+    #[error("value out of range")]
+    Range,
+}
+
+/// `strconv.ParseUint(s, 10, 64)`: ASCII digits only. Rust's `u64::from_str` also takes a
+/// leading `+`, which Go refuses: `resourceVersion=+5` is the apiserver's 400, and was
+/// served from the cache before this (found by tests/bad_input_properties.rs).
+pub fn parse_uint(s: &str) -> Result<u64, UintError> {
+    if s.starts_with('+') {
+        return Err(UintError::Syntax);
+    }
+    s.parse::<u64>().map_err(|e| match e.kind() {
+        std::num::IntErrorKind::PosOverflow => UintError::Range,
+        _ => UintError::Syntax,
     })
 }
 
@@ -660,6 +689,59 @@ mod tests {
         assert!(matches!(parse_path("/api/v1"), ApiPath::NonResource(_)));
         assert!(matches!(parse_path("/version"), ApiPath::NonResource(_)));
     }
+
+    #[test]
+    fn paths_as_the_apiserver_reads_them() {
+        // The director gives `//api/...` to the non-API mux: not a resource at all.
+        assert!(matches!(
+            parse_path("//api/v1/pods"),
+            ApiPath::NonResource(_)
+        ));
+        assert!(matches!(
+            parse_path("/api/v1/pods%zz"),
+            ApiPath::NonResource(_)
+        ));
+        // Canonical: trailing slashes are trimmed by go-restful and RequestInfo alike, and
+        // the path is decoded as a whole before it is split.
+        for p in [
+            "/api/v1/pods",
+            "/api/v1/pods/",
+            "/api/v1/namespaces/default/pods//",
+            "/api/v1/namespaces/default/pods/%77eb",
+            "/apis/apps/v1/namespaces/a/deployments/d",
+        ] {
+            assert!(rp(p).canonical, "{p}");
+        }
+        let r = rp("/api/v1/namespaces%2Fdefault%2Fpods");
+        assert_eq!(
+            (r.namespace.as_deref(), r.resource.as_str()),
+            (Some("default"), "pods")
+        );
+        let r = rp("/api/v1/namespaces/default/pods/a%2Fb");
+        assert_eq!(
+            (r.name.as_deref(), r.subresource.as_deref()),
+            (Some("a"), Some("b"))
+        );
+        // Not canonical: empty, `.` or `..` segments, names the storage refuses, bytes
+        // that are not UTF-8. RequestInfo's reading is kept (the simulator answers it).
+        let r = rp("/api/v1/namespaces//pods");
+        assert_eq!(
+            (r.namespace.as_deref(), r.resource.as_str()),
+            (Some(""), "pods")
+        );
+        assert!(!r.canonical);
+        for p in [
+            "/api//v1/pods",
+            "/api/v1//pods",
+            "/api/v1/namespaces/./pods",
+            "/api/v1/namespaces/default/pods/..",
+            "/api/v1/namespaces/default/pods/a%25b",
+            "/api/v1/namespaces/default/pods/%ff",
+            "/api/v1/namespaces/default/pods//status",
+        ] {
+            assert!(!rp(p).canonical, "{p}");
+        }
+    }
     fn req(m: Method, uri: &str) -> ApiRequest {
         parse(&m, &uri.parse().unwrap())
     }
@@ -735,6 +817,11 @@ mod tests {
             "resourceVersion: Invalid value: \"-1\": strconv.ParseUint: parsing \"-1\": invalid syntax"
         );
         assert_eq!(parse_resource_version("0"), Ok(0));
+        // Go's ParseUint takes no sign (Rust's parse would).
+        assert_eq!(
+            parse_resource_version("+5").unwrap_err(),
+            "resourceVersion: Invalid value: \"+5\": strconv.ParseUint: parsing \"+5\": invalid syntax"
+        );
         assert_eq!(parse_resource_version(""), Ok(0));
     }
 }

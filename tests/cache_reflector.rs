@@ -140,3 +140,105 @@ async fn malformed_upstream_objects_are_skipped_or_relisted_never_cached() {
     );
     assert!(lists.load(Ordering::SeqCst) >= 2, "a relist happened");
 }
+
+/// A relist answered by an apiserver that is behind (a list older than the cache, which a
+/// consistent read never is) must not be installed: it would end every downstream watch
+/// ("relist contradicts the cache"). The reflector drops it and lists again, and the
+/// watcher's stream continues with the difference.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relist_older_than_the_cache_is_not_installed() {
+    let lists = Arc::new(AtomicUsize::new(0));
+    let watches = Arc::new(AtomicUsize::new(0));
+    let (l, w) = (lists.clone(), watches.clone());
+    let stub = Stub::start(handler(move |req| {
+        let (lists, watches) = (l.clone(), w.clone());
+        async move {
+            let q = req.uri().query().unwrap_or("").to_string();
+            match req.uri().path() {
+                "/api/v1" => pods_only_discovery(),
+                "/api/v1/pods" if q.contains("watch=true") => {
+                    let n = watches.fetch_add(1, Ordering::SeqCst);
+                    let (tx, body) = channel_body(8);
+                    tokio::spawn(async move {
+                        if n == 0 {
+                            let ev = json!({"type": "MODIFIED", "object": stub_pod("a", 11)});
+                            let _ = tx.send(format!("{ev}\n").into()).await;
+                            let gone = json!({"type": "ERROR", "object": {"kind": "Status", "apiVersion": "v1",
+                                "status": "Failure", "message": "too old resource version: 11 (12)",
+                                "reason": "Expired", "code": 410}});
+                            let _ = tx.send(format!("{gone}\n").into()).await;
+                            return;
+                        }
+                        tx.closed().await;
+                    });
+                    let mut r = Response::new(body);
+                    r.headers_mut()
+                        .insert("content-type", "application/json".parse().unwrap());
+                    r
+                }
+                "/api/v1/pods" => {
+                    let n = if q.contains("limit=500") {
+                        lists.fetch_add(1, Ordering::SeqCst)
+                    } else {
+                        lists.load(Ordering::SeqCst).saturating_sub(1)
+                    };
+                    let (rv, items) = match n {
+                        0 => ("10", json!([stub_pod("a", 5), stub_pod("b", 6)])),
+                        // The relist, from an apiserver behind the cache's 11.
+                        1 => ("8", json!([stub_pod("a", 5), stub_pod("b", 6)])),
+                        _ => ("20", json!([stub_pod("a", 12), stub_pod("c", 15)])),
+                    };
+                    json_response(StatusCode::OK, json!({"kind": "PodList", "apiVersion": "v1",
+                                         "metadata": {"resourceVersion": rv}, "items": items}))
+                }
+                _ => {
+                    let mut r = Response::new(body::empty());
+                    *r.status_mut() = StatusCode::NOT_FOUND;
+                    r
+                }
+            }
+        }
+    }))
+    .await;
+    let mut cfg = GatewayConfig::for_upstream_url(&stub.url()).unwrap();
+    cfg.reflector.watch_list = WatchListMode::Off;
+    cfg.cache = Some(watchgate::cache::registry::CachePolicy {
+        prewarm: vec!["pods".into()],
+        exclude: vec![],
+    });
+    let gw = Gateway::start(cfg).await.expect("gateway starts");
+    support::watch::wait_until_cached(&gw.url(), "/api/v1/pods?resourceVersion=0").await;
+    let mut watch =
+        support::watch::open_ok(&gw.url(), "/api/v1/pods?watch=true&resourceVersion=10").await;
+    watch.assert_from_cache();
+    let got: Vec<(String, String, u64)> = watch
+        .take(4, "the change, then the relist's difference")
+        .await
+        .iter()
+        .map(|e| (e.ty().to_string(), e.name().to_string(), e.rv()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("MODIFIED".into(), "a".into(), 11),
+            ("MODIFIED".into(), "a".into(), 12),
+            ("ADDED".into(), "c".into(), 15),
+            ("DELETED".into(), "b".into(), 20),
+        ]
+    );
+    assert!(
+        lists.load(Ordering::SeqCst) >= 3,
+        "the stale list was followed by another"
+    );
+    let stats = gw
+        .cache()
+        .unwrap()
+        .caches()
+        .into_iter()
+        .find(|c| c.info.resource == "pods")
+        .unwrap()
+        .stats
+        .clone();
+    assert!(stats.behind.load(Ordering::Relaxed) >= 1);
+    watch.expect_quiet(Duration::from_millis(300)).await;
+}

@@ -128,6 +128,97 @@ async fn drain_ends_watches_cleanly_and_lets_in_flight_requests_finish() {
     assert!(started.elapsed() < Duration::from_secs(10));
 }
 
+/// Item 3 of issue 16: an HTTP/2 client is told GOAWAY (NO_ERROR) when the drain begins,
+/// so it opens no new stream on the connection (an informer re-watches elsewhere instead
+/// of relisting, kubewharf/kubegateway#37), while its in-flight request completes and its
+/// watch ends at an event boundary. Seen with the h2 crate, which reports the frame
+/// itself.
+#[tokio::test]
+async fn http2_clients_get_goaway_on_drain_and_their_requests_complete() {
+    let (stub, mut watches, mut slows) = stub().await;
+    let mut gw = gateway(&stub.url()).await;
+    let addr = gw.addr();
+    let (client, conn) = h2::client::handshake(TcpStream::connect(addr).await.unwrap())
+        .await
+        .unwrap();
+    let conn = tokio::spawn(conn);
+    let get = |path: &str| {
+        Request::get(format!("http://{addr}{path}"))
+            .body(())
+            .unwrap()
+    };
+    let mut client = client.ready().await.unwrap();
+    let (slow, _) = client.send_request(get("/slow"), true).unwrap();
+    let release_slow = slows.recv().await.unwrap();
+    let mut client = client.ready().await.unwrap();
+    let (watch, _) = client
+        .send_request(get("/api/v1/pods?watch=true"), true)
+        .unwrap();
+    let upstream_watch = watches.recv().await.unwrap();
+    let mut watch = watch.await.unwrap().into_body();
+    let event = Bytes::from_static(b"{\"type\":\"ADDED\",\"object\":{}}\n");
+    upstream_watch.send(event.clone()).await.unwrap();
+    assert_eq!(watch.data().await.unwrap().unwrap(), event);
+
+    let drain = tokio::spawn(async move {
+        let outcome = gw.drain_within(Duration::from_secs(10)).await;
+        (gw, outcome)
+    });
+
+    // GOAWAY: the connection takes no new stream.
+    support::wait_until(
+        "the client has received GOAWAY",
+        Duration::from_secs(5),
+        || {
+            let c = client.clone();
+            async move { c.ready().await.is_err() }
+        },
+    )
+    .await;
+    let err = client.clone().ready().await.err().unwrap();
+    assert!(err.is_go_away() && err.is_remote(), "{err:?}");
+    assert_eq!(
+        err.reason(),
+        Some(h2::Reason::NO_ERROR),
+        "a graceful GOAWAY"
+    );
+
+    // The watch ends with a clean END_STREAM, the in-flight request with its whole answer.
+    let end = tokio::time::timeout(Duration::from_secs(5), async {
+        // END_STREAM may come on an empty DATA frame.
+        loop {
+            match watch.data().await {
+                Some(Ok(d)) if d.is_empty() => continue,
+                other => return other,
+            }
+        }
+    })
+    .await
+    .expect("the watch ends within 5 s");
+    assert!(end.is_none(), "clean end of the watch, got {end:?}");
+    assert!(
+        !drain.is_finished(),
+        "the drain waits for the in-flight request"
+    );
+    release_slow.send(()).unwrap();
+    let slow = slow.await.expect("the in-flight request completes");
+    assert_eq!(slow.status(), 200);
+    let mut body = slow.into_body();
+    let mut got = Vec::new();
+    while let Some(chunk) = body.data().await {
+        got.extend_from_slice(&chunk.unwrap());
+    }
+    assert_eq!(got, b"slow but complete");
+    let (_gw, outcome) = drain.await.unwrap();
+    assert_eq!(outcome, DrainOutcome::Complete);
+    // And the connection closes without an error.
+    let closed = tokio::time::timeout(Duration::from_secs(5), conn)
+        .await
+        .expect("the connection closes")
+        .unwrap();
+    assert!(closed.is_ok(), "{closed:?}");
+}
+
 #[tokio::test]
 async fn drain_cuts_what_is_left_at_the_deadline() {
     // A tunnel that never ends on its own keeps the drain busy until the deadline.

@@ -17,6 +17,7 @@ fn args(pods: usize, churn: f64) -> DemoArgs {
         pods,
         pod_size: 4096,
         churn,
+        secure: false,
     }
 }
 
@@ -79,5 +80,125 @@ async fn demo_churn_shows_up_in_kubectl_get_watch() {
         assert!(initial < 10_000, "no churn seen: {:?}", watch.seen());
     }
     watch.kill().await;
+    demo.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_secure_demo_authenticates_and_authorizes_its_clients() {
+    let mut a = args(12, 0.0);
+    a.secure = true;
+    let demo = demo::start(&a).await.expect("the secure demo starts");
+    let path = "/api/v1/pods?limit=1";
+    let r = support::Http::new(&demo.url()).get(path).await;
+    assert_eq!(r.status, 401, "no token: {}", r.text());
+    let r = support::Http::with_token(&demo.url(), demo::ADMIN_TOKEN)
+        .get(path)
+        .await;
+    assert_eq!(r.status, 200, "the admin: {}", r.text());
+    let r = support::Http::with_token(&demo.url(), "alice-token")
+        .get("/api/v1/secrets?resourceVersion=0")
+        .await;
+    assert_eq!(r.status, 403, "alice may not read secrets: {}", r.text());
+    demo.shutdown().await;
+}
+
+/// Every command the demo prints works as printed, while churn creates and deletes pods
+/// around the one the examples name (issue 16 item 7: they named a `churn-N` pod, which
+/// was gone by the time a newcomer typed the command).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_printed_commands_work() {
+    let a = args(30, 30.0);
+    let demo = demo::start(&a).await.expect("demo starts");
+    let text = demo::instructions(&a, &demo);
+    // Churn creates and deletes `churn-N` pods: the examples must name a pod it leaves.
+    assert!(!text.contains("churn-"), "{text}");
+    let kubectl = Kubectl::new(&demo.url());
+    let prefix = format!("kubectl --server {} ", demo.url());
+    let mut forwarded: Option<u16> = None;
+    let mut forwarder = None;
+    let mut ran = 0;
+    for line in text.lines().map(str::trim) {
+        let (stdin, command) = match line.split_once(&prefix) {
+            Some(("", rest)) => (None, rest),
+            Some(("echo hello | ", rest)) => (Some("hello\n"), rest),
+            _ if line.starts_with("curl ") => {
+                // The local port is the demo's fixed 18080; the test forwarded a free one.
+                let port = forwarded.expect("the port-forward line comes before curl");
+                let answer = support::kubectl_scenarios::http_get_local(port, "/").await;
+                assert!(
+                    answer.ends_with(
+                        "hello from pod ns-0/pod-0, container app, port 8080 (watchgate sim)\n"
+                    ),
+                    "{line}: {answer:?}"
+                );
+                ran += 1;
+                continue;
+            }
+            _ => continue,
+        };
+        ran += 1;
+        let argv: Vec<String> = command.split_whitespace().map(str::to_string).collect();
+        match (
+            argv[0].as_str(),
+            argv.iter().any(|a| a == "-w" || a == "-f"),
+        ) {
+            ("port-forward", _) => {
+                let local = format!("{}:8080", demo::EXAMPLE_LOCAL_PORT);
+                let argv: Vec<String> = argv
+                    .iter()
+                    .map(|a| {
+                        if *a == local {
+                            ":8080".to_string()
+                        } else {
+                            a.clone()
+                        }
+                    })
+                    .collect();
+                let mut pf = kubectl.spawn(&argv);
+                let l = pf
+                    .expect_line("Forwarding from 127.0.0.1", support::EVENT_TIMEOUT, |l| {
+                        l.starts_with("Forwarding from 127.0.0.1:")
+                    })
+                    .await;
+                forwarded = l
+                    .split(['-', ':', ' '])
+                    .filter_map(|p| p.parse().ok())
+                    .next();
+                forwarder = Some(pf);
+            }
+            (_, true) => {
+                // `get -w` and `logs -f`: they print, and keep running.
+                let mut p = kubectl.spawn(&argv);
+                p.expect_line(
+                    &format!("output of `{line}`"),
+                    support::EVENT_TIMEOUT,
+                    |l| !l.is_empty(),
+                )
+                .await;
+                assert!(
+                    p.is_running(),
+                    "{line} should keep following: {}",
+                    p.stderr()
+                );
+                p.kill().await;
+            }
+            _ => {
+                let out = match stdin {
+                    Some(input) => kubectl.run_stdin(&argv, input.as_bytes()).await,
+                    None => kubectl.run(&argv).await,
+                };
+                assert!(out.success(), "{line}: {out}");
+                if stdin.is_some() {
+                    assert_eq!(out.stdout, "hello\n", "{line}");
+                } else {
+                    assert!(!out.stdout.trim().is_empty(), "{line}");
+                }
+            }
+        }
+    }
+    assert_eq!(ran, 8, "the demo prints eight example commands:\n{text}");
+    if let Some(pf) = forwarder {
+        pf.kill().await;
+    }
     demo.shutdown().await;
 }

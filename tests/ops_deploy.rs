@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use serde_json::{json, Value};
-use watchgate::config::{GatewayConfig, ServeArgs};
+use watchgate::config::{AuthMode, GatewayConfig, ServeArgs};
 use watchgate::logging::LogArgs;
 
 use support::servers::start_sim;
@@ -45,6 +45,19 @@ const KUSTOMIZATIONS: &[(&str, &[&str])] = &[
             "ClusterRoleBinding/watchgate-tiered-cache-reader",
             "Deployment/tiered-app",
             "PodDisruptionBudget/tiered-app",
+            "PodMonitor/watchgate",
+        ],
+    ),
+    (
+        "examples/shared",
+        &[
+            "ServiceAccount/watchgate",
+            "ClusterRole/watchgate-shared",
+            "ClusterRoleBinding/watchgate-shared",
+            "Deployment/watchgate",
+            "Service/watchgate",
+            "NetworkPolicy/watchgate",
+            "PodDisruptionBudget/watchgate",
             "PodMonitor/watchgate",
         ],
     ),
@@ -103,16 +116,55 @@ async fn every_kustomization_renders_and_passes_the_strict_schema_check() {
                 "deploy/{dir} does not render {object}: {out}"
             );
         }
-        // No shared Service exposing the cache (docs/operations.md, "No shared Service").
-        for doc in documents(&yaml) {
-            assert_ne!(
-                doc["kind"], "Service",
-                "deploy/{dir} ships a Service: {doc}"
-            );
+        // A Service (or Ingress) only in front of watchgates that authenticate their
+        // clients, behind a NetworkPolicy (docs/operations.md, docs/security.md).
+        let docs = documents(&yaml);
+        for doc in &docs {
             assert_ne!(
                 doc["kind"], "Ingress",
                 "deploy/{dir} ships an Ingress: {doc}"
             );
+            if doc["kind"] != "Service" {
+                continue;
+            }
+            let selector = &doc["spec"]["selector"];
+            let selects = |labels: &Value| {
+                selector
+                    .as_object()
+                    .unwrap()
+                    .iter()
+                    .all(|(k, v)| &labels[k] == v)
+            };
+            let fronted: Vec<&Value> = docs
+                .iter()
+                .filter(|d| d["kind"] == "Deployment")
+                .filter(|d| selects(&d["spec"]["template"]["metadata"]["labels"]))
+                .collect();
+            assert!(
+                !fronted.is_empty(),
+                "deploy/{dir}: a Service selecting nothing"
+            );
+            for d in fronted {
+                for (c, flags) in watchgate_containers(d) {
+                    assert_eq!(
+                        flags.serve.auth.mode,
+                        AuthMode::Delegated,
+                        "deploy/{dir}: a Service exposes {} without --auth=delegated",
+                        c["name"]
+                    );
+                }
+                let labels = &d["spec"]["template"]["metadata"]["labels"];
+                let guarded = docs.iter().any(|p| {
+                    p["kind"] == "NetworkPolicy"
+                        && p["spec"]["podSelector"]["matchLabels"]
+                            .as_object()
+                            .is_some_and(|m| m.iter().all(|(k, v)| &labels[k] == v))
+                });
+                assert!(
+                    guarded,
+                    "deploy/{dir}: no NetworkPolicy guards the Service's pods"
+                );
+            }
         }
     }
 }
@@ -228,7 +280,7 @@ fn watchgate_containers(deployment: &Value) -> Vec<(&Value, Flags)> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_cluster_role_grants_exactly_the_resources_its_example_caches() {
     let mut cluster_scoped = std::collections::BTreeSet::new();
-    for dir in ["examples/sidecar", "examples/tiered"] {
+    for dir in ["examples/sidecar", "examples/tiered", "examples/shared"] {
         let docs = documents(&kustomize(dir).await);
         let deployment = docs
             .iter()
@@ -286,6 +338,7 @@ async fn each_cluster_role_grants_exactly_the_resources_its_example_caches() {
             .find(|d| d["kind"] == "ClusterRole" && d["metadata"]["name"] == bound[0])
             .unwrap_or_else(|| panic!("{dir}: ClusterRole {} is not shipped", bound[0]));
         let mut granted = std::collections::BTreeSet::new();
+        let mut security = std::collections::BTreeSet::new();
         for rule in role["rules"].as_array().expect("rules") {
             let verbs: Vec<&str> = rule["verbs"]
                 .as_array()
@@ -293,7 +346,11 @@ async fn each_cluster_role_grants_exactly_the_resources_its_example_caches() {
                 .iter()
                 .map(|v| v.as_str().unwrap())
                 .collect();
-            assert_eq!(verbs, ["get", "list", "watch"], "{dir}: read-only: {rule}");
+            if verbs != ["get", "list", "watch"] {
+                // The reviews and impersonation of --auth=delegated (docs/security.md).
+                security.insert(rule.to_string());
+                continue;
+            }
             for group in rule["apiGroups"].as_array().unwrap() {
                 for resource in rule["resources"].as_array().unwrap() {
                     granted.insert((
@@ -304,6 +361,26 @@ async fn each_cluster_role_grants_exactly_the_resources_its_example_caches() {
             }
         }
         assert_eq!(granted, cached, "{dir}: the ClusterRole vs --cache");
+        let delegated = watchgate_containers(deployment)
+            .iter()
+            .any(|(_, f)| f.serve.auth.mode == AuthMode::Delegated);
+        let expected: std::collections::BTreeSet<String> = if delegated {
+            [
+                json!({"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]}),
+                json!({"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]}),
+                json!({"apiGroups": [""], "resources": ["users", "groups", "serviceaccounts"], "verbs": ["impersonate"]}),
+                json!({"apiGroups": ["authentication.k8s.io"], "resources": ["*"], "verbs": ["impersonate"]}),
+            ]
+            .iter()
+            .map(|v| v.to_string())
+            .collect()
+        } else {
+            Default::default()
+        };
+        assert_eq!(
+            security, expected,
+            "{dir}: beyond the caches' reads, exactly the reviews and impersonation --auth=delegated needs"
+        );
 
         // Cluster-scoped names must differ between examples, or applying both would let
         // one overwrite the other's rules and binding.
@@ -321,7 +398,7 @@ async fn each_cluster_role_grants_exactly_the_resources_its_example_caches() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watchgate_containers_use_real_flags_probes_and_a_long_enough_grace_period() {
-    for dir in ["examples/sidecar", "examples/tiered"] {
+    for dir in ["examples/sidecar", "examples/tiered", "examples/shared"] {
         let yaml = kustomize(dir).await;
         let docs = documents(&yaml);
         let deployment = docs
@@ -353,8 +430,8 @@ async fn watchgate_containers_use_real_flags_probes_and_a_long_enough_grace_peri
             let name = c["name"].as_str().unwrap();
             let serve = flags.serve;
             assert!(
-                serve.address.is_loopback(),
-                "{dir}/{name}: the API listener must stay on loopback"
+                serve.address.is_loopback() || serve.auth.mode == AuthMode::Delegated,
+                "{dir}/{name}: the API listener must stay on loopback unless clients are authenticated"
             );
             // Probes on the admin port: the port name maps to --admin-port.
             let ports = c["ports"].as_array().expect("ports");
@@ -388,7 +465,7 @@ async fn watchgate_containers_use_real_flags_probes_and_a_long_enough_grace_peri
             // kubeconfig the test cannot mount, the in-cluster default is skipped).
             if serve.kubeconfig.is_none() {
                 let mut args = serve.clone();
-                args.server = Some("http://127.0.0.1:1".into());
+                args.server = vec!["http://127.0.0.1:1".into()];
                 GatewayConfig::from_args(&args)
                     .await
                     .unwrap_or_else(|e| panic!("{dir}/{name}: {e:#}"));
@@ -396,12 +473,10 @@ async fn watchgate_containers_use_real_flags_probes_and_a_long_enough_grace_peri
         }
         // Every kubeconfig the kustomization mounts resolves, with kube's own parser, to a
         // loopback http:// server and no credentials.
-        let configmap = docs
-            .iter()
-            .find(|d| d["kind"] == "ConfigMap")
-            .expect("a ConfigMap of kubeconfigs");
+        // (The shared example mounts none: it talks to the apiserver in-cluster.)
+        let configmaps = docs.iter().filter(|d| d["kind"] == "ConfigMap");
         let scratch = tempfile::tempdir().unwrap();
-        for (key, text) in configmap["data"].as_object().unwrap() {
+        for (key, text) in configmaps.flat_map(|c| c["data"].as_object().unwrap()) {
             let path = scratch.path().join(key);
             std::fs::write(&path, text.as_str().unwrap()).unwrap();
             let mut args = Flags::try_parse_from(["watchgate"]).unwrap().serve;

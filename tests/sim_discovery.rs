@@ -85,6 +85,9 @@ async fn legacy_api_and_group_list() {
         json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": [
             {"name": "apps", "versions": [{"groupVersion": "apps/v1", "version": "v1"}],
              "preferredVersion": {"groupVersion": "apps/v1", "version": "v1"}},
+            {"name": "apiextensions.k8s.io",
+             "versions": [{"groupVersion": "apiextensions.k8s.io/v1", "version": "v1"}],
+             "preferredVersion": {"groupVersion": "apiextensions.k8s.io/v1", "version": "v1"}},
             {"name": "example.com", "versions": [{"groupVersion": "example.com/v1", "version": "v1"}],
              "preferredVersion": {"groupVersion": "example.com/v1", "version": "v1"}}
         ]})
@@ -239,7 +242,7 @@ async fn aggregated_discovery_as_kubectl_asks_for_it() {
         .iter()
         .map(|g| g["metadata"]["name"].as_str().unwrap())
         .collect();
-    assert_eq!(groups, vec!["apps", "example.com"]);
+    assert_eq!(groups, vec!["apps", "apiextensions.k8s.io", "example.com"]);
     let deploy = &v["items"][0]["versions"][0]["resources"][0];
     assert_eq!(deploy["resource"], "deployments");
     assert_eq!(
@@ -263,13 +266,16 @@ async fn aggregated_discovery_as_kubectl_asks_for_it() {
 #[tokio::test]
 async fn unknown_discovery_paths_are_404_status() {
     let h = sim().await;
-    for path in [
-        "/apis/nope",
-        "/apis/apps/v2",
-        "/api/v2",
-        "/apis/example.com/v9",
-        "/openapi/v3/apis/nope/v1",
-    ] {
+    // No go-restful WebService claims an unknown group, nor a custom resource group's
+    // unknown version: apiextensions-apiserver's discovery handlers pass them down the
+    // delegation chain to Go's http.NotFound (src/apipath.rs).
+    for path in ["/apis/nope", "/apis/example.com/v9"] {
+        let (s, hm, b) = get(&h, path, &[]).await;
+        assert_eq!(s, StatusCode::NOT_FOUND, "{path}");
+        assert_eq!(content_type(&hm), "text/plain; charset=utf-8", "{path}");
+        assert_eq!(b, "404 page not found\n", "{path}");
+    }
+    for path in ["/apis/apps/v2", "/api/v2", "/openapi/v3/apis/nope/v1"] {
         let (s, _, v) = get_json(&h, path, &[]).await;
         assert_eq!(s, StatusCode::NOT_FOUND, "{path}");
         assert_eq!(v["kind"], "Status", "{path}");
@@ -320,7 +326,15 @@ async fn openapi_v3_advertises_gvks_patch_types_and_field_validation() {
     assert_eq!(s, StatusCode::OK);
     let paths = idx["paths"].as_object().unwrap();
     let keys: Vec<&String> = paths.keys().collect();
-    assert_eq!(keys, vec!["api/v1", "apis/apps/v1", "apis/example.com/v1"]);
+    assert_eq!(
+        keys,
+        vec![
+            "api/v1",
+            "apis/apiextensions.k8s.io/v1",
+            "apis/apps/v1",
+            "apis/example.com/v1"
+        ]
+    );
     let url = paths["api/v1"]["serverRelativeURL"].as_str().unwrap();
     assert!(url.starts_with("/openapi/v3/api/v1?hash="), "{url}");
 
@@ -442,7 +456,17 @@ async fn kubectl_api_resources_and_raw_discovery() {
         find("secrets").unwrap(),
         vec!["secrets", "v1", "true", "Secret"]
     );
-    assert_eq!(rows.len(), 10, "{out}");
+    assert_eq!(
+        find("customresourcedefinitions").unwrap(),
+        vec![
+            "customresourcedefinitions",
+            "crd,crds",
+            "apiextensions.k8s.io/v1",
+            "false",
+            "CustomResourceDefinition"
+        ]
+    );
+    assert_eq!(rows.len(), 11, "{out}");
 
     let (ok, out, err) = run_kubectl(&h, &["get", "--raw", "/apis/apps/v1"]).await;
     assert!(ok, "{err}");

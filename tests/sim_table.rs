@@ -191,9 +191,10 @@ async fn include_object_variants_and_bad_value() {
     .await;
     assert_eq!(s, StatusCode::BAD_REQUEST);
     assert_eq!(st["reason"], "BadRequest");
+    // optionsForTransform's ValidateTableOptions.
     assert_eq!(
         st["message"],
-        "unrecognized includeObject value: \"Everything\""
+        "Unable to convert to Table as requested: includeObject: Invalid value: \"Everything\": must be 'Metadata', 'Object', 'None', or empty"
     );
 
     // v1beta1 when only that is acceptable; plain JSON without an `as=Table` range.
@@ -295,9 +296,15 @@ async fn default_columns_for_every_served_type() {
                 "Selector",
             ],
         ),
+        // The seeded widgets CRD's additionalPrinterColumns.
         (
             "/apis/example.com/v1/namespaces/ns-1/widgets",
-            &["Name", "Age"],
+            &["Name", "Color", "Size", "Ready", "Age"],
+        ),
+        // No printer: rest.NewDefaultTableConvertor.
+        (
+            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+            &["Name", "Created At"],
         ),
     ];
     for (path, want) in cases {
@@ -354,7 +361,26 @@ async fn default_columns_for_every_served_type() {
         KUBECTL_TABLE,
     )
     .await;
-    assert_eq!(t["columnDefinitions"][1]["type"], "date");
+    // The CRD's columns: Color (string), Size (integer), Ready (priority 1, no status in
+    // the seed: null), Age (date).
+    let types: Vec<&str> = t["columnDefinitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(types, ["string", "string", "integer", "string", "date"]);
+    assert_eq!(t["columnDefinitions"][3]["priority"], 1);
+    let w1 = t["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["cells"][0] == "widget-1")
+        .unwrap();
+    assert_eq!(
+        w1["cells"].as_array().unwrap()[..4],
+        [json!("widget-1"), json!("green"), json!(2), Value::Null]
+    );
     h.shutdown().await;
 }
 
@@ -488,5 +514,152 @@ async fn kubectl_get_prints_server_side_columns() {
             "1/1"
         ]
     );
+    h.shutdown().await;
+}
+
+/// Runs kubectl 1.37 against the simulator and returns stdout's rows split on runs of
+/// spaces.
+async fn kubectl_rows(h: &SimHandle, args: &[&str]) -> Vec<Vec<String>> {
+    let out = tokio::process::Command::new(support::tools::kubectl())
+        .args(["--server", &h.url()])
+        .args(args)
+        .env("KUBECONFIG", "/dev/null")
+        .output()
+        .await
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "kubectl {args:?}: {stderr}");
+    assert!(stderr.is_empty(), "kubectl {args:?} complained: {stderr}");
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            l.split("  ")
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(str::to_string)
+                .collect()
+        })
+        .collect()
+}
+
+fn widget(name: &str, mins: i64, spec: Value, status: Value) -> Value {
+    json!({"apiVersion": "example.com/v1", "kind": "Widget",
+           "metadata": {"name": name, "namespace": "ns1", "creationTimestamp": ago(mins)},
+           "spec": spec, "status": status})
+}
+
+#[tokio::test]
+async fn crd_printer_columns_through_kubectl() {
+    let h = sim().await;
+    // The CRD the simulator bootstraps (Color, Size, Ready¹, Age).
+    seed::bootstrap_crds(h.store());
+    put(
+        &h,
+        "widgets",
+        widget(
+            "w1",
+            15,
+            json!({"color": "blue", "size": 7}),
+            json!({"conditions": [{"type": "Synced", "status": "False"},
+                                  {"type": "Ready", "status": "True"}]}),
+        ),
+    );
+    put(
+        &h,
+        "widgets",
+        widget("w2", 90, json!({"color": "red"}), json!({})),
+    );
+    let rows = kubectl_rows(&h, &["get", "widgets", "-n", "ns1"]).await;
+    assert_eq!(rows[0], ["NAME", "COLOR", "SIZE", "AGE"]);
+    assert_eq!(rows[1], ["w1", "blue", "7", "15m"]);
+    // A missing value is a null cell, which kubectl prints blank.
+    assert_eq!(rows[2], ["w2", "red", "90m"]);
+    let rows = kubectl_rows(&h, &["get", "widgets", "-n", "ns1", "-o", "wide"]).await;
+    assert_eq!(rows[0], ["NAME", "COLOR", "SIZE", "READY", "AGE"]);
+    assert_eq!(rows[1], ["w1", "blue", "7", "True", "15m"]);
+    // The CRDs themselves: no printer, so Name and Created At.
+    let rows = kubectl_rows(&h, &["get", "crd"]).await;
+    assert_eq!(rows[0], ["NAME", "CREATED AT"]);
+    assert_eq!(rows[1][0], "widgets.example.com");
+
+    // The columns follow the CRD in the store: a new column set is served at once.
+    let crds = find("apiextensions.k8s.io", "v1", "customresourcedefinitions").unwrap();
+    let mut crd = h
+        .store()
+        .get(crds, "", "widgets.example.com")
+        .unwrap()
+        .as_ref()
+        .clone();
+    crd["spec"]["versions"][0]["additionalPrinterColumns"] = json!([
+        {"name": "Shade", "type": "string", "jsonPath": ".spec.color"},
+        {"name": "Conditions", "type": "string", "jsonPath": ".status.conditions[*].type"},
+        {"name": "Whole", "type": "string", "jsonPath": ".spec"},
+        {"name": "Big", "type": "boolean", "jsonPath": ".spec.size"}
+    ]);
+    put(&h, "customresourcedefinitions", crd);
+    let rows = kubectl_rows(&h, &["get", "widgets", "-n", "ns1"]).await;
+    assert_eq!(rows[0], ["NAME", "SHADE", "CONDITIONS", "WHOLE", "BIG"]);
+    // A list result prints its first value; a map prints as Go's json.Marshal; an
+    // integer in a boolean column is null (blank).
+    assert_eq!(
+        rows[1],
+        ["w1", "blue", "Synced", r#"{"color":"blue","size":7}"#]
+    );
+    let (_, t) = get(
+        &h,
+        "/apis/example.com/v1/namespaces/ns1/widgets/w1",
+        KUBECTL_TABLE,
+    )
+    .await;
+    assert_eq!(t["rows"][0]["cells"][4], Value::Null);
+    h.shutdown().await;
+}
+
+#[tokio::test]
+async fn crd_columns_at_the_api() {
+    let h = sim().await;
+    // Without a CRD in the store: what a CRD without columns serves.
+    put(&h, "widgets", widget("w", 30, json!({}), json!({})));
+    let (_, t) = get(
+        &h,
+        "/apis/example.com/v1/namespaces/ns1/widgets",
+        KUBECTL_TABLE,
+    )
+    .await;
+    assert_eq!(
+        col_names(&t),
+        [("Name".to_string(), 0), ("Age".to_string(), 0)]
+    );
+    assert_eq!(t["columnDefinitions"][1]["type"], "date");
+    assert_eq!(t["rows"][0]["cells"], json!(["w", "30m"]));
+    // A column whose JSONPath does not parse ends the column list there, as
+    // tableconvertor.New returns what it built so far.
+    put(
+        &h,
+        "customresourcedefinitions",
+        json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+               "metadata": {"name": "widgets.example.com"},
+               "spec": {"group": "example.com", "versions": [{"name": "v1",
+                   "additionalPrinterColumns": [
+                       {"name": "Color", "type": "string", "jsonPath": ".spec.color",
+                        "format": "byte", "priority": 2},
+                       {"name": "Broken", "type": "string", "jsonPath": ".spec.x["},
+                       {"name": "Never", "type": "string", "jsonPath": ".spec.y"}]}]}}),
+    );
+    let (_, t) = get(
+        &h,
+        "/apis/example.com/v1/namespaces/ns1/widgets/w",
+        KUBECTL_TABLE,
+    )
+    .await;
+    assert_eq!(
+        t["columnDefinitions"][1],
+        json!({"name": "Color", "type": "string", "format": "byte",
+               "description": "Custom resource definition column (in JSONPath format): .spec.color",
+               "priority": 2})
+    );
+    assert_eq!(t["columnDefinitions"].as_array().unwrap().len(), 2);
+    assert_eq!(t["rows"][0]["cells"], json!(["w", null]));
     h.shutdown().await;
 }

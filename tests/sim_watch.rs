@@ -607,3 +607,111 @@ async fn bookmarks_keep_coming_under_constant_churn() {
     );
     churn.abort();
 }
+
+/// Two apiservers of one cluster: a replica serves the primary's store; freezing one makes
+/// it lag like a watch cache behind etcd; killing one drops its connections mid-stream.
+#[tokio::test]
+async fn replicas_share_the_store_lag_when_frozen_and_die_when_killed() {
+    use http_body_util::BodyExt;
+    let primary = fixture().await;
+    let replica = watchgate::sim::start_replica(
+        watchgate::sim::SimConfig {
+            too_large_rv_wait: Duration::from_millis(200),
+            ..Default::default()
+        },
+        primary.store().clone(),
+    )
+    .await
+    .unwrap();
+    // A write through either is seen by both.
+    let (code, _) = get(&replica, &format!("{PODS}/a")).await;
+    assert_eq!(code, 200);
+
+    replica.faults().freeze_at(5);
+    let rv6 = put_pod(&primary, "ns1", "d", json!({}), "node-1", "Running");
+    assert_eq!(rv6, 6);
+    // A watch from 5 gets d from the primary, nothing from the frozen replica...
+    let mut on_primary = watch(&primary, &format!("{PODS}?watch=1&resourceVersion=5")).await;
+    assert_eq!(on_primary.next("d").await.typed(), t("ADDED", "d"));
+    let mut on_replica = watch(&replica, &format!("{PODS}?watch=1&resourceVersion=5")).await;
+    on_replica.expect_quiet(Duration::from_millis(300)).await;
+    // ...whose RV=0 reads are at 5, and whose reads that need 6 time out: 504 "Too large
+    // resource version" (for a watch-list, as its ERROR event).
+    let (code, list) = get(&replica, &format!("{PODS}?resourceVersion=0")).await;
+    assert_eq!((code.as_u16(), list_rv(&list)), (200, 5));
+    assert_eq!(names(&list), ["a", "b", "c"]);
+    let (code, st) = get(&replica, &format!("{PODS}?resourceVersion=6")).await;
+    assert_eq!(code, 504);
+    assert_eq!(
+        st["message"],
+        "Timeout: Too large resource version: 6, current: 5"
+    );
+    assert_eq!(
+        st["details"]["causes"][0]["reason"],
+        "ResourceVersionTooLarge"
+    );
+    let mut wl = watch(
+        &replica,
+        &format!("{PODS}?watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true"),
+    )
+    .await;
+    let e = wl.next("the watch-list's error").await.json;
+    assert_eq!(
+        (e["type"].as_str(), e["object"]["code"].as_u64()),
+        (Some("ERROR"), Some(504))
+    );
+    assert_eq!(
+        e["object"]["message"],
+        "Timeout: Too large resource version: 6, current: 5"
+    );
+    // A consistent list is fresh (kube-apiserver reads it from etcd).
+    let (_, fresh) = get(&replica, PODS).await;
+    assert_eq!(list_rv(&fresh), 6);
+    // Caught up: the waiting watch continues.
+    replica.faults().unfreeze();
+    assert_eq!(
+        on_replica.next("d, once caught up").await.typed(),
+        t("ADDED", "d")
+    );
+
+    // Killed: the open watch breaks off (no clean end) and nothing listens any more.
+    let addr = replica.addr();
+    let mut open = support::raw::h1_get(addr, &format!("{PODS}?watch=1&resourceVersion=6")).await;
+    assert_eq!(open.status(), 200);
+    replica.kill().await;
+    let end = tokio::time::timeout(Duration::from_secs(5), open.body_mut().frame())
+        .await
+        .expect("the watch breaks off within 5 s");
+    assert!(matches!(end, Some(Err(_))), "a cut stream, got {end:?}");
+    assert!(tokio::net::TcpStream::connect(addr).await.is_err());
+    // The primary and the store live on.
+    assert_eq!(
+        put_pod(&primary, "ns1", "e", json!({}), "node-1", "Running"),
+        7
+    );
+    assert_eq!(on_primary.next("e").await.typed(), t("ADDED", "e"));
+}
+
+/// HTTP/2 clients are told kube-apiserver's default stream limit: 100 per connection.
+#[tokio::test]
+async fn http2_connections_allow_100_streams() {
+    let h = sim().await;
+    let tcp = tokio::net::TcpStream::connect(h.addr()).await.unwrap();
+    let (mut client, mut conn) = h2::client::handshake(tcp).await.unwrap();
+    // The server's SETTINGS arrive while a request is answered.
+    let req = http::Request::get(format!("http://{}/version", h.addr()))
+        .body(())
+        .unwrap();
+    let (mut resp, _) = client.send_request(req, true).unwrap();
+    let resp = tokio::time::timeout(Duration::from_secs(5), async {
+        // The connection must be polled for the answer to arrive.
+        tokio::select! {
+            r = &mut resp => r,
+            r = &mut conn => panic!("the connection ended: {r:?}"),
+        }
+    })
+    .await
+    .expect("an answer within 5 s");
+    assert_eq!(resp.unwrap().status(), 200);
+    assert_eq!(conn.max_concurrent_send_streams(), 100);
+}

@@ -97,6 +97,7 @@ async fn kubectl_get_pods_watch_shows_changes() {
     let h = env.sim.handle();
     let rv = put_pod(h, "default", "first", json!({}), "node-1", "Pending");
     gateway_caught_up(env.url(), rv).await;
+    let watches = h.stats().watches("pods");
 
     // The default output asks for Table rows (`Accept: application/json;as=Table;..`).
     let mut watch = env.kubectl.spawn(&[
@@ -139,6 +140,12 @@ async fn kubectl_get_pods_watch_shows_changes() {
         watch.seen()
     );
     watch.kill().await;
+    // Its watch (from the list's resourceVersion, in Table rows) came from the cache.
+    assert_eq!(
+        h.stats().watches("pods"),
+        watches,
+        "kubectl get -w's Table watch must be served from the gateway's cache"
+    );
 }
 
 /// `kubectl get -w -o name` asks for plain JSON (`Accept: application/json`, not a Table),

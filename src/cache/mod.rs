@@ -1,10 +1,12 @@
 //! The watch cache: per resource type, one upstream list+watch feeding an in-memory store
 //! from which RV="0" and NotOlderThan reads are answered. See docs/cache.md.
 
+pub mod budget;
 pub mod discovery;
 pub mod events;
 mod fields;
 pub mod fresh;
+pub mod list_page;
 pub mod object;
 pub mod read_at;
 pub mod reflector;

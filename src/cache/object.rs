@@ -63,6 +63,12 @@ struct Derived {
     /// The JSON of `metadata` as `PartialObjectMetadata` carries it (`None`: the object
     /// has no usable metadata, which the cache never admits).
     metadata_json: std::sync::OnceLock<Option<Bytes>>,
+    /// The object's protobuf message (not enveloped), as kube-apiserver would encode it
+    /// (`crate::proto`); `None` when it cannot be encoded (a field newer than the schema):
+    /// protobuf answers that need it are then forwarded.
+    proto: std::sync::OnceLock<Option<Bytes>>,
+    /// The `PartialObjectMetadata` protobuf message of the object.
+    metadata_proto: std::sync::OnceLock<Option<Bytes>>,
 }
 
 impl CachedObject {
@@ -101,9 +107,26 @@ impl CachedObject {
         }
     }
 
-    /// The memory this object holds: itself, its JSON and its parsed header (for the
-    /// watch history's byte budget).
+    /// The memory this object holds: itself, its JSON, its parsed header and the other
+    /// representations built so far (for the watch history's byte budget).
     pub fn heap_bytes(&self) -> usize {
+        let derived = self
+            .derived
+            .metadata_json
+            .get()
+            .and_then(Option::as_ref)
+            // A slice of `raw` costs nothing more.
+            .filter(|m| !self.raw.as_ptr_range().contains(&m.as_ptr()))
+            .map_or(0, Bytes::len);
+        self.resident_bytes() + derived
+    }
+
+    /// What the object holds from the moment it is parsed until it is dropped: itself,
+    /// its JSON and its parsed header. Unlike [`CachedObject::heap_bytes`] it never
+    /// changes, so the cache's byte budget can add it on insert and take it back on
+    /// removal (representations built later on demand are not counted; for built-in types
+    /// they are slices of the JSON anyway).
+    pub fn resident_bytes(&self) -> usize {
         let labels: usize = self
             .labels
             .iter()
@@ -114,15 +137,55 @@ impl CachedObject {
             .iter()
             .map(|(_, v)| std::mem::size_of::<(&str, Box<str>)>() + v.len())
             .sum();
-        let derived = self
-            .derived
-            .metadata_json
-            .get()
-            .and_then(Option::as_ref)
-            // A slice of `raw` costs nothing more.
-            .filter(|m| !self.raw.as_ptr_range().contains(&m.as_ptr()))
-            .map_or(0, Bytes::len);
+        let derived = self.derived_bytes();
         std::mem::size_of::<Self>() + self.raw.len() + self.key.len() + labels + fields + derived
+    }
+
+    /// The bytes of the representations built so far, beyond the JSON (slices of the JSON
+    /// or of the protobuf cost nothing more).
+    pub fn derived_bytes(&self) -> usize {
+        let d = &self.derived;
+        let own = |cell: &std::sync::OnceLock<Option<Bytes>>, within: Option<&Bytes>| {
+            cell.get()
+                .and_then(Option::as_ref)
+                .filter(|b| within.is_none_or(|w| !w.as_ptr_range().contains(&b.as_ptr())))
+                .map_or(0, Bytes::len)
+        };
+        let proto = d.proto.get().and_then(Option::as_ref);
+        own(&d.metadata_json, Some(&self.raw)) + own(&d.proto, None) + own(&d.metadata_proto, proto)
+    }
+
+    /// The object's protobuf message (bare, not enveloped) as type `ty`, built once.
+    pub fn proto(&self, ty: crate::proto::MessageType) -> Option<Bytes> {
+        self.derived
+            .proto
+            .get_or_init(|| match crate::proto::encode(ty, &self.raw) {
+                Ok(b) => Some(Bytes::from(b)),
+                Err(err) => {
+                    tracing::debug!(key = %self.key, %err, "object has no protobuf form");
+                    None
+                }
+            })
+            .clone()
+    }
+
+    /// The `PartialObjectMetadata` protobuf message of the object, built once: for a
+    /// built-in type, the first field of its own message (`metadata`, field 1, which Go
+    /// writes first) when that is built; otherwise encoded from the JSON.
+    pub fn metadata_proto(&self, ty: Option<crate::proto::MessageType>) -> Option<Bytes> {
+        self.derived
+            .metadata_proto
+            .get_or_init(|| {
+                if let Some(msg) = ty.and_then(|t| self.proto(t)) {
+                    if let Some(end) = first_field_end(&msg, 0x0a) {
+                        return Some(msg.slice(..end));
+                    }
+                }
+                crate::proto::partial_object_metadata(&self.raw)
+                    .ok()
+                    .map(Bytes::from)
+            })
+            .clone()
     }
 
     /// The object's `metadata` as `PartialObjectMetadata` carries it in JSON
@@ -237,12 +300,15 @@ impl CachedObject {
     ) -> Result<(Box<str>, usize, u64, Uid, Box<[(Box<str>, Box<str>)]>), ObjectError> {
         let header: Header<'_> = serde_json::from_slice(raw)?;
         let meta = header.metadata.ok_or(ObjectError::MissingName)?;
-        let name = meta.name.ok_or(ObjectError::MissingName)?;
+        // An empty name names nothing (the apiserver never sends one).
+        let name = meta
+            .name
+            .filter(|n| !n.is_empty())
+            .ok_or(ObjectError::MissingName)?;
         let rv_text = meta
             .resource_version
             .ok_or(ObjectError::MissingResourceVersion)?;
-        let resource_version = rv_text
-            .parse::<u64>()
+        let resource_version = crate::request::parse_uint(&rv_text)
             .map_err(|_| ObjectError::BadResourceVersion(rv_text.to_string()))?;
         let ns = meta.namespace.unwrap_or_default();
         let key: Box<str> = if ns.is_empty() {
@@ -259,6 +325,23 @@ impl CachedObject {
         let uid = meta.uid.as_deref().map(Uid::of).unwrap_or_default();
         Ok((key, ns.len(), resource_version, uid, labels))
     }
+}
+
+/// Where a protobuf message's first field ends, when that field has the `tag` byte (a
+/// length-delimited field 1 is `0x0a`).
+fn first_field_end(msg: &[u8], tag: u8) -> Option<usize> {
+    if msg.first() != Some(&tag) {
+        return None;
+    }
+    let mut len: usize = 0;
+    for (i, b) in msg.iter().enumerate().skip(1).take(10) {
+        len |= usize::from(b & 0x7f) << (7 * (i - 1));
+        if b & 0x80 == 0 {
+            let end = i + 1 + len;
+            return (end <= msg.len()).then_some(end);
+        }
+    }
+    None
 }
 
 /// An object's `metadata.uid` in 16 bytes instead of a 36-byte string plus its pointer.
@@ -383,6 +466,22 @@ mod tests {
         assert_eq!(o.field("status.phase"), Some("Running"));
         assert_eq!(o.field("spec.hostNetwork"), Some("false"));
         assert_eq!(o.field("metadata.namespace"), Some("prod"));
+    }
+
+    #[test]
+    fn names_and_resource_versions_must_be_real() {
+        let parse =
+            |meta: &str| CachedObject::parse(Bytes::from(format!(r#"{{"metadata":{meta}}}"#)), &[]);
+        assert!(matches!(
+            parse(r#"{"name":"","resourceVersion":"1"}"#),
+            Err(ObjectError::MissingName)
+        ));
+        // Go's ParseUint takes no sign.
+        assert!(matches!(
+            parse(r#"{"name":"a","resourceVersion":"+1"}"#),
+            Err(ObjectError::BadResourceVersion(_))
+        ));
+        assert!(parse(r#"{"name":"a","resourceVersion":"1"}"#).is_ok());
     }
 
     #[test]

@@ -48,28 +48,39 @@
 //! resumes from the last resourceVersion; 410 Expired (HTTP or ERROR event) or an event
 //! that cannot be understood goes back to **Sync**; other errors back off exponentially
 //! with jitter so that a sick apiserver is not hammered.
+//!
+//! **A lagging apiserver** (one of several behind `--server`, whose watch cache has not
+//! reached what the cache has already seen) is never a reason to relist: an answer of
+//! "Too large resource version" (504, cause `ResourceVersionTooLarge`; HTTP, or an ERROR
+//! event, to a watch, watch-list or list; kubernetes/kubernetes#100745), or a new state
+//! older than the cache's, is [`WatchEnd::Behind`]: the upstream client is told to prefer
+//! the other endpoints for a while, and the same step is tried again after the answer's
+//! `retryAfterSeconds` (1 s): on an endpoint that is ahead, or on the same one once it has
+//! caught up. The cache keeps its state and its watchers their streams meanwhile. (A plain
+//! watch from a resourceVersion the apiserver has not reached yet just waits for it:
+//! that is only a delay.)
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::{Method, Request, StatusCode};
 use http_body_util::{BodyExt, Limited};
-use hyper::body::Incoming;
 use rand::Rng;
 use serde::Deserialize;
-use serde_json::value::RawValue;
 use tokio::sync::watch;
 
-use super::events::{Bookmark, ErrorStatus, LineSplitter, RawEvent};
+use super::budget::{ByteBudget, OverBudget};
+use super::events::{decode_event, Decoded, ErrorStatus, LineSplitter, MalformedEvent, RawEvent};
 use super::fresh::ResyncSignal;
+use super::list_page::{decode_page, BodyFormat};
 use super::object::CachedObject;
 use super::resource::ResourceInfo;
-use super::store::{Change, Snapshot, Store};
+use super::store::{entry_bytes, Change, Snapshot, Store};
 use crate::body;
-use crate::upstream::Upstream;
+use crate::upstream::{Internal, Served, Upstream, UpstreamBody};
 
 /// Page size of upstream lists, as client-go's reflector uses.
 const PAGE_SIZE: u32 = 500;
@@ -98,6 +109,9 @@ pub struct ReflectorStats {
     /// stream ends, 0 while the reflector lists, backs off or cannot reach the upstream.
     /// Kept by [`EventStream`]'s lifetime, so no path can forget to decrement it.
     pub watches_open: AtomicU64,
+    /// Answers from an upstream that was behind the cache ("Too large resource version",
+    /// or an older state): retried, never relisted.
+    pub behind: AtomicU64,
     /// Syncs made because a consistent read could not otherwise be proven fresh
     /// (`cache::fresh`); they are also counted in `lists`.
     pub consistent_resyncs: AtomicU64,
@@ -195,6 +209,40 @@ enum WatchEnd {
     Malformed(String),
     /// A consistent read asked for a re-sync (`cache::fresh`).
     Resync,
+    /// The upstream endpoint is behind what the cache has seen: try again (elsewhere).
+    Behind(Behind),
+    /// The cache outgrew its byte budget: stop caching the resource.
+    OverBudget(OverBudget),
+}
+
+/// An upstream endpoint that answered from behind the cache's resourceVersion.
+#[derive(Debug)]
+struct Behind {
+    /// Which endpoint (`Served`), to be preferred less for a while.
+    endpoint: Option<usize>,
+    /// The answer's `retryAfterSeconds`, or a second.
+    retry_after: Duration,
+    what: String,
+}
+
+impl Behind {
+    fn from_status(st: &ErrorStatus, endpoint: Option<usize>) -> Self {
+        Self {
+            endpoint,
+            retry_after: st.retry_after().unwrap_or(Duration::from_secs(1)),
+            what: st.message.clone(),
+        }
+    }
+}
+
+/// Why a request for a watch, a watch-list or a list page got no usable answer.
+#[derive(Debug)]
+enum RequestError {
+    /// The upstream answered with this code.
+    Status(StatusCode, String),
+    Behind(Behind),
+    /// No answer (connection, credentials, a refusal at the connection bound).
+    Failed(String),
 }
 
 /// The state machine's states (see the module docs).
@@ -204,7 +252,10 @@ enum Step {
     /// Open a watch from this resourceVersion.
     Watch(u64),
     /// Keep reading an open watch (the watch-list's stream after its initial events).
-    Follow(EventStream),
+    /// (Boxed: the stream holds its pooled connection's lease.)
+    Follow(Box<EventStream>),
+    /// The resource does not fit the byte budget: the reflector stops (`Reflector::drop_cache`).
+    Dropped(OverBudget),
 }
 
 /// Why a state is being built: logged once it is in place, so that a relist is one line
@@ -237,12 +288,38 @@ enum WatchListFailure {
     Unsupported(String),
     /// A transient failure: a paged list this time, watch-list again next time.
     Failed(String),
+    /// A lagging endpoint: the same watch-list again, not a paged list.
+    Behind(Behind),
+    /// The initial events outgrew the byte budget.
+    OverBudget(OverBudget),
 }
+
+/// Why a paged list produced no state.
+#[derive(Debug)]
+enum ListError {
+    /// A lagging endpoint: try again (elsewhere), never a relist from stale data.
+    Behind(Behind),
+    /// The upstream failed or sent garbage: retry after a backoff.
+    Failed(String),
+    /// The pages read so far outgrow the byte budget.
+    OverBudget(OverBudget),
+}
+
+impl From<String> for ListError {
+    fn from(s: String) -> Self {
+        ListError::Failed(s)
+    }
+}
+
+/// What the registry does when a reflector drops its cache for its size.
+pub type OnDrop = Arc<dyn Fn(OverBudget) + Send + Sync>;
 
 /// An open upstream watch, read line by line. Counted in
 /// [`ReflectorStats::watches_open`] from creation to drop.
 struct EventStream {
-    body: Incoming,
+    body: UpstreamBody,
+    /// The endpoint that serves it.
+    endpoint: Option<usize>,
     lines: LineSplitter,
     ready: VecDeque<Bytes>,
     stats: Arc<ReflectorStats>,
@@ -252,10 +329,16 @@ struct EventStream {
 }
 
 impl EventStream {
-    fn new(body: Incoming, stats: Arc<ReflectorStats>, timeout: Duration) -> Self {
+    fn new(
+        body: UpstreamBody,
+        endpoint: Option<usize>,
+        stats: Arc<ReflectorStats>,
+        timeout: Duration,
+    ) -> Self {
         stats.watches_open.fetch_add(1, Ordering::Relaxed);
         Self {
             body,
+            endpoint,
             lines: LineSplitter::default(),
             ready: VecDeque::new(),
             stats,
@@ -314,6 +397,10 @@ pub struct Reflector {
     synced: watch::Sender<bool>,
     stats: Arc<ReflectorStats>,
     config: ReflectorConfig,
+    /// The caches' byte budget, and what this cache holds of it (committed).
+    budget: Arc<ByteBudget>,
+    held: AtomicUsize,
+    on_drop: Option<OnDrop>,
     /// Re-sync requests from consistent reads (`None`: never asked).
     resync: Option<Arc<ResyncSignal>>,
 }
@@ -354,8 +441,18 @@ impl Reflector {
             synced,
             stats,
             config: ReflectorConfig::default(),
+            budget: Arc::new(ByteBudget::default()),
+            held: AtomicUsize::new(0),
+            on_drop: None,
             resync: None,
         }
+    }
+
+    /// Holds the cache to `budget`; `on_drop` runs if it stops caching for its size.
+    pub fn with_budget(mut self, budget: Arc<ByteBudget>, on_drop: OnDrop) -> Self {
+        self.budget = budget;
+        self.on_drop = Some(on_drop);
+        self
     }
 
     /// Listens to re-sync requests from consistent reads.
@@ -402,6 +499,10 @@ impl Reflector {
                     drop(stream);
                     self.after_watch(end, &mut backoff).await
                 }
+                Step::Dropped(why) => {
+                    self.drop_cache(why);
+                    return;
+                }
             };
         }
     }
@@ -432,11 +533,21 @@ impl Reflector {
         if *watch_list == WatchListSupport::Try {
             match self.watch_list().await {
                 Ok((snapshot, stream)) => {
+                    if let Some(behind) = self.older_than_cache(&snapshot, stream.endpoint) {
+                        drop(stream);
+                        return self.after_behind(behind, Step::Sync(cause)).await;
+                    }
                     self.stats.watch_lists.fetch_add(1, Ordering::Relaxed);
-                    self.install(snapshot, started, "watch-list", &cause);
+                    if let Err(why) = self.install(snapshot, started, "watch-list", &cause) {
+                        return Step::Dropped(why);
+                    }
                     backoff.reset();
-                    return Step::Follow(stream);
+                    return Step::Follow(Box::new(stream));
                 }
+                Err(WatchListFailure::Behind(behind)) => {
+                    return self.after_behind(behind, Step::Sync(cause)).await;
+                }
+                Err(WatchListFailure::OverBudget(why)) => return Step::Dropped(why),
                 Err(WatchListFailure::Unsupported(msg)) => {
                     self.stats
                         .watch_list_fallbacks
@@ -453,12 +564,19 @@ impl Reflector {
             }
         }
         match self.list().await {
-            Ok(snapshot) => {
-                self.install(snapshot, started, "list", &cause);
+            Ok((snapshot, endpoint)) => {
+                if let Some(behind) = self.older_than_cache(&snapshot, endpoint) {
+                    return self.after_behind(behind, Step::Sync(cause)).await;
+                }
+                if let Err(why) = self.install(snapshot, started, "list", &cause) {
+                    return Step::Dropped(why);
+                }
                 backoff.reset();
                 Step::Watch(self.store.resource_version())
             }
-            Err(err) => {
+            Err(ListError::Behind(behind)) => self.after_behind(behind, Step::Sync(cause)).await,
+            Err(ListError::OverBudget(why)) => Step::Dropped(why),
+            Err(ListError::Failed(err)) => {
                 self.stats.errors.fetch_add(1, Ordering::Relaxed);
                 let delay = backoff.next_delay();
                 let what = match cause {
@@ -472,9 +590,53 @@ impl Reflector {
         }
     }
 
+    /// A new state older than the one the cache already has can only come from a lagging
+    /// endpoint (a consistent read is never older than what was seen before): installing
+    /// it would end every downstream watch. `None` when the state may be installed.
+    fn older_than_cache(&self, snapshot: &Snapshot, endpoint: Option<usize>) -> Option<Behind> {
+        let have = self.store.resource_version();
+        (have > 0 && snapshot.resource_version < have).then(|| Behind {
+            endpoint,
+            retry_after: Duration::from_secs(1),
+            what: format!(
+                "its state is at resourceVersion {}, the cache's at {have}",
+                snapshot.resource_version
+            ),
+        })
+    }
+
+    /// After an answer from an endpoint behind the cache: prefer the others for a while,
+    /// wait as the answer asked (with jitter: reflectors of every resource may get it at
+    /// once), and try `next` again. Never a relist.
+    async fn after_behind(&self, behind: Behind, next: Step) -> Step {
+        self.stats.behind.fetch_add(1, Ordering::Relaxed);
+        if let Some(i) = behind.endpoint {
+            self.upstream.mark_behind(i);
+        }
+        let delay = behind
+            .retry_after
+            .max(Duration::from_millis(100))
+            .mul_f64(rand::rng().random_range(1.0..1.5));
+        let endpoint = behind
+            .endpoint
+            .and_then(|i| self.upstream.endpoints().get(i).map(|u| u.to_string()))
+            .unwrap_or_default();
+        tracing::info!(resource = %self.info.resource, %endpoint, "the upstream is behind the cache ({}); retrying in {delay:.1?}", behind.what);
+        self.stats.back_off(delay).await;
+        next
+    }
+
     /// Replaces the store's state with a complete new snapshot, in one step, and logs it:
     /// the start-up's "synced …" progress line, or a relist's one line with its reason.
-    fn install(&self, snapshot: Snapshot, started: Instant, via: &'static str, cause: &SyncCause) {
+    /// A snapshot the byte budget cannot hold is not installed.
+    fn install(
+        &self,
+        snapshot: Snapshot,
+        started: Instant,
+        via: &'static str,
+        cause: &SyncCause,
+    ) -> Result<(), OverBudget> {
+        self.commit(snapshot.heap)?;
         let (n, rv) = (snapshot.len(), snapshot.resource_version);
         let bytes = snapshot.bytes;
         self.store.replace(snapshot);
@@ -514,6 +676,40 @@ impl Reflector {
                 "re-synced {what} for a consistent read"
             ),
         }
+        Ok(())
+    }
+
+    /// Moves this cache's share of the byte budget to `heap`, if it fits.
+    fn commit(&self, heap: usize) -> Result<(), OverBudget> {
+        let held = self.held.load(Ordering::Relaxed);
+        self.budget.try_commit(held, heap)?;
+        self.held.store(heap, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Stops caching the resource: it does not fit the byte budget. Its watchers end (and
+    /// resume through the upstream), its share of the budget is given back, and the
+    /// registry forwards its requests from now on (kubernetes/kubernetes#142062 asks the
+    /// apiserver for the same).
+    fn drop_cache(&self, why: OverBudget) {
+        let held = self.held.swap(0, Ordering::Relaxed);
+        self.budget.release(held);
+        self.synced.send_replace(false);
+        self.store.hub().shutdown();
+        let r = self.budget.config.retry_after;
+        let retry = if r.as_secs() >= 60 && r.as_secs() % 60 == 0 {
+            format!("{}m", r.as_secs() / 60)
+        } else {
+            crate::logging::seconds(r)
+        };
+        tracing::warn!(
+            resource = %self.info.resource, group = %self.info.group, reason = why.reason(),
+            "not caching {}: {why}; its requests are forwarded (caching is tried again on a request after {retry})",
+            self.info.resource
+        );
+        if let Some(f) = &self.on_drop {
+            f(why);
+        }
     }
 
     /// What follows the end of a watch.
@@ -544,6 +740,7 @@ impl Reflector {
                     anomaly: true,
                 })
             }
+            WatchEnd::OverBudget(why) => Step::Dropped(why),
             WatchEnd::Failed(msg) => {
                 self.stats.errors.fetch_add(1, Ordering::Relaxed);
                 let delay = backoff.next_delay();
@@ -551,28 +748,45 @@ impl Reflector {
                 self.stats.back_off(delay).await;
                 Step::Watch(self.store.resource_version())
             }
+            WatchEnd::Behind(behind) => {
+                let rv = self.store.resource_version();
+                self.after_behind(behind, Step::Watch(rv)).await
+            }
         }
     }
 
-    async fn get(&self, path_and_query: String) -> Result<(StatusCode, Bytes), String> {
-        let req = Request::builder()
+    /// A GET of the reflector's own: marked [`Internal`] so that it may use the
+    /// connections kept for short requests when clients' watches fill the others.
+    fn request(path_and_query: String) -> Result<Request<body::Body>, String> {
+        let mut req = Request::builder()
             .method(Method::GET)
             .uri(path_and_query)
             .header(http::header::ACCEPT, "application/json")
             .body(body::empty())
             .map_err(|e| e.to_string())?;
+        req.extensions_mut().insert(Internal);
+        Ok(req)
+    }
+
+    async fn get(
+        &self,
+        path_and_query: String,
+    ) -> Result<(StatusCode, Bytes, Option<usize>), String> {
+        let req = Self::request(path_and_query)?;
         let resp = self.upstream.send(req).await.map_err(|e| e.to_string())?;
         let status = resp.status();
+        let endpoint = served_by(&resp);
         let bytes = Limited::new(resp.into_body(), MAX_PAGE_BYTES)
             .collect()
             .await
             .map_err(|e| format!("reading list body: {e}"))?
             .to_bytes();
-        Ok((status, bytes))
+        Ok((status, bytes, endpoint))
     }
 
-    /// Reads the whole collection, page by page, into a new snapshot.
-    async fn list(&self) -> Result<Snapshot, String> {
+    /// Reads the whole collection, page by page, into a new snapshot; also says which
+    /// endpoint served the last page.
+    async fn list(&self) -> Result<(Snapshot, Option<usize>), ListError> {
         self.stats.lists.fetch_add(1, Ordering::Relaxed);
         let base = self.info.collection_path();
         let mut snapshot = Snapshot::default();
@@ -586,70 +800,76 @@ impl Reflector {
                 }
                 q.finish()
             };
-            let (status, bytes) = self.get(format!("{base}?{query}")).await?;
+            let (status, bytes, endpoint) = self
+                .get(format!("{base}?{query}"))
+                .await
+                .map_err(ListError::Failed)?;
             if !status.is_success() {
-                return Err(format!(
+                let st: ErrorStatus = serde_json::from_slice(&bytes).unwrap_or_default();
+                if st.is_too_large_resource_version() {
+                    return Err(ListError::Behind(Behind::from_status(&st, endpoint)));
+                }
+                return Err(ListError::Failed(format!(
                     "list returned {status}: {}",
                     String::from_utf8_lossy(&bytes[..bytes.len().min(512)])
-                ));
+                )));
             }
-            let page: ListPage<'_> =
-                serde_json::from_slice(&bytes).map_err(|e| format!("list is not JSON: {e}"))?;
-            for item in page.items {
-                match CachedObject::parse(
-                    Bytes::copy_from_slice(item.get().as_bytes()),
-                    &self.info.field_labels,
-                ) {
-                    Ok(obj) => {
-                        snapshot.insert(Arc::new(obj));
-                    }
-                    Err(err) => {
-                        // One broken object must not keep the whole type out of the cache;
-                        // it is counted and logged, and the watch will bring its next version.
-                        self.stats.malformed_objects.fetch_add(1, Ordering::Relaxed);
-                        tracing::warn!(resource = %self.info.resource, error = %err, "skipping malformed object in list");
-                    }
-                }
+            let page = decode_page(BodyFormat::Json, &bytes, &self.info.field_labels)
+                .map_err(|e| e.to_string())?;
+            for obj in page.objects {
+                snapshot.insert(Arc::new(obj));
             }
-            let rv = page.metadata.resource_version.parse::<u64>().map_err(|_| {
-                format!(
-                    "list resourceVersion {:?} is not a number",
-                    page.metadata.resource_version
-                )
-            })?;
+            for err in page.malformed {
+                // One broken object must not keep the whole type out of the cache; it is
+                // counted and logged, and the watch will bring its next version.
+                self.stats.malformed_objects.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(resource = %self.info.resource, error = %err, "skipping malformed object in list");
+            }
+            // A list too large for the budget is given up as soon as it is known to be:
+            // the whole of it is never held.
+            self.budget
+                .check(self.held.load(Ordering::Relaxed), snapshot.heap)
+                .map_err(ListError::OverBudget)?;
             // Every page of a paged list is served at the first page's resourceVersion.
-            snapshot.resource_version = rv;
-            match page.metadata.cont {
-                Some(c) if !c.is_empty() => cont = Some(c),
-                _ => return Ok(snapshot),
+            snapshot.resource_version = page.resource_version;
+            match page.continue_token {
+                Some(c) => cont = Some(c),
+                None => return Ok((snapshot, endpoint)),
             }
         }
     }
 
     /// Opens a watch with `query` (whose `timeoutSeconds` is `timeout`); an HTTP error
     /// comes back with its status.
-    async fn open(
-        &self,
-        query: &str,
-        timeout: u32,
-    ) -> Result<EventStream, (Option<StatusCode>, String)> {
-        let req = Request::builder()
-            .method(Method::GET)
-            .uri(format!("{}?{query}", self.info.collection_path()))
-            .header(http::header::ACCEPT, "application/json")
-            .body(body::empty())
-            .map_err(|e| (None, e.to_string()))?;
+    async fn open(&self, query: &str, timeout: u32) -> Result<EventStream, RequestError> {
+        let req = Self::request(format!("{}?{query}", self.info.collection_path()))
+            .map_err(RequestError::Failed)?;
         let resp = self
             .upstream
             .send(req)
             .await
-            .map_err(|e| (None, e.to_string()))?;
+            .map_err(|e| RequestError::Failed(e.to_string()))?;
         let status = resp.status();
+        let endpoint = served_by(&resp);
         if !status.is_success() {
-            return Err((Some(status), format!("watch returned {status}")));
+            // The Status says whether the apiserver is merely behind.
+            let bytes = Limited::new(resp.into_body(), 64 << 10)
+                .collect()
+                .await
+                .map(|c| c.to_bytes())
+                .unwrap_or_default();
+            let st: ErrorStatus = serde_json::from_slice(&bytes).unwrap_or_default();
+            if st.is_too_large_resource_version() {
+                return Err(RequestError::Behind(Behind::from_status(&st, endpoint)));
+            }
+            return Err(RequestError::Status(
+                status,
+                format!("watch returned {status}"),
+            ));
         }
         Ok(EventStream::new(
             resp.into_body(),
+            endpoint,
             self.stats.clone(),
             Duration::from_secs(timeout.into()),
         ))
@@ -668,8 +888,11 @@ impl Reflector {
         );
         match self.open(&query, timeout).await {
             Ok(mut stream) => self.follow(&mut stream, resync).await,
-            Err((Some(StatusCode::GONE), _)) => WatchEnd::Expired("HTTP 410 Gone".into()),
-            Err((_, msg)) => WatchEnd::Failed(msg),
+            Err(RequestError::Status(StatusCode::GONE, _)) => {
+                WatchEnd::Expired("HTTP 410 Gone".into())
+            }
+            Err(RequestError::Behind(b)) => WatchEnd::Behind(b),
+            Err(RequestError::Status(_, msg) | RequestError::Failed(msg)) => WatchEnd::Failed(msg),
         }
     }
 
@@ -685,7 +908,10 @@ impl Reflector {
                 Ok(None) => return WatchEnd::Closed(stream.end_reason()),
                 Err(end) => return end,
                 Ok(Some(line)) => {
-                    if let Some(end) = self.apply_event(&line) {
+                    if let Some(mut end) = self.apply_event(&line) {
+                        if let WatchEnd::Behind(b) = &mut end {
+                            b.endpoint = stream.endpoint;
+                        }
                         return end;
                     }
                 }
@@ -696,6 +922,7 @@ impl Reflector {
     /// WatchList: the state from a watch's initial events, and the stream to follow.
     async fn watch_list(&self) -> Result<(Snapshot, EventStream), WatchListFailure> {
         use WatchListFailure::{Failed, Unsupported};
+        let behind = WatchListFailure::Behind;
         self.stats.lists.fetch_add(1, Ordering::Relaxed);
         // resourceVersion unset: a consistent snapshot (KEP-3157, client-go's case 1).
         let timeout = Self::watch_timeout();
@@ -706,20 +933,27 @@ impl Reflector {
         // An upstream that never answers must not keep the cache cold either.
         let opened = tokio::time::timeout(idle, self.open(&query, timeout))
             .await
-            .unwrap_or_else(|_| Err((None, format!("no answer within {idle:?}"))));
+            .unwrap_or_else(|_| Err(RequestError::Failed(format!("no answer within {idle:?}"))));
         let mut stream = match opened {
             Ok(s) => s,
             // 429 asks to come back later; any other 4xx is the upstream saying no.
-            Err((Some(code), msg))
+            Err(RequestError::Status(code, msg))
                 if code.is_client_error() && code != StatusCode::TOO_MANY_REQUESTS =>
             {
                 return Err(Unsupported(msg))
             }
-            Err((_, msg)) => return Err(Failed(msg)),
+            Err(RequestError::Behind(b)) => return Err(behind(b)),
+            Err(RequestError::Status(_, msg) | RequestError::Failed(msg)) => {
+                return Err(Failed(msg))
+            }
         };
         // A temporary map, like client-go's temporaryStore: only the complete state
         // reaches the store.
         let mut objects: BTreeMap<Box<str>, Arc<CachedObject>> = BTreeMap::new();
+        // What `objects` holds as the byte budget counts it: checked as it grows, so an
+        // initial state too large for the budget is given up before all of it is held.
+        let mut heap = 0usize;
+        let held = self.held.load(Ordering::Relaxed);
         let mut deadline = tokio::time::Instant::now() + idle;
         loop {
             let line = match tokio::time::timeout_at(deadline, stream.next_line()).await {
@@ -750,7 +984,13 @@ impl Reflector {
                     deadline = tokio::time::Instant::now() + idle;
                     match parsed() {
                         Ok(o) => {
-                            objects.insert(o.key.clone(), Arc::new(o));
+                            heap += entry_bytes(&o);
+                            if let Some(old) = objects.insert(o.key.clone(), Arc::new(o)) {
+                                heap -= entry_bytes(&old);
+                            }
+                            self.budget
+                                .check(held, heap)
+                                .map_err(WatchListFailure::OverBudget)?;
                         }
                         // As for a list item: skipped, counted, logged.
                         Err(err) => {
@@ -765,7 +1005,9 @@ impl Reflector {
                         self.stats.malformed_objects.fetch_add(1, Ordering::Relaxed);
                         Failed(format!("malformed DELETED event: {e}"))
                     })?;
-                    objects.remove(&o.key);
+                    if let Some(old) = objects.remove(&o.key) {
+                        heap -= entry_bytes(&old);
+                    }
                 }
                 "BOOKMARK" => {
                     let b: ListBookmark = serde_json::from_str(ev.object.get())
@@ -776,12 +1018,14 @@ impl Reflector {
                         .get(INITIAL_EVENTS_END)
                         .is_some_and(|v| v == "true");
                     if end {
-                        let rv = b.metadata.resource_version.parse::<u64>().map_err(|_| {
-                            Failed(format!(
-                                "bookmark resourceVersion {:?} is not a number",
-                                b.metadata.resource_version
-                            ))
-                        })?;
+                        let rv = crate::request::parse_uint(&b.metadata.resource_version).map_err(
+                            |_| {
+                                Failed(format!(
+                                    "bookmark resourceVersion {:?} is not a number",
+                                    b.metadata.resource_version
+                                ))
+                            },
+                        )?;
                         let mut snapshot = Snapshot::default();
                         for (_, o) in objects {
                             snapshot.insert(o);
@@ -792,10 +1036,14 @@ impl Reflector {
                 }
                 "ERROR" => {
                     let st: Option<ErrorStatus> = serde_json::from_str(ev.object.get()).ok();
-                    return Err(Failed(match st {
-                        Some(st) => format!("watch error {}: {}", st.code, st.message),
-                        None => format!("watch error {}", ev.object.get()),
-                    }));
+                    return Err(match st {
+                        // The watch cache did not reach the consistent RV in time.
+                        Some(st) if st.is_too_large_resource_version() => {
+                            behind(Behind::from_status(&st, stream.endpoint))
+                        }
+                        Some(st) => Failed(format!("watch error {}: {}", st.code, st.message)),
+                        None => Failed(format!("watch error {}", ev.object.get())),
+                    });
                 }
                 other => return Err(Failed(format!("unknown event type {other:?}"))),
             }
@@ -804,59 +1052,42 @@ impl Reflector {
 
     /// Applies one event line; returns how the watch ends if this event ends it.
     fn apply_event(&self, line: &[u8]) -> Option<WatchEnd> {
-        let ev: RawEvent<'_> = match serde_json::from_slice(line) {
-            Ok(ev) => ev,
-            Err(e) => return Some(WatchEnd::Malformed(format!("event is not JSON: {e}"))),
+        let decoded = match decode_event(line, &self.info.field_labels) {
+            Ok(d) => d,
+            Err(e) => {
+                if !matches!(e, MalformedEvent::NotJson(_)) {
+                    self.stats.events.fetch_add(1, Ordering::Relaxed);
+                }
+                return Some(WatchEnd::Malformed(e.to_string()));
+            }
         };
         self.stats.events.fetch_add(1, Ordering::Relaxed);
-        let object = || {
-            CachedObject::parse(
-                Bytes::copy_from_slice(ev.object.get().as_bytes()),
-                &self.info.field_labels,
-            )
-            .map(Arc::new)
-        };
-        match ev.kind {
-            "ADDED" | "MODIFIED" => match object() {
-                Ok(o) => self.store.apply(Change::Upsert(o)),
-                Err(e) => return Some(WatchEnd::Malformed(e.to_string())),
-            },
-            "DELETED" => match object() {
-                Ok(o) => self.store.apply(Change::Delete(o)),
-                Err(e) => return Some(WatchEnd::Malformed(e.to_string())),
-            },
-            "BOOKMARK" => {
-                let rv = serde_json::from_str::<Bookmark<'_>>(ev.object.get())
-                    .ok()
-                    .and_then(|b| b.metadata.resource_version.parse::<u64>().ok());
-                match rv {
-                    Some(rv) => self.store.apply(Change::Progress(rv)),
-                    None => {
-                        return Some(WatchEnd::Malformed(
-                            "bookmark without a numeric resourceVersion".into(),
-                        ))
-                    }
+        match decoded {
+            Decoded::Upsert(o) => {
+                self.store.apply(Change::Upsert(Arc::new(o)));
+                // The change is in; a cache it takes over the budget is dropped whole.
+                if let Err(why) = self.commit(self.store.snapshot().heap) {
+                    return Some(WatchEnd::OverBudget(why));
                 }
             }
-            "ERROR" => {
-                let st: ErrorStatus =
-                    serde_json::from_str(ev.object.get()).unwrap_or(ErrorStatus {
-                        code: 0,
-                        reason: String::new(),
-                        message: ev.object.get().to_string(),
-                    });
-                return Some(
-                    if st.code == 410 || st.reason == "Expired" || st.reason == "Gone" {
-                        WatchEnd::Expired(st.message)
-                    } else {
-                        WatchEnd::Failed(format!("watch error {}: {}", st.code, st.message))
-                    },
-                );
+            Decoded::Delete(o) => {
+                self.store.apply(Change::Delete(Arc::new(o)));
+                let _ = self.commit(self.store.snapshot().heap);
             }
-            other => return Some(WatchEnd::Malformed(format!("unknown event type {other:?}"))),
+            Decoded::Progress(rv) => self.store.apply(Change::Progress(rv)),
+            Decoded::Expired(message) => return Some(WatchEnd::Expired(message)),
+            Decoded::Behind(st) => return Some(WatchEnd::Behind(Behind::from_status(&st, None))),
+            Decoded::Failed { code, message } => {
+                return Some(WatchEnd::Failed(format!("watch error {code}: {message}")))
+            }
         }
         None
     }
+}
+
+/// The endpoint that answered (with several `--server`s).
+fn served_by<B>(resp: &http::Response<B>) -> Option<usize> {
+    resp.extensions().get::<Served>().map(|s| s.endpoint)
 }
 
 /// A BOOKMARK's object, with the annotations that may end a watch-list's initial events.
@@ -871,21 +1102,6 @@ struct ListBookmarkMeta {
     resource_version: String,
     #[serde(default)]
     annotations: HashMap<String, String>,
-}
-
-#[derive(Deserialize)]
-struct ListPage<'a> {
-    metadata: ListMeta,
-    #[serde(borrow, default)]
-    items: Vec<&'a RawValue>,
-}
-
-#[derive(Deserialize)]
-struct ListMeta {
-    #[serde(rename = "resourceVersion", default)]
-    resource_version: String,
-    #[serde(rename = "continue", default)]
-    cont: Option<String>,
 }
 
 #[cfg(test)]

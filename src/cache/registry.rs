@@ -10,6 +10,7 @@ use dashmap::DashMap;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use super::budget::{BudgetConfig, ByteBudget, OverBudget};
 use super::discovery::Discovery;
 use super::fresh::{ConsistentReads, Freshness, ResyncSignal};
 use super::reflector::{Backoff, Reflector, ReflectorConfig, ReflectorStats};
@@ -76,6 +77,17 @@ enum Slot {
     Ready(Arc<ResourceCache>),
     /// The upstream does not serve it as a listable, watchable resource.
     NotCacheable,
+    /// Dropped for its size (the byte budget): forwarded until `retry_after` has passed,
+    /// then a request may start caching it again.
+    Dropped(DroppedCache),
+}
+
+/// A resource not cached because it does not fit the byte budget.
+#[derive(Clone)]
+pub struct DroppedCache {
+    pub info: Arc<ResourceInfo>,
+    pub why: OverBudget,
+    pub at: std::time::Instant,
 }
 
 type Key = (String, String, String);
@@ -93,6 +105,9 @@ pub struct Registry {
     writes: WriteFences,
     /// Set by [`Registry::shutdown_watches`]: caches started later begin shut down too.
     draining: std::sync::atomic::AtomicBool,
+    budget: Arc<ByteBudget>,
+    /// Times each resource was dropped for its size, by reason (a metric).
+    drops: DashMap<(String, String, &'static str), u64>,
 }
 
 impl Registry {
@@ -106,20 +121,25 @@ impl Registry {
             policy,
             watch,
             ReflectorConfig::default(),
+            BudgetConfig::default(),
             ConsistentReads::default(),
         )
     }
 
-    /// A registry whose reflectors use `reflector` (watch-list or paged list) and whose
-    /// consistent reads are answered as `consistent_reads` says.
+    /// A registry whose reflectors use `reflector` (watch-list or paged list), whose caches
+    /// share the byte budget `budget`, and whose consistent reads are answered as
+    /// `consistent_reads` says.
     pub fn with_config(
         upstream: Upstream,
         policy: CachePolicy,
         watch: crate::watch::WatchConfig,
         reflector: ReflectorConfig,
+        budget: BudgetConfig,
         consistent_reads: ConsistentReads,
     ) -> Arc<Self> {
         Arc::new(Self {
+            budget: Arc::new(ByteBudget::new(budget)),
+            drops: DashMap::new(),
             discovery: Discovery::new(upstream.clone()),
             upstream,
             policy,
@@ -159,7 +179,13 @@ impl Registry {
         }
         let key = (group.to_string(), version.to_string(), resource.to_string());
         match self.slots.entry(key.clone()) {
-            Entry::Occupied(_) => return,
+            // A resource dropped for its size is tried again once its time has come.
+            Entry::Occupied(mut o) => match o.get() {
+                Slot::Dropped(d) if d.at.elapsed() >= self.budget.config.retry_after => {
+                    o.insert(Slot::Starting);
+                }
+                _ => return,
+            },
             Entry::Vacant(v) => {
                 v.insert(Slot::Starting);
             }
@@ -198,8 +224,8 @@ impl Registry {
     }
 
     /// Starts the cache of a discovered resource and makes it the slot's.
-    fn install(&self, key: Key, info: Arc<ResourceInfo>) -> Arc<ResourceCache> {
-        let cache = self.start_reflector(info);
+    fn install(self: &Arc<Self>, key: Key, info: Arc<ResourceInfo>) -> Arc<ResourceCache> {
+        let cache = self.start_reflector(key.clone(), info);
         self.slots.insert(key, Slot::Ready(cache.clone()));
         // After the insert: a drain that began meanwhile either finds the cache in
         // `shutdown_watches` or its flag is visible here (the shard lock orders the two),
@@ -210,7 +236,7 @@ impl Registry {
         cache
     }
 
-    fn start_reflector(&self, info: Arc<ResourceInfo>) -> Arc<ResourceCache> {
+    fn start_reflector(self: &Arc<Self>, key: Key, info: Arc<ResourceInfo>) -> Arc<ResourceCache> {
         let store = Arc::new(Store::for_resource(&info, self.watch.clone()));
         let stats = Arc::new(ReflectorStats::default());
         let (synced_tx, synced) = watch::channel(false);
@@ -230,7 +256,8 @@ impl Registry {
             stats.clone(),
         )
         .with_config(self.reflector.clone())
-        .with_resync(resync);
+        .with_resync(resync)
+        .with_budget(self.budget.clone(), self.on_drop(key, info.clone()));
         let task = tokio::spawn(reflector.run());
         Arc::new(ResourceCache {
             info,
@@ -240,6 +267,53 @@ impl Registry {
             synced,
             task,
         })
+    }
+
+    /// What a reflector calls when its cache does not fit the byte budget: the slot forgets
+    /// the cache (its memory goes with the last reader), and requests are forwarded.
+    fn on_drop(self: &Arc<Self>, key: Key, info: Arc<ResourceInfo>) -> super::reflector::OnDrop {
+        let registry = Arc::downgrade(self);
+        Arc::new(move |why: OverBudget| {
+            let Some(registry) = registry.upgrade() else {
+                return;
+            };
+            *registry
+                .drops
+                .entry((info.group.clone(), info.resource.clone(), why.reason()))
+                .or_default() += 1;
+            let dropped = Slot::Dropped(DroppedCache {
+                info: info.clone(),
+                why,
+                at: std::time::Instant::now(),
+            });
+            // Dropped outside the map's lock: the old cache's drop aborts its reflector.
+            let old = registry.slots.insert(key.clone(), dropped);
+            drop(old);
+        })
+    }
+
+    /// The caches' byte budget.
+    pub fn budget(&self) -> &ByteBudget {
+        &self.budget
+    }
+
+    /// The resources not cached now because they did not fit the byte budget.
+    pub fn dropped(&self) -> Vec<DroppedCache> {
+        self.slots
+            .iter()
+            .filter_map(|e| match e.value() {
+                Slot::Dropped(d) => Some(d.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// How many times each (group, resource) was dropped for its size, by reason.
+    pub fn drop_counts(&self) -> Vec<((String, String, &'static str), u64)> {
+        self.drops
+            .iter()
+            .map(|e| (e.key().clone(), *e.value()))
+            .collect()
     }
 
     /// Starts the `--cache` resources. Names without a group are looked up in the core

@@ -49,7 +49,7 @@ impl ResourceInfo {
     /// set of groups kube-apiserver 1.36 and its embedded apiextensions and aggregator
     /// servers serve.
     pub fn is_builtin(&self) -> bool {
-        BUILTIN_GROUPS.contains(&self.group.as_str())
+        is_builtin_group(&self.group)
     }
 
     /// What the Accept negotiation may offer for this type.
@@ -60,6 +60,11 @@ impl ResourceInfo {
             crate::negotiate::Endpoint::CUSTOM
         }
     }
+}
+
+/// Whether kube-apiserver serves `group` itself (see [`ResourceInfo::is_builtin`]).
+pub fn is_builtin_group(group: &str) -> bool {
+    BUILTIN_GROUPS.contains(&group)
 }
 
 /// The API groups kube-apiserver 1.36 serves itself (`kubectl api-versions` on a cluster

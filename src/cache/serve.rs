@@ -18,16 +18,18 @@ use super::fresh::Scope;
 use super::object::CachedObject;
 use super::read_at::{self, Read};
 use super::registry::{Registry, ResourceCache};
+use super::resource::ResourceInfo;
 use super::store::Snapshot;
 use crate::body::{self, Body};
 use crate::codec::continue_token::ContinueToken;
 use crate::codec::gzip;
-use crate::codec::list::{page, Filter, ItemForm, ListBody, ListHead};
+use crate::codec::list::{page, selected, Filter, ItemForm, ListBody, ListHead};
 use crate::codec::meta;
-use crate::negotiate::{negotiate, Conversion, Encoding, MetaVersion};
+use crate::negotiate::{negotiate, Conversion, Encoding, MetaVersion, Negotiated};
 use crate::proxy::headers::SOURCE_HEADER;
 use crate::request::{self, ApiPath, ListOptions, Parsed, RvMatch, Verb};
 use crate::status::{GroupResource, Status};
+use crate::table::{Convertor, TableOptions};
 
 /// How long a read asking for a resourceVersion newer than the cache waits for the cache's
 /// own watch to bring it, before it is forwarded instead.
@@ -66,7 +68,8 @@ pub async fn try_serve(registry: &Arc<Registry>, req: &Parsed) -> Option<Respons
     let ApiPath::Resource(rp) = &req.api.path else {
         return None;
     };
-    if rp.subresource.is_some() || !rp.extra.is_empty() || rp.legacy_watch {
+    // A path only the upstream can interpret (`crate::apipath`) is its to answer.
+    if !rp.canonical || rp.subresource.is_some() || !rp.extra.is_empty() || rp.legacy_watch {
         return None;
     }
     if !matches!(req.api.verb, Verb::Get | Verb::List) {
@@ -108,12 +111,17 @@ pub async fn try_serve(registry: &Arc<Registry>, req: &Parsed) -> Option<Respons
     if !cache.is_synced() {
         return None;
     }
-    let repr = representation(&cache, req)?;
+    let repr = representation(registry, &cache, req)?;
     // A cluster-scoped resource under a namespace path is the upstream's 404 to give.
     // requestinfo.go puts a namespace's own name in `namespace` for
     // `/api/v1/namespaces/{name}`, which is not such a path.
     let own_namespace = rp.group.is_empty() && rp.resource == "namespaces";
     if plan.namespace.is_some() && !cache.info.namespaced && !own_namespace {
+        return None;
+    }
+    // Nor has a namespaced one a route by name outside a namespace (`/api/v1/pods/a`):
+    // the upstream's 404 too (src/apipath.rs).
+    if plan.name.is_some() && plan.namespace.is_none() && cache.info.namespaced {
         return None;
     }
     if !fields_indexed(&cache, &plan.opts) {
@@ -191,22 +199,27 @@ fn cacheable(opts: &ListOptions, verb: Verb) -> Option<(Cacheable, Option<usize>
 }
 
 /// Field selectors are answered from the fields parsed into each object; any other field
-/// label goes upstream, which knows whether the type supports it.
+/// label goes upstream, which knows whether the type supports it. `metadata.namespace` is
+/// a field of namespaced types only (`generic.ObjectMetaFieldsSet`): on nodes or
+/// namespaces the apiserver refuses it with a 400 (found by tests/bad_input_properties.rs).
 pub fn fields_indexed(cache: &ResourceCache, opts: &ListOptions) -> bool {
     opts.field_selector.terms.iter().all(|t| {
         t.field == "metadata.name"
-            || t.field == "metadata.namespace"
+            || (t.field == "metadata.namespace" && cache.info.namespaced)
             || cache.info.field_labels.iter().any(|(l, _)| *l == t.field)
     })
 }
 
 /// The representation a read is answered in from the cache.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 enum Repr {
     /// The object (list) in JSON.
     Json,
     /// `PartialObjectMetadata` (gets) or `PartialObjectMetadataList` (lists) in JSON.
     Metadata(MetaVersion),
+    /// A `meta.k8s.io` Table, printed as the apiserver's table convertor for the type
+    /// prints it (`crate::table`).
+    Table(Convertor, TableOptions),
 }
 
 /// How the Accept header negotiates for this type (`crate::negotiate`, as the apiserver
@@ -214,17 +227,80 @@ enum Repr {
 /// output, and the apiserver's 406 refusals (no acceptable media type, a list asking for
 /// `PartialObjectMetadata` or a get for `PartialObjectMetadataList`) are the upstream's
 /// to give.
-fn representation(cache: &ResourceCache, req: &Parsed) -> Option<Repr> {
+fn representation(registry: &Arc<Registry>, cache: &ResourceCache, req: &Parsed) -> Option<Repr> {
     let n = negotiate(req.accept.as_deref(), cache.info.endpoint()).ok()?;
+    match served(n, req.api.verb)? {
+        Served::Json => Some(Repr::Json),
+        Served::Metadata(v) => Some(Repr::Metadata(v)),
+        Served::Table(v) => {
+            // A bad includeObject is the upstream's 400 to give.
+            let opts = TableOptions::new(v, req.api.query_get("includeObject")).ok()?;
+            Some(Repr::Table(convertor(registry, cache)?, opts))
+        }
+    }
+}
+
+/// Which negotiated answers the cache produces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Served {
+    Json,
+    Metadata(MetaVersion),
+    Table(MetaVersion),
+}
+
+fn served(n: Negotiated, verb: Verb) -> Option<Served> {
     if n.pretty || n.encoding != Encoding::Json {
         return None;
     }
-    match (n.conversion, req.api.verb) {
-        (None, _) => Some(Repr::Json),
+    match (n.conversion, verb) {
+        (None, _) => Some(Served::Json),
         (Some(Conversion::PartialObjectMetadata(v)), Verb::Get)
-        | (Some(Conversion::PartialObjectMetadataList(v)), Verb::List) => Some(Repr::Metadata(v)),
+        | (Some(Conversion::PartialObjectMetadataList(v)), Verb::List) => Some(Served::Metadata(v)),
+        (Some(Conversion::Table(v)), _) => Some(Served::Table(v)),
         _ => None,
     }
+}
+
+/// The table convertor the apiserver uses for this type, if the gateway has it: a ported
+/// printer (or the default convertor) for built-in types; for a custom resource, its
+/// CRD's `additionalPrinterColumns`, read from the gateway's own cache of
+/// CustomResourceDefinitions (started on first use, so that a CRD's new columns show up as
+/// soon as its update does). Until that cache has synced, or without the CRD (no RBAC to
+/// read CRDs, an aggregated API), the Table is the upstream's.
+pub(crate) fn convertor(registry: &Arc<Registry>, cache: &ResourceCache) -> Option<Convertor> {
+    let info = &cache.info;
+    if info.is_builtin() {
+        return Convertor::builtin(&info.group, &info.kind);
+    }
+    const CRDS: (&str, &str, &str) = ("apiextensions.k8s.io", "v1", "customresourcedefinitions");
+    registry.ensure_started(CRDS.0, CRDS.1, CRDS.2);
+    let crds = registry.get(CRDS.0, CRDS.1, CRDS.2)?;
+    if !crds.is_synced() {
+        return None;
+    }
+    let snapshot = crds.store.snapshot();
+    let crd = snapshot.get("", &format!("{}.{}", info.resource, info.group))?;
+    let crd: serde_json::Value = serde_json::from_slice(&crd.raw).ok()?;
+    Some(Convertor::custom_resource(&crd, &info.version))
+}
+
+/// An object as the Table convertor reads it: with its TypeMeta, as a row's
+/// `includeObject=Object` carries it.
+fn object_value(info: &ResourceInfo, obj: &CachedObject) -> serde_json::Value {
+    let mut raw = Vec::with_capacity(obj.raw.len() + 48);
+    obj.write_with_type_meta(&info.type_prefix(), &mut raw);
+    serde_json::from_slice(&raw).unwrap_or_default()
+}
+
+/// A Table answer: built whole (the apiserver's convertors do the same), JSON as the
+/// simulator writes it, gzipped when large.
+fn table_response(table: &serde_json::Value, gzip_ok: bool) -> Response<Body> {
+    let mut out = serde_json::to_vec(table).unwrap_or_default();
+    out.push(b'\n');
+    let (out, gzipped) = gzip::encode_full(gzip_ok, out);
+    let mut resp = json_response(body::full(out));
+    gzip::apply(&mut resp, gzipped);
+    resp
 }
 
 fn matcher(opts: &ListOptions) -> Option<Filter> {
@@ -256,6 +332,14 @@ fn get(
     let found = snapshot.get(ns, name);
     match found {
         Some(obj) => {
+            if let Repr::Table(convertor, opts) = &repr {
+                let table = convertor.object_table(
+                    &object_value(&cache.info, obj),
+                    opts,
+                    jiff::Timestamp::now(),
+                );
+                return table_response(&table, gzip_ok);
+            }
             let mut out = Vec::with_capacity(obj.raw.len() + 48);
             match repr {
                 Repr::Json => obj.write_with_type_meta(&cache.info.type_prefix(), &mut out),
@@ -267,6 +351,7 @@ fn get(
                     }
                     out.push(b'}');
                 }
+                Repr::Table(..) => unreachable!("answered above"),
             }
             out.push(b'\n');
             let (out, gzipped) = gzip::encode_full(gzip_ok, out);
@@ -312,6 +397,31 @@ fn list(
         }
         None => (None, None),
     };
+    if let Repr::Table(convertor, opts) = &repr {
+        let mut list_meta = serde_json::Map::new();
+        list_meta.insert(
+            "resourceVersion".into(),
+            snapshot.resource_version.to_string().into(),
+        );
+        if let Some(t) = &continue_token {
+            list_meta.insert("continue".into(), t.clone().into());
+        }
+        if let Some(n) = remaining_item_count {
+            list_meta.insert("remainingItemCount".into(), n.into());
+        }
+        let end = page.as_ref().map(|p| &*p.last_key);
+        let objects: Vec<serde_json::Value> =
+            selected(&snapshot, namespace, filter.as_ref(), after, end)
+                .map(|o| object_value(info, o))
+                .collect();
+        let table = convertor.list_table(
+            &serde_json::Value::Object(list_meta),
+            &objects,
+            opts,
+            jiff::Timestamp::now(),
+        );
+        return table_response(&table, gzip_ok);
+    }
     let (api_version, kind, items) = match repr {
         Repr::Json if info.is_builtin() => (
             info.api_version(),
@@ -323,6 +433,7 @@ fn list(
             format!("{}List", info.kind),
             ItemForm::Typed(info.type_prefix()),
         ),
+        Repr::Table(..) => unreachable!("answered above"),
         Repr::Metadata(v) => (
             v.api_version().to_string(),
             "PartialObjectMetadataList".to_string(),
@@ -471,7 +582,7 @@ mod tests {
     }
 
     #[test]
-    fn json_and_metadata_are_served_the_rest_is_forwarded() {
+    fn json_metadata_and_tables_are_served_the_rest_is_forwarded() {
         use crate::cache::resource::ResourceInfo;
         let repr = |accept: Option<&str>, group: &str, path: &str| {
             let mut headers = http::HeaderMap::new();
@@ -487,35 +598,26 @@ mod tests {
                 namespaced: true,
                 field_labels: vec![],
             };
-            let n = negotiate(req.accept.as_deref(), info.endpoint()).ok()?;
-            // The same decision `representation` makes, without a live cache.
-            if n.pretty || n.encoding != Encoding::Json {
-                return None;
-            }
-            match (n.conversion, req.api.verb) {
-                (None, _) => Some(Repr::Json),
-                (Some(Conversion::PartialObjectMetadata(v)), Verb::Get)
-                | (Some(Conversion::PartialObjectMetadataList(v)), Verb::List) => {
-                    Some(Repr::Metadata(v))
-                }
-                _ => None,
-            }
+            served(
+                negotiate(req.accept.as_deref(), info.endpoint()).ok()?,
+                req.api.verb,
+            )
         };
         let list = "/api/v1/pods";
         let get = "/api/v1/namespaces/a/pods/p";
-        assert_eq!(repr(None, "", list), Some(Repr::Json));
+        assert_eq!(repr(None, "", list), Some(Served::Json));
         assert_eq!(
             repr(Some("application/json, */*"), "", list),
-            Some(Repr::Json)
+            Some(Served::Json)
         );
-        assert_eq!(repr(Some("*/*"), "", list), Some(Repr::Json));
+        assert_eq!(repr(Some("*/*"), "", list), Some(Served::Json));
         assert_eq!(
             repr(
                 Some("application/json;as=Table;v=v1;g=meta.k8s.io,application/json"),
                 "",
                 list
             ),
-            None
+            Some(Served::Table(MetaVersion::V1))
         );
         assert_eq!(
             repr(
@@ -532,18 +634,19 @@ mod tests {
                 "example.com",
                 list
             ),
-            Some(Repr::Json)
+            Some(Served::Json)
         );
         assert_eq!(repr(Some("application/yaml"), "", list), None);
+        assert_eq!(repr(Some("application/json;pretty=1"), "", list), None);
         let meta_list = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1";
         let meta_get = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1beta1";
         assert_eq!(
             repr(Some(meta_list), "", list),
-            Some(Repr::Metadata(MetaVersion::V1))
+            Some(Served::Metadata(MetaVersion::V1))
         );
         assert_eq!(
             repr(Some(meta_get), "example.com", get),
-            Some(Repr::Metadata(MetaVersion::V1beta1))
+            Some(Served::Metadata(MetaVersion::V1beta1))
         );
         // The apiserver refuses these (406): the upstream answers.
         assert_eq!(repr(Some(meta_list), "", get), None);

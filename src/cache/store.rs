@@ -29,15 +29,31 @@ pub struct Snapshot {
     pub objects: OrdMap<Box<str>, Arc<CachedObject>>,
     /// The sum of the objects' JSON sizes, kept up to date by `insert` and `remove`.
     pub bytes: usize,
+    /// What the snapshot holds on the heap, as the byte budget counts it
+    /// ([`entry_bytes`] per object), kept up to date by `insert` and `remove`.
+    pub heap: usize,
 }
+
+/// What one object costs a snapshot: the object itself (`resident_bytes`), its `Arc`'s
+/// counters and its share of the map's nodes. Checked against a counting allocator in
+/// tests/cache_budget.rs.
+pub fn entry_bytes(obj: &CachedObject) -> usize {
+    obj.resident_bytes() + ENTRY_OVERHEAD
+}
+
+/// An `Arc`'s two counters (16 bytes) and an `OrdMap` entry (a key pointer and length, a
+/// value pointer: 24 bytes) in nodes about half full, rounded.
+pub const ENTRY_OVERHEAD: usize = 64;
 
 impl Snapshot {
     /// Inserts or replaces an object; returns the version it replaced.
     pub fn insert(&mut self, obj: Arc<CachedObject>) -> Option<Arc<CachedObject>> {
         self.bytes += obj.raw.len();
+        self.heap += entry_bytes(&obj);
         let old = self.objects.insert(obj.key.clone(), obj);
         if let Some(o) = &old {
             self.bytes -= o.raw.len();
+            self.heap -= entry_bytes(o);
         }
         old
     }
@@ -47,6 +63,7 @@ impl Snapshot {
         let old = self.objects.remove(key);
         if let Some(o) = &old {
             self.bytes -= o.raw.len();
+            self.heap -= entry_bytes(o);
         }
         old
     }
@@ -171,8 +188,14 @@ impl Store {
 
     /// Registers a downstream watcher; its starting snapshot (if any) is exactly the state
     /// the history continues from.
-    pub fn watch(&self, filter: WatchFilter, start: Start) -> Result<Registration, TooOld> {
-        self.hub.register(|| self.snapshot(), filter, start)
+    pub fn watch(
+        &self,
+        filter: WatchFilter,
+        encoding: crate::watch::encoding::WatchEncoding,
+        start: Start,
+    ) -> Result<Registration, TooOld> {
+        self.hub
+            .register(|| self.snapshot(), filter, encoding, start)
     }
 
     /// Applies one change, publishes the new snapshot and hands the change to the

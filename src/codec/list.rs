@@ -190,6 +190,28 @@ pub fn first_page(
     page(snapshot, namespace, filter, None, limit)
 }
 
+/// The objects a list selects, in list order: `namespace`'s range after `after` (a
+/// continuation's key), those `filter` keeps, up to and including `end` (a page's last
+/// key). What [`ListBody`] streams, for answers built whole (Tables).
+pub fn selected<'a>(
+    snapshot: &'a Snapshot,
+    namespace: Option<&str>,
+    filter: Option<&'a Filter>,
+    after: Option<&str>,
+    end: Option<&str>,
+) -> impl Iterator<Item = &'a Arc<CachedObject>> + 'a {
+    let (start, ns_end) = page_bounds(namespace, after);
+    let upper = match end {
+        Some(k) => Bound::Included(Box::from(k)),
+        None => ns_end,
+    };
+    snapshot
+        .objects
+        .range((start, upper))
+        .map(|(_, o)| o)
+        .filter(move |o| filter.is_none_or(|f| f(o)))
+}
+
 enum Phase {
     Head,
     Items,

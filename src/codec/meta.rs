@@ -9,10 +9,10 @@
 //! - for a custom resource (unstructured), the accessor is the object itself and
 //!   `AsPartialObjectMetadata` copies each field through its getter into a new
 //!   `ObjectMeta`, so the JSON follows `ObjectMeta`'s Go field order (the stored JSON
-//!   has map order: keys sorted), drops empty `omitempty` fields and unknown keys, and
-//!   always writes `creationTimestamp` (a struct: `omitempty` never drops it, zero is
-//!   `null`). [`object_meta_go_order`] reorders the cached bytes that way, copying every
-//!   value's bytes as the upstream wrote them (Go's escaping of `<`, `>`, `&` included).
+//!   has map order: keys sorted), drops empty `omitempty` fields and unknown keys (a zero
+//!   `creationTimestamp` too: `omitzero` since 1.33, kubernetes#130989).
+//!   [`object_meta_go_order`] reorders the cached bytes that way, copying every value's
+//!   bytes as the upstream wrote them (Go's escaping of `<`, `>`, `&` included).
 
 use std::ops::Range;
 
@@ -54,7 +54,8 @@ const OBJECT_META: &[(&str, Omit)] = &[
     ("uid", Omit::IfEmpty),
     ("resourceVersion", Omit::IfEmpty),
     ("generation", Omit::IfEmpty),
-    ("creationTimestamp", Omit::NeverNull),
+    // `omitzero` since 1.33 (kubernetes#130989): a zero time is left out, not `null`.
+    ("creationTimestamp", Omit::IfNull),
     ("deletionTimestamp", Omit::IfNull),
     ("deletionGracePeriodSeconds", Omit::IfNull),
     ("labels", Omit::IfEmpty),
@@ -62,6 +63,25 @@ const OBJECT_META: &[(&str, Omit)] = &[
     ("ownerReferences", Omit::IfEmpty),
     ("finalizers", Omit::IfEmpty),
     ("managedFields", Omit::IfEmpty),
+];
+
+/// `ObjectMeta`'s JSON field names in Go struct order.
+pub const OBJECT_META_ORDER: [&str; 15] = [
+    "name",
+    "generateName",
+    "namespace",
+    "selfLink",
+    "uid",
+    "resourceVersion",
+    "generation",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+    "labels",
+    "annotations",
+    "ownerReferences",
+    "finalizers",
+    "managedFields",
 ];
 
 /// `OwnerReference`'s fields in Go order.
@@ -89,8 +109,6 @@ const MANAGED_FIELDS_ENTRY: &[(&str, Omit)] = &[
 enum Omit {
     /// Written whatever its value (absent: the zero value).
     Never,
-    /// A struct under `omitempty`: always written, `null` when absent.
-    NeverNull,
     /// A pointer: written when present and not null.
     IfNull,
     /// `omitempty` on a string, number, bool, map or slice: dropped when zero or empty.
@@ -128,7 +146,6 @@ fn write_ordered(
         out.extend_from_slice(b"\":");
         match (value, omit) {
             (Some(v), _) => nested(key, v, out)?,
-            (None, Omit::NeverNull) => out.extend_from_slice(b"null"),
             // Go's zero values of the always-written OwnerReference fields.
             (None, _) => out.extend_from_slice(b"\"\""),
         }
@@ -198,9 +215,9 @@ mod tests {
             std::str::from_utf8(&got).unwrap(),
             r#"{"name":"w1","namespace":"ns","uid":"u2","resourceVersion":"7","generation":1,"creationTimestamp":"2026-01-02T03:04:05Z","labels":{"app":"w"},"annotations":{"a":"x\u003cy"},"ownerReferences":[{"apiVersion":"v1","kind":"Pod","name":"p","uid":"u1","controller":true,"blockOwnerDeletion":true}],"managedFields":[{"manager":"kubectl","operation":"Update","apiVersion":"x/v1","time":"2026-01-02T03:04:05Z","fieldsType":"FieldsV1","fieldsV1":{"f:spec":{}}}]}"#
         );
-        // creationTimestamp is a struct: never omitted.
-        let got = object_meta_go_order(br#"{"name":"a"}"#).unwrap();
-        assert_eq!(got, br#"{"name":"a","creationTimestamp":null}"#);
+        // A zero creationTimestamp is omitted (omitzero since 1.33).
+        let got = object_meta_go_order(br#"{"name":"a","creationTimestamp":null}"#).unwrap();
+        assert_eq!(got, br#"{"name":"a"}"#);
         assert!(object_meta_go_order(b"[1]").is_err());
     }
 }

@@ -2,6 +2,7 @@
 //! re-serialising objects.
 
 pub mod continue_token;
+pub mod go_json;
 pub mod gzip;
 pub mod list;
 pub mod meta;

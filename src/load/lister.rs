@@ -127,7 +127,12 @@ pub async fn list_once(target: &Target, spec: &ListSpec, stats: &Stats) -> anyho
             .await
             .inspect_err(|_| stats.error("list: connection"))?;
         let status = resp.status();
-        let body = resp.into_body().collect().await?.to_bytes();
+        let body = resp
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| anyhow::anyhow!(e))?
+            .to_bytes();
         Stats::add(&stats.c.list_bytes, body.len() as u64);
         pages += 1;
         if !status.is_success() {

@@ -11,12 +11,11 @@ use std::time::Duration;
 use anyhow::Context as _;
 use bytes::Bytes;
 use http::{Method, Request, Response, Uri};
-use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
 use crate::body::{self, Body};
-use crate::upstream::Upstream;
+use crate::upstream::{Upstream, UpstreamOptions};
 
 /// How watch streams reach the target.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
@@ -88,7 +87,16 @@ impl Target {
         config: &kube::Config,
         streams_per_connection: usize,
     ) -> anyhow::Result<Self> {
-        let upstream = Upstream::new(config, Duration::from_secs(10))?;
+        // A load generator opens as many connections as its scenario asks for: the
+        // gateway's default bound on upstream connections does not apply to it.
+        let upstream = Upstream::with_options(
+            config,
+            UpstreamOptions {
+                connect_timeout: Duration::from_secs(10),
+                max_connections: usize::MAX,
+                ..Default::default()
+            },
+        )?;
         Ok(Self {
             url: config.cluster_url.clone(),
             upstream,
@@ -130,15 +138,15 @@ impl Target {
         method: Method,
         path: &str,
         body: Option<(&str, Bytes)>,
-    ) -> anyhow::Result<Response<Incoming>> {
+    ) -> anyhow::Result<Response<Body>> {
         let req = Self::build(method, path, body)?;
-        Ok(self.upstream.send(req).await?)
+        Ok(self.upstream.send(req).await?.map(body::boxed))
     }
 
     /// A GET over HTTP/2 with prior knowledge on a shared connection: watch `i` uses
     /// connection `i / streams_per_connection`. Only for `http://` targets; `https://`
     /// targets negotiate h2 through ALPN in [`Target::send`].
-    pub async fn get_h2(&self, path: &str) -> anyhow::Result<Response<Incoming>> {
+    pub async fn get_h2(&self, path: &str) -> anyhow::Result<Response<Body>> {
         anyhow::ensure!(
             self.url.scheme_str() == Some("http"),
             "--protocol http2 with explicit streams per connection needs an http:// target \
@@ -155,7 +163,7 @@ impl Target {
         let mut req = Self::build(Method::GET, path, None)?;
         *req.uri_mut() = uri;
         sender.ready().await?;
-        Ok(sender.send_request(req).await?)
+        Ok(sender.send_request(req).await?.map(body::boxed))
     }
 
     async fn h2_connection(

@@ -47,7 +47,12 @@ async fn send_json(
         )
         .await?;
     let status = resp.status();
-    let body = resp.into_body().collect().await?.to_bytes();
+    let body = resp
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| anyhow::anyhow!(e))?
+        .to_bytes();
     Ok((status, body))
 }
 

@@ -77,6 +77,13 @@ impl Proxy {
                 tracing::debug!(error = %err, "request body ended early");
                 Status::bad_request("the request body ended before it was complete").into_response()
             }
+            // A refusal at the connection bound is load, not a failure: one line per
+            // refused request at warn would flood the log exactly when it is busiest
+            // (watchgate_upstream_refusals_total counts them).
+            Err(err @ UpstreamError::TooManyRequests(_)) => {
+                tracing::debug!(error = %err, "upstream connection bound reached");
+                err.to_status().into_response()
+            }
             Err(err) => {
                 tracing::warn!(error = %err, upstream = %self.upstream.url(), "upstream failed");
                 err.to_status().into_response()

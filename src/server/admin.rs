@@ -85,12 +85,23 @@ async fn checks(state: &AdminState) -> Vec<Check> {
     });
     if let Some(registry) = &state.cache {
         let caches = registry.caches();
+        let dropped = registry.dropped();
         for spec in registry.prewarm_specs() {
             let cache = caches
                 .iter()
                 .find(|c| registry::names(spec, &c.info.group, &c.info.resource));
+            // A `--cache` resource the byte budget refused fails its check with the reason:
+            // it was asked to be cached and is not (docs/operations.md, "Readiness").
+            let refused = || {
+                dropped
+                    .iter()
+                    .find(|d| registry::names(spec, &d.info.group, &d.info.resource))
+            };
             let failure = match cache {
-                None => Some("not started".to_string()),
+                None => Some(match refused() {
+                    Some(d) => format!("not cached: {}; its requests are forwarded", d.why),
+                    None => "not started".to_string(),
+                }),
                 Some(c) if !c.is_synced() => Some("not synced".to_string()),
                 Some(_) => None,
             };

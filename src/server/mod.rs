@@ -22,7 +22,7 @@ use tokio::net::TcpListener;
 
 use crate::config::{self, GatewayConfig, ServeArgs};
 use crate::proxy::Proxy;
-use crate::upstream::Upstream;
+use crate::upstream::{Upstream, UpstreamOptions};
 use drain::{Drain, DrainOutcome};
 use listener::Handler;
 
@@ -36,8 +36,15 @@ impl Gateway {
     /// Bind both listeners and start serving. Returns once the sockets are bound, so a
     /// caller may connect to [`GatewayHandle::addr`] immediately.
     pub async fn start(cfg: GatewayConfig) -> anyhow::Result<GatewayHandle> {
-        let upstream = Upstream::new(&cfg.upstream, cfg.upstream_connect_timeout)
-            .context("building the upstream client")?;
+        let upstream = Upstream::with_options(
+            &cfg.upstream,
+            UpstreamOptions {
+                servers: cfg.upstream_servers.clone(),
+                connect_timeout: cfg.upstream_connect_timeout,
+                max_connections: cfg.upstream_max_connections,
+            },
+        )
+        .context("building the upstream client")?;
         let api = TcpListener::bind(cfg.listen)
             .await
             .with_context(|| format!("binding {}", cfg.listen))?;
@@ -46,7 +53,9 @@ impl Gateway {
             .with_context(|| format!("binding admin {}", cfg.admin_listen))?;
         let addr = api.local_addr()?;
         let admin_addr = admin.local_addr()?;
-        warn_if_exposed(&addr, "API");
+        if cfg.security.is_none() {
+            warn_if_exposed(&addr, "API");
+        }
         // The admin listener serves health and metrics, no cluster data: pods bind it on
         // their IP for the kubelet's probes and Prometheus, so a note is enough.
         if config::is_exposed(&admin_addr) {
@@ -68,6 +77,7 @@ impl Gateway {
                     ..cfg.watch.clone()
                 },
                 cfg.reflector.clone(),
+                cfg.cache_budget,
                 cfg.consistent_reads,
             );
             registry.prewarm();
@@ -89,10 +99,19 @@ impl Gateway {
             drain: drain.watcher(),
             metrics: cfg.metrics,
         };
+        let security = cfg.security.as_ref().map(|sec| {
+            let reviews = crate::auth::UpstreamReviews::new(upstream.clone());
+            crate::auth::Security::new(sec, std::sync::Arc::new(reviews))
+        });
         let proxy = Proxy::new(upstream, drain.watcher())
             .with_response_timeout(cfg.upstream_response_timeout);
-        let service =
-            crate::stack::api(crate::stack::route::Router::new(proxy, cache), cfg.metrics);
+        let service = crate::stack::api(
+            crate::stack::route::Router::new(proxy, cache),
+            crate::stack::Options {
+                metrics: cfg.metrics,
+                security,
+            },
+        );
         let api_handler: Handler = Arc::new(move |req| {
             use tower::ServiceExt as _;
             let service = service.clone();
@@ -126,6 +145,9 @@ impl Gateway {
             conn,
         ));
         tracing::info!(%addr, %admin_addr, upstream = %cfg.upstream.cluster_url, "serving");
+        if cfg.upstream_servers.len() > 1 {
+            tracing::info!(servers = ?cfg.upstream_servers, "several upstream apiservers: requests go to the first healthy one");
+        }
         Ok(GatewayHandle {
             addr,
             admin_addr,
@@ -188,8 +210,9 @@ fn warn_if_exposed(addr: &SocketAddr, which: &str) {
     if config::is_exposed(addr) {
         let msg = format!(
             "WARNING: the {which} listener binds {addr}, which is reachable from other \
-             machines. watchgate has no client authentication yet: anyone who can reach \
-             this port acts with watchgate's upstream credentials."
+             machines, and --auth=none authenticates no client: anyone who can reach \
+             this port acts with watchgate's upstream credentials. Use --auth=delegated \
+             (docs/security.md)."
         );
         eprintln!("\n{}\n{msg}\n{}\n", "!".repeat(78), "!".repeat(78));
         tracing::warn!("{msg}");

@@ -104,6 +104,7 @@ pub fn storage_version_hash(rt: &ResourceType) -> &'static str {
         ("", "Endpoints") => "fWeeMqaN/OA=",
         ("", "Event") => "r2yiGXH7wu8=",
         ("apps", "Deployment") => "8aSe+NMegvE=",
+        ("apiextensions.k8s.io", "CustomResourceDefinition") => "M5uH+AlWATY=",
         ("example.com", "Widget") => "gIwvi5rymmg=",
         _ => "",
     }

@@ -1,5 +1,6 @@
-//! `pods/{name}/exec` and `pods/{name}/attach`: upgrade endpoints that run a tiny fake
-//! command set, so that the gateway's upgrade tunnel can be tested end to end.
+//! `pods/{name}/exec` and `pods/{name}/attach` (and the route to `portforward`): upgrade
+//! endpoints that run a tiny fake command set, so that the gateway's upgrade tunnel can be
+//! tested end to end.
 //!
 //! WebSocket (what kubectl 1.37 uses by default): the client offers
 //! `Sec-WebSocket-Protocol: v5.channel.k8s.io, v4.channel.k8s.io` and the server picks
@@ -16,10 +17,11 @@
 //! `cat`. Exit status goes on channel 3 as `{"metadata":{},"status":"Success"}` or the
 //! `NonZeroExitCode` failure kubelet reports, then the server closes the socket.
 //!
-//! SPDY: a request with `Upgrade: SPDY/3.1` gets `101 Switching Protocols` (echoing the
-//! first offered `X-Stream-Protocol-Version`) and then every byte is echoed back raw.
-//! This is NOT SPDY framing — a real SPDY client (kubectl with websockets disabled)
-//! will not work against it. It exists to exercise the gateway's byte tunnel.
+//! SPDY: an exec or attach request with `Upgrade: SPDY/3.1` gets `101 Switching
+//! Protocols` (echoing the first offered `X-Stream-Protocol-Version`) and then every byte
+//! is echoed back raw. This is NOT SPDY framing — a real SPDY exec client (kubectl with
+//! websockets disabled) will not work against it. It exists to exercise the gateway's
+//! byte tunnel. `portforward` is `super::portforward`, which does speak SPDY.
 //!
 //! A request without an upgrade gets 400 `Upgrade request required`, like the apiserver.
 // metav1.Status is the crate's error type (large by design; see status.rs).
@@ -324,18 +326,10 @@ pub async fn handle(
         .unwrap_or("")
         .to_string();
     match sub.as_str() {
-        "portforward" => portforward(req),
+        "portforward" => super::portforward::handle(req, &pod),
         "attach" => handle_pod(req, &pod, true),
         _ => handle_pod(req, &pod, false),
     }
-}
-
-/// Port forwarding is only a raw SPDY echo (no port streams): enough to test tunnels.
-fn portforward<B: Send + 'static>(req: Request<B>) -> Response<Body> {
-    if is_upgrade_to(req.headers(), "SPDY/3.1") {
-        return spdy_echo(req);
-    }
-    Status::bad_request("Upgrade request required").into_response()
 }
 
 fn spdy_echo<B: Send + 'static>(mut req: Request<B>) -> Response<Body> {

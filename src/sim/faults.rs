@@ -1,6 +1,8 @@
 //! Fault knobs for reliability work: drop watch streams periodically, force 410 on the
-//! next watch(es), fail the next watch(es) with a 503, add latency to every response. Set by flags (`FaultConfig`) and at
-//! runtime through `SimHandle::faults()` or `/debug/sim/faults/*`.
+//! next watch(es), fail the next watch(es) with a 503, add latency to every response,
+//! freeze this server's view of the store (a lagging apiserver of an HA control plane).
+//! Set by flags (`FaultConfig`) and at runtime through `SimHandle::faults()` or
+//! `/debug/sim/faults/*`.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -27,6 +29,8 @@ pub struct Faults {
     watch_503: AtomicU32,
     /// Bumped to end all currently open watch streams.
     drop_gen: watch::Sender<u64>,
+    /// Freeze: this server's watch cache stops at this resourceVersion (see [`Faults::freeze_at`]).
+    frozen: watch::Sender<Option<u64>>,
     _guard: Mutex<()>,
 }
 
@@ -42,6 +46,7 @@ impl Faults {
             watch_410: AtomicU32::new(cfg.watch_410),
             watch_503: AtomicU32::new(0),
             drop_gen: watch::channel(0).0,
+            frozen: watch::channel(None).0,
             _guard: Mutex::new(()),
         }
     }
@@ -106,8 +111,35 @@ impl Faults {
         self.drop_gen.subscribe()
     }
 
+    /// A lagging apiserver: from now on this server serves what its watch cache would if
+    /// it had stopped at `rv` (the store, shared with other replicas, keeps moving).
+    /// Watches deliver events up to `rv` only (one from a later RV waits, as kube-apiserver's
+    /// cacher lets it); watch-lists and lists or gets that need a later RV wait the
+    /// `too_large_rv_wait` and then answer 504 "Too large resource version"; RV="0" lists and
+    /// watches are served at `rv`. Consistent lists (RV unset) stay fresh: kube-apiserver
+    /// reads them from etcd when its cache is behind.
+    pub fn freeze_at(&self, rv: u64) {
+        self.frozen.send_replace(Some(rv));
+    }
+
+    /// Ends a freeze: the server catches up at once.
+    pub fn unfreeze(&self) {
+        self.frozen.send_replace(None);
+    }
+
+    /// The resourceVersion this server's view is frozen at, if any.
+    pub fn frozen(&self) -> Option<u64> {
+        *self.frozen.borrow()
+    }
+
+    /// Changes whenever a freeze begins or ends.
+    pub fn frozen_signal(&self) -> watch::Receiver<Option<u64>> {
+        self.frozen.subscribe()
+    }
+
     pub fn to_json(&self) -> Value {
         json!({
+            "frozenAt": self.frozen(),
             "latencyMs": self.latency_ms.load(Ordering::Relaxed),
             "dropWatchAfterMs": self.drop_after_ms.load(Ordering::Relaxed),
             "pendingWatch410": self.watch_410.load(Ordering::Relaxed),

@@ -20,9 +20,10 @@ use crate::codec::gzip;
 use crate::request::{parse_resource_version, ApiRequest, ListOptions, ResourcePath, RvMatch};
 use crate::selector::field::field_value;
 use crate::selector::FieldSelector;
+use crate::sim::answer::{self, Answer};
 use crate::sim::resources::ResourceType;
 use crate::sim::store::{HistoryError, ReadAt};
-use crate::sim::{object_response, table, Sim};
+use crate::sim::{convert, object_response, Sim};
 use crate::status::Status;
 
 /// etcd3 store.go `expired`.
@@ -103,17 +104,34 @@ pub fn matches(rt: &ResourceType, opts: &ListOptions, obj: &Value) -> bool {
             .matches_with(|f| selectable_value(rt, obj, f))
 }
 
-/// Waits for the store to reach `rv` (up to the configured 3 s), else the 504.
+/// Waits for this server's view to reach `rv` (up to the configured 3 s), else the 504.
+/// The view is the store's, or less while it is frozen (a lagging apiserver).
 pub async fn wait_for_rv(sim: &Sim, rv: u64) -> Result<(), Status> {
-    if sim.store.current_rv() >= rv {
+    if sim.visible_rv() >= rv {
         return Ok(());
     }
-    if sim.store.wait_for_rv(rv, sim.cfg.too_large_rv_wait).await {
+    let mut writes = sim.store.subscribe();
+    let mut freezes = sim.faults.frozen_signal();
+    let reached = tokio::time::timeout(sim.cfg.too_large_rv_wait, async {
+        loop {
+            writes.borrow_and_update();
+            freezes.borrow_and_update();
+            if sim.visible_rv() >= rv {
+                return;
+            }
+            tokio::select! {
+                r = writes.changed() => if r.is_err() { std::future::pending::<()>().await },
+                r = freezes.changed() => if r.is_err() { std::future::pending::<()>().await },
+            }
+        }
+    })
+    .await;
+    if reached.is_ok() {
         return Ok(());
     }
     Err(Status::too_large_resource_version(
         rv,
-        sim.store.current_rv(),
+        sim.visible_rv(),
         TOO_LARGE_RETRY_SECONDS,
     ))
 }
@@ -184,7 +202,7 @@ pub fn plan(
 
 /// Items of a typed list omit kind/apiVersion (empty TypeMeta); custom resources keep them.
 fn strip_type_meta(rt: &ResourceType) -> bool {
-    rt.group != "example.com"
+    !rt.is_custom()
 }
 
 fn write_item(out: &mut Vec<u8>, obj: &Value, strip: bool) {
@@ -221,18 +239,23 @@ pub async fn handle(
     rp: &ResourcePath,
 ) -> Response<Body> {
     sim.stats.record("list", &rt.group_resource().to_string());
-    match list(sim, api, headers, rt, rp).await {
+    // Negotiation comes first, before the options are decoded (handlers/get.go).
+    let answer = match Answer::negotiate(rt, headers, api) {
+        Ok(a) => a,
+        Err(s) => return answer::error(&s, headers, api),
+    };
+    match list(sim, api, &answer, rt, rp).await {
         // kube-apiserver gzips answers above 128 KiB for clients that accept it
         // (responsewriters/writers.go); errors are far below the threshold.
         Ok(r) => gzip::compress_full_response(headers, r).await,
-        Err(s) => s.into_response(),
+        Err(s) => answer::error(&s, headers, api),
     }
 }
 
 async fn list(
     sim: &Arc<Sim>,
     api: &ApiRequest,
-    headers: &HeaderMap,
+    answer: &Answer,
     rt: &'static ResourceType,
     rp: &ResourcePath,
 ) -> Result<Response<Body>, Status> {
@@ -248,7 +271,13 @@ async fn list(
     if let Some(rv) = wait {
         wait_for_rv(sim, rv).await?;
     }
+    // A consistent read (no resourceVersion, no continue) comes from etcd; the others
+    // from the watch cache, which a frozen (lagging) server serves at its own RV.
+    let consistent = opts.resource_version.as_deref().unwrap_or("").is_empty() && cont.is_none();
     let at = match plan {
+        Plan::Latest if !consistent && sim.visible_rv() < sim.store.current_rv() => {
+            ReadAt::Exact(sim.visible_rv())
+        }
         Plan::Latest => ReadAt::Latest,
         Plan::Exact(rv) => ReadAt::Exact(rv),
     };
@@ -302,11 +331,15 @@ async fn list(
             meta.insert("remainingItemCount".into(), json!(remaining));
         }
     }
-    // Table output (kubectl get): Accept + includeObject, rendered by table.rs.
-    if let Some(topts) = table::options_for_headers(headers, api.query_get("includeObject"))? {
-        let items: Vec<Arc<Value>> = picked.into_iter().cloned().collect();
-        let t = table::render_list_opts(rt, &items, Value::Object(meta), topts);
-        return Ok(object_response(&t));
+    if !answer.is_plain() {
+        // Table / PartialObjectMetadataList (convert.rs), or pretty-printed JSON.
+        let list_meta = Value::Object(meta);
+        let items: Vec<&Value> = picked.iter().map(|o| o.as_ref()).collect();
+        let v = match convert::list(sim, rt, answer, api, &list_meta, &items)? {
+            Some(converted) => converted,
+            None => list_value(rt, list_meta, &items),
+        };
+        return Ok(answer.object(StatusCode::OK, &v));
     }
     let strip = strip_type_meta(rt);
     let mut out = Vec::with_capacity(64 + picked.len() * 1024);
@@ -333,6 +366,26 @@ async fn list(
     Ok(resp)
 }
 
+/// The list as a JSON value (the pretty-printed path; the compact one is written straight
+/// into bytes above).
+fn list_value(rt: &ResourceType, list_meta: Value, items: &[&Value]) -> Value {
+    let strip = strip_type_meta(rt);
+    let items: Vec<Value> = items
+        .iter()
+        .map(|o| match o.as_object() {
+            Some(m) if strip => Value::Object(
+                m.iter()
+                    .filter(|(k, _)| *k != "kind" && *k != "apiVersion")
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect(),
+            ),
+            _ => (*o).clone(),
+        })
+        .collect();
+    json!({"kind": rt.list_kind, "apiVersion": rt.api_version(), "metadata": list_meta,
+           "items": items})
+}
+
 /// GET of one object: RV unset → latest, "0" → any, N → not older than N (wait, 504).
 pub async fn get(
     sim: &Arc<Sim>,
@@ -343,28 +396,40 @@ pub async fn get(
     name: &str,
 ) -> Response<Body> {
     sim.stats.record("get", &rt.group_resource().to_string());
+    let answer = match Answer::negotiate(rt, headers, api) {
+        Ok(a) => a,
+        Err(s) => return answer::error(&s, headers, api),
+    };
+    match get_object(sim, api, &answer, rt, ns, name).await {
+        Ok(r) => gzip::compress_full_response(headers, r).await,
+        Err(s) => answer::error(&s, headers, api),
+    }
+}
+
+async fn get_object(
+    sim: &Arc<Sim>,
+    api: &ApiRequest,
+    answer: &Answer,
+    rt: &'static ResourceType,
+    ns: &str,
+    name: &str,
+) -> Result<Response<Body>, Status> {
     if let Some(rv) = api.query_get("resourceVersion") {
         match parse_resource_version(rv) {
             // The cacher returns the storage InvalidError as is: not an APIStatus, so
             // the handler answers 500 with an empty reason.
-            Err(e) => return Status::new(500, "", e).into_response(),
-            Ok(n) if n > 0 => {
-                if let Err(s) = wait_for_rv(sim, n).await {
-                    return s.into_response();
-                }
-            }
+            Err(e) => return Err(Status::new(500, "", e)),
+            Ok(n) if n > 0 => wait_for_rv(sim, n).await?,
             Ok(_) => {}
         }
     }
-    let topts = match table::options_for_headers(headers, api.query_get("includeObject")) {
-        Ok(t) => t,
-        Err(s) => return s.into_response(),
-    };
-    match sim.store.get(rt, ns, name) {
-        Some(o) if topts.is_some() => {
-            object_response(&table::render_row(rt, &o, topts.unwrap_or_default()))
-        }
-        Some(o) => gzip::compress_full_response(headers, object_response(&o)).await,
-        None => Status::not_found(&rt.group_resource(), name).into_response(),
-    }
+    let obj = sim
+        .store
+        .get(rt, ns, name)
+        .ok_or_else(|| Status::not_found(&rt.group_resource(), name))?;
+    Ok(match convert::object(sim, rt, answer, api, &obj)? {
+        Some(converted) => answer.object(StatusCode::OK, &converted),
+        None if answer.is_plain() => object_response(&obj),
+        None => answer.object(StatusCode::OK, &obj),
+    })
 }

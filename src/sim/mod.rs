@@ -2,12 +2,18 @@
 //! the demo, the tests and the benches. See docs/simulator.md.
 //!
 //! Layout: [`store`] (etcd stand-in: global RV, MVCC history, watch wake-ups), [`list`]
-//! and [`watch`] (read paths), `write` (POST/PUT/PATCH/DELETE), `discovery`, `table`,
-//! `exec`, `logs`, `seed` (owned by the other sim engineers), [`faults`] and [`stats`].
+//! and [`watch`] (read paths), `write` (POST/PUT/PATCH/DELETE), `discovery`, `exec`,
+//! `logs`, `seed` (owned by the other sim engineers), [`faults`] and [`stats`]. Answers of
+//! resource requests are negotiated in [`answer`] and converted (Table,
+//! PartialObjectMetadata) in [`convert`], with the shared `crate::table` printers chosen
+//! in [`table`].
 //! This file holds the config, the router and the serve loop.
 
+pub mod answer;
 pub mod apply;
+pub mod auth;
 pub mod churn;
+pub mod convert;
 pub mod discovery;
 pub mod exec;
 pub mod faults;
@@ -18,9 +24,11 @@ pub mod logs;
 pub mod objects;
 pub mod openapi;
 pub mod patch;
+pub mod portforward;
 pub mod protobuf;
 pub mod resources;
 pub mod seed;
+pub mod spdy;
 pub mod stats;
 pub mod store;
 pub mod table;
@@ -40,6 +48,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use serde_json::json;
 use tokio::net::TcpListener;
 use tokio::sync::watch as tokio_watch;
+use tokio_util::sync::CancellationToken;
 
 use crate::body::{self, Body};
 use crate::request::{self, ApiPath, Verb};
@@ -87,7 +96,21 @@ pub struct SimArgs {
     /// Fault: answer the next N watches with a 410 ERROR event.
     #[arg(long, default_value_t = 0)]
     pub fault_watch_410: u32,
+    /// Concurrent streams allowed on one HTTP/2 connection (kube-apiserver's
+    /// --http2-max-streams-per-connection default)
+    #[arg(long, default_value_t = DEFAULT_HTTP2_MAX_STREAMS)]
+    pub http2_max_streams_per_connection: u32,
+    /// A policy file (users, tokens, rules; see docs/simulator.md): requests are then
+    /// authenticated and authorized, TokenReview and SubjectAccessReview are served, and
+    /// writes are recorded with their identity (/debug/sim/audit). `demo --secure` uses
+    /// the built-in demo policy
+    #[arg(long)]
+    pub policy: Option<std::path::PathBuf>,
 }
+
+/// kube-apiserver's default `--http2-max-streams-per-connection` (its secure serving's
+/// `MaxConcurrentStreams` when the flag is unset).
+pub const DEFAULT_HTTP2_MAX_STREAMS: u32 = 100;
 
 /// Runtime configuration of the simulator.
 #[derive(Debug, Clone)]
@@ -107,9 +130,14 @@ pub struct SimConfig {
     /// Initial fault settings.
     pub faults: faults::FaultConfig,
     /// Create the namespaces kube-apiserver always has (`default`, `kube-system`,
-    /// `kube-public`, `kube-node-lease`) before serving. `watchgate sim` and the demo do;
+    /// `kube-public`, `kube-node-lease`) and the widgets' CustomResourceDefinition before
+    /// serving. `watchgate sim` and the demo do;
     /// the default is off so that store-level tests start from an empty store at RV 1.
     pub bootstrap_namespaces: bool,
+    /// Concurrent streams per HTTP/2 connection (SETTINGS_MAX_CONCURRENT_STREAMS).
+    pub http2_max_streams: u32,
+    /// Authentication and authorization policy (`None`: every request is allowed).
+    pub policy: Option<Arc<auth::Policy>>,
 }
 
 impl Default for SimConfig {
@@ -124,6 +152,8 @@ impl Default for SimConfig {
             churn_per_sec: 0.0,
             faults: faults::FaultConfig::default(),
             bootstrap_namespaces: false,
+            http2_max_streams: DEFAULT_HTTP2_MAX_STREAMS,
+            policy: None,
         }
     }
 }
@@ -153,6 +183,13 @@ impl SimConfig {
                 watch_410: a.fault_watch_410,
             },
             bootstrap_namespaces: true,
+            http2_max_streams: a.http2_max_streams_per_connection.max(1),
+            policy: a
+                .policy
+                .as_deref()
+                .map(auth::Policy::load)
+                .transpose()?
+                .map(Arc::new),
         })
     }
 }
@@ -166,20 +203,36 @@ pub struct Sim {
     pub faults: Arc<Faults>,
     /// Flips to true on shutdown; watch streams end when it does.
     pub shutdown: tokio_watch::Receiver<bool>,
+    /// The writes made, with their identities (recorded with a policy only).
+    pub audit: Arc<auth::Audit>,
 }
 
 impl Sim {
     /// A simulator state without a listener (for unit tests and in-process use).
     pub fn new(cfg: SimConfig) -> (Arc<Self>, tokio_watch::Sender<bool>) {
+        let store = Store::new(cfg.store.clone());
+        Self::with_store(cfg, store)
+    }
+
+    /// A simulator state over an existing store: another apiserver of the same cluster.
+    pub fn with_store(cfg: SimConfig, store: Arc<Store>) -> (Arc<Self>, tokio_watch::Sender<bool>) {
         let (tx, rx) = tokio_watch::channel(false);
         let sim = Arc::new(Self {
-            store: Store::new(cfg.store.clone()),
+            store,
             stats: Arc::new(Stats::default()),
             faults: Arc::new(Faults::new(cfg.faults.clone())),
             cfg,
             shutdown: rx,
+            audit: Arc::default(),
         });
         (sim, tx)
+    }
+
+    /// The newest resourceVersion this server shows: the store's, or less while its view
+    /// is frozen ([`Faults::freeze_at`]).
+    pub fn visible_rv(&self) -> u64 {
+        let current = self.store.current_rv();
+        self.faults.frozen().map_or(current, |f| f.min(current))
     }
 }
 
@@ -189,6 +242,8 @@ pub struct SimHandle {
     sim: Arc<Sim>,
     addr: SocketAddr,
     shutdown_tx: tokio_watch::Sender<bool>,
+    /// Cancelled by [`SimHandle::kill`]: every connection is dropped at once.
+    kill: CancellationToken,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -224,24 +279,53 @@ impl SimHandle {
         let _ = self.shutdown_tx.send(true);
         let _ = tokio::time::timeout(Duration::from_secs(5), self.task).await;
     }
+
+    /// Dies like a killed process: the listener closes and every connection is dropped
+    /// at once, mid-stream, with no clean end of any watch. The store lives on (replicas
+    /// share it).
+    pub async fn kill(self) {
+        self.kill.cancel();
+        let _ = tokio::time::timeout(Duration::from_secs(5), self.task).await;
+    }
 }
 
 /// Binds `cfg.addr` (port 0 allowed), seeds, starts churn, and serves in the background.
 pub async fn start(cfg: SimConfig) -> anyhow::Result<SimHandle> {
     let listener = TcpListener::bind(cfg.addr).await?;
-    let addr = listener.local_addr()?;
     let bootstrap = cfg.bootstrap_namespaces;
     let (sim, shutdown_tx) = Sim::new(cfg);
     if bootstrap {
         write::bootstrap(&sim.store);
+        seed::bootstrap_crds(&sim.store);
     }
     seed::seed(&sim);
     seed::spawn_churn(sim.clone());
-    let task = tokio::spawn(serve(listener, sim.clone()));
+    listen(listener, sim, shutdown_tx)
+}
+
+/// Another apiserver of the same cluster: serves `store` (a running simulator's, see
+/// [`SimHandle::store`]) on `cfg.addr`, with its own faults and stats, no seeding and no
+/// churn. Like kube-apiservers sharing one etcd: a write through either is seen by both,
+/// and each can be killed, restarted or made to lag on its own.
+pub async fn start_replica(cfg: SimConfig, store: Arc<Store>) -> anyhow::Result<SimHandle> {
+    let listener = TcpListener::bind(cfg.addr).await?;
+    let (sim, shutdown_tx) = Sim::with_store(cfg, store);
+    listen(listener, sim, shutdown_tx)
+}
+
+fn listen(
+    listener: TcpListener,
+    sim: Arc<Sim>,
+    shutdown_tx: tokio_watch::Sender<bool>,
+) -> anyhow::Result<SimHandle> {
+    let addr = listener.local_addr()?;
+    let kill = CancellationToken::new();
+    let task = tokio::spawn(serve(listener, sim.clone(), kill.clone()));
     Ok(SimHandle {
         sim,
         addr,
         shutdown_tx,
+        kill,
         task,
     })
 }
@@ -257,10 +341,14 @@ pub async fn run(args: SimArgs) -> anyhow::Result<()> {
 }
 
 /// Accept loop: HTTP/1.1 and h2c on the same port (hyper-util's auto builder), upgrades
-/// enabled for pods/exec.
-async fn serve(listener: TcpListener, sim: Arc<Sim>) {
+/// enabled for pods/exec, at most `http2_max_streams` streams per HTTP/2 connection.
+async fn serve(listener: TcpListener, sim: Arc<Sim>, kill: CancellationToken) {
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let mut shutdown = sim.shutdown.clone();
+    let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    builder
+        .http2()
+        .max_concurrent_streams(sim.cfg.http2_max_streams);
     loop {
         tokio::select! {
             res = listener.accept() => {
@@ -279,14 +367,19 @@ async fn serve(listener: TcpListener, sim: Arc<Sim>) {
                     let sim = sim.clone();
                     async move { Ok::<_, std::convert::Infallible>(handle(sim, req).await) }
                 });
-                let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
                 let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), svc);
                 let conn = graceful.watch(conn.into_owned());
+                let kill = kill.clone();
                 tokio::spawn(async move {
-                    let _ = conn.await;
+                    tokio::select! {
+                        _ = conn => {}
+                        // Dropped mid-stream: the socket closes with nothing more said.
+                        _ = kill.cancelled() => {}
+                    }
                 });
             }
             _ = wait_shutdown(&mut shutdown) => break,
+            _ = kill.cancelled() => return,
         }
     }
     drop(listener);
@@ -319,41 +412,77 @@ pub fn object_response(v: &serde_json::Value) -> Response<Body> {
     json_response(StatusCode::OK, v)
 }
 
-/// Whether the Accept header asks for a `meta.k8s.io` Table (kubectl get).
-pub fn wants_table(headers: &http::HeaderMap) -> bool {
-    headers
-        .get_all(header::ACCEPT)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .any(|mt| {
-            let params: Vec<&str> = mt.split(';').map(str::trim).collect();
-            params.contains(&"as=Table")
-                && params.contains(&"g=meta.k8s.io")
-                && params.iter().any(|p| p.starts_with("v=v1"))
-        })
-}
-
 /// The router: every request enters here.
 pub async fn handle(sim: Arc<Sim>, req: Request<Incoming>) -> Response<Body> {
     let latency = sim.faults.latency();
     if !latency.is_zero() {
         tokio::time::sleep(latency).await;
     }
+    // Go's server refuses a path it cannot decode before any handler runs.
+    if crate::apipath::unescape(req.uri().path()).is_err() {
+        return go_bad_request();
+    }
     let api = request::parse(req.method(), req.uri());
+    // The simulator's own controls (/debug/sim/*) are not part of the API it plays.
+    let control = matches!(&api.path, ApiPath::NonResource(p) if p.starts_with("/debug/sim/"));
+    let identity = match &sim.cfg.policy {
+        Some(_) if control => None,
+        Some(policy) => match auth::check(policy, req.headers(), &api) {
+            Ok(identity) => Some(identity),
+            Err(refused) => return refused,
+        },
+        None => None,
+    };
+    if let (Some(policy), ApiPath::Resource(rp)) = (&sim.cfg.policy, &api.path) {
+        if *req.method() == Method::POST && rp.name.is_none() && rp.namespace.is_none() {
+            let review = match (rp.group.as_str(), rp.version.as_str(), rp.resource.as_str()) {
+                ("authentication.k8s.io", "v1", "tokenreviews") => Some(false),
+                ("authorization.k8s.io", "v1", "subjectaccessreviews") => Some(true),
+                _ => None,
+            };
+            if let Some(access) = review {
+                let body = match Limited::new(req.into_body(), MAX_BODY_BYTES)
+                    .collect()
+                    .await
+                {
+                    Ok(c) => c.to_bytes(),
+                    Err(e) => {
+                        return Status::bad_request(format!("unable to read request body: {e}"))
+                            .into_response()
+                    }
+                };
+                return if access {
+                    auth::access_review(policy, &sim.audit, &body)
+                } else {
+                    auth::token_review(policy, &sim.audit, &body)
+                };
+            }
+        }
+    }
     let rp = match &api.path {
         ApiPath::NonResource(path) => {
             if let Some(resp) = debug_endpoint(&sim, req.method(), path) {
                 return resp;
             }
             let (parts, _) = req.into_parts();
-            return discovery::handle(&parts, &api)
-                .unwrap_or_else(|| Status::path_not_found().into_response());
+            // Every path the apiserver registers starts with one `/`; discovery's own
+            // matching is forgiving about slashes, the apiserver's mux is not.
+            if parts.uri.path().starts_with("//") {
+                return page_not_found();
+            }
+            return discovery::handle(&parts, &api).unwrap_or_else(|| {
+                // The OpenAPI handlers' own 404 is kept as the simulator always wrote it.
+                if parts.uri.path().starts_with("/openapi/") {
+                    Status::path_not_found().into_response()
+                } else {
+                    not_found(parts.uri.path())
+                }
+            });
         }
         ApiPath::Resource(rp) => rp.clone(),
     };
     let Some(rt) = resources::find(&rp.group, &rp.version, &rp.resource) else {
-        return Status::path_not_found().into_response();
+        return not_found(req.uri().path());
     };
     // Shapes the apiserver has no route for: extra segments, a namespace on a
     // cluster-scoped type, a subresource the type does not have.
@@ -364,8 +493,33 @@ pub async fn handle(sim: Arc<Sim>, req: Request<Incoming>) -> Response<Body> {
             .as_deref()
             .is_some_and(|s| !rt.subresources.contains(&s))
         || (rp.legacy_watch && !matches!(*req.method(), Method::GET | Method::HEAD))
+        // A namespaced type has no route by name outside a namespace (`/api/v1/pods/a`).
+        || (rt.namespaced && rp.namespace.is_none() && rp.name.is_some())
     {
         return Status::path_not_found().into_response();
+    }
+    // Its all-namespaces path (`/api/v1/pods`) has routes for list and watch only:
+    // go-restful's 405 for anything else.
+    if rt.namespaced
+        && rp.namespace.is_none()
+        && !matches!(*req.method(), Method::GET | Method::HEAD)
+    {
+        let mut s = Status::new(
+            405,
+            "MethodNotAllowed",
+            "the server does not allow this method on the requested resource",
+        );
+        s.with_details = true;
+        return s.into_response();
+    }
+    if let Some(status) = path_parameters(&rp, api.verb) {
+        return status.into_response();
+    }
+    let mut rp = rp;
+    if rp.namespace.as_deref() == Some("") {
+        // `/namespaces//pods`: go-restful matches the empty `{namespace}` and RequestInfo
+        // names no namespace, so a list or watch spans all of them.
+        rp.namespace = None;
     }
     let ns = rp.namespace.clone().unwrap_or_default();
     match (api.verb, rp.subresource.as_deref(), rp.name.clone()) {
@@ -408,9 +562,111 @@ pub async fn handle(sim: Arc<Sim>, req: Request<Incoming>) -> Response<Body> {
                 }
             };
             let req = Request::from_parts(parts, bytes);
-            write::handle(&sim, &api, rt, req).await
+            let resp = write::handle(&sim, &api, rt, req).await;
+            if let Some(id) = identity {
+                sim.audit.record(auth::AuditRecord {
+                    verb: api.verb.as_str(),
+                    path: api_path(&api),
+                    code: resp.status().as_u16(),
+                    user: id.user.name,
+                    groups: id.user.groups,
+                    impersonator: id.impersonator,
+                });
+            }
+            resp
         }
     }
+}
+
+/// The request path, for the audit records.
+fn api_path(api: &request::ApiRequest) -> String {
+    match &api.path {
+        ApiPath::NonResource(p) => p.clone(),
+        ApiPath::Resource(rp) => {
+            let mut p = if rp.group.is_empty() {
+                format!("/api/{}", rp.version)
+            } else {
+                format!("/apis/{}/{}", rp.group, rp.version)
+            };
+            if let Some(ns) = &rp.namespace {
+                p.push_str(&format!("/namespaces/{ns}"));
+            }
+            p.push('/');
+            p.push_str(&rp.resource);
+            for part in [&rp.name, &rp.subresource].into_iter().flatten() {
+                p.push('/');
+                p.push_str(part);
+            }
+            p
+        }
+    }
+}
+
+/// What kube-apiserver answers for a path no handler serves (`crate::apipath`): a
+/// go-restful WebService's 404 Status, or Go's `http.NotFound` from the end of the
+/// delegation chain.
+pub fn not_found(raw_path: &str) -> Response<Body> {
+    match crate::apipath::handler_of_raw(raw_path) {
+        crate::apipath::Handler::Restful => Status::path_not_found().into_response(),
+        _ => page_not_found(),
+    }
+}
+
+/// Go's `http.NotFound`.
+pub fn page_not_found() -> Response<Body> {
+    let mut resp = Response::new(body::full("404 page not found\n"));
+    *resp.status_mut() = StatusCode::NOT_FOUND;
+    let h = resp.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    h.insert(
+        "x-content-type-options",
+        HeaderValue::from_static("nosniff"),
+    );
+    resp
+}
+
+/// net/http's answer to a request target it cannot parse (here: a bad `%` escape),
+/// written before any handler runs.
+fn go_bad_request() -> Response<Body> {
+    let mut resp = Response::new(body::full("400 Bad Request"));
+    *resp.status_mut() = StatusCode::BAD_REQUEST;
+    let h = resp.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    h.insert(header::CONNECTION, HeaderValue::from_static("close"));
+    resp
+}
+
+/// The Status the handlers and the storage layer give for the namespace and name that
+/// RequestInfo took from the path, before anything is looked up: an empty `{name}`
+/// (handlers' `errEmptyName`), an empty `{namespace}` for one object
+/// (`NamespaceKeyFunc`), a name that cannot be a key segment (`IsValidPathSegmentName`).
+fn path_parameters(rp: &request::ResourcePath, verb: Verb) -> Option<Status> {
+    let name = rp.name.as_deref()?;
+    if name.is_empty() {
+        return Some(Status::bad_request("name must be provided"));
+    }
+    // A watch of one object is a list with a field selector; nothing is keyed by name.
+    if verb == Verb::Watch {
+        return None;
+    }
+    if rp.namespace.as_deref() == Some("") {
+        return Some(Status::bad_request("Namespace parameter required."));
+    }
+    let reasons = crate::apipath::invalid_name_reasons(name);
+    if !reasons.is_empty() {
+        return Some(Status::bad_request(format!(
+            "Name parameter invalid: {}: {}",
+            crate::selector::validation::go_quote(name),
+            reasons.join(";")
+        )));
+    }
+    None
 }
 
 /// `/debug/sim/*`: stats and fault controls (documented in docs/simulator.md).
@@ -421,6 +677,7 @@ fn debug_endpoint(sim: &Arc<Sim>, method: &Method, path: &str) -> Option<Respons
             sim.stats.reset();
             json_response(StatusCode::OK, &sim.stats.to_json())
         }
+        (&Method::GET, "/debug/sim/audit") => json_response(StatusCode::OK, &sim.audit.to_json()),
         (&Method::GET, "/debug/sim/faults") => json_response(StatusCode::OK, &sim.faults.to_json()),
         (&Method::POST, "/debug/sim/faults/compact") => {
             sim.store.compact_now();
@@ -439,6 +696,14 @@ fn debug_endpoint(sim: &Arc<Sim>, method: &Method, path: &str) -> Option<Respons
         }
         (&Method::POST, "/debug/sim/faults/drop-watches") => {
             sim.faults.drop_watches_now();
+            json_response(StatusCode::OK, &sim.faults.to_json())
+        }
+        (&Method::POST, "/debug/sim/faults/freeze") => {
+            sim.faults.freeze_at(sim.store.current_rv());
+            json_response(StatusCode::OK, &sim.faults.to_json())
+        }
+        (&Method::POST, "/debug/sim/faults/unfreeze") => {
+            sim.faults.unfreeze();
             json_response(StatusCode::OK, &sim.faults.to_json())
         }
         _ => return None,

@@ -17,11 +17,14 @@ pub fn has_status_subresource(rt: &ResourceType) -> bool {
 }
 
 /// Whether `metadata.generation` is maintained (strategies that set it to 1 on create and
-/// bump it on spec changes: pods, deployments, custom resources).
+/// bump it on spec changes: pods, deployments, CRDs, custom resources).
 pub fn tracks_generation(rt: &ResourceType) -> bool {
     matches!(
         (rt.group, rt.resource),
-        ("", "pods") | ("apps", "deployments") | ("example.com", _)
+        ("", "pods")
+            | ("apps", "deployments")
+            | ("apiextensions.k8s.io", "customresourcedefinitions")
+            | ("example.com", _)
     )
 }
 
@@ -36,7 +39,10 @@ pub fn generation_changed(rt: &ResourceType, old: &Value, new: &Value) -> bool {
             old.get("spec") != new.get("spec")
                 || old.pointer("/metadata/annotations") != new.pointer("/metadata/annotations")
         }
-        ("", "pods") => old.get("spec") != new.get("spec"),
+        // CRDs: `strategy.PrepareForUpdate` bumps it when the spec changes.
+        ("", "pods") | ("apiextensions.k8s.io", "customresourcedefinitions") => {
+            old.get("spec") != new.get("spec")
+        }
         _ => {
             let strip = |v: &Value| -> Map<String, Value> {
                 let mut m = v.as_object().cloned().unwrap_or_default();

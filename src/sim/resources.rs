@@ -214,6 +214,20 @@ pub static RESOURCES: &[ResourceType] = &[
         fields: &[],
     },
     ResourceType {
+        group: "apiextensions.k8s.io",
+        version: "v1",
+        resource: "customresourcedefinitions",
+        singular: "customresourcedefinition",
+        kind: "CustomResourceDefinition",
+        list_kind: "CustomResourceDefinitionList",
+        namespaced: false,
+        short_names: &["crd", "crds"],
+        categories: &["api-extensions"],
+        verbs: VERBS,
+        subresources: &["status"],
+        fields: &[],
+    },
+    ResourceType {
         group: "example.com",
         version: "v1",
         resource: "widgets",
@@ -230,6 +244,32 @@ pub static RESOURCES: &[ResourceType] = &[
 ];
 
 impl ResourceType {
+    /// The custom resource (served like a CRD's resource: unstructured, no protobuf, no
+    /// strategic merge patch); every other type is built in.
+    pub fn is_custom(&self) -> bool {
+        self.group == CUSTOM_GROUP
+    }
+
+    /// What Go's `%T` prints for the object (or list) the apiserver's registry returns:
+    /// internal types (`*core.Pod`, `*apps.DeploymentList`,
+    /// `*apiextensions.CustomResourceDefinition`), unstructured for custom resources. The
+    /// apiserver names them in some 406 texts.
+    pub fn go_type(&self, list: bool) -> String {
+        if self.is_custom() {
+            return if list {
+                "*unstructured.UnstructuredList".into()
+            } else {
+                "*unstructured.Unstructured".into()
+            };
+        }
+        let package = match self.group {
+            "" => "core",
+            g => g.split('.').next().unwrap_or(g),
+        };
+        let kind = if list { self.list_kind } else { self.kind };
+        format!("*{package}.{kind}")
+    }
+
     /// `v1` for the core group, `apps/v1` otherwise.
     pub fn api_version(&self) -> String {
         if self.group.is_empty() {
@@ -257,6 +297,9 @@ impl ResourceType {
         }
     }
 }
+
+/// The group of the simulator's custom resource (widgets).
+pub const CUSTOM_GROUP: &str = "example.com";
 
 /// Looks up a type by group, version and plural resource name.
 pub fn find(group: &str, version: &str, resource: &str) -> Option<&'static ResourceType> {
@@ -291,5 +334,17 @@ mod tests {
         assert_eq!(pods.field_path("spec.nodeName"), Some("spec.nodeName"));
         assert_eq!(pods.field_path("spec.bogus"), None);
         assert_eq!(group_versions()[0], ("", "v1"));
+        assert_eq!(pods.go_type(true), "*core.PodList");
+        assert_eq!(
+            find("apps", "v1", "deployments").unwrap().go_type(false),
+            "*apps.Deployment"
+        );
+        let crds = find("apiextensions.k8s.io", "v1", "customresourcedefinitions").unwrap();
+        assert_eq!(
+            crds.go_type(false),
+            "*apiextensions.CustomResourceDefinition"
+        );
+        let widgets = find("example.com", "v1", "widgets").unwrap();
+        assert_eq!(widgets.go_type(true), "*unstructured.UnstructuredList");
     }
 }

@@ -523,6 +523,66 @@ pub fn widget(spec: &SeedSpec, i: usize, now: Timestamp) -> Value {
     w
 }
 
+/// The name of the widgets' CustomResourceDefinition.
+pub const WIDGETS_CRD: &str = "widgets.example.com";
+
+/// The CustomResourceDefinition of the simulator's custom resource, as a cluster that
+/// serves widgets would have it: its `additionalPrinterColumns` give `kubectl get widgets`
+/// its columns (src/sim/table.rs reads them from the store).
+pub fn widgets_crd(now: Timestamp) -> Value {
+    json!({
+        "kind": "CustomResourceDefinition",
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "metadata": {
+            "name": WIDGETS_CRD,
+            "uid": uid_for("CustomResourceDefinition", "", WIDGETS_CRD),
+            "generation": 1,
+            "creationTimestamp": ts(now),
+        },
+        "spec": {
+            "group": "example.com",
+            "names": {"plural": "widgets", "singular": "widget", "shortNames": ["wg"],
+                      "kind": "Widget", "listKind": "WidgetList"},
+            "scope": "Namespaced",
+            "versions": [{
+                "name": "v1", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object",
+                                               "x-kubernetes-preserve-unknown-fields": true}},
+                "additionalPrinterColumns": [
+                    {"name": "Color", "type": "string", "jsonPath": ".spec.color",
+                     "description": "The widget's color"},
+                    {"name": "Size", "type": "integer", "jsonPath": ".spec.size"},
+                    {"name": "Ready", "type": "string", "priority": 1,
+                     "jsonPath": ".status.conditions[?(@.type==\"Ready\")].status"},
+                    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}
+                ]
+            }],
+            "conversion": {"strategy": "None"}
+        },
+        "status": {
+            "conditions": [
+                {"type": "NamesAccepted", "status": "True", "lastTransitionTime": ts(now),
+                 "reason": "NoConflicts", "message": "no conflicts found"},
+                {"type": "Established", "status": "True", "lastTransitionTime": ts(now),
+                 "reason": "InitialNamesAccepted",
+                 "message": "the initial names have been accepted"}
+            ],
+            "acceptedNames": {"plural": "widgets", "singular": "widget", "shortNames": ["wg"],
+                              "kind": "Widget", "listKind": "WidgetList"},
+            "storedVersions": ["v1"]
+        }
+    })
+}
+
+/// Writes the CustomResourceDefinitions of the served custom resources (idempotent).
+pub fn bootstrap_crds(store: &Store) {
+    put(
+        store,
+        "customresourcedefinitions",
+        widgets_crd(Timestamp::now()),
+    );
+}
+
 /// An object generator: spec, index, clock → object.
 type Generator = fn(&SeedSpec, usize, Timestamp) -> Value;
 
@@ -554,6 +614,7 @@ pub fn seed_store(store: &Store, spec: &SeedSpec) {
     for ns in SYSTEM_NAMESPACES {
         put(store, "namespaces", namespace(ns, now));
     }
+    put(store, "customresourcedefinitions", widgets_crd(now));
     for n in 0..spec.namespaces {
         put(store, "namespaces", namespace(&format!("ns-{n}"), now));
     }
@@ -615,6 +676,8 @@ mod tests {
             let (_, items) = store.list(r, None);
             let want = match r.resource {
                 "namespaces" => 10 + SYSTEM_NAMESPACES.len(),
+                // The widgets' CRD.
+                "customresourcedefinitions" => 1,
                 _ => 25,
             };
             assert_eq!(items.len(), want, "{}", r.resource);

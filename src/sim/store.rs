@@ -172,6 +172,46 @@ impl std::fmt::Debug for Store {
 /// The RV an empty store starts at (etcd's first revision is 1).
 pub const INITIAL_RV: u64 = 1;
 
+/// Puts a stored object's keys in the order kube-apiserver writes them: a built-in type's
+/// `metadata` in `ObjectMeta`'s Go field order (the apiserver decodes every write into the
+/// Go struct and encodes it back, so the order a client sent never survives); a custom
+/// resource's keys sorted at every level (unstructured objects are Go maps, which
+/// `encoding/json` writes in key order). The rest of a built-in object keeps the order its
+/// writer gave (the simulator has no Go structs for it).
+fn normalize_order(v: &mut Value, rt: &ResourceType) {
+    if rt.is_custom() {
+        sort_keys(v);
+        return;
+    }
+    let Some(meta) = v.get_mut("metadata").and_then(Value::as_object_mut) else {
+        return;
+    };
+    let mut ordered = serde_json::Map::with_capacity(meta.len());
+    for key in &crate::codec::meta::OBJECT_META_ORDER {
+        if let Some(x) = meta.remove(*key) {
+            ordered.insert((*key).to_string(), x);
+        }
+    }
+    // Anything else (the apiserver would drop it) keeps its place after the known fields.
+    ordered.append(meta);
+    *meta = ordered;
+}
+
+fn sort_keys(v: &mut Value) {
+    match v {
+        Value::Object(m) => {
+            let mut entries: Vec<(String, Value)> = std::mem::take(m).into_iter().collect();
+            entries.sort_by(|a, b| a.0.cmp(&b.0));
+            for (k, mut x) in entries {
+                sort_keys(&mut x);
+                m.insert(k, x);
+            }
+        }
+        Value::Array(a) => a.iter_mut().for_each(sort_keys),
+        _ => {}
+    }
+}
+
 fn set_rv(v: &mut Value, rv: u64) {
     if let Some(obj) = v.as_object_mut() {
         let meta = obj
@@ -278,6 +318,7 @@ impl Store {
                 }
                 let rv = inner.rv + 1;
                 set_rv(&mut v, rv);
+                normalize_order(&mut v, rt);
                 let kind = if current.is_some() {
                     EventType::Modified
                 } else {

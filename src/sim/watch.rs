@@ -29,10 +29,12 @@ use tokio::time::Instant;
 
 use crate::body::{self, Body, BoxError};
 use crate::request::{parse_resource_version, ApiRequest, ListOptions, ResourcePath, WatchTimeout};
+use crate::sim::answer::{self, Answer};
+use crate::sim::convert::Events;
 use crate::sim::list::{check_field_labels, matches, wait_for_rv};
 use crate::sim::resources::ResourceType;
 use crate::sim::store::{EventType, HistoryError, ReadAt};
-use crate::sim::{table, wait_shutdown, Sim};
+use crate::sim::{wait_shutdown, Sim};
 use crate::status::Status;
 
 use crate::watch::body::deadline_after;
@@ -103,7 +105,8 @@ struct Watcher {
     rt: &'static ResourceType,
     ns: Option<String>,
     opts: ListOptions,
-    table: Option<table::WatchTable>,
+    /// Table / PartialObjectMetadata conversion of the event objects (convert.rs).
+    events: Events,
     tx: mpsc::Sender<Bytes>,
 }
 
@@ -119,19 +122,19 @@ impl Watcher {
         }
     }
 
-    async fn send(&self, kind: &str, obj: &Value) -> bool {
-        let line = match &self.table {
-            Some(t) if kind != "BOOKMARK" && kind != "ERROR" => {
-                event_line(kind, &t.event_object(self.rt, obj))
-            }
-            _ => event_line(kind, obj),
+    /// One event; false when the stream must end (the client left, or the object cannot
+    /// be encoded in the asked form).
+    async fn send(&mut self, kind: &str, obj: &Value) -> bool {
+        let line = match self.events.event_object(obj) {
+            Some(o) => event_line(kind, &o),
+            None => return false,
         };
         self.tx.send(line).await.is_ok()
     }
 
     /// A history event: plain JSON reuses the event's shared encoding.
-    async fn send_event(&self, kind: &str, ev: &crate::sim::store::Event) -> bool {
-        if self.table.is_some() {
+    async fn send_event(&mut self, kind: &str, ev: &crate::sim::store::Event) -> bool {
+        if !self.events.is_plain() {
             return self.send(kind, &ev.object).await;
         }
         let line = event_line_raw(kind, ev.object_json());
@@ -142,7 +145,7 @@ impl Watcher {
         let _ = self.tx.send(event_line("ERROR", &s.to_value())).await;
     }
 
-    async fn run(self, start: Start, timeout: Duration) {
+    async fn run(mut self, start: Start, timeout: Duration) {
         let started = Instant::now();
         let deadline = deadline_after(started, timeout);
         let drop_at = self.sim.faults.drop_watch_after().map(|d| started + d);
@@ -151,6 +154,9 @@ impl Watcher {
         let mut shutdown = self.sim.shutdown.clone();
         let mut rv_rx = self.sim.store.subscribe();
         rv_rx.borrow_and_update();
+        // A frozen server (a lagging apiserver) delivers nothing past its frozen RV.
+        let mut frozen_rx = self.sim.faults.frozen_signal();
+        frozen_rx.borrow_and_update();
         let bookmark_every = self.sim.cfg.bookmark_interval;
         let mut next_bookmark = started + bookmark_every;
         // The last bookmark comes 2 s before the deadline, so the client can resume from
@@ -162,15 +168,15 @@ impl Watcher {
         let mut cursor = match start {
             Start::After(rv) => rv,
             Start::InitialState { end_bookmark } => {
-                let snap =
-                    match self
-                        .sim
-                        .store
-                        .snapshot(self.rt, self.ns.as_deref(), ReadAt::Latest)
-                    {
-                        Ok(s) => s,
-                        Err(_) => return,
-                    };
+                let at = if self.sim.visible_rv() < self.sim.store.current_rv() {
+                    ReadAt::Exact(self.sim.visible_rv())
+                } else {
+                    ReadAt::Latest
+                };
+                let snap = match self.sim.store.snapshot(self.rt, self.ns.as_deref(), at) {
+                    Ok(s) => s,
+                    Err(_) => return,
+                };
                 for (_, obj) in &snap.items {
                     if matches(self.rt, &self.opts, obj) && !self.send("ADDED", obj).await {
                         return;
@@ -193,7 +199,13 @@ impl Watcher {
             if Instant::now() >= deadline || drop_at.is_some_and(|d| Instant::now() >= d) {
                 return;
             }
-            match self.sim.store.events_since(self.rt, cursor, BATCH) {
+            let visible = self.sim.visible_rv();
+            let history = if cursor < visible {
+                self.sim.store.events_since(self.rt, cursor, BATCH)
+            } else {
+                Ok((Vec::new(), cursor))
+            };
+            match history {
                 Err(HistoryError::Compacted {
                     requested,
                     compacted,
@@ -202,7 +214,11 @@ impl Watcher {
                     return;
                 }
                 Ok((events, new_cursor)) => {
-                    for ev in &events {
+                    let scanned = events.len();
+                    // Events past the visible RV wait for it; a cursor already past it (a
+                    // watch from a future RV) never moves back.
+                    let new_cursor = new_cursor.min(visible).max(cursor);
+                    for ev in events.iter().take_while(|e| e.rv <= visible) {
                         if !self.in_scope(&ev.key) {
                             continue;
                         }
@@ -232,8 +248,7 @@ impl Watcher {
                             return;
                         }
                     }
-                    let caught_up =
-                        events.len() < BATCH && new_cursor >= self.sim.store.current_rv();
+                    let caught_up = scanned < BATCH && new_cursor >= self.sim.visible_rv();
                     cursor = new_cursor;
                     // Under constant churn the wait below is always cut short by a
                     // write, so a due bookmark is sent here too.
@@ -275,6 +290,7 @@ impl Watcher {
                     }
                 }
                 _ = drop_rx.changed() => return,
+                r = frozen_rx.changed() => { if r.is_err() { return; } }
                 _ = wait_shutdown(&mut shutdown) => return,
                 _ = self.tx.closed() => return,
             }
@@ -313,13 +329,33 @@ pub async fn handle(
     rp: &ResourcePath,
 ) -> Response<Body> {
     sim.stats.record("watch", &rt.group_resource().to_string());
-    let mut opts = match api.list_options() {
-        Ok(o) => o,
-        Err(s) => return s.into_response(),
+    // handlers/get.go ListResource: the list negotiation comes first.
+    let answer = match Answer::negotiate(rt, headers, api) {
+        Ok(a) => a,
+        Err(s) => return answer::error(&s, headers, api),
     };
-    if let Err(s) = check_field_labels(rt, &opts.field_selector) {
-        return s.into_response();
+    match watch(sim, api, &answer, rt, rp).await {
+        Ok(resp) => resp,
+        Err(s) => answer::error(&s, headers, api),
     }
+}
+
+/// How a watch begins, once `rw.Watch` has run.
+enum Begin {
+    Stream(Start),
+    /// A 200 carrying one ERROR event (the cacher's `newErrWatcher`).
+    Error(Status),
+}
+
+async fn watch(
+    sim: &Arc<Sim>,
+    api: &ApiRequest,
+    answer: &Answer,
+    rt: &'static ResourceType,
+    rp: &ResourcePath,
+) -> Result<Response<Body>, Status> {
+    let mut opts = api.list_options()?;
+    check_field_labels(rt, &opts.field_selector)?;
     // A name in a legacy /watch/ path becomes (or must agree with) metadata.name.
     if let Some(name) = &rp.name {
         if opts.field_selector.is_empty() {
@@ -331,27 +367,68 @@ pub async fn handle(
                     value: name.clone(),
                 });
         } else if opts.field_selector.requires_exact("metadata.name") != Some(name.as_str()) {
-            return Status::bad_request("fieldSelector metadata.name doesn't match requested name")
-                .into_response();
+            return Err(Status::bad_request(
+                "fieldSelector metadata.name doesn't match requested name",
+            ));
         }
     }
-    let rv_str = opts.resource_version.clone().unwrap_or_default();
-    let rv = match parse_resource_version(&rv_str) {
-        Ok(rv) => rv,
-        // cacher.Watch returns the storage InvalidError unchanged: 500, empty reason.
-        Err(e) => return Status::new(500, "", e).into_response(),
+    let begin = begin(sim, &opts).await?;
+    // serveWatchHandler, after rw.Watch: the transform options (400), then the stream
+    // serializer (406: YAML has none), so both win over an ERROR-event watch.
+    let events = Events::for_watch(sim, rt, answer, api)?;
+    // PROTOBUF: a protobuf stream is written as JSON until src/proto lands.
+    answer.stream()?;
+    let start = match begin {
+        Begin::Error(s) => return Ok(error_stream(&s)),
+        Begin::Stream(start) => start,
     };
+    // Go's conversion, overflow included (`ListOptions::watch_timeout`).
+    let timeout = match opts.watch_timeout() {
+        WatchTimeout::Expired => Duration::ZERO,
+        WatchTimeout::Default => DEFAULT_TIMEOUT,
+        WatchTimeout::After(d) => d,
+    };
+    let (tx, rx) = mpsc::channel(FRAME_BUFFER);
+    let w = Watcher {
+        sim: sim.clone(),
+        rt,
+        ns: rp.namespace.clone(),
+        opts,
+        events,
+        tx,
+    };
+    tokio::spawn(w.run(start, timeout));
+    Ok(stream_response(rx))
+}
+
+/// The cacher's `Watch`: where the stream starts, or the ERROR event it carries.
+async fn begin(sim: &Arc<Sim>, opts: &ListOptions) -> Result<Begin, Status> {
+    let rv_str = opts.resource_version.clone().unwrap_or_default();
+    // cacher.Watch returns the storage InvalidError unchanged: 500, empty reason.
+    let rv = parse_resource_version(&rv_str).map_err(|e| Status::new(500, "", e))?;
     if sim.faults.take_watch_410() {
         let compacted = sim.store.compacted_rv();
-        return error_stream(&too_old(rv, sim.store.current_rv().max(compacted)));
+        return Ok(Begin::Error(too_old(
+            rv,
+            sim.store.current_rv().max(compacted),
+        )));
     }
     let start = match opts.send_initial_events {
         Some(true) => {
-            // watch-list: RV N must be reached first (blockTimeout, then the 504 as an
-            // ERROR event).
-            if rv > 0 {
-                if let Err(s) = wait_for_rv(sim, rv).await {
-                    return error_stream(&s);
+            // watch-list: the watch cache must first reach RV N, or, with RV unset (a
+            // consistent read), the store's current RV (cacher.go
+            // `waitUntilWatchCacheFreshAndForceAllEvents`: blockTimeout, then the 504 as
+            // an ERROR event). RV="0" takes the cache as it is.
+            let required = if rv > 0 {
+                Some(rv)
+            } else if rv_str.is_empty() {
+                Some(sim.store.current_rv())
+            } else {
+                None
+            };
+            if let Some(required) = required {
+                if let Err(s) = wait_for_rv(sim, required).await {
+                    return Ok(Begin::Error(s));
                 }
             }
             Start::InitialState { end_bookmark: true }
@@ -376,30 +453,10 @@ pub async fn handle(
     if let Start::After(n) = start {
         let compacted = sim.store.compacted_rv();
         if n < compacted {
-            return error_stream(&too_old(n, compacted));
+            return Ok(Begin::Error(too_old(n, compacted)));
         }
     }
-    // Go's conversion, overflow included (`ListOptions::watch_timeout`).
-    let timeout = match opts.watch_timeout() {
-        WatchTimeout::Expired => Duration::ZERO,
-        WatchTimeout::Default => DEFAULT_TIMEOUT,
-        WatchTimeout::After(d) => d,
-    };
-    let table = match table::WatchTable::for_request(headers, api.query_get("includeObject")) {
-        Ok(t) => t,
-        Err(s) => return s.into_response(),
-    };
-    let (tx, rx) = mpsc::channel(FRAME_BUFFER);
-    let w = Watcher {
-        sim: sim.clone(),
-        rt,
-        ns: rp.namespace.clone(),
-        opts,
-        table,
-        tx,
-    };
-    tokio::spawn(w.run(start, timeout));
-    stream_response(rx)
+    Ok(Begin::Stream(start))
 }
 
 #[cfg(test)]

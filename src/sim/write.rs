@@ -22,13 +22,14 @@ use serde_json::{json, Map, Value};
 
 use crate::body::{self, Body};
 use crate::request::{ApiRequest, Verb};
+use crate::sim::answer as negotiated;
 use crate::sim::apply::{self, Writer};
 use crate::sim::objects;
 use crate::sim::patch::{self, JsonPatchError};
 use crate::sim::resources::{self, ResourceType};
 use crate::sim::store::{Mutation, Store};
 use crate::sim::validate::{self, go_quote, go_string_slice, FieldError, NameRule};
-use crate::sim::Sim;
+use crate::sim::{convert, Sim};
 use crate::status::{Cause, GroupResource, Status};
 
 /// `OptimisticLockErrorMsg` (k8s.io/apiserver pkg/registry/generic/registry/store.go).
@@ -56,7 +57,18 @@ pub async fn handle(
         return Status::path_not_found().into_response();
     };
     let (parts, body) = req.into_parts();
+    // create.go, update.go, patch.go, delete.go negotiate the answer before reading the
+    // body; the scale subresource (another scope) is answered in plain JSON.
+    let answer = if rp.subresource.as_deref() == Some("scale") {
+        None
+    } else {
+        match negotiated::Answer::negotiate(rt, &parts.headers, api) {
+            Ok(a) => Some(a),
+            Err(s) => return negotiated::error(&s, &parts.headers, api),
+        }
+    };
     let w = Write {
+        answer,
         sim,
         store: &sim.store,
         api,
@@ -85,7 +97,7 @@ pub async fn handle(
             api.verb.as_str(),
         )),
     };
-    res.unwrap_or_else(Status::into_response)
+    res.unwrap_or_else(|s| negotiated::error(&s, &w.headers, api))
 }
 
 fn is_scalable(rt: &ResourceType) -> bool {
@@ -99,8 +111,9 @@ pub fn now_rfc3339() -> String {
         .to_string()
 }
 
-/// A JSON response the way the apiserver writes objects (compact JSON + newline).
-fn respond(code: u16, v: &Value) -> Response<Body> {
+/// A JSON response the way the apiserver writes objects (compact JSON + newline): the
+/// scale subresource's answers, which are not negotiated (docs/simulator.md).
+fn plain_json(code: u16, v: &Value) -> Response<Body> {
     let mut bytes = serde_json::to_vec(v).unwrap_or_default();
     bytes.push(b'\n');
     let mut resp = Response::new(body::full(bytes));
@@ -341,6 +354,8 @@ fn fill_create_meta(rt: &ResourceType, obj: &mut Value, now: &str) {
 /// Everything one write request needs.
 struct Write<'a> {
     sim: &'a Arc<Sim>,
+    /// The negotiated answer (None: the scale subresource, plain JSON).
+    answer: Option<negotiated::Answer>,
     store: &'a Store,
     api: &'a ApiRequest,
     rt: &'static ResourceType,
@@ -353,6 +368,19 @@ struct Write<'a> {
 }
 
 impl Write<'_> {
+    /// The write's answer in the negotiated form: Table / PartialObjectMetadata when asked
+    /// (a Status is never converted), pretty-printed when asked.
+    fn respond(&self, code: u16, v: &Value) -> Answer {
+        let Some(answer) = &self.answer else {
+            return Ok(plain_json(code, v));
+        };
+        let code = StatusCode::from_u16(code).unwrap_or(StatusCode::OK);
+        match convert::write_result(self.sim, self.rt, answer, self.api, v)? {
+            Some(converted) => Ok(answer.object(code, &converted)),
+            None => Ok(answer.object(code, v)),
+        }
+    }
+
     fn gr(&self) -> GroupResource {
         self.rt.group_resource()
     }
@@ -772,7 +800,7 @@ impl Write<'_> {
             }
             let mut out = obj;
             meta_mut(&mut out).shift_remove("resourceVersion");
-            return Ok(respond(code, &out));
+            return self.respond(code, &out);
         }
         let stored = self.store.mutate(self.rt, &self.ns, name, |cur| {
             if cur.is_some() {
@@ -797,7 +825,7 @@ impl Write<'_> {
                 meta_str(&stored, "uid").to_string(),
             );
         }
-        Ok(respond(code, &stored))
+        self.respond(code, &stored)
     }
 
     /// `checkName` (rest.go) for PUT bodies.
@@ -843,7 +871,7 @@ impl Write<'_> {
             }
             return Ok(());
         }
-        if rv.parse::<u64>().is_err() {
+        if crate::request::parse_uint(rv).is_err() {
             let (group, kind) = kind_group(self.rt);
             return Err(validate::invalid(
                 group,
@@ -1032,16 +1060,13 @@ impl Write<'_> {
         let stored = result?;
         let code = 200;
         match (dry, outcome) {
-            (true, Some(v)) => Ok(respond(code, &v)),
+            (true, Some(v)) => self.respond(code, &v),
             (_, Some(v)) if is_deleting(&v) && finalizers(&v).is_empty() => {
                 // The update removed the last finalizer: the object is gone; the answer is
                 // its final state.
-                Ok(respond(code, &stored.map(|s| (*s).clone()).unwrap_or(v)))
+                self.respond(code, &stored.map(|s| (*s).clone()).unwrap_or(v))
             }
-            _ => Ok(respond(
-                code,
-                &stored.map(|s| (*s).clone()).unwrap_or(Value::Null),
-            )),
+            _ => self.respond(code, &stored.map(|s| (*s).clone()).unwrap_or(Value::Null)),
         }
     }
 
@@ -1288,7 +1313,7 @@ impl Write<'_> {
             .store
             .get(self.rt, &self.ns, self.name())
             .ok_or_else(|| Status::not_found(&self.gr(), self.name()))?;
-        Ok(respond(200, &self.scale_of(&d)))
+        Ok(plain_json(200, &self.scale_of(&d)))
     }
 
     /// Checks a Scale the client sent (`ValidateScale`) and writes its replicas.
@@ -1357,7 +1382,7 @@ impl Write<'_> {
         } else {
             stored.map(|s| (*s).clone()).unwrap_or(Value::Null)
         };
-        Ok(respond(200, &self.scale_of(&d)))
+        Ok(plain_json(200, &self.scale_of(&d)))
     }
 
     fn update_scale(&self) -> Answer {
@@ -1530,7 +1555,7 @@ impl Write<'_> {
         if terminating && !dry {
             spawn_namespace_cleanup(self.sim.clone(), self.name().to_string());
         }
-        Ok(respond(code, &body))
+        self.respond(code, &body)
     }
 
     /// Deletes (or marks for deletion) one object; returns the answer's code and body and
@@ -1640,12 +1665,13 @@ impl Write<'_> {
             "metadata": {"resourceVersion": rv.to_string()},
             "items": matching.iter().map(|i| (**i).clone()).collect::<Vec<_>>(),
         });
-        Ok(respond(200, &list))
+        self.respond(200, &list)
     }
 
     fn clone_shallow(&self) -> Self {
         Write {
             sim: self.sim,
+            answer: self.answer.clone(),
             store: self.store,
             api: self.api,
             rt: self.rt,

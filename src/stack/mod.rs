@@ -1,40 +1,72 @@
 //! The API request path as a tower stack, composed here and nowhere else.
 //!
 //! ```text
-//! request ─▶ parse ─▶ instrument ─▶ source ─▶ catch-panic ─▶ route ─┬▶ cache (get/list)
-//!            typed     metrics      default    500 Status          ├▶ fan-out (watch)
-//!            request   per request  X-Watch-                       └▶ upstream (forward)
-//!            (once)                 gate-Source
+//! request ─▶ parse ─▶ audit-id ─▶ trace ─▶ instrument ─▶ source ─▶ catch-panic ─┐
+//!            typed     request     span     metrics       default    500 Status  │
+//!            request   id                                 X-Watch-               │
+//!            (once)                                       gate-Source            │
+//!   ┌────────────────────────────────────────────────────────────────────────────┘
+//!   └▶ authn ─▶ impersonate ─▶ limits ─▶ authz ─▶ identity ─▶ route ─┬▶ cache (get/list)
+//!      401      kubectl --as   429 per   403 for  impersonation      ├▶ fan-out (watch)
+//!               (checked)      user      cached   headers upstream   └▶ upstream (forward)
+//!                                        reads
 //! ```
 //!
 //! - `parse` (tower's `MapRequest`): the request is parsed once into
 //!   [`crate::request::Parsed`] and stored in its extensions; nothing after it parses the
 //!   path, the query or the Accept header again (`request::parsed_count` proves it in
 //!   `tests/stack.rs`).
+//! - `audit-id` (tower-http's `SetRequestId` + `PropagateRequestId`): every request has an
+//!   `Audit-ID` (the client's, or a new UUID), which goes upstream with a forwarded request
+//!   (the apiserver adopts it for its audit events) and comes back on every answer, as
+//!   kube-apiserver's `WithAuditInit` answers.
+//! - `trace` (tower-http's `Trace`): one debug span per request, with its audit id.
 //! - `instrument` ([`instrument::InstrumentLayer`]): request metrics from the typed request.
 //! - `source` (tower-http's `SetResponseHeader`): an answer neither the cache nor the
 //!   upstream marked is one the gateway made itself (`X-Watchgate-Source: gateway`).
 //! - `catch-panic` (tower-http's `CatchPanic`): a panic while serving becomes a 500
 //!   `metav1.Status` instead of a dropped connection.
+//! - With `--auth=delegated` ([`crate::auth`], docs/security.md): `authn`
+//!   ([`authn::AuthnLayer`]), `impersonate` ([`impersonate::ImpersonateLayer`]), `limits`
+//!   ([`limits::LimitsLayer`]), `authz` ([`authz::AuthzLayer`]) and `identity`
+//!   ([`identity::IdentityLayer`]), in kube-apiserver's filter order (authentication,
+//!   impersonation, max-in-flight/APF, authorization).
 //! - `route` ([`route::Router`]): refused requests, then the cache, the fan-out, and the
-//!   upstream, in that order.
+//!   upstream, in that order. With security on, only requests `authz` marked
+//!   [`crate::auth::Authorized`] may be answered by the cache or the fan-out.
 //!
-//! Ordering: `instrument` sits outside `source` and `catch-panic` so that the source label
-//! and the 500s are counted like any other answer.
+//! Ordering: `instrument` sits outside `source`, `catch-panic` and the security layers so
+//! that the source label, the 500s, 401s, 403s and 429s are counted like any other
+//! answer. Timeouts are not a layer: a cached answer does not wait, and forwarded requests
+//! have the upstream client's own deadlines (`--upstream-response-timeout`), which answer
+//! with a Status rather than tower-http's bare 408.
 
+pub mod authn;
+pub mod authz;
+pub mod identity;
+pub mod impersonate;
 pub mod instrument;
+pub mod limits;
 mod panic;
 pub mod route;
 
 use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
 
-use http::{HeaderValue, Request, Response};
+use http::{HeaderName, HeaderValue, Request, Response};
 use hyper::body::Incoming;
 use tower::util::BoxCloneSyncService;
 use tower::ServiceBuilder;
 use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::request_id::{
+    MakeRequestId, PropagateRequestIdLayer, RequestId, SetRequestIdLayer,
+};
 use tower_http::set_header::SetResponseHeaderLayer;
+use tower_http::trace::{DefaultOnFailure, TraceLayer};
 
+use crate::auth::Security;
 use crate::body::Body;
 use crate::proxy::headers::SOURCE_HEADER;
 use crate::request::Parsed;
@@ -42,15 +74,34 @@ use crate::request::Parsed;
 /// The composed API service: one request in, one response out (errors are responses).
 pub type ApiService = BoxCloneSyncService<Request<Incoming>, Response<Body>, Infallible>;
 
-/// Builds the API stack around `router`. `metrics` adds the request-metrics layer.
-pub fn api(router: route::Router, metrics: bool) -> ApiService {
-    layers(router, metrics)
+/// The stack over any request body (benches and tests drive it with their own bodies).
+pub type ApiServiceOf<B> = BoxCloneSyncService<Request<B>, Response<Body>, Infallible>;
+
+/// The future of the stack's own async layers.
+pub type BoxFuture = Pin<Box<dyn Future<Output = Result<Response<Body>, Infallible>> + Send>>;
+
+/// kube-apiserver's audit id header (`auditinternal.HeaderAuditID`).
+pub const AUDIT_ID: HeaderName = HeaderName::from_static("audit-id");
+
+/// What the stack adds around the router.
+#[derive(Clone, Default)]
+pub struct Options {
+    /// The request-metrics layer.
+    pub metrics: bool,
+    /// Client authentication, authorization and limits (`--auth=delegated`).
+    pub security: Option<Arc<Security>>,
+}
+
+/// Builds the API stack around `router`.
+pub fn api(router: route::Router, opts: Options) -> ApiService {
+    let router = router.require_authorization(opts.security.is_some());
+    layers(router, opts)
 }
 
 /// The layers around any innermost service (the tests put a panicking one there).
 pub fn layers<S, B>(
     router: S,
-    metrics: bool,
+    opts: Options,
 ) -> BoxCloneSyncService<Request<B>, Response<Body>, Infallible>
 where
     S: tower::Service<Request<B>, Response = Response<Body>, Error = Infallible>
@@ -59,8 +110,9 @@ where
         + Sync
         + 'static,
     S::Future: Send + 'static,
-    B: Send + 'static,
+    B: http_body::Body + Send + 'static,
 {
+    let security = opts.security.clone();
     let inner = ServiceBuilder::new()
         .layer(SetResponseHeaderLayer::if_not_present(
             SOURCE_HEADER,
@@ -69,12 +121,46 @@ where
         // tower-http's CatchPanic wraps the body in its own box type; back to ours.
         .map_response(|resp: Response<_>| resp.map(crate::body::boxed))
         .layer(CatchPanicLayer::custom(panic::into_status))
+        .option_layer(security.clone().map(authn::AuthnLayer))
+        .option_layer(security.clone().map(impersonate::ImpersonateLayer))
+        .option_layer(security.clone().map(limits::LimitsLayer))
+        .option_layer(security.clone().map(authz::AuthzLayer))
+        .option_layer(security.map(|_| identity::IdentityLayer))
         .service(router);
-    let parse = ServiceBuilder::new().map_request(parse);
-    if metrics {
-        BoxCloneSyncService::new(parse.layer(instrument::InstrumentLayer).service(inner))
-    } else {
-        BoxCloneSyncService::new(parse.service(inner))
+    let instrumented = ServiceBuilder::new()
+        .option_layer(opts.metrics.then_some(instrument::InstrumentLayer))
+        .service(inner);
+    let outer = ServiceBuilder::new()
+        .map_request(parse)
+        .layer(SetRequestIdLayer::new(AUDIT_ID, NewAuditId))
+        .layer(PropagateRequestIdLayer::new(AUDIT_ID))
+        .map_response(|resp: Response<_>| resp.map(crate::body::boxed))
+        .layer(
+            TraceLayer::new_for_http()
+                .make_span_with(span)
+                // A 5xx is an answer like any other here (the upstream's 503, a panic's
+                // 500, already logged where it happens): not an ERROR line per request.
+                .on_failure(DefaultOnFailure::new().level(tracing::Level::DEBUG)),
+        )
+        .map_response(|resp: Response<_>| resp.map(crate::body::boxed))
+        .service(instrumented);
+    BoxCloneSyncService::new(outer)
+}
+
+/// A random (version 4) UUID for each request without an `Audit-ID`, as kube-apiserver
+/// makes one. From the thread's random generator rather than tower-http's
+/// `MakeRequestUuid`, whose `Uuid::new_v4` asks the kernel (a system call) each time.
+#[derive(Clone, Copy, Default)]
+pub struct NewAuditId;
+
+impl MakeRequestId for NewAuditId {
+    fn make_request_id<B>(&mut self, _req: &Request<B>) -> Option<RequestId> {
+        let id = uuid::Builder::from_random_bytes(rand::random()).into_uuid();
+        let text = id
+            .hyphenated()
+            .encode_lower(&mut uuid::Uuid::encode_buffer())
+            .to_owned();
+        HeaderValue::from_str(&text).ok().map(RequestId::new)
     }
 }
 
@@ -83,6 +169,24 @@ fn parse<B>(mut req: Request<B>) -> Request<B> {
     let parsed = Parsed::new(req.method(), req.uri(), req.headers());
     req.extensions_mut().insert(std::sync::Arc::new(parsed));
     req
+}
+
+/// The trace layer's span: method, target and audit id (debug level, so it costs a
+/// disabled-callsite check unless `--v=2` or more asks for it).
+fn span<B>(req: &Request<B>) -> tracing::Span {
+    tracing::debug_span!(
+        "request",
+        method = %req.method(),
+        uri = %req.uri(),
+        audit_id = req.headers().get(AUDIT_ID).and_then(|v| v.to_str().ok()).unwrap_or(""),
+    )
+}
+
+/// Takes the service a layer's `poll_ready` readied and leaves a clone in its place (the
+/// tower idiom for a future that must own the service).
+pub(crate) fn take<S: Clone>(slot: &mut S) -> S {
+    let clone = slot.clone();
+    std::mem::replace(slot, clone)
 }
 
 #[cfg(test)]
@@ -105,6 +209,18 @@ mod tests {
         (Response::from_parts(parts, ()), v)
     }
 
+    #[test]
+    fn audit_ids_are_version_4_uuids() {
+        let req = Request::get("/").body(()).unwrap();
+        let a = NewAuditId.make_request_id(&req).unwrap();
+        let b = NewAuditId.make_request_id(&req).unwrap();
+        let a = a.header_value().to_str().unwrap().to_string();
+        assert_ne!(a, b.header_value().to_str().unwrap());
+        let id = uuid::Uuid::parse_str(&a).unwrap();
+        assert_eq!((a.len(), id.get_version_num()), (36, 4));
+        assert_eq!(id.get_variant(), uuid::Variant::RFC4122);
+    }
+
     #[tokio::test]
     async fn a_panic_becomes_a_500_status_marked_gateway() {
         let panicking = tower::service_fn(|_req: Request<String>| async move {
@@ -113,7 +229,7 @@ mod tests {
             }
             Ok::<_, Infallible>(Response::new(crate::body::empty()))
         });
-        let (resp, status) = call(layers(panicking, false), "/api/v1/pods").await;
+        let (resp, status) = call(layers(panicking, Options::default()), "/api/v1/pods").await;
         assert_eq!(resp.status(), 500);
         assert_eq!(resp.headers()[SOURCE_HEADER], "gateway");
         assert_eq!(status["kind"], "Status");
@@ -133,7 +249,7 @@ mod tests {
                 .insert(SOURCE_HEADER, HeaderValue::from_static("cache"));
             Ok::<_, Infallible>(resp)
         });
-        let (resp, v) = call(layers(seen, false), "/api/v1/pods?watch=1").await;
+        let (resp, v) = call(layers(seen, Options::default()), "/api/v1/pods?watch=1").await;
         assert_eq!(v["verb"], "watch");
         // A source the service set is kept.
         assert_eq!(resp.headers()[SOURCE_HEADER], "cache");

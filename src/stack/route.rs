@@ -15,6 +15,7 @@ use http::{Method, Request, Response};
 use hyper::body::Incoming;
 use tower::Service;
 
+use crate::auth::Authorized;
 use crate::body::Body;
 use crate::cache::registry::Registry;
 use crate::proxy::Proxy;
@@ -26,11 +27,24 @@ use crate::status::Status;
 pub struct Router {
     proxy: Proxy,
     cache: Option<Arc<Registry>>,
+    /// Only requests the `authz` layer marked [`Authorized`] may be answered from the
+    /// cache or the fan-out (security on); the rest are forwarded.
+    require_authorized: bool,
 }
 
 impl Router {
     pub fn new(proxy: Proxy, cache: Option<Arc<Registry>>) -> Self {
-        Self { proxy, cache }
+        Self {
+            proxy,
+            cache,
+            require_authorized: false,
+        }
+    }
+
+    /// With security on, the cache and the fan-out answer authorized requests only.
+    pub fn require_authorization(mut self, on: bool) -> Self {
+        self.require_authorized = on;
+        self
     }
 
     async fn answer(self, req: Request<Incoming>) -> Response<Body> {
@@ -38,7 +52,8 @@ impl Router {
             return status.into_response();
         }
         let parsed = Parsed::of(&req);
-        if let (Some(cache), Some(parsed)) = (&self.cache, &parsed) {
+        let may_answer = !self.require_authorized || req.extensions().get::<Authorized>().is_some();
+        if let (Some(cache), Some(parsed), true) = (&self.cache, &parsed, may_answer) {
             if let Some(resp) = crate::cache::serve::try_serve(cache, parsed).await {
                 return resp;
             }

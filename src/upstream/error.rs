@@ -1,10 +1,15 @@
 //! Why a request could not be forwarded, and the `metav1.Status` a client gets for it.
 
+use super::class::Class;
 use crate::body::BoxError;
 use crate::status::Status;
 
+/// kube-apiserver's max-in-flight filter's words and `Retry-After` (filters/maxinflight.go).
+pub const TOO_MANY_REQUESTS_MESSAGE: &str = "Too many requests, please try again later.";
+const RETRY_AFTER_SECONDS: u32 = 1;
+
 /// A failure to get a response head from the upstream.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum UpstreamError {
     /// No connection could be made (refused, unreachable, timed out, TLS failed).
     #[error("unable to connect to the upstream apiserver: {0}")]
@@ -18,10 +23,18 @@ pub enum UpstreamError {
     /// The connection broke or the upstream answered with something that is not HTTP.
     #[error("the upstream apiserver failed to answer: {0}")]
     Broken(String),
+    /// Every upstream connection this request's class may use is open and full
+    /// (`--upstream-max-connections`): refused at once rather than queued.
+    #[error("no upstream connection is free for a {} request (--upstream-max-connections)", .0.as_str())]
+    TooManyRequests(Class),
 }
 
 impl UpstreamError {
     pub(crate) fn from_client(err: BoxError) -> Self {
+        let err = match err.downcast::<UpstreamError>() {
+            Ok(own) => return *own,
+            Err(other) => other,
+        };
         let chain = error_chain(err.as_ref());
         if let Some(e) = err.downcast_ref::<hyper_util::client::legacy::Error>() {
             if e.is_connect() {
@@ -37,10 +50,22 @@ impl UpstreamError {
 
     /// What a client-go user expects when the apiserver behind a proxy is unavailable:
     /// 503 `ServiceUnavailable`, as kube-aggregator answers for an unreachable backend.
+    /// A refusal at the connection bound is a 429 `TooManyRequests` with `Retry-After: 1`:
+    /// the max-in-flight filter's message and delay, in the `metav1.Status` form
+    /// (`errors.NewTooManyRequests`) kube-apiserver's watch cache also answers with, so
+    /// client-go retries it after a second (docs/proxy.md).
     pub fn to_status(&self) -> Status {
-        Status::service_unavailable(format!(
-            "the server is currently unable to handle the request ({self})"
-        ))
+        match self {
+            Self::TooManyRequests(_) => {
+                let mut s = Status::new(429, "TooManyRequests", TOO_MANY_REQUESTS_MESSAGE);
+                s.with_details = true;
+                s.retry_after_seconds = Some(RETRY_AFTER_SECONDS);
+                s
+            }
+            _ => Status::service_unavailable(format!(
+                "the server is currently unable to handle the request ({self})"
+            )),
+        }
     }
 }
 

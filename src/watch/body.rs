@@ -38,6 +38,7 @@ use bytes::{Bytes, BytesMut};
 use http_body::{Body, Frame, SizeHint};
 use tokio::time::{Instant, Sleep};
 
+use super::encoding::AddedFrames;
 use super::hub::{CatchUp, Item, Registration, SnapshotLease, WatcherShared};
 use super::queue;
 use super::stats::EndReason;
@@ -295,7 +296,10 @@ impl WatchBody {
             seen += 1;
             last = Some(k.clone());
             if self.shared.filter.matches(o) {
-                self.pending.extend(enc.added_frames(o));
+                match self.shared.encoding.added(enc, o) {
+                    AddedFrames::Shared(frames) => self.pending.extend(frames),
+                    AddedFrames::One(line) => self.pending.push_back(line),
+                }
                 events += 1;
                 bytes += o.raw.len();
             }
@@ -312,7 +316,8 @@ impl WatchBody {
         let (rv, cursor) = (snap.resource_version, *cursor);
         self.last_rv = self.last_rv.max(rv);
         if self.params.initial_events_end && self.params.allow_bookmarks {
-            self.pending.push_back(enc.bookmark_line(rv, true));
+            self.pending
+                .push_back(self.shared.encoding.bookmark(enc, rv, true));
             self.store
                 .hub()
                 .stats
@@ -340,7 +345,8 @@ impl WatchBody {
                         continue;
                     }
                     if let Some(d) = ev.transition(|o| self.shared.filter.matches(o)) {
-                        self.push_event(ev.rv, ev.line(d, &hub.enc, &hub.encoded));
+                        let line = self.shared.encoding.line(ev, d, &hub.enc, &hub.encoded);
+                        self.push_event(ev.rv, line);
                     }
                 }
                 match live {
@@ -442,8 +448,11 @@ impl WatchBody {
         }
         self.bookmark_due = false;
         if head >= self.params.min_rv && head > 0 {
-            self.pending
-                .push_back(self.store.hub().enc.bookmark_line(head, false));
+            self.pending.push_back(self.shared.encoding.bookmark(
+                &self.store.hub().enc,
+                head,
+                false,
+            ));
             self.store
                 .hub()
                 .stats

@@ -22,6 +22,31 @@ pub enum Change {
     Deleted,
 }
 
+/// Representations other than JSON whose lines an event shares between watchers (see
+/// [`Event::extra_line`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExtraLine {
+    /// JSON `PartialObjectMetadata` of this `meta.k8s.io` version.
+    Metadata(crate::negotiate::MetaVersion),
+}
+
+impl ExtraLine {
+    /// Cells reserved per event (see [`Extra`]).
+    const COUNT: usize = 2;
+
+    fn slot(self) -> usize {
+        match self {
+            ExtraLine::Metadata(crate::negotiate::MetaVersion::V1) => 0,
+            ExtraLine::Metadata(crate::negotiate::MetaVersion::V1beta1) => 1,
+        }
+    }
+}
+
+/// The lines of an event in representations other than JSON, allocated on first use:
+/// an event nobody watches that way pays one empty cell (16 bytes), a representation in
+/// use its four lines.
+type Extra = [OnceLock<Box<[OnceLock<Bytes>; 4]>>; ExtraLine::COUNT];
+
 /// The event type one watcher sees, after its selector's transitions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Delivery {
@@ -32,6 +57,17 @@ pub enum Delivery {
     /// The object stopped matching: DELETED carrying the previous state at this event's
     /// resourceVersion (cache_watcher.go `convertToWatchEvent`).
     DeletedPrevious,
+}
+
+impl Delivery {
+    /// The watch event's `type`.
+    pub fn event_type(self) -> &'static str {
+        match self {
+            Delivery::Added => "ADDED",
+            Delivery::Modified => "MODIFIED",
+            Delivery::Deleted | Delivery::DeletedPrevious => "DELETED",
+        }
+    }
 }
 
 /// One change in the history.
@@ -48,6 +84,7 @@ pub struct Event {
     /// When it entered the history (for the time window and the oldest-age metric).
     pub at: Instant,
     lines: [OnceLock<Bytes>; 4],
+    extra: OnceLock<Box<Extra>>,
     /// What it keeps alive apart from its encodings (see [`Event::base_cost`]).
     base_cost: usize,
     /// Bytes of the encodings built so far; `RETIRED` once it has left the history.
@@ -92,6 +129,7 @@ impl Event {
             prev,
             at: Instant::now(),
             lines: Default::default(),
+            extra: OnceLock::new(),
             base_cost,
             encoded: AtomicUsize::new(0),
         }
@@ -114,6 +152,44 @@ impl Event {
         }
     }
 
+    /// The object a watcher given `delivery` receives: the new state, or for an object
+    /// that stopped matching the previous state at this event's resourceVersion.
+    pub fn delivered_object(&self, delivery: Delivery) -> Arc<CachedObject> {
+        match delivery {
+            Delivery::DeletedPrevious => {
+                let prev = self.prev.as_ref().unwrap_or(&self.object);
+                Arc::new(prev.with_resource_version(self.rv))
+            }
+            _ => self.object.clone(),
+        }
+    }
+
+    /// The shared line of this event in another representation, built on first use by
+    /// `build` (from the delivered object) and counted in `encoded` like the JSON lines.
+    pub fn extra_line(
+        &self,
+        which: ExtraLine,
+        delivery: Delivery,
+        encoded: &EncodedBytes,
+        build: impl FnOnce(&CachedObject) -> Bytes,
+    ) -> Bytes {
+        let lines =
+            self.extra.get_or_init(Default::default)[which.slot()].get_or_init(Default::default);
+        lines[delivery as usize]
+            .get_or_init(|| {
+                let line = build(&self.delivered_object(delivery));
+                self.count(line.len(), encoded);
+                line
+            })
+            .clone()
+    }
+
+    fn count(&self, n: usize, encoded: &EncodedBytes) {
+        if self.encoded.fetch_add(n, Ordering::AcqRel) & RETIRED == 0 {
+            encoded.0.fetch_add(n as i64, Ordering::AcqRel);
+        }
+    }
+
     /// The shared wire line for `delivery`, built on first use and counted in `encoded`
     /// while the event is in the history.
     pub fn line(&self, delivery: Delivery, enc: &Encoder, encoded: &EncodedBytes) -> Bytes {
@@ -128,10 +204,7 @@ impl Event {
                     enc.object_line("DELETED", &prev.with_resource_version(self.rv))
                 }
             };
-            let n = line.len();
-            if self.encoded.fetch_add(n, Ordering::AcqRel) & RETIRED == 0 {
-                encoded.0.fetch_add(n as i64, Ordering::AcqRel);
-            }
+            self.count(line.len(), encoded);
             line
         })
         .clone()
@@ -215,10 +288,20 @@ impl Encoder {
         Bytes::from(out)
     }
 
+    /// `{"kind":"Pod","apiVersion":"v1",`: what objects stored without TypeMeta get.
+    pub fn type_prefix(&self) -> &[u8] {
+        &self.type_prefix
+    }
+
     /// The BOOKMARK line: the resource's kind and apiVersion and only
     /// `metadata.resourceVersion`, plus the `k8s.io/initial-events-end` annotation when it
     /// closes the initial events of a watch-list.
     pub fn bookmark_line(&self, rv: u64, initial_events_end: bool) -> Bytes {
+        value_line("BOOKMARK", &self.bookmark_object(rv, initial_events_end))
+    }
+
+    /// A bookmark's object (see [`Encoder::bookmark_line`]).
+    pub fn bookmark_object(&self, rv: u64, initial_events_end: bool) -> Value {
         let mut meta = serde_json::Map::new();
         meta.insert("resourceVersion".into(), Value::String(rv.to_string()));
         if initial_events_end {
@@ -227,12 +310,11 @@ impl Encoder {
                 serde_json::json!({ INITIAL_EVENTS_END: "true" }),
             );
         }
-        let obj = serde_json::json!({
+        serde_json::json!({
             "kind": self.kind,
             "apiVersion": self.api_version,
             "metadata": meta,
-        });
-        value_line("BOOKMARK", &obj)
+        })
     }
 }
 

@@ -40,6 +40,8 @@ const NO_LAG: u64 = u64::MAX;
 pub struct WatcherShared {
     pub id: WatcherId,
     pub filter: WatchFilter,
+    /// How its events are written (the representation its Accept header negotiated).
+    pub encoding: super::encoding::WatchEncoding,
     /// The history position of the first event it missed when its queue overflowed.
     lag_seq: AtomicU64,
     /// Why the hub closed its queue, when it was not for lagging.
@@ -324,7 +326,8 @@ impl Hub {
             let Some(d) = ev.transition(|o| e.shared.filter.matches(o)) else {
                 continue;
             };
-            match e.tx.try_send((ev.rv, ev.line(d, &self.enc, &self.encoded))) {
+            let line = e.shared.encoding.line(ev, d, &self.enc, &self.encoded);
+            match e.tx.try_send((ev.rv, line)) {
                 Ok(()) => {}
                 Err(SendError::Full) => fallen.push((*id, true)),
                 Err(SendError::Closed) => fallen.push((*id, false)),
@@ -442,6 +445,7 @@ impl Hub {
         &self,
         snapshot: impl FnOnce() -> Arc<Snapshot>,
         filter: WatchFilter,
+        encoding: super::encoding::WatchEncoding,
         start: Start,
     ) -> Result<Registration, TooOld> {
         let mut st = self.lock();
@@ -467,6 +471,7 @@ impl Hub {
         let shared = Arc::new(WatcherShared {
             id,
             filter,
+            encoding,
             lag_seq: AtomicU64::new(NO_LAG),
             closed_by: AtomicU8::new(0),
             epoch: st.epoch,

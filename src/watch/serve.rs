@@ -22,6 +22,7 @@ use http::{header, HeaderValue, Method, Response, StatusCode};
 use rand::Rng;
 
 use super::body::{WatchBody, WatchParams};
+use super::encoding::{TableWatch, WatchEncoding};
 use super::event::value_line;
 use super::filter::{WatchFilter, NAME};
 use super::hub::{Start, TooOld};
@@ -30,11 +31,12 @@ use crate::cache::fresh::Scope;
 use crate::cache::read_at;
 use crate::cache::registry::Registry;
 use crate::cache::serve::fields_indexed;
-use crate::negotiate::{negotiate, negotiate_stream, Encoding, Negotiated};
+use crate::negotiate::{negotiate, negotiate_stream, Conversion, Encoding};
 use crate::proxy::headers::SOURCE_HEADER;
 use crate::request::{self, ApiPath, Parsed, Verb, WatchTimeout};
 use crate::selector::field::Term;
 use crate::status::Status;
+use crate::table::TableOptions;
 
 /// Without timeoutSeconds, kube-apiserver picks minRequestTimeout (1800 s) × [1, 2), so
 /// that reconnects spread out (handlers/get.go).
@@ -49,7 +51,9 @@ pub async fn try_watch(registry: &Arc<Registry>, req: &Parsed) -> Option<Respons
     let ApiPath::Resource(rp) = &req.api.path else {
         return None;
     };
+    // A path only the upstream can interpret (`crate::apipath`) is its to answer.
     if req.api.verb != Verb::Watch
+        || !rp.canonical
         || rp.subresource.is_some()
         || !rp.extra.is_empty()
         || req.api.query_get("pretty").is_some()
@@ -79,11 +83,16 @@ pub async fn try_watch(registry: &Arc<Registry>, req: &Parsed) -> Option<Respons
 
     registry.ensure_started(&rp.group, &rp.version, &rp.resource);
     let cache = registry.get(&rp.group, &rp.version, &rp.resource)?;
-    if !cache.is_synced() || !json_watch(&cache, req) {
+    if !cache.is_synced() {
         return None;
     }
+    let encoding = encoding(registry, &cache, req)?;
     let own_namespace = rp.group.is_empty() && rp.resource == "namespaces";
-    if rp.namespace.is_some() && !cache.info.namespaced && !own_namespace {
+    // Paths with no route: a cluster-scoped type under a namespace, a namespaced one by
+    // name outside a namespace (`/api/v1/watch/pods/a`). The upstream's 404 to give.
+    if (rp.namespace.is_some() && !cache.info.namespaced && !own_namespace)
+        || (rp.name.is_some() && rp.namespace.is_none() && cache.info.namespaced)
+    {
         return None;
     }
     if !fields_indexed(&cache, &opts) {
@@ -139,7 +148,7 @@ pub async fn try_watch(registry: &Arc<Registry>, req: &Parsed) -> Option<Respons
         labels: opts.label_selector.clone(),
         fields: opts.field_selector.clone(),
     };
-    let reg = match cache.store.watch(filter, start) {
+    let reg = match cache.store.watch(filter, encoding, start) {
         Ok(r) => r,
         Err(TooOld(requested, oldest)) => {
             return Some(error_stream(&Status::too_old_resource_version(
@@ -171,15 +180,36 @@ fn watch_timeout(t: WatchTimeout) -> Duration {
     }
 }
 
-/// JSON watches only, negotiated as the apiserver does for this type: the list
-/// negotiation (`NegotiateOutputMediaType`) must give JSON without a conversion, and the
-/// stream negotiation must agree. Table, PartialObjectMetadata and protobuf watches, and
-/// refusals, go upstream until they are served too.
-fn json_watch(cache: &crate::cache::registry::ResourceCache, req: &Parsed) -> bool {
+/// The representation of the watch's events, negotiated as the apiserver negotiates it
+/// for this type: the list negotiation (`NegotiateOutputMediaType`) decides the conversion,
+/// the stream negotiation the encoding. The cache writes JSON objects, JSON
+/// `PartialObjectMetadata` and Tables; protobuf, a watch asked as a list
+/// (`PartialObjectMetadataList`), a bad `includeObject` and refusals go upstream.
+fn encoding(
+    registry: &Arc<Registry>,
+    cache: &crate::cache::registry::ResourceCache,
+    req: &Parsed,
+) -> Option<WatchEncoding> {
     let endpoint = cache.info.endpoint();
-    let json = |n: &Negotiated| n.encoding == Encoding::Json && n.conversion.is_none();
-    negotiate(req.accept.as_deref(), endpoint).is_ok_and(|n| json(&n))
-        && negotiate_stream(req.accept.as_deref(), endpoint).is_ok_and(|n| json(&n))
+    let accept = req.accept.as_deref();
+    let n = negotiate(accept, endpoint).ok()?;
+    let stream = negotiate_stream(accept, endpoint).ok()?;
+    if stream.encoding != Encoding::Json || n.encoding != Encoding::Json || n.pretty {
+        return None;
+    }
+    match n.conversion {
+        None => Some(WatchEncoding::Json),
+        Some(Conversion::PartialObjectMetadata(version)) => Some(WatchEncoding::Metadata {
+            version,
+            unstructured: !cache.info.is_builtin(),
+        }),
+        Some(Conversion::Table(v)) => {
+            let opts = TableOptions::new(v, req.api.query_get("includeObject")).ok()?;
+            let convertor = crate::cache::serve::convertor(registry, cache)?;
+            Some(WatchEncoding::Table(TableWatch::new(convertor, opts)))
+        }
+        Some(Conversion::PartialObjectMetadataList(_)) => None,
+    }
 }
 
 fn stream_response(body: Body) -> Response<Body> {

@@ -9,6 +9,7 @@ use http_body_util::BodyExt;
 use serde_json::Value;
 
 use super::body::{WatchBody, WatchParams};
+use super::encoding::WatchEncoding;
 use super::filter::WatchFilter;
 use super::hub::{Start, TooOld, QUEUE_LEN};
 use super::stats::EndReason;
@@ -56,7 +57,9 @@ fn params(min_rv: u64) -> WatchParams {
 }
 
 fn open(s: &Arc<Store>, filter: WatchFilter, start: Start, p: WatchParams) -> WatchBody {
-    let reg = s.watch(filter, start).expect("registered");
+    let reg = s
+        .watch(filter, crate::watch::encoding::WatchEncoding::Json, start)
+        .expect("registered");
     WatchBody::new(s.clone(), reg, p)
 }
 
@@ -155,7 +158,8 @@ async fn rv_n_replays_the_history_after_n_only() {
     );
     // Older than the list the history starts after: 410 with the apiserver's numbers.
     assert_eq!(
-        s.watch(WatchFilter::default(), Start::After(9)).err(),
+        s.watch(WatchFilter::default(), WatchEncoding::Json, Start::After(9))
+            .err(),
         Some(TooOld(9, 10))
     );
 }
@@ -217,7 +221,11 @@ async fn a_reader_past_the_history_ends_cleanly_and_cannot_resume_there() {
     assert_eq!(s.hub().stats.terminated(EndReason::Slow), 1);
     let resume_at = 10 + QUEUE_LEN as u64;
     assert!(matches!(
-        s.watch(WatchFilter::default(), Start::After(resume_at)),
+        s.watch(
+            WatchFilter::default(),
+            WatchEncoding::Json,
+            Start::After(resume_at)
+        ),
         Err(TooOld(r, _)) if r == resume_at
     ));
 }

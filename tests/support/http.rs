@@ -24,6 +24,8 @@ pub const STRATEGIC_MERGE_PATCH: &str = "application/strategic-merge-patch+json"
 pub struct Http {
     base: String,
     client: Client<HttpConnector, Full<Bytes>>,
+    /// Sent with every request (e.g. a bearer token).
+    headers: Vec<(String, String)>,
 }
 
 /// A complete response.
@@ -82,7 +84,16 @@ impl Http {
         Self {
             base: base.trim_end_matches('/').to_string(),
             client: Client::builder(TokioExecutor::new()).build_http(),
+            headers: Vec::new(),
         }
+    }
+
+    /// A client for `base` that sends `Authorization: Bearer <token>` with every request.
+    pub fn with_token(base: &str, token: &str) -> Self {
+        let mut http = Self::new(base);
+        http.headers
+            .push(("authorization".into(), format!("Bearer {token}")));
+        http
     }
 
     pub fn base(&self) -> &str {
@@ -99,6 +110,9 @@ impl Http {
         let mut req = Request::builder()
             .method(method)
             .uri(format!("{}{}", self.base, path));
+        for (k, v) in &self.headers {
+            req = req.header(k.as_str(), v.as_str());
+        }
         for (k, v) in headers {
             req = req.header(*k, *v);
         }
@@ -187,6 +201,18 @@ impl Http {
     /// Opens a watch (`path` must carry `watch=true` or be a legacy `/watch/` path) and
     /// asserts that it answers 200 with a stream, read event by event.
     pub async fn watch(&self, path: &str) -> super::watch::Watch {
-        super::watch::open_ok(&self.base, path).await
+        super::watch::open_ok_with(&self.base, path, &self.watch_headers()).await
+    }
+
+    /// Opens a watch and returns once its response head is in, whatever the status.
+    pub async fn watch_any(&self, path: &str) -> super::watch::Watch {
+        super::watch::open_with(&self.base, path, &self.watch_headers()).await
+    }
+
+    /// A watch's headers: JSON, and this client's own (its token).
+    fn watch_headers(&self) -> Vec<(&str, &str)> {
+        std::iter::once(("accept", JSON))
+            .chain(self.headers.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .collect()
     }
 }

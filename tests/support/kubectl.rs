@@ -16,6 +16,15 @@ use super::{tools, COMMAND_TIMEOUT};
 /// Writes a kubeconfig whose only context points at `server` (e.g. `http://127.0.0.1:PORT`),
 /// with `namespace` as the context's default namespace.
 pub fn write_kubeconfig(path: &Path, server: &str, namespace: &str) {
+    write_kubeconfig_for(path, server, namespace, None)
+}
+
+/// [`write_kubeconfig`] with a bearer token for the user.
+pub fn write_kubeconfig_for(path: &Path, server: &str, namespace: &str, token: Option<&str>) {
+    let user = match token {
+        Some(t) => format!("{{token: {t}}}"),
+        None => "{}".to_string(),
+    };
     let text = format!(
         "apiVersion: v1
 kind: Config
@@ -32,7 +41,7 @@ contexts:
 current-context: test
 users:
 - name: test
-  user: {{}}
+  user: {user}
 "
     );
     std::fs::write(path, text).expect("write kubeconfig");
@@ -51,9 +60,18 @@ impl Kubectl {
     }
 
     pub fn with_namespace(server: &str, namespace: &str) -> Self {
+        Self::build(server, namespace, None)
+    }
+
+    /// A kubectl for `server` whose user authenticates with a bearer token.
+    pub fn with_token(server: &str, token: &str) -> Self {
+        Self::build(server, "default", Some(token))
+    }
+
+    fn build(server: &str, namespace: &str, token: Option<&str>) -> Self {
         let dir = tempfile::tempdir().expect("tempdir for kubectl");
         let kubeconfig = dir.path().join("kubeconfig");
-        write_kubeconfig(&kubeconfig, server, namespace);
+        write_kubeconfig_for(&kubeconfig, server, namespace, token);
         Self {
             server: server.to_string(),
             dir,

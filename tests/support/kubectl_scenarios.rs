@@ -624,12 +624,181 @@ pub async fn logs_follow(env: &Env) {
     logs.kill().await;
 }
 
+/// The ways kubectl 1.37 can carry `port-forward`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PortForwardProtocol {
+    /// kubectl 1.37's default: SPDY tunnelled through a WebSocket
+    /// (`SPDY/3.1+portforward.k8s.io`).
+    WebSocket,
+    /// Its fallback, a plain SPDY/3.1 upgrade (`KUBECTL_PORT_FORWARD_WEBSOCKETS=false`).
+    Spdy,
+}
+
+const PORT_POD_YAML: &str = "apiVersion: v1
+kind: Pod
+metadata:
+  name: web
+  namespace: e2e
+spec:
+  # Unbound: the simulator's scheduler binds it and its kubelet reports it Running, which
+  # kubectl port-forward insists on.
+  containers:
+  - name: main
+    image: nginx:1.27
+    ports:
+    - containerPort: 8080
+";
+
+/// One HTTP/1.1 GET over a fresh TCP connection to `port`; the whole answer.
+pub async fn http_get_local(port: u16, path: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    s.write_all(
+        format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").as_bytes(),
+    )
+    .await
+    .unwrap();
+    let mut out = Vec::new();
+    super::wait::within(
+        "the forwarded HTTP answer",
+        EVENT_TIMEOUT,
+        s.read_to_end(&mut out),
+    )
+    .await
+    .unwrap();
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// `kubectl port-forward pod/web :8080 :9999`: an HTTP request and a stream of raw bytes
+/// through the declared port reach the simulator's responder and come back (HTTP answer,
+/// byte-exact echo); a port no container declares fails as a kubelet reports it, and
+/// kubectl gives up with `lost connection to pod`.
+pub async fn port_forward(env: &Env, protocol: PortForwardProtocol) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    create_namespace(env).await;
+    let file = env.kubectl.write_file("pod.yaml", PORT_POD_YAML);
+    env.kubectl
+        .ok(&["create", "-f", file.to_str().unwrap()])
+        .await;
+    // kubectl forwards only to a Running pod (the simulator's kubelet starts it).
+    super::wait::wait_until("the pod to be Running", EVENT_TIMEOUT, || async {
+        env.direct_http
+            .get(&format!("/api/v1/namespaces/{NS}/pods/web"))
+            .await
+            .json()["status"]["phase"]
+            == "Running"
+    })
+    .await;
+    let websockets = match protocol {
+        PortForwardProtocol::WebSocket => "true",
+        PortForwardProtocol::Spdy => "false",
+    };
+    let mut pf = env.kubectl.spawn_with(
+        &[
+            "port-forward",
+            "-n",
+            NS,
+            "pod/web",
+            ":8080",
+            ":9999",
+            "-v=4",
+        ],
+        &[("KUBECTL_PORT_FORWARD_WEBSOCKETS", websockets)],
+    );
+    let port_of = |line: &str| -> u16 {
+        // `Forwarding from 127.0.0.1:PORT -> 8080`
+        line.split_whitespace()
+            .nth(2)
+            .and_then(|a| a.rsplit(':').next())
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_else(|| panic!("no port in {line:?}"))
+    };
+    let web = port_of(
+        &pf.expect_line(
+            "Forwarding from 127.0.0.1:… -> 8080",
+            EVENT_TIMEOUT,
+            |l| l.starts_with("Forwarding from 127.0.0.1:") && l.ends_with("-> 8080"),
+        )
+        .await,
+    );
+    let closed = port_of(
+        &pf.expect_line(
+            "Forwarding from 127.0.0.1:… -> 9999",
+            EVENT_TIMEOUT,
+            |l| l.starts_with("Forwarding from 127.0.0.1:") && l.ends_with("-> 9999"),
+        )
+        .await,
+    );
+
+    // HTTP, twice (each connection is a new stream pair).
+    for path in ["/", "/healthz"] {
+        let answer = http_get_local(web, path).await;
+        assert!(
+            answer.starts_with("HTTP/1.1 200 OK\r\n")
+                && answer.ends_with(
+                    "\r\n\r\nhello from pod e2e/web, container main, port 8080 (watchgate sim)\n"
+                ),
+            "{path}: {answer:?}\nkubectl: {}",
+            pf.stderr()
+        );
+    }
+    // Raw bytes, larger than a SPDY data frame, every byte value: echoed exactly.
+    let payload: Vec<u8> = (0..200_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", web))
+        .await
+        .unwrap();
+    let (mut r, mut w) = s.split();
+    let send = async {
+        w.write_all(&payload).await.unwrap();
+        w.shutdown().await.unwrap();
+    };
+    let mut echoed = Vec::new();
+    let recv = r.read_to_end(&mut echoed);
+    let (_, got) = super::wait::within("the echo", EVENT_TIMEOUT, async {
+        tokio::join!(send, recv)
+    })
+    .await;
+    got.unwrap();
+    assert!(
+        echoed == payload,
+        "{} bytes sent, {} echoed",
+        payload.len(),
+        echoed.len()
+    );
+
+    // Which transport kubectl really used: it falls back from WebSocket silently.
+    let tunnelled = pf
+        .stderr()
+        .contains("\"Negotiation complete\" protocol=\"portforward.k8s.io\"");
+    assert_eq!(
+        tunnelled,
+        protocol == PortForwardProtocol::WebSocket,
+        "kubectl should have used {protocol:?}:\n{}",
+        pf.stderr()
+    );
+
+    // A port nothing listens on: the kubelet's error on the error stream, then kubectl
+    // closes the session and exits.
+    let refused = tokio::net::TcpStream::connect(("127.0.0.1", closed)).await;
+    drop(refused);
+    let out = pf.wait(EVENT_TIMEOUT).await;
+    assert!(
+        !out.success()
+            && out.stderr.contains("error forwarding port 9999 to pod")
+            && out.stderr.contains("connect: connection refused")
+            && out.stderr.contains("lost connection to pod"),
+        "{out}"
+    );
+}
+
 /// Declares every kubectl end-to-end test against the environment `$env` builds, so the
 /// simulator and the gateway files run exactly the same steps under the same test names.
 #[macro_export]
 macro_rules! kubectl_tests {
     ($env:expr) => {
-        use support::kubectl_scenarios::{self as scenario, ExecProtocol};
+        use support::kubectl_scenarios::{self as scenario, ExecProtocol, PortForwardProtocol};
 
         async fn env() -> support::Env {
             $env.await
@@ -697,6 +866,16 @@ macro_rules! kubectl_tests {
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn kubectl_logs_follow_streams() {
             scenario::logs_follow(&env().await).await;
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn kubectl_port_forward_websocket() {
+            scenario::port_forward(&env().await, PortForwardProtocol::WebSocket).await;
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn kubectl_port_forward_spdy() {
+            scenario::port_forward(&env().await, PortForwardProtocol::Spdy).await;
         }
     };
 }

@@ -9,6 +9,8 @@
 //! - [`raw`]: hyper connections that send requests exactly as built, and raw TCP exchanges.
 //! - [`metrics`]: samples of a Prometheus text exposition.
 //! - [`serve`]: the `watchgate serve` binary as a child process, its log captured.
+//! - [`secure`]: a simulator enforcing the demo policy and a gateway with `--auth=delegated`
+//!   in front of it, with the policy's tokens.
 //! - [`servers`]: the simulator and the gateway, started in-process on `127.0.0.1:0`.
 //! - [`sim`]: a bare simulator and JSON reads of it, for the simulator's own tests.
 //! - [`stub`]: stub upstreams whose every answer a test writes (apiservers the simulator
@@ -29,6 +31,7 @@ pub mod process;
 pub mod python;
 pub mod python_scenarios;
 pub mod raw;
+pub mod secure;
 pub mod serve;
 pub mod servers;
 pub mod sim;

@@ -25,6 +25,12 @@ impl SimServer {
     pub fn handle(&self) -> &SimHandle {
         &self.handle
     }
+
+    /// Kills it like a process: every connection dropped mid-stream (its store lives on
+    /// in any replica).
+    pub async fn kill(self) {
+        self.handle.kill().await;
+    }
 }
 
 /// A simulator configuration like a fresh cluster: empty but for the namespaces every
@@ -46,6 +52,22 @@ pub async fn start_sim_with(cfg: SimConfig) -> SimServer {
     let handle = watchgate::sim::start(cfg)
         .await
         .expect("start the simulator in-process");
+    SimServer {
+        url: handle.url(),
+        handle,
+    }
+}
+
+/// Starts another apiserver of a simulated cluster whose store is `store` (a running
+/// simulator's `handle().store()`): writes through either are seen by both; it has its
+/// own faults and stats, on `cfg.addr`.
+pub async fn start_replica_with(
+    cfg: SimConfig,
+    store: std::sync::Arc<watchgate::sim::Store>,
+) -> SimServer {
+    let handle = watchgate::sim::start_replica(cfg, store)
+        .await
+        .expect("start a simulator replica in-process");
     SimServer {
         url: handle.url(),
         handle,

@@ -33,6 +33,7 @@ where
 /// and every open connection, like an apiserver that went away.
 pub struct Stub {
     pub addr: SocketAddr,
+    accepted: Arc<std::sync::atomic::AtomicUsize>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -44,11 +45,14 @@ impl Stub {
     pub async fn start_on(addr: SocketAddr, h: StubHandler) -> Stub {
         let listener = TcpListener::bind(addr).await.expect("bind stub");
         let addr = listener.local_addr().unwrap();
+        let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let count = accepted.clone();
         let task = tokio::spawn(async move {
             let mut conns = JoinSet::new();
             loop {
                 tokio::select! {
                     Ok((stream, _)) = listener.accept() => {
+                        count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                         let h = h.clone();
                         conns.spawn(async move {
                             let svc = service_fn(move |req| {
@@ -64,11 +68,20 @@ impl Stub {
                 }
             }
         });
-        Stub { addr, task }
+        Stub {
+            addr,
+            accepted,
+            task,
+        }
     }
 
     pub fn url(&self) -> String {
         format!("http://{}", self.addr)
+    }
+
+    /// TCP connections accepted so far.
+    pub fn connections(&self) -> usize {
+        self.accepted.load(std::sync::atomic::Ordering::SeqCst)
     }
 }
 
@@ -150,4 +163,102 @@ pub fn pods_only_discovery() -> Response<Body> {
 pub fn stub_pod(name: &str, rv: u64) -> Value {
     json!({"metadata": {"name": name, "namespace": "ns", "resourceVersion": rv.to_string()},
            "spec": {"nodeName": "n1"}, "status": {"phase": "Running"}})
+}
+
+/// The test CA (tests/fixtures/tls) that signed [`TlsStub`]'s certificate for 127.0.0.1.
+const TEST_CA: &str = include_str!("../fixtures/tls/ca.crt");
+const TEST_CERT: &str = include_str!("../fixtures/tls/server.crt");
+const TEST_KEY: &str = include_str!("../fixtures/tls/server.key");
+
+/// An HTTPS stub upstream offering `h2` and `http/1.1` through ALPN, as kube-apiserver
+/// does, and allowing `max_streams` concurrent streams per HTTP/2 connection
+/// (kube-apiserver's `--http2-max-streams-per-connection`, 100 by default). Counts the
+/// TCP connections it accepts. Dropping it closes the listener and every connection.
+pub struct TlsStub {
+    pub addr: SocketAddr,
+    accepted: Arc<std::sync::atomic::AtomicUsize>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl TlsStub {
+    pub async fn start(h: StubHandler, max_streams: u32) -> TlsStub {
+        use tokio_rustls::rustls;
+        use tokio_rustls::rustls::pki_types::pem::PemObject;
+        use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
+        let certs = vec![CertificateDer::from_pem_slice(TEST_CERT.as_bytes()).unwrap()];
+        let key = PrivateKeyDer::from_pem_slice(TEST_KEY.as_bytes()).unwrap();
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut cfg = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(certs, key)
+            .unwrap();
+        cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(cfg));
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind stub");
+        let addr = listener.local_addr().unwrap();
+        let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let count = accepted.clone();
+        let task = tokio::spawn(async move {
+            let mut conns = JoinSet::new();
+            let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+            builder.http2().max_concurrent_streams(max_streams);
+            let builder = Arc::new(builder);
+            loop {
+                tokio::select! {
+                    Ok((tcp, _)) = listener.accept() => {
+                        count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        let (h, acceptor, builder) = (h.clone(), acceptor.clone(), builder.clone());
+                        conns.spawn(async move {
+                            let Ok(tls) = acceptor.accept(tcp).await else { return };
+                            let svc = service_fn(move |req| {
+                                let h = h.clone();
+                                async move { Ok::<_, Infallible>(h(req).await) }
+                            });
+                            let _ = builder.serve_connection_with_upgrades(TokioIo::new(tls), svc).await;
+                        });
+                    }
+                    Some(_) = conns.join_next() => {}
+                }
+            }
+        });
+        TlsStub {
+            addr,
+            accepted,
+            task,
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("https://127.0.0.1:{}", self.addr.port())
+    }
+
+    /// TCP connections accepted so far.
+    pub fn connections(&self) -> usize {
+        self.accepted.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// A kube config for this stub that trusts the test CA and has no credentials.
+    pub fn kube_config(&self) -> kube::Config {
+        use tokio_rustls::rustls::pki_types::pem::PemObject;
+        use tokio_rustls::rustls::pki_types::CertificateDer;
+        let mut cfg = kube::Config::new(self.url().parse().unwrap());
+        let ca = CertificateDer::from_pem_slice(TEST_CA.as_bytes()).unwrap();
+        cfg.root_cert = Some(vec![ca.to_vec()]);
+        cfg
+    }
+}
+
+impl Drop for TlsStub {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// A body that never ends and never sends anything: a watch with no events.
+pub fn endless_body() -> Body {
+    watchgate::body::boxed(http_body_util::StreamBody::new(
+        futures_util::stream::pending::<Result<http_body::Frame<Bytes>, Infallible>>(),
+    ))
 }

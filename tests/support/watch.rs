@@ -93,12 +93,19 @@ pub struct Watch {
 /// Sends `GET base+path` over HTTP/1.1 and returns once the response headers are in,
 /// whatever the status (bad input tests read the Status body with [`Watch::body_json`]).
 pub async fn open(base: &str, path: &str) -> Watch {
+    open_with(base, path, &[("accept", "application/json")]).await
+}
+
+/// [`open`] with the given request headers (e.g. an `Accept` asking for a Table or
+/// PartialObjectMetadata).
+pub async fn open_with(base: &str, path: &str, headers: &[(&str, &str)]) -> Watch {
     let what = format!("{base}{path}");
     let client: Client<_, Empty<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
-    let req = Request::get(&what)
-        .header("accept", "application/json")
-        .body(Empty::new())
-        .expect("valid request");
+    let mut req = Request::get(&what);
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let req = req.body(Empty::new()).expect("valid request");
     let resp = match tokio::time::timeout(HEADERS_TIMEOUT, client.request(req)).await {
         Ok(Ok(r)) => r,
         Ok(Err(e)) => panic!("watch {what}: {e:?}"),
@@ -110,6 +117,21 @@ pub async fn open(base: &str, path: &str) -> Watch {
 /// [`open`], asserting a 200.
 pub async fn open_ok(base: &str, path: &str) -> Watch {
     let mut w = open(base, path).await;
+    if w.status != StatusCode::OK {
+        let body = w.rest(Duration::from_secs(5)).await;
+        panic!(
+            "watch {}: status {}, body {}",
+            w.what,
+            w.status,
+            String::from_utf8_lossy(&body)
+        );
+    }
+    w
+}
+
+/// [`open_with`], asserting a 200.
+pub async fn open_ok_with(base: &str, path: &str, headers: &[(&str, &str)]) -> Watch {
+    let mut w = open_with(base, path, headers).await;
     if w.status != StatusCode::OK {
         let body = w.rest(Duration::from_secs(5)).await;
         panic!(

@@ -1,0 +1,102 @@
+//! `authz`: reads the gateway may answer itself (from the cache or the fan-out) are
+//! authorized here with a SubjectAccessReview for the attributes kube-apiserver would
+//! check (`auth::Attributes::of_read`), before anything is read from a cache. Allowed
+//! requests are marked [`Authorized`]; the router lets the cache and the fan-out answer
+//! only marked requests. A denial is the apiserver's 403 Status.
+//!
+//! Everything else (writes, consistent reads, discovery, subresources) goes upstream with
+//! the client's identity, and the apiserver authorizes it itself. If the review fails
+//! (upstream unreachable, watchgate lacking RBAC for SubjectAccessReviews), the request is
+//! left unmarked and is forwarded too: the upstream then decides, and the cache never
+//! answers without a decision.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use http::{Method, Request, Response};
+use tower::{Layer, Service};
+
+use super::BoxFuture;
+use crate::auth::{answers, Attributes, Authorized, Decision, Security, User};
+use crate::body::Body;
+use crate::request::{ApiPath, Parsed, Verb};
+
+#[derive(Clone)]
+pub struct AuthzLayer(pub Arc<Security>);
+
+impl<S> Layer<S> for AuthzLayer {
+    type Service = Authz<S>;
+
+    fn layer(&self, inner: S) -> Authz<S> {
+        Authz {
+            inner,
+            security: self.0.clone(),
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct Authz<S> {
+    inner: S,
+    security: Arc<Security>,
+}
+
+/// A superset of what `cache::serve` and `watch::serve` may answer: GET reads of a
+/// resource (no subresource) with valid options and a resourceVersion. The rest is
+/// forwarded whatever happens, so the upstream authorizes it.
+pub fn may_be_served_locally(req: &Parsed) -> bool {
+    let ApiPath::Resource(rp) = &req.api.path else {
+        return false;
+    };
+    req.api.method == Method::GET
+        && matches!(req.api.verb, Verb::Get | Verb::List | Verb::Watch)
+        && rp.subresource.is_none()
+        && rp.extra.is_empty()
+        && req.valid_options().is_some_and(|o| {
+            o.resource_version
+                .as_deref()
+                .is_some_and(|rv| !rv.is_empty())
+        })
+}
+
+impl<S, B> Service<Request<B>> for Authz<S>
+where
+    S: Service<Request<B>, Response = Response<Body>, Error = Infallible> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    B: Send + 'static,
+{
+    type Response = Response<Body>;
+    type Error = Infallible;
+    type Future = BoxFuture;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut req: Request<B>) -> BoxFuture {
+        let security = self.security.clone();
+        let mut inner = super::take(&mut self.inner);
+        Box::pin(async move {
+            let user = req.extensions().get::<Arc<User>>().cloned();
+            let parsed = Parsed::of(&req).filter(|p| may_be_served_locally(p));
+            if let (Some(user), Some(parsed)) = (user, parsed) {
+                if let Some(attrs) = Attributes::of_read(&parsed) {
+                    match security.authz.authorize(&user, attrs).await {
+                        Ok(Decision::Allow) => {
+                            req.extensions_mut().insert(Authorized);
+                        }
+                        Ok(Decision::Deny(reason)) => {
+                            let attrs = Attributes::of_read(&parsed).expect("derived above");
+                            return Ok(answers::forbidden(user.name(), &attrs, &reason));
+                        }
+                        Err(err) => {
+                            tracing::warn!(error = %err, "authorization failed; forwarding the read");
+                        }
+                    }
+                }
+            }
+            inner.call(req).await
+        })
+    }
+}
