@@ -205,12 +205,31 @@ async fn states_inside_a_relists_gap_are_the_upstreams() {
     let (sim, gw) = setup(Duration::from_secs(300)).await;
     let (direct, through) = (Http::new(&sim.url()), Http::new(&gw.url()));
     let before = sim.store().current_rv();
-    // The reflector's next watch is answered late with a 410; the writes meanwhile reach
-    // the cache only through the relist that follows, which tells the new state but not
-    // the states on the way.
-    sim.faults().set_latency(Duration::from_millis(300));
+    let open_watches = || async {
+        sample(
+            &metrics(&gw).await,
+            "watchgate_upstream_watches",
+            &[("resource", "pods")],
+        )
+    };
+    // Its watch must be registered upstream first, so that the drop below ends it.
+    wait_until(
+        "the reflector's watch open upstream",
+        EVENT_TIMEOUT,
+        || async { open_watches().await == 1.0 },
+    )
+    .await;
+    // The reflector's next watch is answered late (every request to the simulator waits
+    // 2 s) with a 410; the writes meanwhile reach the cache only through the relist that
+    // follows, which tells the new state but not the states on the way. The writes wait
+    // for the old watch to be gone: an event racing the drop would still reach it.
+    sim.faults().set_latency(Duration::from_secs(2));
     sim.faults().force_410_next_watch(1);
     sim.faults().drop_watches_now();
+    wait_until("the reflector's watch dropped", EVENT_TIMEOUT, || async {
+        open_watches().await == 0.0
+    })
+    .await;
     let w1 = put_pod(&sim, "a", "p1", json!({"gap": "1"}), "n", "Running");
     let w2 = put_pod(&sim, "a", "p2", json!({"gap": "2"}), "n", "Running");
     sim.faults().set_latency(Duration::ZERO);
