@@ -242,6 +242,58 @@ impl Watch {
         }
     }
 
+    /// The next frame of a protobuf watch (`application/vnd.kubernetes.protobuf;stream=watch`:
+    /// a 4-byte big-endian length, then that many bytes of `metav1.WatchEvent`), or `None`
+    /// at a clean end of stream. Panics like [`Watch::next_within`].
+    pub async fn next_frame_within(&mut self, timeout: Duration) -> Option<Bytes> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if self.buf.len() >= 4 {
+                let len = u32::from_be_bytes([self.buf[0], self.buf[1], self.buf[2], self.buf[3]])
+                    as usize;
+                if self.buf.len() >= 4 + len {
+                    let mut frame = self.buf.split_to(4 + len);
+                    return Some(frame.split_off(4).freeze());
+                }
+            }
+            if self.ended {
+                assert!(
+                    self.buf.is_empty(),
+                    "watch {}: stream ended inside a frame ({} bytes left)",
+                    self.what,
+                    self.buf.len()
+                );
+                return None;
+            }
+            let frame = match tokio::time::timeout_at(deadline, self.body.frame()).await {
+                Ok(f) => f,
+                Err(_) => panic!(
+                    "watch {}: no complete frame (and no end) within {timeout:?}; {} bytes buffered",
+                    self.what,
+                    self.buf.len()
+                ),
+            };
+            match frame {
+                Some(Ok(frame)) => {
+                    if let Ok(data) = frame.into_data() {
+                        self.buf.extend_from_slice(&data);
+                    }
+                }
+                Some(Err(e)) => panic!("watch {}: stream error: {e}", self.what),
+                None => self.ended = true,
+            }
+        }
+    }
+
+    /// The next protobuf watch frame; panics naming `desc` if none comes within
+    /// [`EVENT_TIMEOUT`] or the stream ends.
+    pub async fn next_frame(&mut self, desc: &str) -> Bytes {
+        match self.next_frame_within(EVENT_TIMEOUT).await {
+            Some(f) => f,
+            None => panic!("watch {}: stream ended, expected {desc}", self.what),
+        }
+    }
+
     /// The next event; panics naming `desc` if none comes within [`EVENT_TIMEOUT`] or the
     /// stream ends.
     pub async fn next(&mut self, desc: &str) -> Event {
