@@ -242,35 +242,29 @@ impl Watch {
         }
     }
 
-    /// The next frame of a protobuf watch (`application/vnd.kubernetes.protobuf;stream=watch`:
-    /// a 4-byte big-endian length, then that many bytes of `metav1.WatchEvent`), or `None`
-    /// at a clean end of stream. Panics like [`Watch::next_within`].
-    pub async fn next_frame_within(&mut self, timeout: Duration) -> Option<Bytes> {
-        let deadline = Instant::now() + timeout;
+    /// The next event of a protobuf stream (`application/vnd.kubernetes.protobuf;stream=watch`:
+    /// 4-byte big-endian length, then a `WatchEvent`): its type and the object's envelope
+    /// (`k8s\0` + `runtime.Unknown`). Panics naming `desc` if none comes within
+    /// [`EVENT_TIMEOUT`], or on a malformed frame.
+    pub async fn next_proto(&mut self, desc: &str) -> (String, Bytes) {
+        let deadline = Instant::now() + EVENT_TIMEOUT;
         loop {
-            if self.buf.len() >= 4 {
-                let len = u32::from_be_bytes([self.buf[0], self.buf[1], self.buf[2], self.buf[3]])
-                    as usize;
-                if self.buf.len() >= 4 + len {
-                    let mut frame = self.buf.split_to(4 + len);
-                    return Some(frame.split_off(4).freeze());
-                }
+            let split = watchgate::proto::split_frame(&self.buf, 16 << 20)
+                .unwrap_or_else(|e| panic!("watch {}: {desc}: bad frame: {e}", self.what));
+            if let Some((frame, rest)) = split {
+                let used = self.buf.len() - rest.len();
+                let (ty, env) = watchgate::proto::parse_watch_event(frame)
+                    .unwrap_or_else(|e| panic!("watch {}: {desc}: bad WatchEvent: {e}", self.what));
+                let out = (ty.to_string(), Bytes::copy_from_slice(env));
+                let _ = self.buf.split_to(used);
+                return out;
             }
-            if self.ended {
-                assert!(
-                    self.buf.is_empty(),
-                    "watch {}: stream ended inside a frame ({} bytes left)",
-                    self.what,
-                    self.buf.len()
-                );
-                return None;
-            }
+            assert!(!self.ended, "watch {}: {desc}: the stream ended", self.what);
             let frame = match tokio::time::timeout_at(deadline, self.body.frame()).await {
                 Ok(f) => f,
                 Err(_) => panic!(
-                    "watch {}: no complete frame (and no end) within {timeout:?}; {} bytes buffered",
-                    self.what,
-                    self.buf.len()
+                    "watch {}: {desc}: no frame within {EVENT_TIMEOUT:?}",
+                    self.what
                 ),
             };
             match frame {
@@ -279,18 +273,9 @@ impl Watch {
                         self.buf.extend_from_slice(&data);
                     }
                 }
-                Some(Err(e)) => panic!("watch {}: stream error: {e}", self.what),
+                Some(Err(e)) => panic!("watch {}: {desc}: stream error: {e}", self.what),
                 None => self.ended = true,
             }
-        }
-    }
-
-    /// The next protobuf watch frame; panics naming `desc` if none comes within
-    /// [`EVENT_TIMEOUT`] or the stream ends.
-    pub async fn next_frame(&mut self, desc: &str) -> Bytes {
-        match self.next_frame_within(EVENT_TIMEOUT).await {
-            Some(f) => f,
-            None => panic!("watch {}: stream ended, expected {desc}", self.what),
         }
     }
 
