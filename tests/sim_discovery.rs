@@ -249,7 +249,12 @@ async fn aggregated_discovery_as_kubectl_asks_for_it() {
     // apiextensions.k8s.io 16700, discovery.k8s.io 16200), CRD groups last.
     assert_eq!(
         groups,
-        vec!["apps", "apiextensions.k8s.io", "discovery.k8s.io", "example.com"]
+        vec![
+            "apps",
+            "apiextensions.k8s.io",
+            "discovery.k8s.io",
+            "example.com"
+        ]
     );
     let deploy = &v["items"][0]["versions"][0]["resources"][0];
     assert_eq!(deploy["resource"], "deployments");
@@ -477,7 +482,12 @@ async fn kubectl_api_resources_and_raw_discovery() {
     );
     assert_eq!(
         find("endpointslices").unwrap(),
-        vec!["endpointslices", "discovery.k8s.io/v1", "true", "EndpointSlice"]
+        vec![
+            "endpointslices",
+            "discovery.k8s.io/v1",
+            "true",
+            "EndpointSlice"
+        ]
     );
     assert_eq!(rows.len(), 12, "{out}");
 
