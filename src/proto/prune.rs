@@ -10,8 +10,8 @@
 
 use serde_json::Value;
 
-use super::schema::{message, Card, Field, Kind, Message, MessageType, Special};
 use super::json::MAX_DEPTH;
+use super::schema::{message, Card, Field, Kind, Message, MessageType, Special};
 
 /// Removes from `json` (an object of message `ty`) every field the Go struct does not
 /// have, at any depth, and returns their paths in document order: `.`-joined JSON names,
@@ -39,7 +39,13 @@ fn field_of<'m>(m: &'m Message, key: &str) -> Option<&'m Field> {
     })
 }
 
-fn prune_message(m: &Message, v: &mut Value, path: &mut String, out: &mut Vec<String>, depth: usize) {
+fn prune_message(
+    m: &Message,
+    v: &mut Value,
+    path: &mut String,
+    out: &mut Vec<String>,
+    depth: usize,
+) {
     if depth > MAX_DEPTH || m.special != Special::None {
         return;
     }

@@ -142,10 +142,15 @@ pub fn decode_body(rt: &ResourceType, body: &[u8]) -> Result<Value, BodyError> {
     if body.len() == proto::MAGIC.len() {
         return Err(BodyError::Unrecognized("empty body".into()));
     }
-    let u = proto::decode_unknown(body).map_err(|e| BodyError::Unrecognized(go_error(&e, "Unknown")))?;
+    let u = proto::decode_unknown(body)
+        .map_err(|e| BodyError::Unrecognized(go_error(&e, "Unknown")))?;
     let kind = if u.kind.is_empty() { rt.kind } else { u.kind };
     let own = rt.api_version();
-    let av = if u.api_version.is_empty() { own.as_str() } else { u.api_version };
+    let av = if u.api_version.is_empty() {
+        own.as_str()
+    } else {
+        u.api_version
+    };
     let Ok(ty) = proto::type_of(av, kind) else {
         return Ok(serde_json::json!({"kind": kind, "apiVersion": av}));
     };
@@ -203,7 +208,12 @@ fn go_field_name(json: &str) -> String {
         out.extend(c.to_uppercase());
     }
     out.push_str(chars.as_str());
-    for (from, to) in [("Uid", "UID"), ("Ip", "IP"), ("Url", "URL"), ("Cidr", "CIDR")] {
+    for (from, to) in [
+        ("Uid", "UID"),
+        ("Ip", "IP"),
+        ("Url", "URL"),
+        ("Cidr", "CIDR"),
+    ] {
         if let Some(stem) = out.strip_suffix(from) {
             return format!("{stem}{to}");
         }
@@ -234,9 +244,16 @@ mod tests {
             decode_body(cms, b"{}"),
             unrecognized("provided data does not appear to be a protobuf message, expected prefix [107 56 115 0]")
         );
-        assert_eq!(decode_body(cms, &body[..10]), unrecognized("unexpected EOF"));
+        assert_eq!(
+            decode_body(cms, &body[..10]),
+            unrecognized("unexpected EOF")
+        );
         // The envelope is whole, the object inside is cut short.
-        let raw = proto::encode(message_type(cms).unwrap(), &serde_json::to_vec(&cm).unwrap()).unwrap();
+        let raw = proto::encode(
+            message_type(cms).unwrap(),
+            &serde_json::to_vec(&cm).unwrap(),
+        )
+        .unwrap();
         let cut = proto::encode_unknown("v1", "ConfigMap", &raw[..raw.len() - 1]);
         assert_eq!(
             decode_body(cms, &cut),

@@ -527,21 +527,19 @@ impl Write<'_> {
         } else {
             Vec::new()
         };
-        if strict {
-            if !unknown.is_empty() {
-                let list: Vec<String> = unknown
-                    .iter()
-                    .map(|f| format!("unknown field {}", go_quote(f)))
-                    .collect();
-                let version = self.rt.version;
-                return Err(Status::bad_request(format!(
-                    "{} in version {} cannot be handled as a {}: strict decoding error: {}",
-                    self.rt.kind,
-                    go_quote(version),
-                    self.rt.kind,
-                    list.join(", ")
-                )));
-            }
+        if strict && !unknown.is_empty() {
+            let list: Vec<String> = unknown
+                .iter()
+                .map(|f| format!("unknown field {}", go_quote(f)))
+                .collect();
+            let version = self.rt.version;
+            return Err(Status::bad_request(format!(
+                "{} in version {} cannot be handled as a {}: strict decoding error: {}",
+                self.rt.kind,
+                go_quote(version),
+                self.rt.kind,
+                list.join(", ")
+            )));
         }
         self.check_type(&mut obj)?;
         Ok(obj)

@@ -616,11 +616,13 @@ fn discovery_ports(ports: &[Value]) -> String {
     let list: Vec<String> = ports
         .iter()
         .take(MORE_AFTER)
-        .map(|p| match (p.get("port").and_then(Value::as_i64), p.get("name")) {
-            (Some(n), _) => n.to_string(),
-            (None, Some(Value::String(name))) => name.clone(),
-            _ => "*".into(),
-        })
+        .map(
+            |p| match (p.get("port").and_then(Value::as_i64), p.get("name")) {
+                (Some(n), _) => n.to_string(),
+                (None, Some(Value::String(name))) => name.clone(),
+                _ => "*".into(),
+            },
+        )
         .collect();
     list_with_more(list, ports.len())
 }

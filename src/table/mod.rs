@@ -381,13 +381,22 @@ mod tests {
                           {"addresses": ["10.0.0.3"]}, {"addresses": ["10.0.0.4"]}]);
         assert_eq!(
             cells(&slice(json!([{"name": "http", "port": 80}]), four)),
-            json!(["s", "IPv4", "80", "10.0.0.1,10.0.0.2,10.0.0.3 + 1 more...", "60m"])
+            json!([
+                "s",
+                "IPv4",
+                "80",
+                "10.0.0.1,10.0.0.2,10.0.0.3 + 1 more...",
+                "60m"
+            ])
         );
         // A nil port prints its name, or `*`; more than three ports are counted; nothing
         // at all is `<unset>`.
         let ports = json!([{"name": "a"}, {}, {"port": 1}, {"port": 2}, {"port": 3}]);
         let row = cells(&slice(ports, json!([])));
-        assert_eq!((&row[2], &row[3]), (&json!("a,*,1 + 2 more..."), &json!("<unset>")));
+        assert_eq!(
+            (&row[2], &row[3]),
+            (&json!("a,*,1 + 2 more..."), &json!("<unset>"))
+        );
         let row = cells(&slice(Value::Null, Value::Null));
         assert_eq!((&row[2], &row[3]), (&json!("<unset>"), &json!("<unset>")));
     }
