@@ -216,8 +216,9 @@ fn dispatch(c: &mut Criterion) {
                 let o = Arc::new(objs[k].with_resource_version(rv));
                 let node = k * 131 % nodes;
                 let mut st = hub.lock();
-                hub.publish(&mut st, Change::Upsert, o, Some(objs[k].clone()));
+                let published = hub.publish(&mut st, Change::Upsert, o, Some(objs[k].clone()));
                 drop(st);
+                published.deliver(&hub);
                 // The one recipient reads it, so its queue never fills.
                 rxs[node]
                     .try_recv()
@@ -246,8 +247,9 @@ fn dispatch(c: &mut Criterion) {
                 },
                 |o| {
                     let mut st = hub.lock();
-                    hub.publish(&mut st, Change::Upsert, o, Some(base.clone()));
+                    let published = hub.publish(&mut st, Change::Upsert, o, Some(base.clone()));
                     drop(st);
+                    published.deliver(&hub);
                     for rx in rxs.iter_mut() {
                         rx.try_recv().flatten().expect("delivered to every watcher");
                     }

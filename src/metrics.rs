@@ -61,6 +61,8 @@ pub const WATCHERS: &str = "watchgate_watchers";
 pub const WATCHERS_LAGGING: &str = "watchgate_watchers_lagging";
 pub const WATCH_EVENTS_DELIVERED_TOTAL: &str = "watchgate_watch_events_delivered_total";
 pub const WATCH_BYTES_WRITTEN_TOTAL: &str = "watchgate_watch_bytes_written_total";
+pub const WATCH_EVENTS_WRITTEN_DIRECTLY_TOTAL: &str =
+    "watchgate_watch_events_written_directly_total";
 pub const WATCH_BOOKMARKS_TOTAL: &str = "watchgate_watch_bookmarks_total";
 pub const TERMINATED_WATCHERS_TOTAL: &str = "watchgate_terminated_watchers_total";
 pub const WATCH_DISPATCH_DURATION: &str = "watchgate_watch_dispatch_duration_seconds";
@@ -377,6 +379,10 @@ fn describe_fanout() {
         "Events handed to downstream watchers (one per watcher per event)."
     );
     describe_counter!(
+        WATCH_EVENTS_WRITTEN_DIRECTLY_TOTAL,
+        "Of the events delivered, those the fan-out wrote straight to an idle HTTP/1.1 watch connection (the express lane)."
+    );
+    describe_counter!(
         WATCH_BYTES_WRITTEN_TOTAL,
         Unit::Bytes,
         "Bytes of watch streams handed to the connections."
@@ -424,6 +430,8 @@ fn refresh_fanout_metrics(registry: &Registry) {
             .set(s.lagging.load(Ordering::Relaxed) as f64);
         counter!(WATCH_EVENTS_DELIVERED_TOTAL, "group" => g.clone(), "resource" => r.clone())
             .absolute(s.delivered.load(Ordering::Relaxed));
+        counter!(WATCH_EVENTS_WRITTEN_DIRECTLY_TOTAL, "group" => g.clone(), "resource" => r.clone())
+            .absolute(s.written_directly.load(Ordering::Relaxed));
         counter!(WATCH_BYTES_WRITTEN_TOTAL, "group" => g.clone(), "resource" => r.clone())
             .absolute(s.bytes.load(Ordering::Relaxed));
         counter!(WATCH_BOOKMARKS_TOTAL, "group" => g.clone(), "resource" => r.clone())

@@ -220,11 +220,18 @@ impl Store {
             Change::Progress(_) => None,
         };
         *self.current.write().expect("store lock") = Arc::new(next);
-        match event {
-            Some((kind, obj, prev)) => self.hub.publish(&mut hub, kind, obj, prev),
-            None => self.hub.progress(&mut hub, rv),
-        }
+        let published = match event {
+            Some((kind, obj, prev)) => Some(self.hub.publish(&mut hub, kind, obj, prev)),
+            None => {
+                self.hub.progress(&mut hub, rv);
+                None
+            }
+        };
         drop(hub);
+        // The express lane's socket writes, outside the hub's lock (see `Hub::publish`).
+        if let Some(p) = published {
+            p.deliver(&self.hub);
+        }
         self.rv_tx.send_replace(rv);
     }
 
@@ -242,7 +249,10 @@ impl Store {
         match (first_list, relist::diff(&old, &new)) {
             (false, Some(events)) => {
                 for (kind, obj, prev) in events {
-                    self.hub.publish(&mut hub, kind, obj, prev);
+                    // A relist's events go out under the lock, one after another (rare).
+                    self.hub
+                        .publish(&mut hub, kind, obj, prev)
+                        .deliver(&self.hub);
                 }
                 self.hub.progress(&mut hub, rv);
             }

@@ -6,6 +6,7 @@ mod admin;
 mod chunked;
 mod coalesce;
 pub mod drain;
+pub mod express;
 mod h1;
 mod listener;
 mod probe;

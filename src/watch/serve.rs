@@ -142,9 +142,12 @@ pub async fn try_watch(registry: &Arc<Registry>, req: &Parsed) -> Option<Respons
         timeout: watch_timeout(opts.watch_timeout()),
     };
     let body = WatchBody::new(cache.store.clone(), reg, params);
+    let lane = Some(body.lane());
     let mut resp = stream_response(body::boxed(body), content_type);
-    // Over HTTP/1.1 the connection streams it outside hyper (server/h1.rs).
-    resp.extensions_mut().insert(crate::server::Detachable);
+    // Over HTTP/1.1 the connection streams it outside hyper (server/h1.rs), and the hub
+    // may write lone events to it itself (server/express.rs).
+    resp.extensions_mut()
+        .insert(crate::server::Detachable { lane });
     Some(resp)
 }
 
