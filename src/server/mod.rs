@@ -79,6 +79,7 @@ impl Gateway {
                 },
                 cfg.reflector.clone(),
                 cfg.cache_budget,
+                cfg.consistent_reads,
             );
             registry.prewarm();
             registry
