@@ -16,6 +16,7 @@ pub mod limits;
 pub mod review;
 pub mod ttl_cache;
 pub mod user;
+pub mod x509;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -43,6 +44,8 @@ pub struct SecurityConfig {
     pub max_in_flight_per_user: usize,
     /// Watches and other long-running requests per user (0: unlimited).
     pub max_watches_per_user: usize,
+    /// Front proxies (`--requestheader-client-ca-file`): what they may assert.
+    pub requestheader: Option<authn::RequestHeaderConfig>,
 }
 
 impl Default for SecurityConfig {
@@ -55,6 +58,7 @@ impl Default for SecurityConfig {
             deny_ttl: Duration::from_secs(30),
             max_in_flight_per_user: 100,
             max_watches_per_user: 500,
+            requestheader: None,
         }
     }
 }
@@ -74,6 +78,7 @@ impl Security {
                 cfg.token_ttl,
                 cfg.token_failure_ttl,
                 cfg.anonymous,
+                cfg.requestheader.clone(),
             ),
             authz: authz::Authorizer::new(reviews, cfg.allow_ttl, cfg.deny_ttl),
             limits: limits::Limits::new(cfg.max_in_flight_per_user, cfg.max_watches_per_user),
