@@ -708,6 +708,65 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn tls_and_client_certificate_flags_are_checked_at_start_up() {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            serve: ServeArgs,
+        }
+        let parse = |args: &[&str]| {
+            <Cli as clap::Parser>::try_parse_from(
+                ["watchgate", "--server=http://127.0.0.1:1"]
+                    .into_iter()
+                    .chain(args.iter().copied()),
+            )
+            .map(|c| c.serve)
+        };
+        // Both files or neither.
+        let err = parse(&["--tls-cert-file=a.crt"]).unwrap_err().to_string();
+        assert!(err.contains("--tls-private-key-file"), "{err}");
+        assert!(parse(&["--tls-private-key-file=a.key"]).is_err());
+
+        let cfg = |args: ServeArgs| async move { GatewayConfig::from_args(&args).await };
+        let tls = ["--tls-cert-file=a.crt", "--tls-private-key-file=a.key"];
+        let c = cfg(parse(&tls).unwrap()).await.unwrap();
+        assert_eq!(c.tls.unwrap().cert, PathBuf::from("a.crt"));
+
+        // Client CAs need TLS, and client authentication.
+        let err = cfg(parse(&["--auth=delegated", "--client-ca-file=ca.crt"]).unwrap())
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("need TLS serving"), "{err}");
+        let mut none = tls.to_vec();
+        none.push("--requestheader-client-ca-file=p.crt");
+        let err = cfg(parse(&none).unwrap()).await.unwrap_err().to_string();
+        assert!(err.contains("--auth=delegated"), "{err}");
+
+        // Front proxies: the headers as given, lower-cased; allowed names split.
+        let mut args = tls.to_vec();
+        args.extend([
+            "--auth=delegated",
+            "--requestheader-client-ca-file=p.crt",
+            "--requestheader-allowed-names=front-proxy,aggregator",
+            "--requestheader-username-headers=X-User,X-Remote-User",
+        ]);
+        let c = cfg(parse(&args).unwrap()).await.unwrap();
+        let rh = c.security.unwrap().requestheader.unwrap();
+        assert_eq!(rh.allowed_names, ["front-proxy", "aggregator"]);
+        assert_eq!(rh.username_headers, ["x-user", "x-remote-user"]);
+        assert_eq!(rh.group_headers, ["x-remote-group"]);
+        assert_eq!(rh.extra_prefixes, ["x-remote-extra-"]);
+        let mut bad = tls.to_vec();
+        bad.extend([
+            "--auth=delegated",
+            "--requestheader-client-ca-file=p.crt",
+            "--requestheader-group-headers=not a header",
+        ]);
+        assert!(cfg(parse(&bad).unwrap()).await.is_err());
+    }
+
+    #[tokio::test]
     async fn kubeconfig_and_context_come_from_kube() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("config");

@@ -325,4 +325,153 @@ mod tests {
         assert_eq!(take_token(&mut h).as_deref(), Some("tok"));
         assert_eq!(h["sec-websocket-protocol"], "v5.channel.k8s.io");
     }
+
+    /// Reviews that accept the token `good` as `tom`.
+    struct OneToken;
+
+    impl Reviews for OneToken {
+        fn token_review(&self, token: &str) -> super::super::review::ReviewFuture<TokenVerdict> {
+            let verdict = if token == "good" {
+                TokenVerdict::Authenticated(UserInfo {
+                    name: "tom".into(),
+                    ..Default::default()
+                })
+            } else {
+                TokenVerdict::Rejected(String::new())
+            };
+            Box::pin(async move { Ok(verdict) })
+        }
+
+        fn access_review(
+            &self,
+            _: &UserInfo,
+            _: &super::super::Attributes,
+        ) -> super::super::review::ReviewFuture<super::super::Decision> {
+            unreachable!("authn asks no access review")
+        }
+    }
+
+    fn authenticator(anonymous: bool, requestheader: bool) -> Authenticator {
+        Authenticator::new(
+            Arc::new(OneToken),
+            Duration::from_secs(60),
+            Duration::from_secs(10),
+            anonymous,
+            requestheader.then(|| RequestHeaderConfig {
+                allowed_names: vec!["proxy".into()],
+                ..Default::default()
+            }),
+        )
+    }
+
+    fn x509_user(name: &str) -> Option<Result<Option<Arc<User>>, X509Error>> {
+        Some(Ok(Some(Arc::new(User::new(UserInfo {
+            name: name.into(),
+            groups: vec![AUTHENTICATED.into()],
+            ..Default::default()
+        })))))
+    }
+
+    fn failed() -> X509Error {
+        X509Error::Verify(tokio_rustls::rustls::Error::InvalidCertificate(
+            tokio_rustls::rustls::CertificateError::UnknownIssuer,
+        ))
+    }
+
+    fn proxied() -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in [
+            ("x-remote-user", ""),
+            ("x-remote-user", "dave"),
+            ("x-remote-group", "a"),
+            ("x-remote-group", "b"),
+            ("x-remote-extra-scopes", "read"),
+            ("x-remote-extra-acme.com%2fproject", "p1"),
+            ("authorization", "Bearer good"),
+        ] {
+            h.append(
+                HeaderName::from_static(k),
+                HeaderValue::from_str(v).unwrap(),
+            );
+        }
+        h
+    }
+
+    #[tokio::test]
+    async fn the_first_authenticator_that_succeeds_wins_in_kubes_order() {
+        let a = authenticator(false, true);
+        // A front proxy's headers before its (or anyone's) certificate and token.
+        let proxy = PeerCert {
+            user: x509_user("carol"),
+            proxy: Some(Ok("proxy".into())),
+        };
+        let mut h = proxied();
+        let u = a.authenticate(&mut h, Some(&proxy)).await.unwrap();
+        assert_eq!(u.info.name, "dave", "the first non-empty username header");
+        assert_eq!(u.info.groups, ["a", "b", AUTHENTICATED]);
+        assert_eq!(u.info.extra["scopes"], ["read"]);
+        assert_eq!(u.info.extra["acme.com/project"], ["p1"]);
+        assert!(
+            !h.keys().any(|k| k.as_str().starts_with("x-remote-")),
+            "the asserted identity is removed: {h:?}"
+        );
+
+        // Not a front proxy (no proxy verdict): its headers assert nothing, and are
+        // removed all the same; the certificate's user comes next.
+        let cert = PeerCert {
+            user: x509_user("carol"),
+            proxy: None,
+        };
+        let mut h = proxied();
+        let u = a.authenticate(&mut h, Some(&cert)).await.unwrap();
+        assert_eq!(u.info.name, "carol");
+        assert!(!h.keys().any(|k| k.as_str().starts_with("x-remote-")));
+
+        // A proxy whose CN is not allowed, and a certificate of an unknown CA: both fail,
+        // and the token still authenticates (kube's union, not fail-on-error).
+        let bad = PeerCert {
+            user: Some(Err(failed())),
+            proxy: Some(Ok("someone".into())),
+        };
+        let u = a.authenticate(&mut proxied(), Some(&bad)).await.unwrap();
+        assert_eq!(u.info.name, "tom");
+    }
+
+    #[tokio::test]
+    async fn a_failed_credential_is_a_401_never_anonymous() {
+        let a = authenticator(true, true);
+        // Nothing at all: anonymous (allowed here).
+        let u = a.authenticate(&mut HeaderMap::new(), None).await.unwrap();
+        assert_eq!(u.info.name, "system:anonymous");
+        // A certificate that does not verify, and nothing else: refused.
+        let bad = PeerCert {
+            user: Some(Err(failed())),
+            proxy: None,
+        };
+        let err = a
+            .authenticate(&mut HeaderMap::new(), Some(&bad))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, AuthnError::X509(_)), "{err}");
+        // A proxy with a CN not allowed and no other credential.
+        let stranger = PeerCert {
+            user: None,
+            proxy: Some(Ok("someone".into())),
+        };
+        let mut h = proxied();
+        h.remove("authorization");
+        let err = a.authenticate(&mut h, Some(&stranger)).await.unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "x509: subject with cn=someone is not in the allowed list"
+        );
+        // A front proxy that names no user asserts nothing: the next credential counts.
+        let proxy = PeerCert {
+            user: None,
+            proxy: Some(Ok("proxy".into())),
+        };
+        let mut h = with("authorization", "Bearer good");
+        let u = a.authenticate(&mut h, Some(&proxy)).await.unwrap();
+        assert_eq!(u.info.name, "tom");
+    }
 }

@@ -120,3 +120,106 @@ pub fn user_of(der: &CertificateDer<'_>) -> Result<Option<UserInfo>, X509Error> 
         extra: BTreeMap::from([(CREDENTIAL_ID.to_string(), vec![format!("X509SHA256={hex}")])]),
     }))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rcgen::{
+        BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose,
+        IsCa, KeyPair,
+    };
+    use tokio_rustls::rustls::server::WebPkiClientVerifier;
+    use tokio_rustls::rustls::RootCertStore;
+
+    fn ca(name: &str) -> CertifiedIssuer<'static, KeyPair> {
+        let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
+        p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        p.distinguished_name.push(DnType::CommonName, name);
+        CertifiedIssuer::self_signed(p, KeyPair::generate().unwrap()).unwrap()
+    }
+
+    fn client(
+        ca: &CertifiedIssuer<'static, KeyPair>,
+        cn: Option<&str>,
+        usage: ExtendedKeyUsagePurpose,
+    ) -> CertificateDer<'static> {
+        let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
+        // rcgen's default subject has a common name of its own.
+        p.distinguished_name = rcgen::DistinguishedName::new();
+        if let Some(cn) = cn {
+            p.distinguished_name.push(DnType::CommonName, cn);
+        }
+        p.distinguished_name
+            .push(DnType::OrganizationName, "developers");
+        p.extended_key_usages = vec![usage];
+        let key = KeyPair::generate().unwrap();
+        p.signed_by(&key, ca).unwrap().der().clone()
+    }
+
+    fn verifier(ca: &CertifiedIssuer<'static, KeyPair>) -> Arc<dyn ClientCertVerifier> {
+        let mut roots = RootCertStore::empty();
+        roots.add(ca.der().clone()).unwrap();
+        WebPkiClientVerifier::builder_with_provider(
+            Arc::new(roots),
+            Arc::new(tokio_rustls::rustls::crypto::ring::default_provider()),
+        )
+        .build()
+        .unwrap()
+    }
+
+    #[test]
+    fn a_certificate_is_verified_for_each_purpose_against_its_own_ca() {
+        let users = ca("users");
+        let proxies = ca("proxies");
+        let (users_v, proxies_v) = (verifier(&users), verifier(&proxies));
+        let carol = client(&users, Some("carol"), ExtendedKeyUsagePurpose::ClientAuth);
+
+        let p = PeerCert::verify(
+            std::slice::from_ref(&carol),
+            Some(&*users_v),
+            Some(&*proxies_v),
+        )
+        .unwrap();
+        let user = p.user.unwrap().unwrap().unwrap();
+        assert_eq!(user.info.name, "carol");
+        assert_eq!(user.info.groups, ["developers", AUTHENTICATED]);
+        let digest = ring::digest::digest(&ring::digest::SHA256, carol.as_ref());
+        let hex: String = digest.as_ref().iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(
+            user.info.extra[CREDENTIAL_ID],
+            [format!("X509SHA256={hex}")]
+        );
+        assert!(p.proxy.unwrap().is_err(), "not signed by the proxies' CA");
+
+        // The proxies' CA: a proxy, not a user.
+        let proxy = client(&proxies, Some("front"), ExtendedKeyUsagePurpose::ClientAuth);
+        let p = PeerCert::verify(
+            std::slice::from_ref(&proxy),
+            Some(&*users_v),
+            Some(&*proxies_v),
+        )
+        .unwrap();
+        assert!(p.user.unwrap().is_err());
+        assert_eq!(p.proxy.unwrap().unwrap(), "front");
+
+        // No CA configured for a purpose: no verdict for it; no certificate: nothing.
+        let p = PeerCert::verify(std::slice::from_ref(&carol), None, None).unwrap();
+        assert!(p.user.is_none() && p.proxy.is_none());
+        assert!(PeerCert::verify(&[], Some(&*users_v), None).is_none());
+    }
+
+    #[test]
+    fn a_server_only_certificate_or_an_empty_common_name_is_no_user() {
+        let users = ca("users");
+        let v = verifier(&users);
+        let server = client(&users, Some("web"), ExtendedKeyUsagePurpose::ServerAuth);
+        let p = PeerCert::verify(std::slice::from_ref(&server), Some(&*v), None).unwrap();
+        assert!(p.user.unwrap().is_err(), "client-auth usage is required");
+        let nameless = client(&users, None, ExtendedKeyUsagePurpose::ClientAuth);
+        let p = PeerCert::verify(std::slice::from_ref(&nameless), Some(&*v), None).unwrap();
+        assert!(
+            matches!(p.user, Some(Ok(None))),
+            "no CN: no user, and no error (kube's CommonNameUserConversion)"
+        );
+    }
+}
