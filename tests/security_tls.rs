@@ -536,3 +536,31 @@ async fn an_http2_client_negotiates_h2_and_an_http1_client_http1() {
     assert_eq!(resp.status(), 200);
     assert_eq!(resp.version(), http::Version::HTTP_11);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_exec_is_tunnelled_through_tls() {
+    let pki = Pki::new();
+    let env = start(pki.files(), SecurityConfig::default()).await;
+    support::watch::put_pod(
+        env.sim.handle(),
+        "default",
+        "web-1",
+        json!({}),
+        "n1",
+        "Running",
+    );
+    // The upgrade (WebSocket, kubectl 1.37's default) is completed on the TLS stream, and
+    // the tunnel carries the bytes both ways; made as the admin (alice may not exec).
+    let out = kubectl(&env, &pki, Some(ADMIN), None)
+        .run_stdin(&["exec", "-i", "web-1", "--", "cat"], b"hello over tls\n")
+        .await;
+    assert_eq!(out.assert_success(), "hello over tls\n");
+    let out = kubectl(&env, &pki, Some(ALICE), None)
+        .run_stdin(&["exec", "-i", "web-1", "--", "cat"], b"x\n")
+        .await;
+    let err = out.assert_failure();
+    assert!(
+        err.contains("cannot create resource \"pods/exec\""),
+        "{err}"
+    );
+}

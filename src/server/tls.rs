@@ -129,7 +129,8 @@ impl Loaded {
 pub struct TlsServing {
     files: TlsFiles,
     current: RwLock<Arc<Loaded>>,
-    /// The contents last read, loaded or not (a bad set is reported once, not every check).
+    /// The contents last read, loaded or not (a set that does not load is reported once,
+    /// not at every check; a file that cannot be read is reported at every check).
     seen: Mutex<Contents>,
 }
 
