@@ -1,6 +1,6 @@
 //! Criterion micro-benchmarks of the hot paths (issue 7): selector parse and match, event
-//! framing, list assembly from cached bytes, upstream event parsing, and dispatch of one
-//! event to 10,000 indexed watchers.
+//! framing, list assembly from cached bytes (JSON; JSON and protobuf for 50,000 pods,
+//! issue 14), upstream event parsing, and dispatch of one event to 10,000 indexed watchers.
 //!
 //!     cargo bench --bench hot_paths                          # full: ~1 min 40 s of running
 //!     WATCHGATE_BENCH_QUICK=1 cargo bench --bench hot_paths  # short measurements: ~10 s
@@ -133,6 +133,97 @@ fn lists(c: &mut Criterion) {
             rt.block_on(body.collect()).unwrap().to_bytes().len()
         })
     });
+    g.finish();
+}
+
+/// Issue 14: the throughput of a 50,000-pod RV=0 list from the cache in protobuf, next to
+/// the same list in JSON. "warm": every object's message is built (any protobuf list or
+/// watch after the first); "first": the first protobuf list of the type, which encodes
+/// each object's message from its JSON (then kept). Both assemble what the gateway's
+/// `cache::serve` assembles (the JSON `ListBody`; the protobuf envelope around each
+/// object's message, `ProtoListBody`), without HTTP.
+fn big_lists(c: &mut Criterion) {
+    use watchgate::codec::proto_list::{framed_len, ProtoListBody};
+    use watchgate::proto::{ListEnvelope, ListMeta};
+    let n = if quick() { 5_000 } else { 50_000 };
+    let s = spec(n, 500);
+    let objects: Vec<Arc<CachedObject>> = (0..n).map(|i| cached(&s, i, 100 + i as u64)).collect();
+    let snapshot_of = |objects: &[Arc<CachedObject>]| {
+        let mut snap = Snapshot::default();
+        for o in objects {
+            snap.insert(o.clone());
+        }
+        Arc::new(snap)
+    };
+    let snap = snapshot_of(&objects);
+    let bytes = snap.bytes as u64;
+    let pod = watchgate::proto::lookup("", "v1", "Pod").unwrap();
+    let pod_list = watchgate::proto::lookup("", "v1", "PodList").unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let head = ListHead {
+        api_version: "v1".into(),
+        kind: "PodList".into(),
+        resource_version: 100 + n as u64,
+        items: watchgate::codec::list::ItemForm::Bare,
+        continue_token: None,
+        remaining_item_count: None,
+    };
+    let protobuf_list = |snap: &Snapshot| {
+        let items: Vec<Bytes> = snap
+            .objects
+            .values()
+            .map(|o| o.proto(pod).unwrap())
+            .collect();
+        let rv = snap.resource_version.to_string();
+        let meta = ListMeta {
+            resource_version: &rv,
+            continue_token: "",
+            remaining_item_count: None,
+        };
+        let envelope =
+            ListEnvelope::new(pod_list, "v1", "PodList", &meta, framed_len(&items)).unwrap();
+        let mut body = ProtoListBody::new(envelope, items);
+        let mut len = 0;
+        while let Some(chunk) = body.next_chunk() {
+            len += chunk.len();
+        }
+        len
+    };
+    let mut g = c.benchmark_group("list of 50k pods");
+    g.sample_size(10);
+    // Throughput in the JSON's bytes for all three, so the figures compare per object.
+    g.throughput(Throughput::Bytes(bytes));
+    g.bench_function(format!("JSON, RV=0 list of {n} cached pods"), |b| {
+        b.iter(|| {
+            let body = ListBody::new(head.clone(), snap.clone(), None, None);
+            rt.block_on(body.collect()).unwrap().to_bytes().len()
+        })
+    });
+    protobuf_list(&snap);
+    g.bench_function(
+        format!("protobuf warm, RV=0 list of {n} cached pods"),
+        |b| b.iter(|| protobuf_list(&snap)),
+    );
+    g.bench_function(
+        format!("protobuf first, RV=0 list of {n} cached pods"),
+        |b| {
+            b.iter_batched(
+                || {
+                    let fresh: Vec<Arc<CachedObject>> = objects
+                        .iter()
+                        .map(|o| {
+                            Arc::new(CachedObject::parse(o.raw.clone(), &pod_fields()).unwrap())
+                        })
+                        .collect();
+                    snapshot_of(&fresh)
+                },
+                |snap| protobuf_list(&snap),
+                BatchSize::PerIteration,
+            )
+        },
+    );
     g.finish();
 }
 
@@ -274,6 +365,6 @@ fn config() -> Criterion {
 criterion_group! {
     name = benches;
     config = config();
-    targets = selectors, framing, lists, upstream_events, dispatch
+    targets = selectors, framing, lists, big_lists, upstream_events, dispatch
 }
 criterion_main!(benches);

@@ -102,6 +102,11 @@ pub struct ServeArgs {
     /// always pages a list, then watches.
     #[arg(long, value_enum, default_value = "auto", value_name = "MODE")]
     pub upstream_watch_list: crate::cache::reflector::WatchListMode,
+    /// Where gets, lists and watches with no resourceVersion (consistent reads) are
+    /// answered: `cache` serves them from the cache once a probe of the upstream proves it
+    /// fresh (docs/consistency.md), else forwards them; `upstream` always forwards them.
+    #[arg(long, value_enum, default_value = "cache", value_name = "WHERE")]
+    pub consistent_reads: crate::cache::fresh::ConsistentReads,
     #[command(flatten)]
     pub tls: TlsArgs,
     #[command(flatten)]
@@ -346,6 +351,8 @@ pub struct GatewayConfig {
     pub write_stall_timeout: Option<Duration>,
     /// How the caches' reflectors read the upstream (watch-list or paged list).
     pub reflector: crate::cache::reflector::ReflectorConfig,
+    /// Where consistent reads are answered (`--consistent-reads`).
+    pub consistent_reads: crate::cache::fresh::ConsistentReads,
     /// Client authentication, authorization and per-user limits (`None`: `--auth=none`).
     pub security: Option<crate::auth::SecurityConfig>,
     /// HTTPS on the API listener (`None`: plain HTTP).
@@ -416,6 +423,7 @@ impl GatewayConfig {
             http2_max_streams: 1000,
             write_stall_timeout: Some(crate::watch::DEFAULT_STALL_TIMEOUT),
             reflector: Default::default(),
+            consistent_reads: Default::default(),
             security: None,
             tls: None,
             metrics: true,
@@ -475,6 +483,7 @@ impl GatewayConfig {
                 watch_list: args.upstream_watch_list,
                 ..Default::default()
             },
+            consistent_reads: args.consistent_reads,
             security,
             tls,
             metrics: true,
@@ -660,6 +669,7 @@ mod tests {
             http2_max_streams_per_connection: 1000,
             write_stall_timeout: Duration::from_secs(60),
             upstream_watch_list: Default::default(),
+            consistent_reads: Default::default(),
             tls: Default::default(),
             auth: Default::default(),
         };
@@ -803,6 +813,7 @@ mod tests {
             http2_max_streams_per_connection: 1000,
             write_stall_timeout: Duration::from_secs(60),
             upstream_watch_list: Default::default(),
+            consistent_reads: Default::default(),
             tls: Default::default(),
             auth: Default::default(),
         };

@@ -29,6 +29,9 @@ pub struct WatchSpec {
     /// List (RV=0) first, then watch from the list's RV (an informer); otherwise watch
     /// from the run's start RV.
     pub list_first: bool,
+    /// Start with a consistent watch-list (client-go's `watchList`): its initial events,
+    /// up to the `k8s.io/initial-events-end` bookmark, are the informer's list.
+    pub watch_list: bool,
     pub protocol: Protocol,
     /// Close and reopen the watch this often (connect/disconnect churn).
     pub reconnect_every: Option<Duration>,
@@ -72,6 +75,8 @@ pub struct Ctx {
     pub draining: CancellationToken,
     /// Bounds watch requests awaiting their response headers (connect storms).
     pub connect_gate: Arc<tokio::sync::Semaphore>,
+    /// When the watchers were started: watch-list informers' sync times count from here.
+    pub spawned: Instant,
 }
 
 /// A watcher's state at the end of the run.
@@ -137,16 +142,23 @@ pub async fn run(
         }
     }
     let mut needed: Option<u64> = None;
+    // A watch-list informer's initial events stand for its list, until the bookmark.
+    let mut initial = spec.watch_list;
     loop {
         if ctx.stop.is_cancelled() {
             break;
         }
-        let end = stream_once(&ctx, id, &spec, &sel, &mut check, &mut needed).await;
+        let end = stream_once(&ctx, id, &spec, &sel, &mut check, &mut needed, &mut initial).await;
         match end {
             StreamEnd::Done => break,
             StreamEnd::Reconnect => {}
             StreamEnd::Ended => {
                 Stats::add(&stats.c.terminated, 1);
+            }
+            StreamEnd::Expired if spec.watch_list => {
+                // client-go's reflector starts over with a consistent watch-list.
+                Stats::add(&stats.c.gone, 1);
+                initial = true;
             }
             StreamEnd::Expired => {
                 Stats::add(&stats.c.gone, 1);
@@ -180,10 +192,17 @@ async fn stream_once(
     sel: &(Option<LabelSelector>, Option<FieldSelector>),
     check: &mut StreamCheck,
     needed: &mut Option<u64>,
+    initial: &mut bool,
 ) -> StreamEnd {
     let stats = &ctx.stats;
     // The serializer is not Send: build the query in a block.
-    let mut q = {
+    let mut q = if *initial {
+        // client-go's `watchList` request, byte for byte (reflector.go; its timeout is
+        // minWatchTimeout × [1, 2), 5 to 10 minutes): no resourceVersion, a consistent
+        // read.
+        let timeout = 300 + (id as u64 * 7919) % 300;
+        format!("allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan&sendInitialEvents=true&timeoutSeconds={timeout}&watch=true")
+    } else {
         let mut q = form_urlencoded::Serializer::new(String::new());
         q.append_pair("watch", "1")
             .append_pair("resourceVersion", &check.last_rv().to_string())
@@ -293,6 +312,17 @@ async fn stream_once(
                 continue;
             };
             match ev.kind {
+                // The initial state (a watch-list's synthetic ADDED events): the
+                // informer's list, not changes to check.
+                Kind::Added | Kind::Modified | Kind::Deleted if *initial => {
+                    events += 1;
+                }
+                Kind::Bookmark if *initial && is_initial_events_end(line) => {
+                    bookmarks += 1;
+                    *initial = false;
+                    *check = StreamCheck::new(id, ev.rv);
+                    stats.record_sync(ctx.spawned.elapsed().as_micros() as u64);
+                }
                 Kind::Added | Kind::Modified | Kind::Deleted => {
                     events += 1;
                     let ty = match ev.kind {
@@ -341,6 +371,11 @@ async fn stream_once(
             return StreamEnd::Done;
         }
     }
+}
+
+/// The BOOKMARK that ends a watch-list's initial events.
+fn is_initial_events_end(line: &[u8]) -> bool {
+    memchr::memmem::find(line, br#""k8s.io/initial-events-end":"true""#).is_some()
 }
 
 struct Decrement<'a>(&'a std::sync::atomic::AtomicU64);

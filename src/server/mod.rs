@@ -90,6 +90,7 @@ impl Gateway {
                 },
                 cfg.reflector.clone(),
                 cfg.cache_budget,
+                cfg.consistent_reads,
             );
             registry.prewarm();
             registry

@@ -459,6 +459,29 @@ impl Hub {
         }
     }
 
+    /// The oldest resourceVersion the history continues from: it holds every event after
+    /// it (a watch from an older one is answered 410).
+    pub fn floor_rv(&self, st: &HubState) -> u64 {
+        Self::oldest_minus_one(st)
+    }
+
+    /// The events after `rv`, oldest first, if the history holds all of them (to rebuild
+    /// the state at `rv`, `cache::snapshots`).
+    pub fn events_after(&self, st: &HubState, rv: u64) -> Option<Vec<Arc<Event>>> {
+        if rv < Self::oldest_minus_one(st) {
+            return None;
+        }
+        let skip = st.events.partition_point(|e| e.rv <= rv);
+        Some(st.events.range(skip..).cloned().collect())
+    }
+
+    /// How many of the history's events have an RV in (lo, hi].
+    pub fn events_between(&self, st: &HubState, lo: u64, hi: u64) -> usize {
+        let a = st.events.partition_point(|e| e.rv <= lo);
+        let b = st.events.partition_point(|e| e.rv <= hi);
+        b.saturating_sub(a)
+    }
+
     /// Registers a watcher. `snapshot` is read under the lock, so it is exactly the state
     /// the history continues from.
     pub fn register(
