@@ -313,6 +313,7 @@ impl AuthArgs {
             max_in_flight_per_user: self.max_requests_inflight_per_user,
             max_watches_per_user: self.max_watches_per_user,
             requestheader: None,
+            consistent_reads_from_cache: false,
         })
     }
 }

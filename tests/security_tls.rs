@@ -152,6 +152,22 @@ async fn kubectl_with_a_token_works_over_tls_and_reads_from_the_cache() {
 
     let out = kubectl.ok(&["get", "pods", "-o", "name"]).await;
     assert_eq!(out.trim(), "pod/web-1");
+    // kubectl's list (no resourceVersion: a consistent read) is authorized by the gateway
+    // and answered by the cache once it is proven fresh (--consistent-reads=cache).
+    wait_until(
+        "kubectl's consistent list is answered by the cache",
+        Duration::from_secs(20),
+        || async {
+            let out = kubectl.run(&["get", "pods", "-o", "name", "-v=8"]).await;
+            out.success()
+                && out.stdout.trim() == "pod/web-1"
+                && out
+                    .stderr
+                    .lines()
+                    .any(|l| l.contains("X-Watchgate-Source") && l.contains("cache"))
+        },
+    )
+    .await;
 
     // A read the cache answers (resourceVersion=0), by kubectl over TLS.
     let path = "/api/v1/namespaces/default/pods?resourceVersion=0";

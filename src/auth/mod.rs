@@ -46,6 +46,9 @@ pub struct SecurityConfig {
     pub max_watches_per_user: usize,
     /// Front proxies (`--requestheader-client-ca-file`): what they may assert.
     pub requestheader: Option<authn::RequestHeaderConfig>,
+    /// The cache may answer consistent reads (`--consistent-reads=cache`), so `authz`
+    /// authorizes them too before the cache is touched (set by the gateway, not a flag).
+    pub consistent_reads_from_cache: bool,
 }
 
 impl Default for SecurityConfig {
@@ -59,6 +62,7 @@ impl Default for SecurityConfig {
             max_in_flight_per_user: 100,
             max_watches_per_user: 500,
             requestheader: None,
+            consistent_reads_from_cache: false,
         }
     }
 }
@@ -68,6 +72,8 @@ pub struct Security {
     pub authn: authn::Authenticator,
     pub authz: authz::Authorizer,
     pub limits: limits::Limits,
+    /// See [`SecurityConfig::consistent_reads_from_cache`].
+    pub consistent_reads_from_cache: bool,
 }
 
 impl Security {
@@ -82,6 +88,7 @@ impl Security {
             ),
             authz: authz::Authorizer::new(reviews, cfg.allow_ttl, cfg.deny_ttl),
             limits: limits::Limits::new(cfg.max_in_flight_per_user, cfg.max_watches_per_user),
+            consistent_reads_from_cache: cfg.consistent_reads_from_cache,
         })
     }
 }

@@ -113,7 +113,12 @@ impl Gateway {
         };
         let security = cfg.security.as_ref().map(|sec| {
             let reviews = crate::auth::UpstreamReviews::new(upstream.clone());
-            crate::auth::Security::new(sec, std::sync::Arc::new(reviews))
+            let sec = crate::auth::SecurityConfig {
+                consistent_reads_from_cache: cfg.cache.is_some()
+                    && cfg.consistent_reads == crate::cache::fresh::ConsistentReads::Cache,
+                ..sec.clone()
+            };
+            crate::auth::Security::new(&sec, std::sync::Arc::new(reviews))
         });
         let proxy = Proxy::new(upstream, drain.watcher())
             .with_response_timeout(cfg.upstream_response_timeout);
