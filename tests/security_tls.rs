@@ -430,21 +430,25 @@ async fn a_changed_certificate_is_served_to_new_connections_and_a_bad_one_is_not
     assert_eq!(out.trim(), "");
 }
 
-/// Writes `n` configmaps in the simulator and reads their events from `body`, a watch.
-async fn watch_delivers_every_event(env: &Secure, mut body: hyper::body::Incoming, n: usize) {
-    let sim = env.sim.handle();
+/// Writes `n` configmaps (`cm-0`, `cm-1`, ...) in the simulator.
+fn write_configmaps(env: &Secure, n: usize) {
     let configmaps = watchgate::sim::resources::find("", "v1", "configmaps").unwrap();
     for i in 0..n {
         support::watch::put_object(
-            sim,
+            env.sim.handle(),
             configmaps,
             "default",
             json!({"kind": "ConfigMap", "apiVersion": "v1",
                    "metadata": {"name": format!("cm-{i}"), "namespace": "default"}}),
         );
     }
+}
+
+/// Reads `n` events from `body` (a watch) and checks they are the ADDED events of
+/// `cm-0` .. `cm-{n-1}`, each once, in order.
+async fn every_event(what: &str, mut body: hyper::body::Incoming, n: usize) {
     let lines = support::wait::within(
-        "every event over TLS",
+        &format!("every event over {what}"),
         Duration::from_secs(20),
         tlsx::read_lines(&mut body, n),
     )
@@ -453,7 +457,7 @@ async fn watch_delivers_every_event(env: &Secure, mut body: hyper::body::Incomin
         .iter()
         .map(|l| {
             let e: serde_json::Value = serde_json::from_str(l).unwrap();
-            assert_eq!(e["type"], "ADDED", "{l}");
+            assert_eq!(e["type"], "ADDED", "{what}: {l}");
             e["object"]["metadata"]["name"]
                 .as_str()
                 .unwrap()
@@ -461,7 +465,7 @@ async fn watch_delivers_every_event(env: &Secure, mut body: hyper::body::Incomin
         })
         .collect();
     let want: Vec<String> = (0..n).map(|i| format!("cm-{i}")).collect();
-    assert_eq!(names, want, "every event once, in order");
+    assert_eq!(names, want, "{what}: every event once, in order");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -498,30 +502,11 @@ async fn watches_over_tls_deliver_every_event_on_http1_and_http2() {
     assert_eq!(support::http::source(resp2.headers()), Some("cache"));
 
     let n = 200;
-    let (a, b) = tokio::join!(
-        watch_delivers_every_event(&env, resp.into_body(), n),
-        async {
-            // Both read the same events: the second reader only reads.
-            let lines = support::wait::within(
-                "every event over TLS HTTP/2",
-                Duration::from_secs(20),
-                tlsx::read_lines(&mut resp2.into_body(), n),
-            )
-            .await;
-            let names: Vec<String> = lines
-                .iter()
-                .map(|l| {
-                    let e: serde_json::Value = serde_json::from_str(l).unwrap();
-                    e["object"]["metadata"]["name"]
-                        .as_str()
-                        .unwrap()
-                        .to_string()
-                })
-                .collect();
-            assert_eq!(names, (0..n).map(|i| format!("cm-{i}")).collect::<Vec<_>>());
-        }
+    write_configmaps(&env, n);
+    tokio::join!(
+        every_event("TLS HTTP/1.1", resp.into_body(), n),
+        every_event("TLS HTTP/2", resp2.into_body(), n),
     );
-    let _ = (a, b);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
