@@ -72,7 +72,7 @@ impl Pki {
         Ca::new(self.dir.path(), name)
     }
 
-    /// The gateway's TLS files (serving pair only), checked every `reload_ms`.
+    /// The gateway's TLS files: the serving pair, checked at the default interval.
     pub fn files(&self) -> TlsFiles {
         TlsFiles::new(self.serving.cert.clone(), self.serving.key.clone())
     }
