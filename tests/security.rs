@@ -480,3 +480,47 @@ async fn each_user_has_its_own_in_flight_limit() {
         "her place was freed"
     );
 }
+
+/// kube-apiserver writes its 401 and 403 with `responsewriters.ErrorNegotiated`: a
+/// client-go typed client (protobuf first in its Accept) gets the Status in protobuf.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn protobuf_clients_get_the_401_and_403_in_protobuf() {
+    use prost::Message;
+    const CLIENT_GO: &str = "application/vnd.kubernetes.protobuf,application/json";
+    let env = Secure::start().await;
+    let secrets = find("", "v1", "secrets").unwrap();
+    put_object(
+        env.sim.handle(),
+        secrets,
+        "default",
+        secret("default", "db"),
+    );
+    warm(&env, ADMIN, SECRETS_RV0).await;
+    for (token, code, reason) in [(None, 401, "Unauthorized"), (Some(ALICE), 403, "Forbidden")] {
+        let get = |http: support::Http| async move {
+            http.request(
+                Method::GET,
+                SECRETS_RV0,
+                &[("accept", CLIENT_GO)],
+                Vec::new(),
+            )
+            .await
+        };
+        let through = get(env.http(token)).await;
+        let direct = get(env.direct(token)).await;
+        assert_eq!(through.status, code);
+        assert_eq!(
+            through.headers["content-type"],
+            "application/vnd.kubernetes.protobuf"
+        );
+        assert_eq!(through.body, direct.body, "the apiserver's own bytes");
+        let unknown = watchgate::proto::decode_unknown(&through.body).expect("a k8s envelope");
+        let status = k8s_pb::apimachinery::pkg::apis::meta::v1::Status::decode(unknown.raw)
+            .expect("a protobuf Status");
+        assert_eq!(status.code, Some(code as i32));
+        assert_eq!(status.reason.as_deref(), Some(reason));
+        // The same Status as a JSON client's.
+        let json = env.http(token).get(SECRETS_RV0).await.json();
+        assert_eq!(status.message.as_deref(), json["message"].as_str());
+    }
+}

@@ -7,6 +7,10 @@
 //!   `X-Content-Type-Options: nosniff`;
 //! - 429: the max-in-flight and APF filters' `tooManyRequests`: Go's `http.Error`, a plain
 //!   text body (not a Status), `Retry-After`.
+//!
+//! 401 and 403 are written by `responsewriters.ErrorNegotiated`: in protobuf to a client
+//! whose `Accept` negotiates protobuf (client-go's typed clients), in JSON otherwise, and as
+//! `WriteRawJSON` (indented) when nothing in `Accept` is acceptable.
 
 use http::{header, HeaderValue, Response, StatusCode};
 
@@ -15,14 +19,20 @@ use crate::body::{self, Body};
 use crate::selector::validation::go_quote;
 use crate::status::Status;
 
-/// The 401 Status.
-pub fn unauthorized() -> Response<Body> {
-    Status::new(401, "Unauthorized", "Unauthorized").into_response()
+/// The 401 Status, for a request with these headers.
+pub fn unauthorized(headers: &HeaderMap) -> Response<Body> {
+    negotiated(Status::new(401, "Unauthorized", "Unauthorized"), headers)
 }
 
-/// The 403 Status for `user` asking for `attrs`, with the authorizer's `reason`.
-pub fn forbidden(user: &str, attrs: &Attributes, reason: &str) -> Response<Body> {
-    let mut resp = forbidden_status(user, attrs, reason).into_response();
+/// The 403 Status for `user` asking for `attrs`, with the authorizer's `reason`, for a
+/// request with these headers.
+pub fn forbidden(
+    user: &str,
+    attrs: &Attributes,
+    reason: &str,
+    headers: &HeaderMap,
+) -> Response<Body> {
+    let mut resp = negotiated(forbidden_status(user, attrs, reason), headers);
     resp.headers_mut().insert(
         HeaderName::from_static("x-content-type-options"),
         HeaderValue::from_static("nosniff"),
@@ -30,7 +40,37 @@ pub fn forbidden(user: &str, attrs: &Attributes, reason: &str) -> Response<Body>
     resp
 }
 
-use http::HeaderName;
+use http::{HeaderMap, HeaderName};
+
+/// `responsewriters.ErrorNegotiated` of a Status.
+fn negotiated(status: Status, headers: &HeaderMap) -> Response<Body> {
+    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
+    match crate::negotiate::negotiate_error(accept) {
+        Some(n) if n.encoding == crate::negotiate::Encoding::Protobuf => {
+            match crate::proto::encode_status(&status.to_bytes()) {
+                Ok(bytes) => {
+                    let mut resp = status.into_response();
+                    *resp.body_mut() = body::full(bytes);
+                    resp.headers_mut().insert(
+                        header::CONTENT_TYPE,
+                        HeaderValue::from_static(crate::proto::CONTENT_TYPE),
+                    );
+                    resp
+                }
+                // Every Status encodes; should one not, JSON is still an answer.
+                Err(_) => status.into_response(),
+            }
+        }
+        Some(_) => status.into_response(),
+        None => {
+            // WriteRawJSON: json.MarshalIndent of the Status.
+            let indented = crate::codec::go_json::marshal_indent(&status.to_value());
+            let mut resp = status.into_response();
+            *resp.body_mut() = body::full(indented);
+            resp
+        }
+    }
+}
 
 /// `apierrors.NewForbidden(gr, name, forbiddenMessage(...))`.
 pub fn forbidden_status(user: &str, attrs: &Attributes, reason: &str) -> Status {

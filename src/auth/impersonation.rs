@@ -105,7 +105,12 @@ pub async fn impersonate(
         match authz.authorize(requestor, attrs.clone()).await {
             Ok(Decision::Allow) => {}
             Ok(Decision::Deny(reason)) => {
-                return Err(answers::forbidden(requestor.name(), &attrs, &reason));
+                return Err(answers::forbidden(
+                    requestor.name(),
+                    &attrs,
+                    &reason,
+                    headers,
+                ));
             }
             Err(err) => {
                 tracing::warn!(error = %err, "impersonation check failed");

@@ -226,14 +226,14 @@ pub fn check(
     let requestor = match take_token(&mut headers) {
         Some(token) => match policy.by_token(&token) {
             Some(u) => Policy::info(u),
-            None => return Err(answers::unauthorized()),
+            None => return Err(answers::unauthorized(&headers)),
         },
         None if policy.anonymous => UserInfo {
             name: ANONYMOUS.into(),
             groups: vec![UNAUTHENTICATED.into()],
             ..Default::default()
         },
-        None => return Err(answers::unauthorized()),
+        None => return Err(answers::unauthorized(&headers)),
     };
     let identity = impersonation(policy, &headers, requestor)?;
     let name = identity.user.name.as_str();
@@ -264,7 +264,7 @@ pub fn check(
                 .flatten();
             if let Some(attrs) = Attributes::of_request(api, opts.as_ref()) {
                 if !policy.allows(name, &attrs) {
-                    return Err(answers::forbidden(name, &attrs, ""));
+                    return Err(answers::forbidden(name, &attrs, "", &headers));
                 }
             }
         }
@@ -293,7 +293,7 @@ fn impersonation(
             name: user.into(),
             ..Default::default()
         };
-        return Err(answers::forbidden(&requestor.name, &attrs, ""));
+        return Err(answers::forbidden(&requestor.name, &attrs, "", headers));
     }
     let mut groups: Vec<String> = headers
         .get_all(IMPERSONATE_GROUP)

@@ -67,7 +67,7 @@ where
                 }
                 Err(err) => {
                     tracing::debug!(error = %err, uri = %req.uri(), "unauthenticated request");
-                    Ok(answers::unauthorized())
+                    Ok(answers::unauthorized(req.headers()))
                 }
             }
         })

@@ -92,7 +92,12 @@ where
                         }
                         Ok(Decision::Deny(reason)) => {
                             let attrs = Attributes::of_read(&parsed).expect("derived above");
-                            return Ok(answers::forbidden(user.name(), &attrs, &reason));
+                            return Ok(answers::forbidden(
+                                user.name(),
+                                &attrs,
+                                &reason,
+                                req.headers(),
+                            ));
                         }
                         Err(err) => {
                             tracing::warn!(error = %err, "authorization failed; forwarding the read");
