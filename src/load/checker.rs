@@ -277,6 +277,15 @@ impl StreamCheck {
         self.sample = Vec::new();
     }
 
+    /// The watcher left on its own (a client that disconnects for good): what it covered
+    /// ends at the last RV it had, so the writes after it are not expected.
+    pub fn close(&mut self) {
+        let last = self.last_rv;
+        if let Some(span) = self.spans.last_mut() {
+            span.upto.get_or_insert(last);
+        }
+    }
+
     /// Compares what arrived with the writer's log; `wants` says which of the writer's
     /// objects this watcher's selector matches.
     pub fn verify(&self, log: &WriterLog, wants: impl Fn(&WriteRecord) -> bool) -> Vec<Violation> {
@@ -530,6 +539,30 @@ mod tests {
         assert!(matches!(
             c.verify(&l, |_| true)[..],
             [Violation::Undelivered { missing: 1, .. }]
+        ));
+    }
+
+    #[test]
+    fn a_watcher_that_left_is_checked_up_to_where_it_left() {
+        let l = log(&[11, 12, 15, 20]);
+        let mut c = StreamCheck::new(1, 10);
+        c.observe(11, EventType::Modified);
+        c.observe(12, EventType::Modified);
+        c.close();
+        assert_eq!(c.verify(&l, |_| true), vec![]);
+        // What it received before it left is still checked: 12 missing is a gap.
+        let mut c = StreamCheck::new(1, 10);
+        c.observe(11, EventType::Modified);
+        c.observe(15, EventType::Modified);
+        c.close();
+        assert!(matches!(
+            c.verify(&l, |_| true)[..],
+            [Violation::Gap {
+                expected: 3,
+                received: 2,
+                first_missing: Some(12),
+                ..
+            }]
         ));
     }
 

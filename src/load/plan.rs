@@ -57,6 +57,7 @@ impl Plan {
                     list_first: false,
                     protocol: c.protocol,
                     reconnect_every: a.reconnect_every,
+                    lifetime: None,
                 };
                 Plan {
                     name: "watch-fanout",
@@ -92,6 +93,7 @@ impl Plan {
                     list_first: true,
                     protocol: c.protocol,
                     reconnect_every: None,
+                    lifetime: None,
                 };
                 Plan {
                     name: "informers",
@@ -135,6 +137,7 @@ impl Plan {
                             list_first: false,
                             protocol: c.protocol,
                             reconnect_every: None,
+                            lifetime: None,
                         }),
                         a.watchers,
                     ));
@@ -148,6 +151,7 @@ impl Plan {
                             list_first: true,
                             protocol: c.protocol,
                             reconnect_every: None,
+                            lifetime: None,
                         }),
                         a.informers,
                     ));
@@ -187,6 +191,7 @@ impl Plan {
                     list_first: false,
                     protocol: self.common.protocol,
                     reconnect_every: None,
+                    lifetime: None,
                 }),
                 1,
             ));

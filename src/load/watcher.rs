@@ -32,6 +32,9 @@ pub struct WatchSpec {
     pub protocol: Protocol,
     /// Close and reopen the watch this often (connect/disconnect churn).
     pub reconnect_every: Option<Duration>,
+    /// Leave for good this long after starting (a client of a connect/disconnect storm):
+    /// its stream is then checked up to the last resourceVersion it had.
+    pub lifetime: Option<Duration>,
 }
 
 impl WatchSpec {
@@ -98,6 +101,8 @@ fn needed_rv(
 enum StreamEnd {
     /// The run is over for this watcher.
     Done,
+    /// Its lifetime is over: it leaves.
+    Left,
     /// The server ended the stream (or the connection broke): resume.
     Ended,
     /// Planned churn: reconnect.
@@ -122,9 +127,16 @@ pub async fn run(
         resource_version: "0".into(),
     };
     let mut check = StreamCheck::new(id, start_rv);
+    let leave_at = spec.lifetime.map(|d| tokio::time::Instant::now() + d);
+    let left = |check: &mut StreamCheck| {
+        leave_at.is_some_and(|t| tokio::time::Instant::now() >= t) && {
+            check.close();
+            true
+        }
+    };
     if spec.list_first {
         loop {
-            if ctx.stop.is_cancelled() {
+            if ctx.stop.is_cancelled() || left(&mut check) {
                 return Outcome { id, group, check };
             }
             match list_once(&ctx.target, &list_spec, stats).await {
@@ -141,9 +153,16 @@ pub async fn run(
         if ctx.stop.is_cancelled() {
             break;
         }
-        let end = stream_once(&ctx, id, &spec, &sel, &mut check, &mut needed).await;
+        if left(&mut check) {
+            break;
+        }
+        let end = stream_once(&ctx, id, &spec, &sel, &mut check, &mut needed, leave_at).await;
         match end {
             StreamEnd::Done => break,
+            StreamEnd::Left => {
+                check.close();
+                break;
+            }
             StreamEnd::Reconnect => {}
             StreamEnd::Ended => {
                 Stats::add(&stats.c.terminated, 1);
@@ -152,7 +171,7 @@ pub async fn run(
                 Stats::add(&stats.c.gone, 1);
                 // A reflector relists and watches from the list's RV.
                 loop {
-                    if ctx.stop.is_cancelled() {
+                    if ctx.stop.is_cancelled() || left(&mut check) {
                         return Outcome { id, group, check };
                     }
                     match list_once(&ctx.target, &list_spec, stats).await {
@@ -180,6 +199,7 @@ async fn stream_once(
     sel: &(Option<LabelSelector>, Option<FieldSelector>),
     check: &mut StreamCheck,
     needed: &mut Option<u64>,
+    leave_at: Option<tokio::time::Instant>,
 ) -> StreamEnd {
     let stats = &ctx.stats;
     // The serializer is not Send: build the query in a block.
@@ -204,8 +224,12 @@ async fn stream_once(
             Protocol::Http2 => ctx.target.get_h2(&path).await,
         }
     };
+    let far = || tokio::time::Instant::now() + Duration::from_secs(86400 * 365);
+    let leave = tokio::time::sleep_until(leave_at.unwrap_or_else(far));
+    tokio::pin!(leave);
     let resp = tokio::select! {
         _ = ctx.stop.cancelled() => return StreamEnd::Done,
+        _ = &mut leave => return StreamEnd::Left,
         r = async {
             let _permit = ctx.connect_gate.acquire().await;
             req.await
@@ -244,14 +268,12 @@ async fn stream_once(
     // waiter per frame per watcher (10,000 watchers × 100 frames/s).
     let stop = ctx.stop.cancelled();
     let draining = ctx.draining.cancelled();
-    let reconnect = tokio::time::sleep_until(
-        reconnect_at
-            .unwrap_or_else(|| tokio::time::Instant::now() + Duration::from_secs(86400 * 365)),
-    );
+    let reconnect = tokio::time::sleep_until(reconnect_at.unwrap_or_else(far));
     tokio::pin!(stop, draining, reconnect);
     loop {
         let frame = tokio::select! {
             _ = &mut stop => return StreamEnd::Done,
+            _ = &mut leave => return StreamEnd::Left,
             _ = &mut reconnect => return StreamEnd::Reconnect,
             _ = &mut draining, if needed.is_none() => {
                 if let Some(log) = ctx.drain_log.get() {
