@@ -49,6 +49,8 @@ pub const CACHE_BUDGET_USED: &str = "watchgate_cache_budget_used_bytes";
 pub const CACHE_BUDGET_LIMIT: &str = "watchgate_cache_budget_limit_bytes";
 pub const CACHE_OVER_BUDGET: &str = "watchgate_cache_over_budget";
 pub const CACHE_DROPPED_TOTAL: &str = "watchgate_cache_dropped_total";
+pub const CACHE_PROTOBUF_UNAVAILABLE: &str = "watchgate_cache_protobuf_unavailable";
+pub const CACHE_DERIVED_BYTES: &str = "watchgate_cache_derived_bytes";
 pub const REFLECTOR_LISTS_TOTAL: &str = "watchgate_reflector_lists_total";
 pub const REFLECTOR_RELISTS_TOTAL: &str = "watchgate_reflector_relists_total";
 pub const REFLECTOR_RESTARTS_TOTAL: &str = "watchgate_reflector_restarts_total";
@@ -252,6 +254,14 @@ fn describe() {
         CACHE_DROPPED_TOTAL,
         "Times a resource was not cached, or stopped being cached, for its size, by reason: resource_budget or total_budget."
     );
+    describe_gauge!(
+        CACHE_PROTOBUF_UNAVAILABLE,
+        "1 once an object of a cached built-in type could not be encoded in protobuf (a field newer than watchgate's schema): the type's protobuf requests are forwarded."
+    );
+    describe_gauge!(
+        CACHE_DERIVED_BYTES,
+        "Bytes of representations built on demand from cached objects' JSON and kept with them (protobuf, metadata_protobuf, metadata_json), by representation; outside the cache byte budget, freed with the objects."
+    );
     describe_counter!(
         REFLECTOR_LISTS_TOTAL,
         "Upstream lists a reflector made (the first one and every relist)."
@@ -294,6 +304,9 @@ pub fn render(registry: Option<&Registry>) -> String {
 /// process (tests) a counter shows the larger of their totals, and a gauge whatever the
 /// last refresh set: such tests give each gateway its own resource.
 fn refresh_cache_metrics(registry: &Registry) {
+    for (r, n) in crate::cache::object::derived_totals() {
+        gauge!(CACHE_DERIVED_BYTES, "representation" => r.as_str()).set(n as f64);
+    }
     let budget = registry.budget();
     gauge!(CACHE_BUDGET_LIMIT, "scope" => "total").set(budget.config.max_bytes as f64);
     gauge!(CACHE_BUDGET_LIMIT, "scope" => "resource").set(budget.config.max_resource_bytes as f64);

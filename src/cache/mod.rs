@@ -7,6 +7,7 @@ pub mod events;
 mod fields;
 pub mod list_page;
 pub mod object;
+pub mod proto_form;
 pub mod reflector;
 pub mod registry;
 pub mod resource;

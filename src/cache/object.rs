@@ -6,6 +6,7 @@
 //! size. The header is parsed once, when the object enters the cache.
 
 use std::borrow::Cow;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use bytes::Bytes;
 use serde::Deserialize;
@@ -110,22 +111,14 @@ impl CachedObject {
     /// The memory this object holds: itself, its JSON, its parsed header and the other
     /// representations built so far (for the watch history's byte budget).
     pub fn heap_bytes(&self) -> usize {
-        let derived = self
-            .derived
-            .metadata_json
-            .get()
-            .and_then(Option::as_ref)
-            // A slice of `raw` costs nothing more.
-            .filter(|m| !self.raw.as_ptr_range().contains(&m.as_ptr()))
-            .map_or(0, Bytes::len);
-        self.resident_bytes() + derived
+        self.resident_bytes() + self.derived_bytes()
     }
 
     /// What the object holds from the moment it is parsed until it is dropped: itself,
     /// its JSON and its parsed header. Unlike [`CachedObject::heap_bytes`] it never
     /// changes, so the cache's byte budget can add it on insert and take it back on
-    /// removal (representations built later on demand are not counted; for built-in types
-    /// they are slices of the JSON anyway).
+    /// removal. Representations built later on demand are not in it: they are counted
+    /// process-wide instead ([`derived_totals`], `watchgate_cache_derived_bytes`).
     pub fn resident_bytes(&self) -> usize {
         let labels: usize = self
             .labels
@@ -137,22 +130,39 @@ impl CachedObject {
             .iter()
             .map(|(_, v)| std::mem::size_of::<(&str, Box<str>)>() + v.len())
             .sum();
-        let derived = self.derived_bytes();
-        std::mem::size_of::<Self>() + self.raw.len() + self.key.len() + labels + fields + derived
+        std::mem::size_of::<Self>() + self.raw.len() + self.key.len() + labels + fields
     }
 
     /// The bytes of the representations built so far, beyond the JSON (slices of the JSON
     /// or of the protobuf cost nothing more).
     pub fn derived_bytes(&self) -> usize {
+        self.derived_parts().iter().sum()
+    }
+
+    /// [`CachedObject::derived_bytes`] by representation (`Representation` order).
+    fn derived_parts(&self) -> [usize; 3] {
         let d = &self.derived;
         let own = |cell: &std::sync::OnceLock<Option<Bytes>>, within: Option<&Bytes>| {
             cell.get()
                 .and_then(Option::as_ref)
-                .filter(|b| within.is_none_or(|w| !w.as_ptr_range().contains(&b.as_ptr())))
-                .map_or(0, Bytes::len)
+                .map_or(0, |b| owned_len(b, within))
         };
         let proto = d.proto.get().and_then(Option::as_ref);
-        own(&d.metadata_json, Some(&self.raw)) + own(&d.proto, None) + own(&d.metadata_proto, proto)
+        [
+            own(&d.metadata_json, Some(&self.raw)),
+            own(&d.proto, None),
+            own(&d.metadata_proto, proto),
+        ]
+    }
+
+    /// Whether the protobuf message has been built (or found impossible) already.
+    pub fn has_proto(&self) -> bool {
+        self.derived.proto.get().is_some()
+    }
+
+    /// Whether the `PartialObjectMetadata` protobuf message has been built already.
+    pub fn has_metadata_proto(&self) -> bool {
+        self.derived.metadata_proto.get().is_some()
     }
 
     /// The object's protobuf message (bare, not enveloped) as type `ty`, built once.
@@ -160,7 +170,7 @@ impl CachedObject {
         self.derived
             .proto
             .get_or_init(|| match crate::proto::encode(ty, &self.raw) {
-                Ok(b) => Some(Bytes::from(b)),
+                Ok(b) => Some(counted(Representation::Protobuf, Bytes::from(b), None)),
                 Err(err) => {
                     tracing::debug!(key = %self.key, %err, "object has no protobuf form");
                     None
@@ -183,7 +193,7 @@ impl CachedObject {
                 }
                 crate::proto::partial_object_metadata(&self.raw)
                     .ok()
-                    .map(Bytes::from)
+                    .map(|b| counted(Representation::MetadataProtobuf, Bytes::from(b), None))
             })
             .clone()
     }
@@ -200,7 +210,7 @@ impl CachedObject {
                 if unstructured {
                     crate::codec::meta::object_meta_go_order(&self.raw[span])
                         .ok()
-                        .map(Bytes::from)
+                        .map(|b| counted(Representation::MetadataJson, Bytes::from(b), None))
                 } else {
                     Some(self.raw.slice(span))
                 }
@@ -573,5 +583,66 @@ mod tests {
         );
         let o = CachedObject::parse(raw, &[]).unwrap();
         assert_eq!(o.label("k"), Some("vA"));
+    }
+}
+
+/// The representations an object may derive from its JSON, as reported in
+/// `watchgate_cache_derived_bytes{representation}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Representation {
+    /// A custom resource's `ObjectMeta` in Go field order (built-in types slice their JSON).
+    MetadataJson = 0,
+    /// The object's protobuf message.
+    Protobuf = 1,
+    /// `PartialObjectMetadata` in protobuf, when it is not a slice of the message.
+    MetadataProtobuf = 2,
+}
+
+impl Representation {
+    pub const ALL: [Representation; 3] = [
+        Representation::MetadataJson,
+        Representation::Protobuf,
+        Representation::MetadataProtobuf,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Representation::MetadataJson => "metadata_json",
+            Representation::Protobuf => "protobuf",
+            Representation::MetadataProtobuf => "metadata_protobuf",
+        }
+    }
+}
+
+/// Bytes of derived representations alive in the process, by [`Representation`]: built
+/// lazily, so they are outside the cache's byte budget (which must not change while an
+/// object is stored), but never unreported. Added when a cell is filled, taken back when
+/// its object is dropped.
+static DERIVED_BYTES: [AtomicUsize; 3] = [const { AtomicUsize::new(0) }; 3];
+
+/// The bytes [`DERIVED_BYTES`] holds, by representation.
+pub fn derived_totals() -> [(Representation, usize); 3] {
+    Representation::ALL.map(|r| (r, DERIVED_BYTES[r as usize].load(Ordering::Relaxed)))
+}
+
+fn owned_len(b: &Bytes, within: Option<&Bytes>) -> usize {
+    match within {
+        Some(w) if w.as_ptr_range().contains(&b.as_ptr()) => 0,
+        _ => b.len(),
+    }
+}
+
+fn counted(r: Representation, b: Bytes, within: Option<&Bytes>) -> Bytes {
+    DERIVED_BYTES[r as usize].fetch_add(owned_len(&b, within), Ordering::Relaxed);
+    b
+}
+
+impl Drop for CachedObject {
+    fn drop(&mut self) {
+        for (r, n) in Representation::ALL.into_iter().zip(self.derived_parts()) {
+            if n > 0 {
+                DERIVED_BYTES[r as usize].fetch_sub(n, Ordering::Relaxed);
+            }
+        }
     }
 }

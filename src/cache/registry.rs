@@ -43,6 +43,8 @@ pub fn names(spec: &str, group: &str, resource: &str) -> bool {
 /// One resource type's cache: its store, its sync state and its reflector task.
 pub struct ResourceCache {
     pub info: Arc<ResourceInfo>,
+    /// The type's protobuf messages, and whether its objects encode.
+    pub proto: Arc<super::proto_form::ProtoForm>,
     pub store: Arc<Store>,
     pub stats: Arc<ReflectorStats>,
     synced: watch::Receiver<bool>,
@@ -232,6 +234,7 @@ impl Registry {
         .with_budget(self.budget.clone(), self.on_drop(key, info.clone()));
         let task = tokio::spawn(reflector.run());
         Arc::new(ResourceCache {
+            proto: Arc::new(super::proto_form::ProtoForm::of(&info)),
             info,
             store,
             stats,

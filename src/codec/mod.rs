@@ -6,3 +6,4 @@ pub mod go_json;
 pub mod gzip;
 pub mod list;
 pub mod meta;
+pub mod proto_list;

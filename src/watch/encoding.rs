@@ -16,14 +16,17 @@
 //!   transform does; they are for people watching, few and slow.
 
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use bytes::Bytes;
 use serde_json::Value;
 
 use super::event::{Delivery, EncodedBytes, Encoder, Event, ExtraLine};
 use crate::cache::object::CachedObject;
+use crate::cache::proto_form::ProtoForm;
 use crate::codec::meta;
 use crate::negotiate::MetaVersion;
+use crate::proto::{self, MessageType};
 use crate::table::{Convertor, TableOptions};
 
 /// The representation of one watch's events.
@@ -37,6 +40,83 @@ pub enum WatchEncoding {
         unstructured: bool,
     },
     Table(TableWatch),
+    /// The object in protobuf: `;stream=watch` frames whose object is the full envelope.
+    Protobuf(ProtoWatch),
+    /// `PartialObjectMetadata` in protobuf frames.
+    MetadataProtobuf {
+        version: MetaVersion,
+        form: ProtoWatch,
+    },
+}
+
+/// What a protobuf watch needs: the type's message (if it has one; `PartialObjectMetadata`
+/// works without), its apiVersion and kind for envelopes, and the type's [`ProtoForm`] to
+/// mark when an object turns out not to be encodable.
+#[derive(Debug)]
+pub struct ProtoWatch {
+    pub ty: Option<MessageType>,
+    pub api_version: String,
+    pub kind: String,
+    pub form: Arc<ProtoForm>,
+    pub group: String,
+}
+
+impl ProtoWatch {
+    /// The envelope (`k8s\0` + Unknown) of `obj` in this watch's representation.
+    fn envelope(&self, obj: &CachedObject, metadata: Option<MetaVersion>) -> Option<Vec<u8>> {
+        match metadata {
+            None => {
+                let msg = obj.proto(self.ty?)?;
+                Some(proto::encode_unknown(&self.api_version, &self.kind, &msg))
+            }
+            Some(v) => {
+                let msg = obj.metadata_proto(self.ty)?;
+                Some(proto::encode_unknown(
+                    v.api_version(),
+                    "PartialObjectMetadata",
+                    &msg,
+                ))
+            }
+        }
+    }
+
+    /// The frame of one event; an object with no protobuf form marks the type (its next
+    /// protobuf requests are forwarded) and becomes an ERROR event, which ends the client's
+    /// watch: kube-apiserver ends a watch whose object fails to encode, and the client's
+    /// next watch is then the upstream's.
+    fn frame(&self, event_type: &str, obj: &CachedObject, metadata: Option<MetaVersion>) -> Bytes {
+        match self.envelope(obj, metadata) {
+            Some(env) => Bytes::from(proto::watch_frame(event_type, &env)),
+            None => {
+                self.form.mark_broken(&self.group);
+                let status = crate::status::Status::internal(format!(
+                    "unable to encode watch object {}: a field newer than watchgate's protobuf schema",
+                    obj.key
+                ));
+                proto_status_frame(&status)
+            }
+        }
+    }
+
+    fn bookmark(&self, obj: &Value, metadata: Option<MetaVersion>) -> Bytes {
+        let json = serde_json::to_vec(obj).expect("value serialises");
+        let env = match metadata {
+            None => proto::encode_object(&self.api_version, &self.kind, &json),
+            Some(v) => proto::partial_object_metadata(&json)
+                .map(|m| proto::encode_unknown(v.api_version(), "PartialObjectMetadata", &m)),
+        };
+        match env {
+            Ok(env) => Bytes::from(proto::watch_frame("BOOKMARK", &env)),
+            Err(e) => proto_status_frame(&crate::status::Status::internal(e)),
+        }
+    }
+}
+
+/// An ERROR event carrying `status`, in protobuf.
+pub fn proto_status_frame(status: &crate::status::Status) -> Bytes {
+    let json = serde_json::to_vec(&status.to_value()).expect("value serialises");
+    let env = proto::encode_status(&json).unwrap_or_default();
+    Bytes::from(proto::watch_frame("ERROR", &env))
 }
 
 /// A Table watch's convertor and options, and whether its first Table (the one with the
@@ -82,6 +162,14 @@ impl WatchEncoding {
                 let obj = ev.delivered_object(d);
                 table_line(d.event_type(), enc, &obj, t)
             }
+            WatchEncoding::Protobuf(p) => ev.extra_line(ExtraLine::Protobuf, d, encoded, |obj| {
+                p.frame(d.event_type(), obj, None)
+            }),
+            WatchEncoding::MetadataProtobuf { version, form } => {
+                ev.extra_line(ExtraLine::MetadataProtobuf(*version), d, encoded, |obj| {
+                    form.frame(d.event_type(), obj, Some(*version))
+                })
+            }
         }
     }
 
@@ -101,6 +189,10 @@ impl WatchEncoding {
                 ])
             }
             WatchEncoding::Table(t) => AddedFrames::One(table_line("ADDED", enc, obj, t)),
+            WatchEncoding::Protobuf(p) => AddedFrames::One(p.frame("ADDED", obj, None)),
+            WatchEncoding::MetadataProtobuf { version, form } => {
+                AddedFrames::One(form.frame("ADDED", obj, Some(*version)))
+            }
         }
     }
 
@@ -121,6 +213,32 @@ impl WatchEncoding {
                 let obj = enc.bookmark_object(rv, initial_events_end);
                 value_event("BOOKMARK", &t.table(&obj))
             }
+            WatchEncoding::Protobuf(p) => {
+                p.bookmark(&enc.bookmark_object(rv, initial_events_end), None)
+            }
+            WatchEncoding::MetadataProtobuf { version, form } => {
+                form.bookmark(&enc.bookmark_object(rv, initial_events_end), Some(*version))
+            }
+        }
+    }
+
+    /// An ERROR event carrying `status`, in this watch's encoding.
+    pub fn error(&self, status: &crate::status::Status) -> Bytes {
+        match self {
+            WatchEncoding::Protobuf(_) | WatchEncoding::MetadataProtobuf { .. } => {
+                proto_status_frame(status)
+            }
+            _ => value_event("ERROR", &status.to_value()),
+        }
+    }
+
+    /// The response's Content-Type.
+    pub fn content_type(&self) -> &'static str {
+        match self {
+            WatchEncoding::Protobuf(_) | WatchEncoding::MetadataProtobuf { .. } => {
+                proto::WATCH_CONTENT_TYPE
+            }
+            _ => "application/json",
         }
     }
 }
@@ -174,7 +292,6 @@ fn value_event(event_type: &str, object: &Value) -> Bytes {
 mod tests {
     use super::*;
     use crate::watch::event::Change;
-    use std::sync::Arc;
 
     fn obj(rv: u64) -> Arc<CachedObject> {
         let raw = format!(

@@ -28,16 +28,24 @@ pub enum Change {
 pub enum ExtraLine {
     /// JSON `PartialObjectMetadata` of this `meta.k8s.io` version.
     Metadata(crate::negotiate::MetaVersion),
+    /// The object in protobuf (`;stream=watch` frames).
+    Protobuf,
+    /// `PartialObjectMetadata` of this version in protobuf.
+    MetadataProtobuf(crate::negotiate::MetaVersion),
 }
 
 impl ExtraLine {
     /// Cells reserved per event (see [`Extra`]).
-    const COUNT: usize = 2;
+    const COUNT: usize = 5;
 
     fn slot(self) -> usize {
+        use crate::negotiate::MetaVersion::{V1beta1, V1};
         match self {
-            ExtraLine::Metadata(crate::negotiate::MetaVersion::V1) => 0,
-            ExtraLine::Metadata(crate::negotiate::MetaVersion::V1beta1) => 1,
+            ExtraLine::Metadata(V1) => 0,
+            ExtraLine::Metadata(V1beta1) => 1,
+            ExtraLine::Protobuf => 2,
+            ExtraLine::MetadataProtobuf(V1) => 3,
+            ExtraLine::MetadataProtobuf(V1beta1) => 4,
         }
     }
 }

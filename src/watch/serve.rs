@@ -19,7 +19,7 @@ use http::{header, HeaderValue, Method, Response, StatusCode};
 use rand::Rng;
 
 use super::body::{WatchBody, WatchParams};
-use super::encoding::{TableWatch, WatchEncoding};
+use super::encoding::{ProtoWatch, TableWatch, WatchEncoding};
 use super::event::value_line;
 use super::filter::{WatchFilter, NAME};
 use super::hub::{Start, TooOld};
@@ -118,12 +118,21 @@ pub async fn try_watch(registry: &Arc<Registry>, req: &Parsed) -> Option<Respons
         labels: opts.label_selector.clone(),
         fields: opts.field_selector.clone(),
     };
+    let content_type = encoding.content_type();
+    let protobuf = matches!(
+        encoding,
+        WatchEncoding::Protobuf(_) | WatchEncoding::MetadataProtobuf { .. }
+    );
     let reg = match cache.store.watch(filter, encoding, start) {
         Ok(r) => r,
         Err(TooOld(requested, oldest)) => {
-            return Some(error_stream(&Status::too_old_resource_version(
-                requested, oldest,
-            )));
+            let status = Status::too_old_resource_version(requested, oldest);
+            let line = if protobuf {
+                super::encoding::proto_status_frame(&status)
+            } else {
+                value_line("ERROR", &status.to_value())
+            };
+            return Some(stream_response(body::full(line), content_type));
         }
     };
     let params = WatchParams {
@@ -133,7 +142,7 @@ pub async fn try_watch(registry: &Arc<Registry>, req: &Parsed) -> Option<Respons
         timeout: watch_timeout(opts.watch_timeout()),
     };
     let body = WatchBody::new(cache.store.clone(), reg, params);
-    let mut resp = stream_response(body::boxed(body));
+    let mut resp = stream_response(body::boxed(body), content_type);
     // Over HTTP/1.1 the connection streams it outside hyper (server/h1.rs).
     resp.extensions_mut().insert(crate::server::Detachable);
     Some(resp)
@@ -164,8 +173,30 @@ fn encoding(
     let accept = req.accept.as_deref();
     let n = negotiate(accept, endpoint).ok()?;
     let stream = negotiate_stream(accept, endpoint).ok()?;
-    if stream.encoding != Encoding::Json || n.encoding != Encoding::Json || n.pretty {
+    if stream.encoding != n.encoding || n.pretty {
         return None;
+    }
+    let proto_watch = || ProtoWatch {
+        ty: cache.proto.object,
+        api_version: cache.info.api_version(),
+        kind: cache.info.kind.clone(),
+        form: cache.proto.clone(),
+        group: cache.info.group.clone(),
+    };
+    if n.encoding == Encoding::Protobuf {
+        return match n.conversion {
+            None => {
+                cache.proto.types()?;
+                Some(WatchEncoding::Protobuf(proto_watch()))
+            }
+            Some(Conversion::PartialObjectMetadata(version)) if cache.proto.metadata_ok() => {
+                Some(WatchEncoding::MetadataProtobuf {
+                    version,
+                    form: proto_watch(),
+                })
+            }
+            _ => None,
+        };
     }
     match n.conversion {
         None => Some(WatchEncoding::Json),
@@ -182,21 +213,13 @@ fn encoding(
     }
 }
 
-fn stream_response(body: Body) -> Response<Body> {
+fn stream_response(body: Body, content_type: &'static str) -> Response<Body> {
     let mut resp = Response::new(body);
     *resp.status_mut() = StatusCode::OK;
     let h = resp.headers_mut();
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
     h.insert(SOURCE_HEADER, HeaderValue::from_static("cache"));
     resp
-}
-
-/// A 200 stream carrying exactly one ERROR event, as the cacher's `newErrWatcher` sends.
-fn error_stream(s: &Status) -> Response<Body> {
-    stream_response(body::full(value_line("ERROR", &s.to_value())))
 }
 
 #[cfg(test)]

@@ -242,6 +242,43 @@ impl Watch {
         }
     }
 
+    /// The next event of a protobuf stream (`application/vnd.kubernetes.protobuf;stream=watch`:
+    /// 4-byte big-endian length, then a `WatchEvent`): its type and the object's envelope
+    /// (`k8s\0` + `runtime.Unknown`). Panics naming `desc` if none comes within
+    /// [`EVENT_TIMEOUT`], or on a malformed frame.
+    pub async fn next_proto(&mut self, desc: &str) -> (String, Bytes) {
+        let deadline = Instant::now() + EVENT_TIMEOUT;
+        loop {
+            let split = watchgate::proto::split_frame(&self.buf, 16 << 20)
+                .unwrap_or_else(|e| panic!("watch {}: {desc}: bad frame: {e}", self.what));
+            if let Some((frame, rest)) = split {
+                let used = self.buf.len() - rest.len();
+                let (ty, env) = watchgate::proto::parse_watch_event(frame)
+                    .unwrap_or_else(|e| panic!("watch {}: {desc}: bad WatchEvent: {e}", self.what));
+                let out = (ty.to_string(), Bytes::copy_from_slice(env));
+                let _ = self.buf.split_to(used);
+                return out;
+            }
+            assert!(!self.ended, "watch {}: {desc}: the stream ended", self.what);
+            let frame = match tokio::time::timeout_at(deadline, self.body.frame()).await {
+                Ok(f) => f,
+                Err(_) => panic!(
+                    "watch {}: {desc}: no frame within {EVENT_TIMEOUT:?}",
+                    self.what
+                ),
+            };
+            match frame {
+                Some(Ok(frame)) => {
+                    if let Ok(data) = frame.into_data() {
+                        self.buf.extend_from_slice(&data);
+                    }
+                }
+                Some(Err(e)) => panic!("watch {}: {desc}: stream error: {e}", self.what),
+                None => self.ended = true,
+            }
+        }
+    }
+
     /// The next event; panics naming `desc` if none comes within [`EVENT_TIMEOUT`] or the
     /// stream ends.
     pub async fn next(&mut self, desc: &str) -> Event {
