@@ -80,6 +80,47 @@ impl WriterLog {
     }
 }
 
+impl WriterLog {
+    /// The writes no watcher can receive one by one because an upstream relist skipped
+    /// them: within each window (`asked`, `current`] — a watch from `asked` answered with
+    /// 410 while the store was at `current`, after which the gateway's reflector relists
+    /// and delivers the difference between its old and new state (docs/watch.md, "Upstream
+    /// relists") — every write to an object that a later write to the same object in the
+    /// same window supersedes. Only the last write of each object in the window is
+    /// delivered, as kube-apiserver never delivers versions etcd compacted away. A window
+    /// asked from 0 (a watch-list) covers nothing: the reflector's state is not from 0.
+    pub fn superseded_in(&self, windows: &[(u64, u64)]) -> std::collections::BTreeSet<u64> {
+        let mut out = std::collections::BTreeSet::new();
+        for &(asked, current) in windows {
+            if asked == 0 || current <= asked {
+                continue;
+            }
+            let mut last = std::collections::HashMap::new();
+            for r in self.range(asked, Some(current)) {
+                last.insert(r.object, r.rv);
+            }
+            out.extend(
+                self.range(asked, Some(current))
+                    .filter(|r| last[&r.object] != r.rv)
+                    .map(|r| r.rv),
+            );
+        }
+        out
+    }
+
+    /// This log without the writes at `rvs`.
+    pub fn without(&self, rvs: &std::collections::BTreeSet<u64>) -> Self {
+        Self {
+            by_rv: self
+                .by_rv
+                .iter()
+                .filter(|(rv, _)| !rvs.contains(rv))
+                .map(|(rv, r)| (*rv, r.clone()))
+                .collect(),
+        }
+    }
+}
+
 /// A mixing function so that the sum of hashes is a good set fingerprint.
 fn mix(rv: u64, ev: EventType) -> u64 {
     // splitmix64 finaliser.
@@ -564,6 +605,30 @@ mod tests {
                 ..
             }]
         ));
+    }
+
+    #[test]
+    fn a_relist_window_supersedes_all_but_each_objects_last_write() {
+        let mut l = WriterLog::default();
+        // Objects 0, 1, 0, 2, 1 at RVs 11..15, then object 0 again at 16.
+        for (rv, object) in [(11, 0), (12, 1), (13, 0), (14, 2), (15, 1), (16, 0)] {
+            l.insert(WriteRecord {
+                rv,
+                object,
+                event: EventType::Modified,
+            });
+        }
+        // A 410 for a watch from 10 with the store at 15: 11 (by 13) and 12 (by 15) are
+        // superseded; 16 is after the window, so 13 stays.
+        let s = l.superseded_in(&[(10, 15)]);
+        assert_eq!(s.into_iter().collect::<Vec<_>>(), vec![11, 12]);
+        // A watch-list's 410 (asked from 0) and an empty window cover nothing.
+        assert!(l.superseded_in(&[(0, 15), (15, 15)]).is_empty());
+        let kept = l.without(&l.superseded_in(&[(10, 15)]));
+        assert_eq!(
+            kept.range(0, None).map(|r| r.rv).collect::<Vec<_>>(),
+            vec![13, 14, 15, 16]
+        );
     }
 
     #[test]

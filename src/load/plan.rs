@@ -125,6 +125,29 @@ impl Plan {
                 node_prefix: "load-node".into(),
                 common: a.common.clone(),
             },
+            Scenario::Soak(a) => {
+                // The healthy watchers; the soak adds the stalled and storming ones.
+                let c = a.common.clone();
+                let spec = WatchSpec {
+                    path: ns_path(&c),
+                    label_selector: None,
+                    field_selector: None,
+                    list_first: false,
+                    protocol: c.protocol,
+                    reconnect_every: None,
+                    lifetime: None,
+                };
+                Plan {
+                    name: "soak",
+                    groups: vec![(Arc::new(spec), a.watchers)],
+                    kubelets: 0,
+                    kubelet_protocol_path: String::new(),
+                    lists: None,
+                    nodes: 10,
+                    node_prefix: "load-node".into(),
+                    common: c,
+                }
+            }
             Scenario::Mixed(a) => {
                 let c = a.common.clone();
                 let mut groups = Vec::new();

@@ -24,6 +24,9 @@ use crate::selector::label::LabelSelector;
 
 /// `watchgate load <scenario>`: runs, prints, and fails on any stream violation.
 pub async fn run(args: LoadArgs) -> anyhow::Result<()> {
+    if let super::args::Scenario::Soak(a) = &args.scenario {
+        return super::soak::run(a.clone()).await;
+    }
     let plan = Plan::from_scenario(&args.scenario);
     let summary = execute(&plan).await?;
     if plan.common.json {
