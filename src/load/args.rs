@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use clap::{Args, Subcommand};
 
+use super::encoding::Encoding;
 use super::target::Protocol;
 use crate::config::parse_duration;
 
@@ -28,10 +29,13 @@ pub enum Scenario {
     Lists(ListArgs),
     /// A blend: fan-out watchers, kubelets, informers and lists in one run.
     Mixed(MixedArgs),
-    /// A fault soak (docs/reliability.md): starts two simulator replicas sharing one store
-    /// and a gateway process in front of both, then runs healthy, stalled and storming
-    /// watchers and writes through dropped watches, 410 bursts, replica kills and added
-    /// latency; fails on any stream violation or if the gateway's RSS passes --max-rss.
+    /// A fault soak over two simulator replicas and a gateway it starts itself; --duration
+    /// defaults to 10m (docs/reliability.md)
+    ///
+    /// It starts two simulator replicas sharing one store and a gateway process in front
+    /// of both, then runs healthy, stalled and storming watchers and writes through
+    /// dropped watches, 410 bursts, replica kills and added latency; it fails on any
+    /// stream violation or if the gateway's RSS passes --max-rss.
     #[command(mut_arg("duration", |a| a.default_value("10m")))]
     Soak(SoakArgs),
 }
@@ -74,6 +78,11 @@ pub struct Common {
     /// Writes in flight at most (beyond it, ticks are skipped and counted).
     #[arg(long, default_value_t = 64)]
     pub write_concurrency: usize,
+    /// What watchers and lists ask for: json, protobuf (client-go's typed clients' Accept)
+    /// or metadata (PartialObjectMetadata, client-go's metadata informers' Accept). Writes
+    /// stay JSON.
+    #[arg(long, value_enum, default_value_t = Encoding::Json)]
+    pub encoding: Encoding,
     /// How watch streams are carried.
     #[arg(long, value_enum, default_value_t = Protocol::Http1)]
     pub protocol: Protocol,

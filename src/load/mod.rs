@@ -14,11 +14,13 @@
 
 pub mod args;
 pub mod checker;
+pub mod encoding;
 pub mod lister;
 pub mod plan;
 pub mod plot;
 pub mod pool;
 pub mod probe;
+pub mod proto_scan;
 pub mod report;
 pub mod run;
 pub mod scan;

@@ -58,6 +58,7 @@ impl Plan {
                     protocol: c.protocol,
                     reconnect_every: a.reconnect_every,
                     lifetime: None,
+                    encoding: c.encoding,
                 };
                 Plan {
                     name: "watch-fanout",
@@ -94,6 +95,7 @@ impl Plan {
                     protocol: c.protocol,
                     reconnect_every: None,
                     lifetime: None,
+                    encoding: c.encoding,
                 };
                 Plan {
                     name: "informers",
@@ -117,6 +119,7 @@ impl Plan {
                         query: selector_query(&a.label_selector, &a.field_selector),
                         limit: a.limit,
                         resource_version: a.resource_version.clone(),
+                        encoding: a.common.encoding,
                     }),
                     concurrency: a.concurrency.max(1),
                     rate: a.list_rate,
@@ -136,6 +139,7 @@ impl Plan {
                     protocol: c.protocol,
                     reconnect_every: None,
                     lifetime: None,
+                    encoding: c.encoding,
                 };
                 Plan {
                     name: "soak",
@@ -161,6 +165,7 @@ impl Plan {
                             protocol: c.protocol,
                             reconnect_every: None,
                             lifetime: None,
+                            encoding: c.encoding,
                         }),
                         a.watchers,
                     ));
@@ -175,6 +180,7 @@ impl Plan {
                             protocol: c.protocol,
                             reconnect_every: None,
                             lifetime: None,
+                            encoding: c.encoding,
                         }),
                         a.informers,
                     ));
@@ -190,6 +196,7 @@ impl Plan {
                             query: String::new(),
                             limit: 0,
                             resource_version: "0".into(),
+                            encoding: c.encoding,
                         }),
                         concurrency: a.list_concurrency,
                         rate: 0.0,
@@ -215,6 +222,7 @@ impl Plan {
                     protocol: self.common.protocol,
                     reconnect_every: None,
                     lifetime: None,
+                    encoding: self.common.encoding,
                 }),
                 1,
             ));

@@ -563,18 +563,30 @@ async fn fault_cycles(
     Ok(())
 }
 
+/// The storms' shape: `clients` informers every `every`, each staying a random part of
+/// `lifetime`.
+#[derive(Debug, Clone, Copy)]
+struct StormPlan {
+    clients: usize,
+    every: Duration,
+    lifetime: Duration,
+}
+
 /// Storms: every `every`, `clients` informers (list, then watch) that leave after a
 /// random part of `lifetime`. Returns their outcomes once `stop` came and they all left.
 async fn storms(
     ctx: Arc<Ctx>,
     base: WatchSpec,
-    clients: usize,
-    every: Duration,
-    lifetime: Duration,
+    plan: StormPlan,
     start_rv: u64,
     stop: CancellationToken,
     spawned: Arc<AtomicU64>,
 ) -> Vec<Outcome> {
+    let StormPlan {
+        clients,
+        every,
+        lifetime,
+    } = plan;
     let mut set = JoinSet::new();
     let mut outcomes = Vec::new();
     let mut id = 1_000_000usize;
@@ -773,9 +785,11 @@ pub async fn execute(a: &SoakArgs) -> anyhow::Result<SoakSummary> {
             list_first: true,
             ..(*spec).clone()
         },
-        a.storm_clients,
-        a.storm_every,
-        a.storm_lifetime,
+        StormPlan {
+            clients: a.storm_clients,
+            every: a.storm_every,
+            lifetime: a.storm_lifetime,
+        },
         start_rv,
         writer_stop.clone(),
         storm_spawned.clone(),

@@ -11,8 +11,10 @@ use http_body_util::BodyExt;
 use tokio_util::sync::CancellationToken;
 
 use super::checker::{EventType, StreamCheck, WriterLog};
+use super::encoding::{is_protobuf, Encoding};
 use super::lister::{list_once, ListSpec};
 use super::pool::Pool;
+use super::proto_scan::scan_proto;
 use super::scan::{scan, Kind};
 use super::stats::{unix_ns, Stats};
 use super::target::{Protocol, Target};
@@ -35,6 +37,9 @@ pub struct WatchSpec {
     /// Leave for good this long after starting (a client of a connect/disconnect storm):
     /// its stream is then checked up to the last resourceVersion it had.
     pub lifetime: Option<Duration>,
+    /// The representation asked for (`--encoding`); the response's Content-Type decides
+    /// how the stream is read.
+    pub encoding: Encoding,
 }
 
 impl WatchSpec {
@@ -98,6 +103,10 @@ fn needed_rv(
         .unwrap_or(0)
 }
 
+/// The largest protobuf watch frame read (kube-apiserver's own objects are bounded by
+/// etcd's 1.5 MiB request limit; a longer length prefix is garbage).
+const MAX_FRAME: usize = 16 << 20;
+
 enum StreamEnd {
     /// The run is over for this watcher.
     Done,
@@ -125,6 +134,7 @@ pub async fn run(
         query: spec.selector_query(),
         limit: 0,
         resource_version: "0".into(),
+        encoding: spec.encoding,
     };
     let mut check = StreamCheck::new(id, start_rv);
     let leave_at = spec.lifetime.map(|d| tokio::time::Instant::now() + d);
@@ -220,8 +230,16 @@ async fn stream_once(
     Stats::add(&stats.c.watch_requests, 1);
     let req = async {
         match spec.protocol {
-            Protocol::Http1 => ctx.target.send(Method::GET, &path, None).await,
-            Protocol::Http2 => ctx.target.get_h2(&path).await,
+            Protocol::Http1 => {
+                ctx.target
+                    .send_accepting(Method::GET, &path, None, spec.encoding.accept())
+                    .await
+            }
+            Protocol::Http2 => {
+                ctx.target
+                    .get_h2_accepting(&path, spec.encoding.accept())
+                    .await
+            }
         }
     };
     let far = || tokio::time::Instant::now() + Duration::from_secs(86400 * 365);
@@ -255,6 +273,7 @@ async fn stream_once(
     stats.record_watch_connect(t0.elapsed().as_micros() as u64);
     Stats::add(&stats.c.watching, 1);
     let _watching = Decrement(&stats.c.watching);
+    let protobuf = is_protobuf(resp.headers().get(http::header::CONTENT_TYPE));
     let mut body = resp.into_body();
     let mut buf = BytesMut::new();
     let mut batch: Vec<(u64, u64)> = Vec::new();
@@ -270,6 +289,8 @@ async fn stream_once(
     let draining = ctx.draining.cancelled();
     let reconnect = tokio::time::sleep_until(reconnect_at.unwrap_or_else(far));
     tokio::pin!(stop, draining, reconnect);
+    // The events of one body frame, decoded before they are checked (reused).
+    let mut decoded = Vec::new();
     loop {
         let frame = tokio::select! {
             _ = &mut stop => return StreamEnd::Done,
@@ -304,13 +325,33 @@ async fn stream_once(
         let mut events = 0u64;
         let mut checked = 0u64;
         let mut bookmarks = 0u64;
-        while let Some(nl) = memchr::memchr(b'\n', &buf) {
-            let line = buf.split_to(nl + 1);
-            let line = &line[..nl];
-            if line.is_empty() {
-                continue;
+        if protobuf {
+            // Length-prefixed frames; a frame larger than any object the writer makes
+            // means the stream is out of step: it is ended and resumed.
+            loop {
+                let (ev, used) = match crate::proto::split_frame(&buf, MAX_FRAME) {
+                    Ok(Some((frame, _))) => (scan_proto(frame).ok(), 4 + frame.len()),
+                    Ok(None) => break,
+                    Err(_) => {
+                        stats.error("watch: undecodable event");
+                        return StreamEnd::Ended;
+                    }
+                };
+                let _ = buf.split_to(used);
+                Stats::add(&stats.c.protobuf_frames, 1);
+                decoded.push(ev);
             }
-            let Some(ev) = scan(line) else {
+        } else {
+            while let Some(nl) = memchr::memchr(b'\n', &buf) {
+                let line = buf.split_to(nl + 1);
+                let line = &line[..nl];
+                if !line.is_empty() {
+                    decoded.push(scan(line));
+                }
+            }
+        }
+        for ev in decoded.drain(..) {
+            let Some(ev) = ev else {
                 stats.error("watch: undecodable event");
                 continue;
             };
