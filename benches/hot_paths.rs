@@ -1,6 +1,8 @@
 //! Criterion micro-benchmarks of the hot paths (issue 7): selector parse and match, event
-//! framing, list assembly from cached bytes, upstream event parsing, and dispatch of one
-//! event to 10,000 indexed watchers.
+//! framing, list assembly from cached bytes (JSON; JSON and protobuf for 50,000 pods,
+//! issue 14), upstream event parsing, dispatch of one event to 10,000 indexed watchers,
+//! and the simulator's write of one object (with its Go struct round trip,
+//! `sim::protobuf::normalize`).
 //!
 //!     cargo bench --bench hot_paths                          # full: ~1 min 40 s of running
 //!     WATCHGATE_BENCH_QUICK=1 cargo bench --bench hot_paths  # short measurements: ~10 s
@@ -136,6 +138,101 @@ fn lists(c: &mut Criterion) {
     g.finish();
 }
 
+/// Issue 14: the throughput of a 50,000-pod RV=0 list from the cache in protobuf, next to
+/// the same list in JSON. "warm": every object's message is built (any protobuf list or
+/// watch after the first); "first": the first protobuf list of the type, which encodes
+/// each object's message from its JSON (then kept). Both assemble what the gateway's
+/// `cache::serve` assembles (the JSON `ListBody`; the protobuf envelope around each
+/// object's message, `ProtoListBody`), without HTTP.
+fn big_lists(c: &mut Criterion) {
+    use watchgate::codec::gzip::ChunkSource;
+    use watchgate::codec::proto_list::{framed_len, ProtoListBody};
+    use watchgate::proto::{ListEnvelope, ListMeta};
+    let n = if quick() { 5_000 } else { 50_000 };
+    let s = spec(n, 500);
+    let objects: Vec<Arc<CachedObject>> = (0..n).map(|i| cached(&s, i, 100 + i as u64)).collect();
+    let snapshot_of = |objects: &[Arc<CachedObject>]| {
+        let mut snap = Snapshot::default();
+        for o in objects {
+            snap.insert(o.clone());
+        }
+        Arc::new(snap)
+    };
+    let snap = snapshot_of(&objects);
+    let bytes = snap.bytes as u64;
+    let pod = watchgate::proto::lookup("", "v1", "Pod").unwrap();
+    let pod_list = watchgate::proto::lookup("", "v1", "PodList").unwrap();
+    let head = ListHead {
+        api_version: "v1".into(),
+        kind: "PodList".into(),
+        resource_version: 100 + n as u64,
+        items: watchgate::codec::list::ItemForm::Bare,
+        continue_token: None,
+        remaining_item_count: None,
+    };
+    let protobuf_list = |snap: &Snapshot| {
+        let items: Vec<Bytes> = snap
+            .objects
+            .values()
+            .map(|o| o.proto(pod).unwrap())
+            .collect();
+        let rv = snap.resource_version.to_string();
+        let meta = ListMeta {
+            resource_version: &rv,
+            continue_token: "",
+            remaining_item_count: None,
+        };
+        let envelope =
+            ListEnvelope::new(pod_list, "v1", "PodList", &meta, framed_len(&items)).unwrap();
+        let mut body = ProtoListBody::new(envelope, items);
+        let mut len = 0;
+        while let Some(chunk) = body.next_chunk() {
+            len += chunk.len();
+        }
+        len
+    };
+    let mut g = c.benchmark_group("list of 50k pods");
+    g.sample_size(10);
+    // Throughput in the JSON's bytes for all three, so the figures compare per object.
+    g.throughput(Throughput::Bytes(bytes));
+    // Both sides count their chunks' bytes as a socket write would take them (no
+    // concatenation into one 200 MB buffer, which would dominate the measure).
+    g.bench_function(format!("JSON, RV=0 list of {n} cached pods"), |b| {
+        b.iter(|| {
+            let mut body = ListBody::new(head.clone(), snap.clone(), None, None);
+            let mut len = 0;
+            while let Some(chunk) = ChunkSource::next_chunk(&mut body) {
+                len += chunk.len();
+            }
+            len
+        })
+    });
+    protobuf_list(&snap);
+    g.bench_function(
+        format!("protobuf warm, RV=0 list of {n} cached pods"),
+        |b| b.iter(|| protobuf_list(&snap)),
+    );
+    g.bench_function(
+        format!("protobuf first, RV=0 list of {n} cached pods"),
+        |b| {
+            b.iter_batched(
+                || {
+                    let fresh: Vec<Arc<CachedObject>> = objects
+                        .iter()
+                        .map(|o| {
+                            Arc::new(CachedObject::parse(o.raw.clone(), &pod_fields()).unwrap())
+                        })
+                        .collect();
+                    snapshot_of(&fresh)
+                },
+                |snap| protobuf_list(&snap),
+                BatchSize::PerIteration,
+            )
+        },
+    );
+    g.finish();
+}
+
 fn upstream_events(c: &mut Criterion) {
     let s = spec(100, 20);
     let fields = pod_fields();
@@ -215,8 +312,9 @@ fn dispatch(c: &mut Criterion) {
                 let o = Arc::new(objs[k].with_resource_version(rv));
                 let node = k * 131 % nodes;
                 let mut st = hub.lock();
-                hub.publish(&mut st, Change::Upsert, o, Some(objs[k].clone()));
+                let published = hub.publish(&mut st, Change::Upsert, o, Some(objs[k].clone()));
                 drop(st);
+                published.deliver(&hub);
                 // The one recipient reads it, so its queue never fills.
                 rxs[node]
                     .try_recv()
@@ -245,8 +343,9 @@ fn dispatch(c: &mut Criterion) {
                 },
                 |o| {
                     let mut st = hub.lock();
-                    hub.publish(&mut st, Change::Upsert, o, Some(base.clone()));
+                    let published = hub.publish(&mut st, Change::Upsert, o, Some(base.clone()));
                     drop(st);
+                    published.deliver(&hub);
                     for rx in rxs.iter_mut() {
                         rx.try_recv().flatten().expect("delivered to every watcher");
                     }
@@ -269,9 +368,56 @@ fn config() -> Criterion {
     }
 }
 
+/// The simulator's write of a seeded 4 KiB pod, and the part of it that stores the pod as
+/// kube-apiserver would (JSON → protobuf → JSON, `sim::protobuf::normalize`): what every
+/// write of the demo's churn and the load kit pays.
+fn sim_writes(c: &mut Criterion) {
+    use watchgate::sim::store::{Mutation, Store, StoreConfig};
+    let s = spec(100, 20);
+    let pods = RESOURCES
+        .iter()
+        .find(|r| r.group.is_empty() && r.resource == "pods")
+        .unwrap();
+    let obj = pod(&s, 7, jiff::Timestamp::now());
+    let ns = obj["metadata"]["namespace"].as_str().unwrap().to_string();
+    let name = obj["metadata"]["name"].as_str().unwrap().to_string();
+    let mut g = c.benchmark_group("sim write");
+    g.bench_function("normalize a 4 KiB pod (JSON -> protobuf -> JSON)", |b| {
+        b.iter_batched(
+            || obj.clone(),
+            |mut v| watchgate::sim::protobuf::normalize(pods, &mut v).unwrap(),
+            BatchSize::SmallInput,
+        )
+    });
+    // Bounded history, so the store does not grow over the run.
+    let store = Store::new(StoreConfig {
+        history_events: 1000,
+        ..StoreConfig::default()
+    });
+    // A label changes on every write: an unchanged object is not written (no event).
+    let mut n = 0u64;
+    g.bench_function("store write of a 4 KiB pod (normalize included)", |b| {
+        b.iter_batched(
+            || {
+                n += 1;
+                let mut v = obj.clone();
+                v["metadata"]["labels"]["n"] = serde_json::json!(n.to_string());
+                v
+            },
+            |v| {
+                store
+                    .mutate(pods, &ns, &name, |_| Ok(Mutation::Put(v)))
+                    .unwrap()
+            },
+            BatchSize::SmallInput,
+        )
+    });
+    g.finish();
+}
+
 criterion_group! {
     name = benches;
     config = config();
-    targets = selectors, framing, lists, upstream_events, dispatch
+    targets = selectors, framing, lists, big_lists, upstream_events, dispatch, sim_writes
 }
 criterion_main!(benches);

@@ -102,6 +102,11 @@ pub struct ServeArgs {
     /// always pages a list, then watches.
     #[arg(long, value_enum, default_value = "auto", value_name = "MODE")]
     pub upstream_watch_list: crate::cache::reflector::WatchListMode,
+    /// Where gets, lists and watches with no resourceVersion (consistent reads) are
+    /// answered: `cache` serves them from the cache once a probe of the upstream proves it
+    /// fresh (docs/consistency.md), else forwards them; `upstream` always forwards them.
+    #[arg(long, value_enum, default_value = "cache", value_name = "WHERE")]
+    pub consistent_reads: crate::cache::fresh::ConsistentReads,
     #[command(flatten)]
     pub auth: AuthArgs,
 }
@@ -217,6 +222,8 @@ pub struct GatewayConfig {
     pub write_stall_timeout: Option<Duration>,
     /// How the caches' reflectors read the upstream (watch-list or paged list).
     pub reflector: crate::cache::reflector::ReflectorConfig,
+    /// Where consistent reads are answered (`--consistent-reads`).
+    pub consistent_reads: crate::cache::fresh::ConsistentReads,
     /// Client authentication, authorization and per-user limits (`None`: `--auth=none`).
     pub security: Option<crate::auth::SecurityConfig>,
     /// Record Prometheus metrics (on by default). Off, the request path skips its
@@ -284,6 +291,7 @@ impl GatewayConfig {
             http2_max_streams: 1000,
             write_stall_timeout: Some(crate::watch::DEFAULT_STALL_TIMEOUT),
             reflector: Default::default(),
+            consistent_reads: Default::default(),
             security: None,
             metrics: true,
         }
@@ -330,6 +338,7 @@ impl GatewayConfig {
                 watch_list: args.upstream_watch_list,
                 ..Default::default()
             },
+            consistent_reads: args.consistent_reads,
             security,
             metrics: true,
         })
@@ -514,6 +523,7 @@ mod tests {
             http2_max_streams_per_connection: 1000,
             write_stall_timeout: Duration::from_secs(60),
             upstream_watch_list: Default::default(),
+            consistent_reads: Default::default(),
             auth: Default::default(),
         };
         let cfg = GatewayConfig::from_args(&args).await.unwrap();
@@ -597,6 +607,7 @@ mod tests {
             http2_max_streams_per_connection: 1000,
             write_stall_timeout: Duration::from_secs(60),
             upstream_watch_list: Default::default(),
+            consistent_reads: Default::default(),
             auth: Default::default(),
         };
         let cfg = GatewayConfig::from_args(&args).await.unwrap();

@@ -56,11 +56,20 @@ pub const REFLECTOR_RELISTS_TOTAL: &str = "watchgate_reflector_relists_total";
 pub const REFLECTOR_RESTARTS_TOTAL: &str = "watchgate_reflector_restarts_total";
 pub const REFLECTOR_MALFORMED_TOTAL: &str = "watchgate_reflector_malformed_objects_total";
 
+// Consistent reads and retained snapshots, per resource (docs/consistency.md).
+pub const CONSISTENT_READS_TOTAL: &str = "watchgate_consistent_reads_total";
+pub const CONSISTENCY_PROBES_TOTAL: &str = "watchgate_consistency_probes_total";
+pub const CACHE_SNAPSHOTS: &str = "watchgate_cache_snapshots";
+pub const CACHE_SNAPSHOT_BYTES: &str = "watchgate_cache_snapshot_bytes";
+pub const CACHE_SNAPSHOT_READS_TOTAL: &str = "watchgate_cache_snapshot_reads_total";
+
 // Watch fan-out, per resource (downstream watches served from the cache).
 pub const WATCHERS: &str = "watchgate_watchers";
 pub const WATCHERS_LAGGING: &str = "watchgate_watchers_lagging";
 pub const WATCH_EVENTS_DELIVERED_TOTAL: &str = "watchgate_watch_events_delivered_total";
 pub const WATCH_BYTES_WRITTEN_TOTAL: &str = "watchgate_watch_bytes_written_total";
+pub const WATCH_EVENTS_WRITTEN_DIRECTLY_TOTAL: &str =
+    "watchgate_watch_events_written_directly_total";
 pub const WATCH_BOOKMARKS_TOTAL: &str = "watchgate_watch_bookmarks_total";
 pub const TERMINATED_WATCHERS_TOTAL: &str = "watchgate_terminated_watchers_total";
 pub const WATCH_DISPATCH_DURATION: &str = "watchgate_watch_dispatch_duration_seconds";
@@ -86,6 +95,16 @@ pub mod labels {
     pub const REFLECTOR_LISTS: &[&str] = &["group", "resource"];
     pub const REFLECTOR_RELISTS: &[&str] = &["group", "resource", "reason"];
     pub const REFLECTOR_RESTARTS: &[&str] = &["group", "resource", "reason"];
+    /// result: fresh (served at once), waited (after the cache's own stream brought the
+    /// probe's RV), resynced (after a re-sync), forwarded (freshness not established).
+    pub const CONSISTENT_READS: &[&str] = &["group", "resource", "result"];
+    /// result: ok, error.
+    pub const CONSISTENCY_PROBES: &[&str] = &["group", "resource", "result"];
+    /// `CACHE_SNAPSHOTS`, `CACHE_SNAPSHOT_BYTES`.
+    pub const SNAPSHOTS: &[&str] = &["group", "resource"];
+    /// result: retained (served from a kept snapshot), rebuilt (from the history), missed
+    /// (not in the window: forwarded), evicted (dropped early by a bound).
+    pub const SNAPSHOT_READS: &[&str] = &["group", "resource", "result"];
     /// `WATCHERS`, `WATCHERS_LAGGING`, the delivered/bytes/bookmark counters, the dispatch
     /// histogram and the history gauges.
     pub const FANOUT: &[&str] = &["group", "resource"];
@@ -268,7 +287,28 @@ fn describe() {
     );
     describe_counter!(
         REFLECTOR_RELISTS_TOTAL,
-        "Relists by reason: expired (the watch's resourceVersion was too old, 410 Gone)."
+        "Relists by reason: expired (the watch's resourceVersion was too old, 410 Gone), consistent_read (a consistent read needed a state newer than the stream had brought)."
+    );
+    describe_counter!(
+        CONSISTENT_READS_TOTAL,
+        "Reads with no resourceVersion (consistent reads) by result: fresh (the cache was at the upstream's RV), waited (its own stream brought it), resynced (after a re-sync), forwarded (freshness not established in time)."
+    );
+    describe_counter!(
+        CONSISTENCY_PROBES_TOTAL,
+        "limit=1 lists sent upstream to learn its current resourceVersion for consistent reads (shared by every read that arrived before it was sent), by result."
+    );
+    describe_gauge!(
+        CACHE_SNAPSHOTS,
+        "Past states of a resource kept for continue tokens and Exact lists."
+    );
+    describe_gauge!(
+        CACHE_SNAPSHOT_BYTES,
+        Unit::Bytes,
+        "Estimated bytes the kept snapshots hold that the current state does not (tree nodes; their objects are held by the watch history)."
+    );
+    describe_counter!(
+        CACHE_SNAPSHOT_READS_TOTAL,
+        "Continuations and Exact lists by result: retained (a kept snapshot), rebuilt (from the watch history), missed (outside the window: forwarded), evicted (snapshots dropped early by a bound)."
     );
     describe_counter!(
         REFLECTOR_RESTARTS_TOTAL,
@@ -352,6 +392,37 @@ fn refresh_cache_metrics(registry: &Registry) {
             .absolute(load(&s.lists));
         counter!(REFLECTOR_RELISTS_TOTAL, "group" => g.clone(), "resource" => r.clone(), "reason" => "expired")
             .absolute(load(&s.relists_after_expired));
+        counter!(REFLECTOR_RELISTS_TOTAL, "group" => g.clone(), "resource" => r.clone(), "reason" => "consistent_read")
+            .absolute(load(&s.consistent_resyncs));
+        let f = &c.fresh.counters;
+        for (result, n) in [
+            ("fresh", &f.fresh),
+            ("waited", &f.waited),
+            ("resynced", &f.resynced),
+            ("forwarded", &f.forwarded),
+        ] {
+            counter!(CONSISTENT_READS_TOTAL, "group" => g.clone(), "resource" => r.clone(), "result" => result)
+                .absolute(load(n));
+        }
+        let errors = load(&f.probe_errors);
+        counter!(CONSISTENCY_PROBES_TOTAL, "group" => g.clone(), "resource" => r.clone(), "result" => "ok")
+            .absolute(load(&f.probes).saturating_sub(errors));
+        counter!(CONSISTENCY_PROBES_TOTAL, "group" => g.clone(), "resource" => r.clone(), "result" => "error")
+            .absolute(errors);
+        let (kept, kept_bytes) = c.store.retained_usage();
+        gauge!(CACHE_SNAPSHOTS, "group" => g.clone(), "resource" => r.clone()).set(kept as f64);
+        gauge!(CACHE_SNAPSHOT_BYTES, "group" => g.clone(), "resource" => r.clone())
+            .set(kept_bytes as f64);
+        let rs = c.store.retained_stats();
+        for (result, n) in [
+            ("retained", &rs.hits),
+            ("rebuilt", &rs.rebuilt),
+            ("missed", &rs.misses),
+            ("evicted", &rs.evicted),
+        ] {
+            counter!(CACHE_SNAPSHOT_READS_TOTAL, "group" => g.clone(), "resource" => r.clone(), "result" => result)
+                .absolute(load(n));
+        }
         counter!(REFLECTOR_RESTARTS_TOTAL, "group" => g.clone(), "resource" => r.clone(), "reason" => "stream_end")
             .absolute(load(&s.watch_restarts));
         counter!(REFLECTOR_RESTARTS_TOTAL, "group" => g.clone(), "resource" => r.clone(), "reason" => "error")
@@ -375,6 +446,10 @@ fn describe_fanout() {
     describe_counter!(
         WATCH_EVENTS_DELIVERED_TOTAL,
         "Events handed to downstream watchers (one per watcher per event)."
+    );
+    describe_counter!(
+        WATCH_EVENTS_WRITTEN_DIRECTLY_TOTAL,
+        "Of the events delivered, those the fan-out wrote straight to an idle HTTP/1.1 watch connection (the express lane)."
     );
     describe_counter!(
         WATCH_BYTES_WRITTEN_TOTAL,
@@ -424,6 +499,8 @@ fn refresh_fanout_metrics(registry: &Registry) {
             .set(s.lagging.load(Ordering::Relaxed) as f64);
         counter!(WATCH_EVENTS_DELIVERED_TOTAL, "group" => g.clone(), "resource" => r.clone())
             .absolute(s.delivered.load(Ordering::Relaxed));
+        counter!(WATCH_EVENTS_WRITTEN_DIRECTLY_TOTAL, "group" => g.clone(), "resource" => r.clone())
+            .absolute(s.written_directly.load(Ordering::Relaxed));
         counter!(WATCH_BYTES_WRITTEN_TOTAL, "group" => g.clone(), "resource" => r.clone())
             .absolute(s.bytes.load(Ordering::Relaxed));
         counter!(WATCH_BOOKMARKS_TOTAL, "group" => g.clone(), "resource" => r.clone())

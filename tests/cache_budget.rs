@@ -335,6 +335,59 @@ fn the_budget_counts_what_a_snapshot_really_holds() {
     }
 }
 
+/// Issue 14's memory bound, measured by the counting allocator on the simulator's seeded
+/// pods (~4 KiB of JSON): a snapshot holds at most 1.3× its objects' JSON when only JSON
+/// is served, and at most 2.2× once every object's protobuf message has been built for
+/// protobuf lists and watches (measured: docs/benchmarks.md, "Memory per object").
+#[test]
+fn memory_per_object_with_and_without_protobuf_stays_within_the_bounds() {
+    let labels: &[(&'static str, &'static str)] = &[
+        ("spec.nodeName", "spec.nodeName"),
+        ("status.phase", "status.phase"),
+    ];
+    let pod_type = watchgate::proto::lookup("", "v1", "Pod").expect("Pod is in the schema");
+    let n = 3000;
+    let spec = watchgate::sim::seed::SeedSpec::per_type(n, 4096);
+    let now = jiff::Timestamp::now();
+    let jsons: Vec<Vec<u8>> = (0..n)
+        .map(|i| {
+            let mut p = watchgate::sim::seed::pod(&spec, i, now);
+            p["metadata"]["resourceVersion"] = json!((i + 1).to_string());
+            serde_json::to_vec(&p).unwrap()
+        })
+        .collect();
+    let json_bytes: usize = jsons.iter().map(Vec::len).sum();
+    let before = live_bytes();
+    let mut snapshot = Snapshot::default();
+    for j in &jsons {
+        let o = CachedObject::parse(bytes::Bytes::copy_from_slice(j), labels).unwrap();
+        snapshot.insert(Arc::new(o));
+    }
+    let json_only = live_bytes() - before;
+    for o in snapshot.objects.values() {
+        assert!(o.proto(pod_type).is_some(), "a seeded pod encodes");
+        o.metadata_proto(Some(pod_type)).expect("its metadata too");
+    }
+    let with_protobuf = live_bytes() - before;
+    let derived: usize = snapshot.objects.values().map(|o| o.derived_bytes()).sum();
+    let (r1, r2) = (
+        json_only as f64 / json_bytes as f64,
+        with_protobuf as f64 / json_bytes as f64,
+    );
+    eprintln!(
+        "{n} pods, {json_bytes} B of JSON: JSON only {json_only} B ({r1:.3}×), \
+         with protobuf {with_protobuf} B ({r2:.3}×); derived bytes counted {derived}"
+    );
+    assert!(r1 <= 1.3, "JSON only: {r1:.3}× the JSON");
+    assert!(r2 <= 2.2, "with protobuf: {r2:.3}× the JSON");
+    // The report (`watchgate_cache_derived_bytes`) matches the heap growth within 10 %.
+    let grown = (with_protobuf - json_only) as f64;
+    assert!(
+        (0.9..=1.1).contains(&(derived as f64 / grown)),
+        "derived bytes counted {derived}, heap grew {grown}"
+    );
+}
+
 /// `watchgate serve --cache-max-resource-bytes`: the flag reaches the caches, and the drop
 /// is one warning that says what, why, and what happens instead.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

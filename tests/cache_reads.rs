@@ -137,6 +137,14 @@ async fn cached_reads_match_the_simulator() {
         &format!("/api/v1/pods?resourceVersion={current}&resourceVersionMatch=NotOlderThan&limit=3&labelSelector=app%3Dweb"),
         &format!("/api/v1/pods?resourceVersion={current}&resourceVersionMatch=NotOlderThan&limit=4&labelSelector=app%3Ddb"),
         &format!("/api/v1/pods?resourceVersion={current}&resourceVersionMatch=NotOlderThan&limit=2&fieldSelector=spec.nodeName%3Dnode-1"),
+        // Consistent reads (docs/consistency.md), paged or not: nothing was written since
+        // the cache synced, so it is at the simulator's current RV.
+        "/api/v1/pods",
+        "/api/v1/pods?limit=2",
+        "/api/v1/namespaces/a/pods?limit=2&labelSelector=app%3Dweb",
+        // Exact, and the legacy Exact (RV=N with a limit), at the cache's own RV.
+        &format!("/api/v1/pods?resourceVersion={current}&resourceVersionMatch=Exact"),
+        &format!("/api/v1/pods?resourceVersion={current}&limit=2"),
     ];
     for path in cases {
         let direct = get(&sim.url(), path).await;
@@ -181,11 +189,9 @@ async fn cached_reads_match_the_simulator() {
 
     // What the cache must not answer goes upstream, and errors are the upstream's.
     for path in [
-        "/api/v1/pods",
-        "/api/v1/pods?limit=2",
-        // Legacy: RV=N with a limit is an Exact read.
+        // Exact states from before the cache's first list: no history to rebuild them.
         "/api/v1/pods?resourceVersion=1&limit=2",
-        &format!("/api/v1/pods?resourceVersion={current}&resourceVersionMatch=Exact"),
+        "/api/v1/pods?resourceVersion=2&resourceVersionMatch=Exact",
         "/api/v1/pods?resourceVersion=0&labelSelector=a%3D%3D%3Db",
         "/api/v1/pods?resourceVersion=0&fieldSelector=spec.bogus%3Dx",
         "/api/v1/pods?resourceVersion=abc",
@@ -433,11 +439,13 @@ async fn real_clients_read_the_cache_and_see_what_the_simulator_has() {
 }
 
 /// NotOlderThan with `limit` is a first page from the cache, as kube-apiserver's cacher
-/// serves it; its continue token is etcd3's, so the continuation, forwarded like every
-/// `continue`, is the upstream's consistent next page (docs/cache.md, "Paged NotOlderThan
-/// lists").
+/// serves it; its continue token is etcd3's, and the pages after it come from the
+/// snapshot the first page was cut from, as kube-apiserver 1.34+ serves them
+/// (`ListFromCacheSnapshot`; docs/cache.md, "Paged lists"), even after writes. A token the
+/// upstream issued continues from the cache too, and one the cache issued continues on
+/// the upstream.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn not_older_than_with_limit_is_a_cached_first_page_and_continuations_go_upstream() {
+async fn paged_lists_continue_from_the_first_pages_snapshot() {
     let (sim, gw) = seeded().await;
     warm(&gw, "/api/v1/pods?resourceVersion=0").await;
     let rv = sim.store().current_rv();
@@ -458,8 +466,8 @@ async fn not_older_than_with_limit_is_a_cached_first_page_and_continuations_go_u
     assert_eq!(through.body["metadata"], direct.body["metadata"]);
     assert_eq!(through.body["metadata"]["remainingItemCount"], 7);
 
-    // The next page, with the token the cache issued: the upstream serves it, at the
-    // first page's resourceVersion, even after writes.
+    // The next page, with the token the cache issued: the cache serves it from the first
+    // page's snapshot, even after writes.
     let token = through.body["metadata"]["continue"].as_str().unwrap();
     let all_then = get(&sim.url(), "/api/v1/pods?resourceVersion=0").await;
     put_pod(
@@ -475,22 +483,20 @@ async fn not_older_than_with_limit_is_a_cached_first_page_and_continuations_go_u
     let lists_before = sim.stats().lists("pods");
     let page2 = get(&gw.url(), &next).await;
     assert_eq!(page2.status, StatusCode::OK, "{}", page2.body);
-    assert_eq!(page2.source.as_deref(), Some("upstream"), "{next}");
-    assert_eq!(
-        sim.stats().lists("pods"),
-        lists_before + 1,
-        "{next} reached the simulator"
-    );
+    assert_eq!(page2.source.as_deref(), Some("cache"), "{next}");
     assert_eq!(
         page2.body["items"],
         Value::Array(all_then.body["items"].as_array().unwrap()[5..10].to_vec()),
         "the second page is consistent with the first"
     );
     assert_eq!(page2.body["metadata"]["resourceVersion"], rv.to_string());
-    // Even with resourceVersion=0, which alone would be served from the cache.
+    // The simulator (etcd3's paging) answers the same token with the same page.
+    let direct2 = get(&sim.url(), &next).await;
+    assert_eq!(page2.body, direct2.body, "{next}");
+    // Even with resourceVersion=0 ("treated as Continue Token, Exact").
     let next0 = format!("/api/v1/pods?resourceVersion=0&limit=5&continue={token}");
     let page2b = get(&gw.url(), &next0).await;
-    assert_eq!(page2b.source.as_deref(), Some("upstream"), "{next0}");
+    assert_eq!(page2b.source.as_deref(), Some("cache"), "{next0}");
     assert_eq!(names(&page2b.body), names(&page2.body));
     // The last page ends the list.
     let token2 = page2.body["metadata"]["continue"].as_str().unwrap();
@@ -499,6 +505,33 @@ async fn not_older_than_with_limit_is_a_cached_first_page_and_continuations_go_u
         &format!("/api/v1/pods?limit=5&continue={token2}"),
     )
     .await;
+    assert_eq!(page3.source.as_deref(), Some("cache"));
     assert_eq!(names(&page3.body), names(&all_then.body)[10..].to_vec());
     assert!(page3.body["metadata"].get("continue").is_none());
+    assert_eq!(
+        sim.stats().lists("pods"),
+        lists_before + 1,
+        "only the differential read of page 2 reached the simulator"
+    );
+
+    // A first page the upstream cut, at a state between the two writes that the cache
+    // never served, continues from the cache, which rebuilds that state from its history.
+    let between = rv + 1;
+    let upstream_first = get(
+        &sim.url(),
+        &format!("/api/v1/pods?resourceVersion={between}&resourceVersionMatch=Exact&limit=5"),
+    )
+    .await;
+    let token = upstream_first.body["metadata"]["continue"]
+        .as_str()
+        .unwrap();
+    let next = format!("/api/v1/pods?limit=5&continue={token}");
+    let ours = get(&gw.url(), &next).await;
+    let theirs = get(&sim.url(), &next).await;
+    assert_eq!(ours.source.as_deref(), Some("cache"));
+    assert_eq!(
+        ours.body["metadata"]["resourceVersion"],
+        between.to_string()
+    );
+    assert_eq!(ours.body, theirs.body, "{next}");
 }

@@ -10,7 +10,7 @@ use bytes::Bytes;
 use http::{HeaderMap, Request, Response, StatusCode};
 use http_body_util::BodyExt;
 use support::raw::*;
-use support::servers::gateway;
+use support::servers::forwarding_gateway;
 use support::stub::*;
 use watchgate::body;
 
@@ -57,7 +57,7 @@ async fn recording_stub() -> (Stub, Arc<Mutex<Vec<Seen>>>) {
 #[tokio::test]
 async fn method_path_query_body_and_headers_pass_hop_by_hop_do_not() {
     let (stub, seen) = recording_stub().await;
-    let gw = gateway(&stub.url()).await;
+    let gw = forwarding_gateway(&stub.url()).await;
 
     let mut send = h1(gw.addr()).await;
     let payload = r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"x"}}"#;
@@ -150,7 +150,7 @@ async fn method_path_query_body_and_headers_pass_hop_by_hop_do_not() {
 #[tokio::test]
 async fn every_method_is_forwarded() {
     let (stub, seen) = recording_stub().await;
-    let gw = gateway(&stub.url()).await;
+    let gw = forwarding_gateway(&stub.url()).await;
     let mut send = h1(gw.addr()).await;
     for method in ["GET", "HEAD", "PUT", "PATCH", "DELETE", "OPTIONS", "POST"] {
         let req = Request::builder()
@@ -200,7 +200,7 @@ async fn upstream_errors_are_forwarded_byte_for_byte() {
         },
     ))
     .await;
-    let gw = gateway(&stub.url()).await;
+    let gw = forwarding_gateway(&stub.url()).await;
 
     let (parts, bytes) = get(gw.addr(), "/api/v1/namespaces/a/pods/nope").await;
     assert_eq!(parts.status, 404);
@@ -216,7 +216,7 @@ async fn upstream_errors_are_forwarded_byte_for_byte() {
 #[tokio::test]
 async fn absolute_form_targets_never_leave_for_another_host() {
     let (stub, seen) = recording_stub().await;
-    let gw = gateway(&stub.url()).await;
+    let gw = forwarding_gateway(&stub.url()).await;
     let answer = raw_exchange(
         gw.addr(),
         b"GET http://evil.example:9/api/v1/pods?limit=1 HTTP/1.1\r\nHost: evil.example:9\r\nConnection: close\r\n\r\n",
@@ -231,7 +231,7 @@ async fn absolute_form_targets_never_leave_for_another_host() {
 #[tokio::test]
 async fn upstream_path_prefix_is_kept() {
     let (stub, seen) = recording_stub().await;
-    let gw = gateway(&format!("{}/k8s/clusters/c-1", stub.url())).await;
+    let gw = forwarding_gateway(&format!("{}/k8s/clusters/c-1", stub.url())).await;
     let (parts, _) = get(gw.addr(), "/api/v1/pods?watch=false").await;
     assert_eq!(parts.status, 201);
     assert_eq!(
@@ -243,7 +243,7 @@ async fn upstream_path_prefix_is_kept() {
 #[tokio::test]
 async fn http2_prior_knowledge_clients_are_served() {
     let (stub, seen) = recording_stub().await;
-    let gw = gateway(&stub.url()).await;
+    let gw = forwarding_gateway(&stub.url()).await;
     let mut send = h2(gw.addr()).await;
     for i in 0..3 {
         let req = Request::put(format!(
@@ -269,7 +269,7 @@ async fn http2_prior_knowledge_clients_are_served() {
 #[tokio::test]
 async fn admin_listener_answers_health_and_liveness() {
     let (stub, _) = recording_stub().await;
-    let gw = gateway(&stub.url()).await;
+    let gw = forwarding_gateway(&stub.url()).await;
     for path in ["/healthz", "/livez"] {
         let (parts, bytes) = get(gw.admin_addr(), path).await;
         assert_eq!(parts.status, 200, "{path}");

@@ -103,7 +103,12 @@ async fn a_50mb_body_streams_through_the_process_with_bounded_memory() {
 #[tokio::test]
 async fn sigterm_drains_open_watches_cleanly_and_exits_by_the_deadline() {
     let (stub, mut rx_slot) = channel_stub(None).await;
-    let gw = spawn_gateway(&stub.url(), &["--shutdown-timeout", "5s"]).await;
+    // Pods not cached: the stub answers only the watch (a cache would list and watch first).
+    let gw = spawn_gateway(
+        &stub.url(),
+        &["--shutdown-timeout", "5s", "--no-cache", "pods"],
+    )
+    .await;
     let (parts, bytes) = get(gw.admin_addr(), "/healthz").await;
     assert_eq!((parts.status.as_u16(), &bytes[..]), (200, &b"ok"[..]));
 

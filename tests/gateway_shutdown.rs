@@ -9,7 +9,7 @@ use bytes::Bytes;
 use http::{Request, Response};
 use http_body_util::BodyExt;
 use support::raw::*;
-use support::servers::gateway;
+use support::servers::{forwarding_gateway, gateway};
 use support::stub::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -65,7 +65,7 @@ async fn frame(body: &mut hyper::body::Incoming) -> Option<Result<Bytes, hyper::
 #[tokio::test]
 async fn drain_ends_watches_cleanly_and_lets_in_flight_requests_finish() {
     let (stub, mut watches, mut slows) = stub().await;
-    let mut gw = gateway(&stub.url()).await;
+    let mut gw = forwarding_gateway(&stub.url()).await;
     let addr = gw.addr();
 
     // An HTTP/1.1 watch, an HTTP/2 watch and a slow in-flight request.
@@ -136,7 +136,7 @@ async fn drain_ends_watches_cleanly_and_lets_in_flight_requests_finish() {
 #[tokio::test]
 async fn http2_clients_get_goaway_on_drain_and_their_requests_complete() {
     let (stub, mut watches, mut slows) = stub().await;
-    let mut gw = gateway(&stub.url()).await;
+    let mut gw = forwarding_gateway(&stub.url()).await;
     let addr = gw.addr();
     let (client, conn) = h2::client::handshake(TcpStream::connect(addr).await.unwrap())
         .await

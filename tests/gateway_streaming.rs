@@ -9,7 +9,7 @@ use bytes::Bytes;
 use http::Request;
 use http_body_util::BodyExt;
 use support::raw::*;
-use support::servers::gateway;
+use support::servers::forwarding_gateway;
 use support::stub::*;
 use watchgate::body;
 
@@ -23,7 +23,7 @@ async fn next_data(body: &mut hyper::body::Incoming) -> Option<Bytes> {
 #[tokio::test]
 async fn each_chunk_arrives_before_the_upstream_sends_the_next() {
     let (stub, mut senders) = channel_stub(Some("application/json")).await;
-    let gw = gateway(&stub.url()).await;
+    let gw = forwarding_gateway(&stub.url()).await;
     let mut send = h1(gw.addr()).await;
     let resp = send
         .send_request(get_request("/api/v1/namespaces/a/pods/p/log?follow=true"))
@@ -49,7 +49,7 @@ async fn each_chunk_arrives_before_the_upstream_sends_the_next() {
 #[tokio::test]
 async fn a_watch_event_arrives_within_100ms_in_order() {
     let (stub, mut senders) = channel_stub(Some("application/json")).await;
-    let gw = gateway(&stub.url()).await;
+    let gw = forwarding_gateway(&stub.url()).await;
     // Both protocols a client may use towards the gateway. The watch has no
     // resourceVersion, so it is forwarded (watches with one are served from the cache).
     for proto in ["h1", "h2"] {

@@ -141,9 +141,10 @@ async fn kubeconfig_ca_and_token_reach_a_tls_upstream_over_http2() {
     ])
     .unwrap()
     .serve;
-    let gw = Gateway::start(GatewayConfig::from_args(&args).await.unwrap())
-        .await
-        .unwrap();
+    // Nothing cached: the stub answers (and counts) only the test's requests.
+    let mut cfg = GatewayConfig::from_args(&args).await.unwrap();
+    cfg.cache = None;
+    let gw = Gateway::start(cfg).await.unwrap();
 
     // Two requests from two downstream connections share one h2 upstream connection.
     for _ in 0..2 {

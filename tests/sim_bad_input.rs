@@ -69,6 +69,9 @@ async fn malformed_queries_get_the_apiservers_status() {
          "field label not supported: metadata.namespace".into()),
         (format!("{cms}?fieldSelector=spec.x%3Dy"), 400, "BadRequest",
          "\"spec.x\" is not a known field selector: only \"metadata.name\", \"metadata.namespace\"".into()),
+        // discovery.k8s.io registers no field label conversion either.
+        ("/apis/discovery.k8s.io/v1/endpointslices?fieldSelector=addressType%3DIPv4".into(), 400, "BadRequest",
+         "\"addressType\" is not a known field selector: only \"metadata.name\", \"metadata.namespace\"".into()),
         (format!("{pods}?resourceVersion=abc"), 400, "BadRequest",
          "invalid resource version: resourceVersion: Invalid value: \"abc\": strconv.ParseUint: parsing \"abc\": invalid syntax".into()),
         (format!("{pods}?resourceVersion=-1"), 400, "BadRequest",

@@ -88,6 +88,9 @@ async fn legacy_api_and_group_list() {
             {"name": "apiextensions.k8s.io",
              "versions": [{"groupVersion": "apiextensions.k8s.io/v1", "version": "v1"}],
              "preferredVersion": {"groupVersion": "apiextensions.k8s.io/v1", "version": "v1"}},
+            {"name": "discovery.k8s.io",
+             "versions": [{"groupVersion": "discovery.k8s.io/v1", "version": "v1"}],
+             "preferredVersion": {"groupVersion": "discovery.k8s.io/v1", "version": "v1"}},
             {"name": "example.com", "versions": [{"groupVersion": "example.com/v1", "version": "v1"}],
              "preferredVersion": {"groupVersion": "example.com/v1", "version": "v1"}}
         ]})
@@ -242,7 +245,17 @@ async fn aggregated_discovery_as_kubectl_asks_for_it() {
         .iter()
         .map(|g| g["metadata"]["name"].as_str().unwrap())
         .collect();
-    assert_eq!(groups, vec!["apps", "apiextensions.k8s.io", "example.com"]);
+    // kube-apiserver's order: by the APIService's group priority (apps 17800,
+    // apiextensions.k8s.io 16700, discovery.k8s.io 16200), CRD groups last.
+    assert_eq!(
+        groups,
+        vec![
+            "apps",
+            "apiextensions.k8s.io",
+            "discovery.k8s.io",
+            "example.com"
+        ]
+    );
     let deploy = &v["items"][0]["versions"][0]["resources"][0];
     assert_eq!(deploy["resource"], "deployments");
     assert_eq!(
@@ -332,6 +345,7 @@ async fn openapi_v3_advertises_gvks_patch_types_and_field_validation() {
             "api/v1",
             "apis/apiextensions.k8s.io/v1",
             "apis/apps/v1",
+            "apis/discovery.k8s.io/v1",
             "apis/example.com/v1"
         ]
     );
@@ -466,7 +480,16 @@ async fn kubectl_api_resources_and_raw_discovery() {
             "CustomResourceDefinition"
         ]
     );
-    assert_eq!(rows.len(), 11, "{out}");
+    assert_eq!(
+        find("endpointslices").unwrap(),
+        vec![
+            "endpointslices",
+            "discovery.k8s.io/v1",
+            "true",
+            "EndpointSlice"
+        ]
+    );
+    assert_eq!(rows.len(), 12, "{out}");
 
     let (ok, out, err) = run_kubectl(&h, &["get", "--raw", "/apis/apps/v1"]).await;
     assert!(ok, "{err}");

@@ -37,6 +37,13 @@ async fn get(h: &Http, path: &str, accept: &str) -> Resp {
     req(h, Method::GET, path, &[("accept", accept)]).await
 }
 
+/// A protobuf answer (`k8s\0` + `runtime.Unknown`) as Go's JSON of the same object.
+fn proto_json(r: &Resp) -> Value {
+    let json = watchgate::proto::decode_object(&r.body)
+        .unwrap_or_else(|e| panic!("not a protobuf answer ({e}): {:?}", r.body));
+    serde_json::from_slice(&json).unwrap()
+}
+
 fn content_type(r: &Resp) -> &str {
     r.headers
         .get("content-type")
@@ -134,15 +141,15 @@ async fn a_refusal_the_error_writer_can_negotiate_is_written_in_that_form() {
     )
     .await;
     assert_eq!(r.status, StatusCode::NOT_ACCEPTABLE);
-    let st = r.json();
+    // Written in protobuf, as kube-apiserver writes it.
+    assert_eq!(content_type(&r), "application/vnd.kubernetes.protobuf");
+    let st = proto_json(&r);
+    assert_eq!(st["kind"], "Status");
     assert_eq!(st["reason"], "NotAcceptable");
     assert_eq!(
         st["message"],
         format!("only the following media types are accepted: {BUILTIN_TYPES}")
     );
-    // PROTOBUF: kube-apiserver writes this Status in protobuf; until src/proto lands the
-    // simulator writes compact JSON (issue 14 item 5).
-    assert_eq!(content_type(&r), "application/json");
     // client-go's protobuf-first Accept on a custom resource: JSON is served.
     let r = get(
         &http,
@@ -409,7 +416,7 @@ async fn writes_answer_in_the_negotiated_form() {
 }
 
 #[tokio::test]
-async fn metadata_informer_accept_negotiates_protobuf_and_gets_json_until_src_proto() {
+async fn metadata_informer_accept_negotiates_protobuf() {
     // client-go's metadata informer asks protobuf first; kube-apiserver answers a protobuf
     // PartialObjectMetadataList (built-in or custom resource alike).
     for ep in [Endpoint::BUILTIN, Endpoint::CUSTOM] {
@@ -436,12 +443,21 @@ async fn metadata_informer_accept_negotiates_protobuf_and_gets_json_until_src_pr
     ] {
         let r = get(&http, path, METADATA_INFORMER_LIST).await;
         assert_eq!(r.status, StatusCode::OK, "{path}");
-        // PROTOBUF: until src/proto lands the simulator writes the negotiated
-        // PartialObjectMetadataList in JSON (issue 14 item 5).
-        assert_eq!(content_type(&r), "application/json", "{path}");
-        let l = r.json();
+        // A custom resource has no protobuf of its own, but its metadata does.
+        assert_eq!(
+            content_type(&r),
+            "application/vnd.kubernetes.protobuf",
+            "{path}"
+        );
+        let l = proto_json(&r);
         assert_eq!(l["kind"], "PartialObjectMetadataList", "{path}");
-        assert_eq!(l["items"][0]["kind"], "PartialObjectMetadata", "{path}");
+        // Items in protobuf carry no TypeMeta (the message has only `metadata`).
+        let item = &l["items"][0];
+        assert_eq!(item.get("kind"), None, "{path}");
+        assert!(
+            ["p", "w"].contains(&item["metadata"]["name"].as_str().unwrap()),
+            "{path}"
+        );
     }
     h.shutdown().await;
 }

@@ -301,6 +301,10 @@ async fn default_columns_for_every_served_type() {
             "/apis/example.com/v1/namespaces/ns-1/widgets",
             &["Name", "Color", "Size", "Ready", "Age"],
         ),
+        (
+            "/apis/discovery.k8s.io/v1/namespaces/ns-1/endpointslices",
+            &["Name", "AddressType", "Ports", "Endpoints", "Age"],
+        ),
         // No printer: rest.NewDefaultTableConvertor.
         (
             "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
@@ -513,6 +517,25 @@ async fn kubectl_get_prints_server_side_columns() {
             "<none>",
             "1/1"
         ]
+    );
+    h.shutdown().await;
+}
+
+#[tokio::test]
+async fn kubectl_get_endpointslices() {
+    let h = sim().await;
+    seed::seed_store(h.store(), &SeedSpec::per_type(2, 1024));
+    let rows = kubectl_rows(&h, &["get", "endpointslices", "-n", "ns-1"]).await;
+    assert_eq!(
+        rows[0],
+        ["NAME", "ADDRESSTYPE", "PORTS", "ENDPOINTS", "AGE"]
+    );
+    // service-1's slice: its three pods' addresses (pods 3, 4, 5: 10.244.0.{i + 2}), port 8080.
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    assert!(rows[1][0].starts_with("service-1-"), "{rows:?}");
+    assert_eq!(
+        rows[1][1..4],
+        ["IPv4", "8080", "10.244.0.5,10.244.0.6,10.244.0.7"]
     );
     h.shutdown().await;
 }

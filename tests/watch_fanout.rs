@@ -630,3 +630,99 @@ fn churn_step(store: &watchgate::sim::Store, round: usize) {
         }
     }
 }
+
+/// Issue 18: a lone event reaching an idle HTTP/1.1 watcher is written by the fan-out
+/// itself, with one `send`, instead of waking the connection's task (the express lane,
+/// docs/watch.md "Dispatch"). Events written one at a time, each once every watcher has
+/// read the one before, arrive exactly once, in order and in valid chunked framing
+/// (hyper's client decodes the stream), and the gateway counts most of them as written
+/// directly. Not all: a watch whose connection has not gone idle yet after its head (or
+/// after an event) takes the next event through its task, as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lone_events_reach_idle_http1_watchers_through_the_express_lane() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    const N: usize = 40;
+    const M: usize = 30;
+    let sim = start_sim_with(cluster_config()).await;
+    let store = sim.handle().store().clone();
+    let gw = start_gateway(sim.url()).await;
+    let addr = gw.handle().addr();
+    warm(gw.url(), sim.handle()).await;
+    put(&store, pod("ns-1", "lone", "web", "node-1", 200));
+    let from = store.current_rv();
+    let seen = Arc::new(AtomicUsize::new(0));
+    let started = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..N {
+        let (seen, started) = (seen.clone(), started.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut w = h1_watch(addr, &shape_path(1, from)).await?;
+            if w.status != 200 || w.source().as_deref() != Some("cache") {
+                return Err(format!("status {}, source {:?}", w.status, w.source()));
+            }
+            started.fetch_add(1, Ordering::AcqRel);
+            let mut events = Vec::new();
+            loop {
+                let line = w
+                    .lines
+                    .next_line_within(EVENT_TIMEOUT)
+                    .await?
+                    .ok_or("the stream ended")?;
+                let sig = Sig::from_line(&line)?;
+                if sig.kind == "BOOKMARK" {
+                    continue;
+                }
+                seen.fetch_add(1, Ordering::AcqRel);
+                let last = sig.key == SENTINEL;
+                events.push(sig);
+                if last {
+                    return Ok::<_, String>(events);
+                }
+            }
+        }));
+    }
+    support::wait::wait_until("every watch has its head", EVENT_TIMEOUT, || async {
+        started.load(Ordering::Acquire) == N
+    })
+    .await;
+    for i in 0..M {
+        update(&store, "ns-1", "lone", |p| {
+            p["metadata"]["labels"]["round"] = serde_json::json!(i.to_string());
+        })
+        .expect("the pod exists");
+        support::wait::wait_until(
+            &format!("every watcher read event {i}"),
+            EVENT_TIMEOUT,
+            || async { seen.load(Ordering::Acquire) == N * (i + 1) },
+        )
+        .await;
+    }
+    put(&store, pod("ns-1", "zz-sentinel", "web", "node-1", 0));
+    let expected = Arc::new(expected_for(&store, from, 1));
+    assert_eq!(expected.len(), M + 1);
+    for (id, t) in tasks.into_iter().enumerate() {
+        let events = support::wait::within("a watcher ends", EVENT_TIMEOUT, t)
+            .await
+            .unwrap()
+            .unwrap_or_else(|e| panic!("watcher {id}: {e}"));
+        let mut c = StreamChecker::new(expected.clone());
+        for e in &events {
+            c.observe(e);
+        }
+        let v = c.finish(true);
+        assert!(v.is_empty(), "watcher {id}: {v:?}");
+    }
+    let cache = gw
+        .handle()
+        .cache()
+        .and_then(|r| r.get("", "v1", "pods"))
+        .expect("pods are cached");
+    let stats = &cache.store.hub().stats;
+    let direct = stats.written_directly.load(Ordering::Relaxed) as usize;
+    let deliveries = N * (M + 1);
+    println!("{direct} of {deliveries} deliveries written directly");
+    assert!(
+        direct >= deliveries / 2 && direct <= deliveries,
+        "{direct} of {deliveries} deliveries written by the fan-out itself"
+    );
+}

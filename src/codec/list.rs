@@ -97,8 +97,9 @@ pub enum ItemForm {
 pub struct PageEnd {
     /// The key of the last item of the page (inclusive).
     pub last_key: Box<str>,
-    /// How many items the whole range holds (selected or not): for `remainingItemCount`.
-    pub range_len: usize,
+    /// How many items of the range follow the page (selected or not): its
+    /// `remainingItemCount` when the list has no selector.
+    pub remaining: usize,
 }
 
 /// The objects of `namespace`'s range (all of them when `None`), in list order.
@@ -113,21 +114,44 @@ fn range_bounds(namespace: Option<&str>) -> (Bound<Box<str>>, Bound<Box<str>>) {
     }
 }
 
-/// The first page of at most `limit` selected objects, as kube-apiserver's cacher cuts it
-/// (`GetList`): `None` when the range holds no item after the page's last (no continue
+/// The bounds of `namespace`'s range that start after `after` (a continue token's key,
+/// which lies in the range: `ContinueToken::decode` prefixes it with the namespace).
+fn page_bounds(namespace: Option<&str>, after: Option<&str>) -> (Bound<Box<str>>, Bound<Box<str>>) {
+    let (start, end) = range_bounds(namespace);
+    match after {
+        None => (start, end),
+        Some(k) => {
+            let beyond = match &end {
+                Bound::Excluded(e) => k >= &**e,
+                _ => false,
+            };
+            if beyond {
+                // An empty range (imbl, like std, must not be given start > end).
+                (end.clone(), end)
+            } else {
+                (Bound::Excluded(k.into()), end)
+            }
+        }
+    }
+}
+
+/// A page of at most `limit` selected objects starting after `after` (the first page
+/// when `None`), as kube-apiserver cuts it (the cacher's `GetList`, etcd3's for
+/// continuations): `None` when the range holds no item after the page's last (no continue
 /// token). With a filter, reaching any item past a full page is what tells that more may
 /// follow, selected or not, so a token can lead to an empty next page, as it can from the
 /// apiserver.
-pub fn first_page(
+pub fn page(
     snapshot: &Snapshot,
     namespace: Option<&str>,
     filter: Option<&Filter>,
+    after: Option<&str>,
     limit: usize,
 ) -> Option<PageEnd> {
     let mut selected = 0;
     let mut last: Option<&Box<str>> = None;
     let mut more = false;
-    for (key, obj) in snapshot.objects.range(range_bounds(namespace)) {
+    for (key, obj) in snapshot.objects.range(page_bounds(namespace, after)) {
         if selected >= limit {
             more = true;
             break;
@@ -140,26 +164,43 @@ pub fn first_page(
     if !more {
         return None;
     }
-    let range_len = match namespace {
-        None => snapshot.objects.len(),
-        Some(_) => snapshot.objects.range(range_bounds(namespace)).count(),
+    let last = last?;
+    // Only lists without a selector report it; the walk is the price of knowing it.
+    let remaining = match (filter, namespace, after) {
+        (Some(_), _, _) => 0,
+        (None, None, None) => snapshot.objects.len() - limit,
+        (None, _, _) => snapshot
+            .objects
+            .range(page_bounds(namespace, Some(last)))
+            .count(),
     };
-    last.map(|k| PageEnd {
-        last_key: k.clone(),
-        range_len,
+    Some(PageEnd {
+        last_key: last.clone(),
+        remaining,
     })
 }
 
-/// The objects a list selects, in list order: `namespace`'s range, those `filter` keeps,
-/// up to and including `end` (a page's last key). What [`ListBody`] streams, for answers
-/// built whole (Tables).
+/// The first page: [`page`] from the start of the range.
+pub fn first_page(
+    snapshot: &Snapshot,
+    namespace: Option<&str>,
+    filter: Option<&Filter>,
+    limit: usize,
+) -> Option<PageEnd> {
+    page(snapshot, namespace, filter, None, limit)
+}
+
+/// The objects a list selects, in list order: `namespace`'s range after `after` (a
+/// continuation's key), those `filter` keeps, up to and including `end` (a page's last
+/// key). What [`ListBody`] streams, for answers built whole (Tables).
 pub fn selected<'a>(
     snapshot: &'a Snapshot,
     namespace: Option<&str>,
     filter: Option<&'a Filter>,
+    after: Option<&str>,
     end: Option<&str>,
 ) -> impl Iterator<Item = &'a Arc<CachedObject>> + 'a {
-    let (start, ns_end) = range_bounds(namespace);
+    let (start, ns_end) = page_bounds(namespace, after);
     let upper = match end {
         Some(k) => Bound::Included(Box::from(k)),
         None => ns_end,
@@ -211,18 +252,20 @@ impl ListBody {
         }
     }
 
-    /// A list that stops after `end` (inclusive): the page [`first_page`] cut.
+    /// A list that stops after `end` (inclusive): the page [`page`] cut.
     pub fn until(mut self, end: Box<str>) -> Self {
         self.end = Some(end);
         self
     }
 
+    /// A list that starts after `key` (a continuation: the token's key).
+    pub fn after(mut self, key: Box<str>) -> Self {
+        self.cursor = Some(key);
+        self
+    }
+
     fn next_items(&mut self, buf: &mut Vec<u8>) -> bool {
-        let (start, ns_end) = range_bounds(self.namespace.as_deref());
-        let lower = match &self.cursor {
-            Some(k) => Bound::Excluded(k.clone()),
-            None => start,
-        };
+        let (lower, ns_end) = page_bounds(self.namespace.as_deref(), self.cursor.as_deref());
         let upper = match &self.end {
             Some(k) => Bound::Included(k.clone()),
             None => ns_end,
@@ -439,7 +482,7 @@ mod tests {
             end,
             PageEnd {
                 last_key: "a/y".into(),
-                range_len: 3
+                remaining: 1
             }
         );
         assert_eq!(first_page(&snap, Some("a"), None, 3), None);

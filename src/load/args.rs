@@ -166,6 +166,12 @@ pub struct InformerArgs {
     /// Informers list and watch pods in all namespaces instead of the load namespace.
     #[arg(long)]
     pub all_namespaces: bool,
+    /// Start each informer as client-go 1.35+ does (WatchListClient): one watch-list with no
+    /// resourceVersion (`allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan&sendInitialEvents=true&timeoutSeconds=N&watch=true`),
+    /// synced at its `k8s.io/initial-events-end` bookmark, instead of a list then a watch.
+    /// The report gives the time until every informer has synced
+    #[arg(long)]
+    pub watch_list: bool,
 }
 
 #[derive(Args, Debug, Clone)]

@@ -92,6 +92,13 @@ impl Probe {
         s
     }
 
+    /// `watchgate_upstream_requests_total` of a watchgate target (all codes), when
+    /// `--metrics-url` is given: what the target asked its upstream.
+    pub async fn upstream_requests(&self) -> Option<f64> {
+        let text = fetch(self.metrics_url.as_deref()?).await?;
+        metric(&text, "watchgate_upstream_requests_total")
+    }
+
     /// Samples every second until `stop`; returns every sample (for peaks).
     pub async fn watch(self, stop: CancellationToken) -> Vec<Sample> {
         let mut out = Vec::new();

@@ -103,6 +103,16 @@ pub struct Summary {
     pub list_latency: Latency,
     pub write_latency: Latency,
     pub watch_connect_latency: Latency,
+    /// Informers started with a watch-list (`informers --watch-list`), how many received
+    /// their initial state, and when (from the informers' start; `max_ms` is the time to
+    /// sync them all).
+    pub watch_list_informers: usize,
+    pub synced: u64,
+    pub sync_latency: Latency,
+    /// Requests the target (a watchgate, with `--metrics-url`) sent upstream from the
+    /// informers' start until the last one synced: its `watchgate_upstream_requests_total`,
+    /// which counts every request of that process (run the load tool as its own process).
+    pub upstream_requests_during_sync: Option<f64>,
     pub errors: BTreeMap<String, u64>,
     pub watchers_terminated: u64,
     pub gone_410: u64,
@@ -216,6 +226,22 @@ impl Summary {
                 format!(
                     "{}: {} protobuf watch frames, {} protobuf list responses",
                     self.encoding, self.protobuf_frames, self.protobuf_lists
+                ),
+            );
+        }
+        if self.watch_list_informers > 0 {
+            let d = &self.sync_latency;
+            l(
+                &mut s,
+                "watch-list syncs",
+                format!(
+                    "{}/{} synced; all within {:.1} ms (p50 {:.1} ms  p99 {:.1} ms); {} upstream requests meanwhile",
+                    self.synced,
+                    self.watch_list_informers,
+                    d.max_ms,
+                    d.p50_ms,
+                    d.p99_ms,
+                    opt(self.upstream_requests_during_sync, |v| format!("{v:.0}")),
                 ),
             );
         }

@@ -148,7 +148,9 @@ pub async fn execute(plan: &Plan) -> anyhow::Result<Summary> {
         drain_log: Default::default(),
         draining: CancellationToken::new(),
         connect_gate: Arc::new(tokio::sync::Semaphore::new(c.connect_concurrency.max(1))),
+        spawned: Instant::now(),
     });
+    let upstream_before = probe.upstream_requests().await;
     let groups = plan.watcher_groups();
     let mut watchers = tokio::task::JoinSet::new();
     let mut id = 0usize;
@@ -171,6 +173,24 @@ pub async fn execute(plan: &Plan) -> anyhow::Result<Summary> {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let connected = Stats::get(&stats.c.watching) as usize;
+    // Watch-list informers: until every one has its initial state (its bookmark).
+    let watch_lists: usize = groups
+        .iter()
+        .filter(|(s, _)| s.watch_list)
+        .map(|(_, n)| *n)
+        .sum();
+    while (Stats::get(&stats.c.synced) as usize) < watch_lists && Instant::now() < connect_deadline
+    {
+        progress.set_message(format!(
+            "syncing: {}/{watch_lists} watch-lists synced",
+            Stats::get(&stats.c.synced)
+        ));
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let upstream_during_sync = match (upstream_before, probe.upstream_requests().await) {
+        (Some(a), Some(b)) if watch_lists > 0 => Some(b - a),
+        _ => None,
+    };
     let idle = probe.sample().await;
 
     // The measured window.
@@ -315,6 +335,10 @@ pub async fn execute(plan: &Plan) -> anyhow::Result<Summary> {
         list_latency: Latency::of(&stats.list_latency()),
         write_latency: Latency::of(&stats.write_latency()),
         watch_connect_latency: Latency::of(&stats.watch_connect_latency()),
+        watch_list_informers: watch_lists,
+        synced: Stats::get(&stats.c.synced),
+        sync_latency: Latency::of(&stats.sync_latency()),
+        upstream_requests_during_sync: upstream_during_sync,
         errors: stats.errors(),
         watchers_terminated: Stats::get(&stats.c.terminated),
         gone_410: Stats::get(&stats.c.gone),
@@ -323,7 +347,9 @@ pub async fn execute(plan: &Plan) -> anyhow::Result<Summary> {
         target_cost: cost,
         load_cost: load_cost(own0, own1, events_in_window),
         target_samples: samples,
-        ok: violation_count == 0 && connected >= total_watchers,
+        ok: violation_count == 0
+            && connected >= total_watchers
+            && Stats::get(&stats.c.synced) as usize >= watch_lists,
     };
     if let Some(path) = &c.plot {
         // A run without watchers (`lists`) has no deliveries to draw: its plot shows what

@@ -717,6 +717,7 @@ pub async fn execute(a: &SoakArgs) -> anyhow::Result<SoakSummary> {
             drain_log: Default::default(),
             draining: draining.clone(),
             connect_gate: gate.clone(),
+            spawned: Instant::now(),
         })
     };
     let stats = Arc::new(Stats::new());

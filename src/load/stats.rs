@@ -58,6 +58,8 @@ pub struct Counters {
     pub writes: AtomicU64,
     /// Writes the ticker could not start because too many were in flight.
     pub writes_behind: AtomicU64,
+    /// Watch-list informers that received their `k8s.io/initial-events-end` bookmark.
+    pub synced: AtomicU64,
 }
 
 pub struct Stats {
@@ -74,6 +76,8 @@ pub struct Stats {
     list_per_second: Mutex<Vec<Histogram<u64>>>,
     write_latency: Mutex<Histogram<u64>>,
     watch_connect_latency: Mutex<Histogram<u64>>,
+    /// Watch-list informers: time from their start to their initial-events-end bookmark.
+    sync_latency: Mutex<Histogram<u64>>,
     errors: Mutex<BTreeMap<String, u64>>,
 }
 
@@ -111,6 +115,7 @@ impl Stats {
             list_per_second: Mutex::new(Vec::new()),
             write_latency: Mutex::new(histogram()),
             watch_connect_latency: Mutex::new(histogram()),
+            sync_latency: Mutex::new(histogram()),
             errors: Mutex::new(BTreeMap::new()),
         }
     }
@@ -175,6 +180,18 @@ impl Stats {
             .lock()
             .unwrap()
             .saturating_record(us.clamp(1, MAX_US));
+    }
+
+    /// A watch-list informer synced `us` after the informers started.
+    pub fn record_sync(&self, us: u64) {
+        self.sync_latency
+            .lock()
+            .unwrap()
+            .saturating_record(us.clamp(1, MAX_US));
+        Self::add(&self.c.synced, 1);
+    }
+    pub fn sync_latency(&self) -> Histogram<u64> {
+        self.sync_latency.lock().unwrap().clone()
     }
 
     /// Counts an error by HTTP code or kind ("410", "503", "connect", "stream").

@@ -31,6 +31,9 @@ pub struct WatchSpec {
     /// List (RV=0) first, then watch from the list's RV (an informer); otherwise watch
     /// from the run's start RV.
     pub list_first: bool,
+    /// Start with a consistent watch-list (client-go's `watchList`): its initial events,
+    /// up to the `k8s.io/initial-events-end` bookmark, are the informer's list.
+    pub watch_list: bool,
     pub protocol: Protocol,
     /// Close and reopen the watch this often (connect/disconnect churn).
     pub reconnect_every: Option<Duration>,
@@ -80,6 +83,8 @@ pub struct Ctx {
     pub draining: CancellationToken,
     /// Bounds watch requests awaiting their response headers (connect storms).
     pub connect_gate: Arc<tokio::sync::Semaphore>,
+    /// When the watchers were started: watch-list informers' sync times count from here.
+    pub spawned: Instant,
 }
 
 /// A watcher's state at the end of the run.
@@ -159,6 +164,8 @@ pub async fn run(
         }
     }
     let mut needed: Option<u64> = None;
+    // A watch-list informer's initial events stand for its list, until the bookmark.
+    let mut initial = spec.watch_list;
     loop {
         if ctx.stop.is_cancelled() {
             break;
@@ -166,7 +173,17 @@ pub async fn run(
         if left(&mut check) {
             break;
         }
-        let end = stream_once(&ctx, id, &spec, &sel, &mut check, &mut needed, leave_at).await;
+        let end = stream_once(
+            &ctx,
+            id,
+            &spec,
+            &sel,
+            &mut check,
+            &mut needed,
+            &mut initial,
+            leave_at,
+        )
+        .await;
         match end {
             StreamEnd::Done => break,
             StreamEnd::Left => {
@@ -176,6 +193,11 @@ pub async fn run(
             StreamEnd::Reconnect => {}
             StreamEnd::Ended => {
                 Stats::add(&stats.c.terminated, 1);
+            }
+            StreamEnd::Expired if spec.watch_list => {
+                // client-go's reflector starts over with a consistent watch-list.
+                Stats::add(&stats.c.gone, 1);
+                initial = true;
             }
             StreamEnd::Expired => {
                 Stats::add(&stats.c.gone, 1);
@@ -202,6 +224,8 @@ fn reached(needed: Option<u64>, check: &StreamCheck) -> bool {
     needed.is_some_and(|n| check.last_rv() >= n)
 }
 
+// One stream's whole state is passed in: it outlives the stream (resumes, relists).
+#[allow(clippy::too_many_arguments)]
 async fn stream_once(
     ctx: &Ctx,
     id: usize,
@@ -209,11 +233,18 @@ async fn stream_once(
     sel: &(Option<LabelSelector>, Option<FieldSelector>),
     check: &mut StreamCheck,
     needed: &mut Option<u64>,
+    initial: &mut bool,
     leave_at: Option<tokio::time::Instant>,
 ) -> StreamEnd {
     let stats = &ctx.stats;
     // The serializer is not Send: build the query in a block.
-    let mut q = {
+    let mut q = if *initial {
+        // client-go's `watchList` request, byte for byte (reflector.go; its timeout is
+        // minWatchTimeout × [1, 2), 5 to 10 minutes): no resourceVersion, a consistent
+        // read.
+        let timeout = 300 + (id as u64 * 7919) % 300;
+        format!("allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan&sendInitialEvents=true&timeoutSeconds={timeout}&watch=true")
+    } else {
         let mut q = form_urlencoded::Serializer::new(String::new());
         q.append_pair("watch", "1")
             .append_pair("resourceVersion", &check.last_rv().to_string())
@@ -330,7 +361,12 @@ async fn stream_once(
             // means the stream is out of step: it is ended and resumed.
             loop {
                 let (ev, used) = match crate::proto::split_frame(&buf, MAX_FRAME) {
-                    Ok(Some((frame, _))) => (scan_proto(frame).ok(), 4 + frame.len()),
+                    Ok(Some((frame, _))) => (
+                        scan_proto(frame)
+                            .ok()
+                            .map(|e| (e, is_initial_events_end_proto(frame))),
+                        4 + frame.len(),
+                    ),
                     Ok(None) => break,
                     Err(_) => {
                         stats.error("watch: undecodable event");
@@ -346,16 +382,27 @@ async fn stream_once(
                 let line = buf.split_to(nl + 1);
                 let line = &line[..nl];
                 if !line.is_empty() {
-                    decoded.push(scan(line));
+                    decoded.push(scan(line).map(|e| (e, is_initial_events_end(line))));
                 }
             }
         }
         for ev in decoded.drain(..) {
-            let Some(ev) = ev else {
+            let Some((ev, initial_end)) = ev else {
                 stats.error("watch: undecodable event");
                 continue;
             };
             match ev.kind {
+                // The initial state (a watch-list's synthetic ADDED events): the
+                // informer's list, not changes to check.
+                Kind::Added | Kind::Modified | Kind::Deleted if *initial => {
+                    events += 1;
+                }
+                Kind::Bookmark if *initial && initial_end => {
+                    bookmarks += 1;
+                    *initial = false;
+                    *check = StreamCheck::new(id, ev.rv);
+                    stats.record_sync(ctx.spawned.elapsed().as_micros() as u64);
+                }
                 Kind::Added | Kind::Modified | Kind::Deleted => {
                     events += 1;
                     let ty = match ev.kind {
@@ -404,6 +451,16 @@ async fn stream_once(
             return StreamEnd::Done;
         }
     }
+}
+
+/// The BOOKMARK that ends a watch-list's initial events.
+fn is_initial_events_end(line: &[u8]) -> bool {
+    memchr::memmem::find(line, br#""k8s.io/initial-events-end":"true""#).is_some()
+}
+
+/// The same annotation in a protobuf ObjectMeta: a map entry `{1: key, 2: "true"}`.
+fn is_initial_events_end_proto(frame: &[u8]) -> bool {
+    memchr::memmem::find(frame, b"k8s.io/initial-events-end\x12\x04true").is_some()
 }
 
 struct Decrement<'a>(&'a std::sync::atomic::AtomicU64);

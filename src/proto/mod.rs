@@ -13,11 +13,14 @@
 //! - [`envelope`]: `k8s\0` + `runtime.Unknown` ([`encode_unknown`], [`encode_object`],
 //!   [`decode_unknown`], [`decode_object`]), lists assembled from per-item bytes
 //!   ([`ListEnvelope`]), watch frames ([`watch_frame`]), Status, PartialObjectMetadata.
+//! - [`prune_unknown`]: the JSON fields a kind's Go struct does not have, removed (what
+//!   the apiserver drops on a write, or names in a strict decoding error).
 
 mod decode;
 mod encode;
 pub mod envelope;
 mod json;
+mod prune;
 mod schema;
 mod special;
 mod wire;
@@ -29,6 +32,7 @@ pub use envelope::{
     parse_watch_event, partial_object_metadata, split_frame, type_of, watch_event, watch_frame,
     ListEnvelope, ListMeta, Unknown, CONTENT_TYPE, MAGIC, WATCH_CONTENT_TYPE,
 };
+pub use prune::prune_unknown;
 pub use schema::{is_served, lookup, served_kinds, MessageType};
 
 /// Why a conversion failed. Encoding errors mean "answer this request from upstream";

@@ -25,6 +25,8 @@ use std::task::{Context, Poll};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
+use super::express::{DirectWrite, TryWrite, TryWriteNow};
+
 /// The HTTP/2 client connection preface (RFC 9113 §3.4).
 pub const H2_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
@@ -194,6 +196,30 @@ impl<T: AsyncWrite + Unpin> Flusher<T> {
     #[cfg(test)]
     pub fn buffered(&self) -> usize {
         lock(&self.inner).buf.len()
+    }
+}
+
+/// Writes from outside the connection's task (the express lane, `express.rs`): HTTP/1.1
+/// connections only, and only while nothing waits in the buffer.
+struct DirectHandle<T> {
+    inner: Arc<Mutex<Inner<T>>>,
+}
+
+impl<T: TryWriteNow + Send> TryWrite for DirectHandle<T> {
+    fn try_write(&self, buf: &[u8]) -> io::Result<usize> {
+        let inner = lock(&self.inner);
+        if inner.mode != Mode::Direct || !inner.buf.is_empty() || inner.failed.is_some() {
+            return Err(io::ErrorKind::WouldBlock.into());
+        }
+        inner.io.try_write_now(buf)
+    }
+}
+
+impl<T: TryWriteNow + Send + 'static> DirectWrite for Coalesced<T> {
+    fn direct_writer(&self) -> Option<Arc<dyn TryWrite>> {
+        Some(Arc::new(DirectHandle {
+            inner: self.inner.clone(),
+        }))
     }
 }
 

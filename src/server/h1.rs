@@ -37,8 +37,9 @@ use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::sync::oneshot;
 
-use super::chunked::{self, End};
+use super::chunked::{self, ChunkSink, End};
 use super::drain::DrainWatch;
+use super::express::{DirectWrite, Lane};
 use super::listener::Handler;
 use super::rewind::Rewind;
 use super::stall::StallState;
@@ -46,9 +47,12 @@ use super::upgrade::{self, OnUpgrade, Upgraded};
 use crate::body::{self, Body, BoxError};
 
 /// Marks a response whose body the connection may stream outside hyper over HTTP/1.1: a
-/// long-lived stream of small frames (a cached watch).
-#[derive(Debug, Clone, Copy)]
-pub struct Detachable;
+/// long-lived stream of small frames (a cached watch). With a lane, the body's producer
+/// may write its frames itself while the connection is idle (`express.rs`).
+#[derive(Debug, Clone, Default)]
+pub struct Detachable {
+    pub lane: Option<Arc<Lane>>,
+}
 
 /// What the service, the placeholder body and the socket wrapper share with the task.
 #[derive(Default)]
@@ -66,6 +70,7 @@ struct Detached {
     body: Body,
     /// The request allows another one on this connection after it.
     keep_alive: bool,
+    lane: Option<Arc<Lane>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -81,7 +86,7 @@ pub async fn serve<T>(
     drain: DrainWatch,
     stall: Arc<StallState>,
 ) where
-    T: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+    T: AsyncRead + AsyncWrite + DirectWrite + Send + Unpin + 'static,
 {
     loop {
         let shared = Arc::new(Shared::default());
@@ -139,7 +144,12 @@ pub async fn serve<T>(
         io.unread(&read_buf);
         drop(read_buf);
 
-        let Some(Detached { body, keep_alive }) = lock(&shared.detached).take() else {
+        let Some(Detached {
+            body,
+            keep_alive,
+            lane,
+        }) = lock(&shared.detached).take()
+        else {
             // hyper wrote a 101 (its write side closes only once that is flushed) and the
             // socket belongs to the upgrade now.
             if let Some(tx) = lock(&shared.upgrade).take() {
@@ -148,8 +158,15 @@ pub async fn serve<T>(
             }
             return;
         };
+        // The express lane, when the body offers one and the socket can be written from
+        // outside this task.
+        let sink = lane.and_then(|lane| {
+            let sink = Arc::new(ChunkSink::new(io.direct_writer()?));
+            lane.connect(sink.clone());
+            Some(sink)
+        });
         let end = tokio::select! {
-            end = chunked::stream(&mut io, body) => end,
+            end = chunked::stream(&mut io, body, sink.as_deref()) => end,
             _ = drain.stopped() => {
                 tracing::debug!(%peer, "connection cut at the drain deadline");
                 return;
@@ -269,10 +286,15 @@ impl hyper::service::Service<Request<Incoming>> for Service {
                 // hyper closes after a response that says `Connection: close` too.
                 let keep_alive =
                     keep_alive && !crate::proxy::headers::connection_has(resp.headers(), "close");
+                let lane = resp
+                    .extensions()
+                    .get::<Detachable>()
+                    .and_then(|d| d.lane.clone());
                 let (parts, body) = resp.into_parts();
                 let placeholder = Placeholder {
                     body: Some(body),
                     keep_alive,
+                    lane,
                     shared,
                 };
                 return Ok(Response::from_parts(parts, body::boxed(placeholder)));
@@ -296,6 +318,7 @@ fn streams_in_chunks(resp: &Response<Body>) -> bool {
 struct Placeholder {
     body: Option<Body>,
     keep_alive: bool,
+    lane: Option<Arc<Lane>>,
     shared: Arc<Shared>,
 }
 
@@ -314,6 +337,7 @@ impl http_body::Body for Placeholder {
             *lock(&self.shared.detached) = Some(Detached {
                 body,
                 keep_alive: self.keep_alive,
+                lane: self.lane.take(),
             });
         }
         // No waker is kept: the task takes the connection apart after hyper's flush, and
@@ -406,7 +430,7 @@ mod tests {
                     rx.recv().await.map(|f| (f, rx))
                 });
                 let mut resp = Response::new(StreamBody::new(frames).boxed_unsync());
-                resp.extensions_mut().insert(Detachable);
+                resp.extensions_mut().insert(Detachable::default());
                 resp
             })
         });

@@ -6,6 +6,7 @@ mod admin;
 mod chunked;
 mod coalesce;
 pub mod drain;
+pub mod express;
 mod h1;
 mod listener;
 mod probe;
@@ -78,6 +79,7 @@ impl Gateway {
                 },
                 cfg.reflector.clone(),
                 cfg.cache_budget,
+                cfg.consistent_reads,
             );
             registry.prewarm();
             registry

@@ -12,6 +12,8 @@ use std::task::{Context, Poll};
 use bytes::{Buf, BytesMut};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
+use super::express::{DirectWrite, TryWrite};
+
 /// How much one [`Rewind::poll_fill`] reads: the next request's head, usually whole.
 const FILL_CHUNK: usize = 4096;
 
@@ -47,12 +49,20 @@ impl<T> Rewind<T> {
     }
 }
 
+impl<T: DirectWrite> DirectWrite for Rewind<T> {
+    fn direct_writer(&self) -> Option<std::sync::Arc<dyn TryWrite>> {
+        self.io.direct_writer()
+    }
+}
+
 impl<T: AsyncRead + Unpin> Rewind<T> {
     /// Reads what the client sends next from the socket, behind the bytes already waiting.
     /// `Ok(0)` is the end of the client's stream.
     pub fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
-        let mut chunk = [0u8; FILL_CHUNK];
-        let mut buf = ReadBuf::new(&mut chunk);
+        // Not zeroed: the chunked writer asks with every poll, and the socket is usually
+        // not readable; zeroing 4 KiB each time was most of the cost of such a call.
+        let mut chunk = [std::mem::MaybeUninit::<u8>::uninit(); FILL_CHUNK];
+        let mut buf = ReadBuf::uninit(&mut chunk);
         std::task::ready!(Pin::new(&mut self.io).poll_read(cx, &mut buf))?;
         self.pre.extend_from_slice(buf.filled());
         Poll::Ready(Ok(buf.filled().len()))

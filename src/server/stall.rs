@@ -26,6 +26,8 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::{Instant, Sleep};
 
+use super::express::{DirectWrite, TryWrite, TryWriteNow};
+
 /// The socket of one connection, with a deadline on writes that make no progress.
 pub struct StallGuard<T> {
     inner: T,
@@ -107,6 +109,23 @@ impl<T> StallGuard<T> {
             io::ErrorKind::TimedOut,
             format!("the client accepted no bytes for {limit:?}"),
         )))
+    }
+}
+
+impl<T: TryWriteNow> TryWriteNow for StallGuard<T> {
+    /// Only the express lane writes this way, and only while the connection's own writes
+    /// are all done (so no stall is being timed): a write that takes nothing fails with
+    /// `WouldBlock` and the event goes to the connection's task, whose writes are guarded.
+    fn try_write_now(&self, buf: &[u8]) -> io::Result<usize> {
+        self.inner.try_write_now(buf)
+    }
+}
+
+/// Writes from outside the task need a shared socket (`coalesce::Coalesced` offers them);
+/// a guard owned by its task offers none.
+impl<T> DirectWrite for StallGuard<T> {
+    fn direct_writer(&self) -> Option<Arc<dyn TryWrite>> {
+        None
     }
 }
 

@@ -13,20 +13,23 @@
 //!   `retryAfterSeconds` either way).
 //! - Objects: compact JSON plus a newline (`json.Encoder`), or indented without a newline
 //!   when pretty (`application/json;pretty=1`, `?pretty=true`, a curl/Wget/browser
-//!   User-Agent).
+//!   User-Agent); in protobuf (`application/vnd.kubernetes.protobuf`) the `k8s\0` +
+//!   `runtime.Unknown` envelope of [`crate::sim::protobuf`]. An object that cannot be
+//!   encoded is what `SerializeObject` writes when its encoder fails: a 500 Status with an
+//!   empty reason and the error as message, in the same encoding.
 //!
-//! Not yet: YAML and protobuf encodings. A request that negotiates to them is answered in
-//! JSON with `Content-Type: application/json`, as before negotiation existed (YAML: see
-//! docs/simulator.md; protobuf: `src/proto`, issue 14 item 5 — the spots are marked
-//! `PROTOBUF:`).
+//! Not yet: YAML. A request that negotiates to it is answered in JSON with
+//! `Content-Type: application/json` (docs/simulator.md).
 
 use http::{header, HeaderMap, HeaderValue, Response, StatusCode};
 use serde_json::Value;
 
 use crate::body::{self, Body};
 use crate::codec::go_json;
-use crate::negotiate::{self, Conversion, Endpoint, Negotiated, NotAcceptable};
+use crate::negotiate::{self, Conversion, Encoding, Endpoint, Negotiated, NotAcceptable};
+use crate::proto;
 use crate::request::ApiRequest;
+use crate::sim::protobuf;
 use crate::sim::resources::ResourceType;
 use crate::status::Status;
 
@@ -89,8 +92,14 @@ impl Answer {
     }
 
     /// Plain JSON written compactly: the callers' fast paths (pre-encoded bytes) apply.
+    /// (YAML is answered as JSON for now.)
     pub fn is_plain(&self) -> bool {
-        self.negotiated.conversion.is_none() && !self.pretty
+        self.negotiated.conversion.is_none() && !self.pretty && !self.is_protobuf()
+    }
+
+    /// The answer is protobuf.
+    pub fn is_protobuf(&self) -> bool {
+        self.negotiated.encoding == Encoding::Protobuf
     }
 
     /// `NegotiateOutputMediaTypeStream`: a watch's stream serializer, after the list
@@ -99,12 +108,44 @@ impl Answer {
         negotiate::negotiate_stream(self.accept.as_deref(), self.endpoint).map_err(|e| e.status())
     }
 
-    /// An object (or list, Table, PartialObjectMetadata) in the negotiated encoding.
+    /// An object (or list, Table, PartialObjectMetadata, Status) in the negotiated encoding.
     pub fn object(&self, code: StatusCode, v: &Value) -> Response<Body> {
-        // PROTOBUF: a protobuf-negotiated answer is JSON until src/proto lands.
-        // YAML: likewise JSON (docs/simulator.md).
+        if self.is_protobuf() {
+            return protobuf_response(code, protobuf::encode_value(v));
+        }
+        // YAML: JSON for now (docs/simulator.md).
         let bytes = encode_json(v, self.pretty);
         json_response(code, bytes)
+    }
+}
+
+/// A protobuf answer, or — when the object cannot be encoded — what `SerializeObject`
+/// writes when its encoder fails: the 500 Status of the error (`ErrorToAPIStatus` of a
+/// plain error: empty reason) in the same encoding.
+pub fn protobuf_response(
+    code: StatusCode,
+    encoded: Result<Vec<u8>, proto::ProtoError>,
+) -> Response<Body> {
+    match encoded {
+        Ok(bytes) => typed_response(code, bytes, proto::CONTENT_TYPE),
+        Err(e) => {
+            let s = Status::new(500, "", e.to_string());
+            protobuf_status(&s)
+        }
+    }
+}
+
+/// A Status in protobuf, with its own code.
+fn protobuf_status(s: &Status) -> Response<Body> {
+    let code = StatusCode::from_u16(s.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    match protobuf::encode_value(&s.to_value()) {
+        Ok(bytes) => typed_response(code, bytes, proto::CONTENT_TYPE),
+        // Every Status has a message; this cannot fail. Go writes the text form then.
+        Err(_) => typed_response(
+            code,
+            format!("{}: {}", s.reason, s.message).into_bytes(),
+            "text/plain",
+        ),
     }
 }
 
@@ -121,12 +162,14 @@ fn encode_json(v: &Value, pretty: bool) -> Vec<u8> {
 }
 
 fn json_response(code: StatusCode, bytes: Vec<u8>) -> Response<Body> {
+    typed_response(code, bytes, "application/json")
+}
+
+fn typed_response(code: StatusCode, bytes: Vec<u8>, content_type: &'static str) -> Response<Body> {
     let mut resp = Response::new(body::full(bytes));
     *resp.status_mut() = code;
-    resp.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
+    resp.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
     resp
 }
 
@@ -134,9 +177,9 @@ fn json_response(code: StatusCode, bytes: Vec<u8>) -> Response<Body> {
 pub fn error(status: &Status, headers: &HeaderMap, api: &ApiRequest) -> Response<Body> {
     let code = StatusCode::from_u16(status.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let mut resp = match negotiate::negotiate_error(accept(headers)) {
+        Some(n) if n.encoding == Encoding::Protobuf => protobuf_status(status),
         Some(n) => {
-            // PROTOBUF: a Status negotiated to protobuf is written in JSON until src/proto
-            // lands. YAML: likewise (docs/simulator.md).
+            // YAML: written in JSON for now (docs/simulator.md).
             let pretty = n.pretty || pretty_print(headers, api);
             json_response(code, encode_json(&status.to_value(), pretty))
         }

@@ -105,6 +105,7 @@ pub fn storage_version_hash(rt: &ResourceType) -> &'static str {
         ("", "Event") => "r2yiGXH7wu8=",
         ("apps", "Deployment") => "8aSe+NMegvE=",
         ("apiextensions.k8s.io", "CustomResourceDefinition") => "M5uH+AlWATY=",
+        ("discovery.k8s.io", "EndpointSlice") => "qgS0xkrxYAI=",
         ("example.com", "Widget") => "gIwvi5rymmg=",
         _ => "",
     }

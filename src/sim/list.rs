@@ -21,6 +21,7 @@ use crate::request::{parse_resource_version, ApiRequest, ListOptions, ResourcePa
 use crate::selector::field::field_value;
 use crate::selector::FieldSelector;
 use crate::sim::answer::{self, Answer};
+use crate::sim::protobuf;
 use crate::sim::resources::ResourceType;
 use crate::sim::store::{HistoryError, ReadAt};
 use crate::sim::{convert, object_response, Sim};
@@ -332,11 +333,16 @@ async fn list(
         }
     }
     if !answer.is_plain() {
-        // Table / PartialObjectMetadataList (convert.rs), or pretty-printed JSON.
+        // Table / PartialObjectMetadataList (convert.rs), protobuf, or pretty JSON.
         let list_meta = Value::Object(meta);
         let items: Vec<&Value> = picked.iter().map(|o| o.as_ref()).collect();
         let v = match convert::list(sim, rt, answer, api, &list_meta, &items)? {
             Some(converted) => converted,
+            // A typed list in protobuf: its items encoded one by one into the envelope.
+            None if answer.is_protobuf() => {
+                let encoded = protobuf::encode_list(rt, &list_meta, &items);
+                return Ok(answer::protobuf_response(StatusCode::OK, encoded));
+            }
             None => list_value(rt, list_meta, &items),
         };
         return Ok(answer.object(StatusCode::OK, &v));

@@ -17,13 +17,14 @@ pub fn has_status_subresource(rt: &ResourceType) -> bool {
 }
 
 /// Whether `metadata.generation` is maintained (strategies that set it to 1 on create and
-/// bump it on spec changes: pods, deployments, CRDs, custom resources).
+/// bump it on spec changes: pods, deployments, CRDs, endpointslices, custom resources).
 pub fn tracks_generation(rt: &ResourceType) -> bool {
     matches!(
         (rt.group, rt.resource),
         ("", "pods")
             | ("apps", "deployments")
             | ("apiextensions.k8s.io", "customresourcedefinitions")
+            | ("discovery.k8s.io", "endpointslices")
             | ("example.com", _)
     )
 }
@@ -32,9 +33,16 @@ pub fn tracks_generation(rt: &ResourceType) -> bool {
 /// - deployments: spec or annotations changed (`deploymentStrategy.PrepareForUpdate`:
 ///   annotations are copied to replica sets, so they count);
 /// - pods: spec changed;
+/// - endpointslices: anything but metadata, or the labels
+///   (`endpointSliceStrategy.PrepareForUpdate`);
 /// - custom resources: anything but metadata (and status when it is a subresource).
 pub fn generation_changed(rt: &ResourceType, old: &Value, new: &Value) -> bool {
     match (rt.group, rt.resource) {
+        ("discovery.k8s.io", "endpointslices")
+            if old.pointer("/metadata/labels") != new.pointer("/metadata/labels") =>
+        {
+            true
+        }
         ("apps", "deployments") => {
             old.get("spec") != new.get("spec")
                 || old.pointer("/metadata/annotations") != new.pointer("/metadata/annotations")
@@ -84,7 +92,7 @@ pub fn etcd_prefix(rt: &ResourceType) -> String {
         ("", "nodes") => "minions".into(),
         ("", "services") => "services/specs".into(),
         ("", "endpoints") => "services/endpoints".into(),
-        ("", _) | ("apps", _) => rt.resource.into(),
+        ("", _) | ("apps", _) | ("discovery.k8s.io", _) => rt.resource.into(),
         (g, r) => format!("{g}/{r}"),
     }
 }

@@ -44,6 +44,11 @@ pub fn definition_name(group: &str, version: &str, kind: &str) -> String {
     match group {
         "" => format!("io.k8s.api.core.{version}.{kind}"),
         "apps" | "policy" | "autoscaling" => format!("io.k8s.api.{group}.{version}.{kind}"),
+        // Built-in `*.k8s.io` groups are named after their Go package (k8s.io/api/discovery).
+        "discovery.k8s.io" => format!("io.k8s.api.discovery.{version}.{kind}"),
+        "apiextensions.k8s.io" => {
+            format!("io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.{version}.{kind}")
+        }
         g => {
             // CRDs are named after the reversed group, e.g. com.example.v1.Widget.
             let rev: Vec<&str> = g.split('.').rev().collect();
@@ -55,7 +60,7 @@ pub fn definition_name(group: &str, version: &str, kind: &str) -> String {
 const META: &str = "io.k8s.apimachinery.pkg.apis.meta.v1";
 
 fn is_builtin(rt: &ResourceType) -> bool {
-    !rt.group.contains('.')
+    !rt.is_custom()
 }
 
 fn gvk_one(group: &str, version: &str, kind: &str) -> Value {
@@ -454,6 +459,15 @@ fn kind_schema(group: &str, version: &str, kind: &str, list: bool) -> Value {
                     json!({"type": "array", "items": open, "x-kubernetes-list-type": "atomic"}),
                 );
             }
+            "EndpointSlice" => {
+                props.insert("addressType".into(), json!({"type": "string"}));
+                for f in ["endpoints", "ports"] {
+                    props.insert(
+                        f.into(),
+                        json!({"type": "array", "items": open, "x-kubernetes-list-type": "atomic"}),
+                    );
+                }
+            }
             "Event" => {
                 for f in [
                     "involvedObject",
@@ -721,6 +735,10 @@ mod tests {
         assert_eq!(
             definition_name("example.com", "v1", "Widget"),
             "com.example.v1.Widget"
+        );
+        assert_eq!(
+            definition_name("discovery.k8s.io", "v1", "EndpointSlice"),
+            "io.k8s.api.discovery.v1.EndpointSlice"
         );
     }
 }

@@ -1,188 +1,307 @@
-//! Decoding of `application/vnd.kubernetes.protobuf` request bodies for the few types
-//! kubectl's typed generators send that way (`kubectl create namespace|configmap|secret`).
+//! The simulator's protobuf (`application/vnd.kubernetes.protobuf`), through the shared
+//! transcoder [`crate::proto`] (docs/protobuf.md):
 //!
-//! Wire format: the `k8s\0` magic, then a `runtime.Unknown` {typeMeta{apiVersion, kind},
-//! raw, contentEncoding, contentType} whose `raw` is the object's protobuf
-//! (k8s.io/apimachinery `pkg/runtime/serializer/protobuf`, field numbers from
-//! k8s.io/api `core/v1/generated.proto` and apimachinery `meta/v1/generated.proto`).
-//! Only the fields a generator sets are decoded; others are skipped.
+//! - answers: objects, lists, `Status`, `PartialObjectMetadata[List]` as
+//!   `k8s\0` + `runtime.Unknown` envelopes ([`encode_value`], [`encode_list`]); watch
+//!   events as length-prefixed `WatchEvent` frames ([`frame`]);
+//! - request bodies ([`decode_body`]) with the errors kube-apiserver's protobuf serializer
+//!   gives, as `handlers/create.go`/`update.go` wrap them (`transformDecodeError`);
+//! - the normalisation of stored built-in objects ([`normalize`]): JSON → protobuf → JSON
+//!   is the apiserver's decode into the Go struct and encode back (Go field order,
+//!   `omitempty`, zero values); [`prune`] drops the fields the struct lacks, as that
+//!   decode does to a client's write.
+//!
+//! Every kind the simulator serves except the custom resource has a message in the
+//! table (`proto::lookup`); the custom resource has no protobuf, as a CRD's resources
+//! have none (negotiation never picks protobuf for it without a conversion).
 
-use base64::Engine;
-use serde_json::{json, Map, Value};
+use serde_json::Value;
 
-const MAGIC: &[u8] = b"k8s\0";
+use crate::proto::{self, ListEnvelope, ListMeta, MessageType, ProtoError};
+use crate::sim::resources::ResourceType;
 
-/// One decoded field: number and value.
-enum Field<'a> {
-    Varint(u64),
-    Bytes(&'a [u8]),
+/// The message of a served type's objects (`None` for the custom resource).
+pub fn message_type(rt: &ResourceType) -> Option<MessageType> {
+    proto::lookup(rt.group, rt.version, rt.kind)
 }
 
-fn varint(data: &[u8], i: &mut usize) -> Option<u64> {
-    let mut v: u64 = 0;
-    for shift in (0..64).step_by(7) {
-        let b = *data.get(*i)?;
-        *i += 1;
-        v |= u64::from(b & 0x7f) << shift;
-        if b & 0x80 == 0 {
-            return Some(v);
+fn str_of<'a>(v: &'a Value, key: &str) -> &'a str {
+    v.get(key).and_then(Value::as_str).unwrap_or("")
+}
+
+fn to_json(v: &Value) -> Result<Vec<u8>, ProtoError> {
+    serde_json::to_vec(v).map_err(|e| ProtoError::Json(e.to_string()))
+}
+
+/// One answer (an object, a list, a `Status`, a PartialObjectMetadata or its list) as the
+/// protobuf serializer writes it: the envelope named by the value's own `apiVersion` and
+/// `kind`. meta.k8s.io/v1beta1 `PartialObjectMetadata` is v1's type under another
+/// apiVersion (a Go alias), so it takes v1's message.
+pub fn encode_value(v: &Value) -> Result<Vec<u8>, ProtoError> {
+    let (av, kind) = (str_of(v, "apiVersion"), str_of(v, "kind"));
+    let json = to_json(v)?;
+    if av == "meta.k8s.io/v1beta1" && kind == "PartialObjectMetadata" {
+        let ty = proto::type_of("meta.k8s.io/v1", kind)?;
+        return Ok(proto::encode_unknown(av, kind, &proto::encode(ty, &json)?));
+    }
+    proto::encode_object(av, kind, &json)
+}
+
+/// A typed list (`PodList`, ...) from its `metadata` and items, each item encoded on its
+/// own and spliced into the list envelope.
+pub fn encode_list(
+    rt: &ResourceType,
+    list_meta: &Value,
+    items: &[&Value],
+) -> Result<Vec<u8>, ProtoError> {
+    let av = rt.api_version();
+    let list_ty = proto::type_of(&av, rt.list_kind)?;
+    let item_ty = proto::type_of(&av, rt.kind)?;
+    let mut encoded = Vec::with_capacity(items.len());
+    for item in items {
+        encoded.push(proto::encode(item_ty, &to_json(item)?)?);
+    }
+    let framed: usize = encoded.iter().map(|b| proto::item_frame_len(b.len())).sum();
+    let meta = ListMeta {
+        resource_version: str_of(list_meta, "resourceVersion"),
+        continue_token: str_of(list_meta, "continue"),
+        remaining_item_count: list_meta.get("remainingItemCount").and_then(Value::as_i64),
+    };
+    let env = ListEnvelope::new(list_ty, &av, rt.list_kind, &meta, framed)?;
+    let mut out = Vec::with_capacity(env.prefix.len() + framed + env.suffix.len());
+    out.extend_from_slice(&env.prefix);
+    for b in &encoded {
+        env.write_item(&mut out, b);
+    }
+    out.extend_from_slice(&env.suffix);
+    Ok(out)
+}
+
+/// One watch event: the object's envelope inside a `WatchEvent`, length-prefixed.
+pub fn frame(event_type: &str, object_envelope: &[u8]) -> bytes::Bytes {
+    bytes::Bytes::from(proto::watch_frame(event_type, object_envelope))
+}
+
+/// Drops the fields a built-in object's Go struct does not have (what decoding a write
+/// into the struct does) and returns their paths; nothing for the custom resource.
+pub fn prune(rt: &ResourceType, v: &mut Value) -> Vec<String> {
+    match message_type(rt) {
+        Some(ty) => proto::prune_unknown(ty, v),
+        None => Vec::new(),
+    }
+}
+
+/// A built-in object as kube-apiserver stores and serves it: decoded into its Go struct
+/// and encoded back (JSON → protobuf → JSON): Go field order, `omitempty`, zero values
+/// written. Fails for the custom resource, for objects with fields the struct lacks (the
+/// API write path [`prune`]s them first; objects put straight into the store keep them)
+/// and for values of the wrong JSON type; the caller keeps those as they are.
+pub fn normalize(rt: &ResourceType, v: &mut Value) -> Result<(), ProtoError> {
+    let ty = message_type(rt).ok_or_else(|| ProtoError::UnknownKind(rt.kind.to_string()))?;
+    let message = proto::encode(ty, &to_json(v)?)?;
+    let av = rt.api_version();
+    let json = proto::decode(ty, &message, Some((&av, rt.kind)))?;
+    *v = serde_json::from_slice(&json).map_err(|e| ProtoError::Json(e.to_string()))?;
+    Ok(())
+}
+
+/// Why a protobuf request body could not be decoded, in the two shapes
+/// `transformDecodeError` gives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BodyError {
+    /// No kind could be read (the envelope itself is bad): `the object provided is
+    /// unrecognized (must be of type X): <err> (<summary>)`.
+    Unrecognized(String),
+    /// The envelope named a kind, its object did not decode: `<Kind> in version "<v>"
+    /// cannot be handled as a <X>: <err>`.
+    CannotHandle {
+        kind: String,
+        version: String,
+        why: String,
+    },
+}
+
+/// A protobuf request body (`k8s\0` + `runtime.Unknown`) → the object's JSON, as
+/// apimachinery's protobuf `Serializer.Decode` reads it: the errors are its own
+/// (`empty data`, `provided data does not appear to be a protobuf message, expected
+/// prefix [107 56 115 0]`, `empty body`) and those of gogo's generated `Unmarshal`
+/// (`unexpected EOF`, `proto: wrong wireType = 0 for field Data`, …). A missing
+/// apiVersion or kind in the envelope defaults to the endpoint's (`copyKindDefaults`).
+/// A kind the table does not know comes back as `{kind, apiVersion}` only, for the
+/// caller's kind check to refuse.
+pub fn decode_body(rt: &ResourceType, body: &[u8]) -> Result<Value, BodyError> {
+    if body.is_empty() {
+        return Err(BodyError::Unrecognized("empty data".into()));
+    }
+    if !body.starts_with(&proto::MAGIC) {
+        return Err(BodyError::Unrecognized(
+            "provided data does not appear to be a protobuf message, expected prefix [107 56 115 0]"
+                .into(),
+        ));
+    }
+    if body.len() == proto::MAGIC.len() {
+        return Err(BodyError::Unrecognized("empty body".into()));
+    }
+    let u = proto::decode_unknown(body)
+        .map_err(|e| BodyError::Unrecognized(go_error(&e, "Unknown")))?;
+    let kind = if u.kind.is_empty() { rt.kind } else { u.kind };
+    let own = rt.api_version();
+    let av = if u.api_version.is_empty() {
+        own.as_str()
+    } else {
+        u.api_version
+    };
+    let Ok(ty) = proto::type_of(av, kind) else {
+        return Ok(serde_json::json!({"kind": kind, "apiVersion": av}));
+    };
+    let json = proto::decode(ty, u.raw, Some((av, kind))).map_err(|e| BodyError::CannotHandle {
+        kind: kind.to_string(),
+        version: av.rsplit('/').next().unwrap_or("").to_string(),
+        why: go_error(&e, kind),
+    })?;
+    serde_json::from_slice(&json).map_err(|e| BodyError::CannotHandle {
+        kind: kind.to_string(),
+        version: av.rsplit('/').next().unwrap_or("").to_string(),
+        why: e.to_string(),
+    })
+}
+
+/// The text gogo's generated `Unmarshal` (k8s.io/api `generated.pb.go`) gives for what
+/// the transcoder found wrong. `message` is the Go type being decoded (the envelope's
+/// `Unknown`, or the object's kind: the transcoder does not say which nested message
+/// failed, so the few texts that name one name the outermost).
+fn go_error(e: &ProtoError, message: &str) -> String {
+    match e {
+        // io.ErrUnexpectedEOF: a varint, length or value running past the end.
+        ProtoError::Truncated => "unexpected EOF".into(),
+        ProtoError::VarintOverflow => "proto: integer overflow".into(),
+        ProtoError::WrongWireType {
+            field, wire_type, ..
+        } => format!(
+            "proto: wrong wireType = {wire_type} for field {}",
+            go_field_name(field)
+        ),
+        ProtoError::UnsupportedWireType(4) => {
+            format!("proto: {message}: wiretype end group for non-group")
+        }
+        // skipGenerated on an unknown field.
+        ProtoError::UnsupportedWireType(w) => format!("proto: illegal wireType {w}"),
+        ProtoError::InvalidFieldNumber(n) => {
+            format!("proto: {message}: illegal tag {n} (wire type 0)")
+        }
+        other => other.to_string(),
+    }
+}
+
+/// The Go field name gogo's errors print for a JSON field: the struct field, i.e. the
+/// JSON name capitalised with Go's initialisms (`podIP` → `PodIP`, `uid` → `UID`), and
+/// `ObjectMeta`/`ListMeta` for the embedded `metadata`.
+fn go_field_name(json: &str) -> String {
+    match json {
+        "metadata" => return "ObjectMeta".into(),
+        "apiVersion" => return "APIVersion".into(),
+        _ => {}
+    }
+    let mut out = String::with_capacity(json.len() + 2);
+    let mut chars = json.chars();
+    if let Some(c) = chars.next() {
+        out.extend(c.to_uppercase());
+    }
+    out.push_str(chars.as_str());
+    for (from, to) in [
+        ("Uid", "UID"),
+        ("Ip", "IP"),
+        ("Url", "URL"),
+        ("Cidr", "CIDR"),
+    ] {
+        if let Some(stem) = out.strip_suffix(from) {
+            return format!("{stem}{to}");
+        }
+        if let Some(stem) = out.strip_suffix(&format!("{from}s")) {
+            return format!("{stem}{to}s");
         }
     }
-    None
-}
-
-fn fields(data: &[u8]) -> Option<Vec<(u64, Field<'_>)>> {
-    let mut out = Vec::new();
-    let mut i = 0;
-    while i < data.len() {
-        let key = varint(data, &mut i)?;
-        let (num, wt) = (key >> 3, key & 7);
-        match wt {
-            0 => out.push((num, Field::Varint(varint(data, &mut i)?))),
-            1 => i += 8,
-            2 => {
-                let len = usize::try_from(varint(data, &mut i)?).ok()?;
-                let end = i.checked_add(len)?;
-                out.push((num, Field::Bytes(data.get(i..end)?)));
-                i = end;
-            }
-            5 => i += 4,
-            _ => return None,
-        }
-    }
-    (i == data.len()).then_some(out)
-}
-
-fn string(b: &[u8]) -> Option<String> {
-    String::from_utf8(b.to_vec()).ok()
-}
-
-/// A `map<string, string>` (or bytes, base64-encoded for JSON) entry.
-fn map_entry(b: &[u8], bytes_value: bool) -> Option<(String, Value)> {
-    let mut k = String::new();
-    let mut v = Value::String(String::new());
-    for (n, f) in fields(b)? {
-        match (n, f) {
-            (1, Field::Bytes(x)) => k = string(x)?,
-            (2, Field::Bytes(x)) if bytes_value => {
-                v = json!(base64::engine::general_purpose::STANDARD.encode(x))
-            }
-            (2, Field::Bytes(x)) => v = json!(string(x)?),
-            _ => {}
-        }
-    }
-    Some((k, v))
-}
-
-fn insert_map(m: &mut Map<String, Value>, key: &str, entry: (String, Value)) {
-    let e = m.entry(key.to_string()).or_insert_with(|| json!({}));
-    if let Some(o) = e.as_object_mut() {
-        o.insert(entry.0, entry.1);
-    }
-}
-
-fn object_meta(b: &[u8]) -> Option<Value> {
-    let mut m = Map::new();
-    for (n, f) in fields(b)? {
-        match (n, f) {
-            (1, Field::Bytes(x)) => _ = m.insert("name".into(), json!(string(x)?)),
-            (2, Field::Bytes(x)) => _ = m.insert("generateName".into(), json!(string(x)?)),
-            (3, Field::Bytes(x)) => _ = m.insert("namespace".into(), json!(string(x)?)),
-            (5, Field::Bytes(x)) => _ = m.insert("uid".into(), json!(string(x)?)),
-            (6, Field::Bytes(x)) => _ = m.insert("resourceVersion".into(), json!(string(x)?)),
-            (11, Field::Bytes(x)) => insert_map(&mut m, "labels", map_entry(x, false)?),
-            (12, Field::Bytes(x)) => insert_map(&mut m, "annotations", map_entry(x, false)?),
-            (14, Field::Bytes(x)) => {
-                let e = m.entry("finalizers").or_insert_with(|| json!([]));
-                if let Some(a) = e.as_array_mut() {
-                    a.push(json!(string(x)?));
-                }
-            }
-            _ => {}
-        }
-    }
-    // Empty strings are the proto zero value: the same as absent in JSON.
-    m.retain(|_, v| v.as_str() != Some(""));
-    Some(Value::Object(m))
-}
-
-/// Decodes a protobuf body into the JSON object, or None when the body is not a
-/// protobuf envelope of a type this module knows.
-pub fn decode(body: &[u8]) -> Option<Value> {
-    let rest = body.strip_prefix(MAGIC)?;
-    let mut api_version = String::new();
-    let mut kind = String::new();
-    let mut raw: &[u8] = &[];
-    for (n, f) in fields(rest)? {
-        match (n, f) {
-            (1, Field::Bytes(tm)) => {
-                for (tn, tf) in fields(tm)? {
-                    match (tn, tf) {
-                        (1, Field::Bytes(x)) => api_version = string(x)?,
-                        (2, Field::Bytes(x)) => kind = string(x)?,
-                        _ => {}
-                    }
-                }
-            }
-            (2, Field::Bytes(x)) => raw = x,
-            _ => {}
-        }
-    }
-    let mut obj = Map::new();
-    obj.insert("kind".into(), json!(kind));
-    obj.insert("apiVersion".into(), json!(api_version));
-    for (n, f) in fields(raw)? {
-        match (kind.as_str(), n, f) {
-            (_, 1, Field::Bytes(x)) => _ = obj.insert("metadata".into(), object_meta(x)?),
-            ("ConfigMap", 2, Field::Bytes(x)) => insert_map(&mut obj, "data", map_entry(x, false)?),
-            ("ConfigMap", 3, Field::Bytes(x)) => {
-                insert_map(&mut obj, "binaryData", map_entry(x, true)?)
-            }
-            ("ConfigMap", 4, Field::Varint(v)) | ("Secret", 5, Field::Varint(v)) => {
-                _ = obj.insert("immutable".into(), json!(v != 0))
-            }
-            ("Secret", 2, Field::Bytes(x)) => insert_map(&mut obj, "data", map_entry(x, true)?),
-            ("Secret", 3, Field::Bytes(x)) => _ = obj.insert("type".into(), json!(string(x)?)),
-            ("Secret", 4, Field::Bytes(x)) => {
-                insert_map(&mut obj, "stringData", map_entry(x, false)?)
-            }
-            ("Namespace", 2, Field::Bytes(x)) => {
-                let mut fin = Vec::new();
-                for (sn, sf) in fields(x)? {
-                    if let (1, Field::Bytes(s)) = (sn, sf) {
-                        fin.push(json!(string(s)?));
-                    }
-                }
-                obj.insert("spec".into(), json!({"finalizers": fin}));
-            }
-            ("ConfigMap" | "Secret" | "Namespace", _, _) => {}
-            _ => return None,
-        }
-    }
-    Some(Value::Object(obj))
+    out
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sim::resources::find;
+    use serde_json::json;
 
-    fn ld(num: u64, b: &[u8]) -> Vec<u8> {
-        let mut out = vec![(num << 3 | 2) as u8, b.len() as u8];
-        out.extend_from_slice(b);
-        out
+    #[test]
+    fn a_body_round_trips_and_bad_bodies_get_the_serializers_texts() {
+        let cms = find("", "v1", "configmaps").unwrap();
+        let cm = json!({"kind": "ConfigMap", "apiVersion": "v1",
+                        "metadata": {"name": "cm", "labels": {"a": "b"}}, "data": {"k": "v"}});
+        let body = encode_value(&cm).unwrap();
+        assert_eq!(decode_body(cms, &body).unwrap(), cm);
+        let unrecognized = |s: &str| Err(BodyError::Unrecognized(s.into()));
+        assert_eq!(decode_body(cms, b""), unrecognized("empty data"));
+        assert_eq!(decode_body(cms, b"k8s\0"), unrecognized("empty body"));
+        assert_eq!(
+            decode_body(cms, b"{}"),
+            unrecognized("provided data does not appear to be a protobuf message, expected prefix [107 56 115 0]")
+        );
+        assert_eq!(
+            decode_body(cms, &body[..10]),
+            unrecognized("unexpected EOF")
+        );
+        // The envelope is whole, the object inside is cut short.
+        let raw = proto::encode(
+            message_type(cms).unwrap(),
+            &serde_json::to_vec(&cm).unwrap(),
+        )
+        .unwrap();
+        let cut = proto::encode_unknown("v1", "ConfigMap", &raw[..raw.len() - 1]);
+        assert_eq!(
+            decode_body(cms, &cut),
+            Err(BodyError::CannotHandle {
+                kind: "ConfigMap".into(),
+                version: "v1".into(),
+                why: "unexpected EOF".into()
+            })
+        );
+        // data (field 2) as a varint.
+        let wrong = proto::encode_unknown("v1", "ConfigMap", &[0x10, 0x01]);
+        assert_eq!(
+            decode_body(cms, &wrong),
+            Err(BodyError::CannotHandle {
+                kind: "ConfigMap".into(),
+                version: "v1".into(),
+                why: "proto: wrong wireType = 0 for field Data".into()
+            })
+        );
+        // No kind or apiVersion in the envelope: the endpoint's.
+        let bare = proto::encode_unknown("", "", &raw);
+        assert_eq!(decode_body(cms, &bare).unwrap(), cm);
     }
 
     #[test]
-    fn configmap_envelope() {
-        let tm = [ld(1, b"v1"), ld(2, b"ConfigMap")].concat();
-        let meta = [ld(1, b"cm"), ld(11, &[ld(1, b"a"), ld(2, b"b")].concat())].concat();
-        let raw = [ld(1, &meta), ld(2, &[ld(1, b"k"), ld(2, b"v")].concat())].concat();
-        let body = [MAGIC.to_vec(), ld(1, &tm), ld(2, &raw)].concat();
+    fn normalize_is_the_go_struct_round_trip() {
+        let pods = find("", "v1", "pods").unwrap();
+        let mut p = json!({"spec": {"containers": [{"image": "i", "name": "c", "bogus": 1}]},
+                           "metadata": {"namespace": "n", "name": "p"}, "apiVersion": "v1", "kind": "Pod"});
+        // A field the struct lacks: no round trip until it is pruned.
+        assert!(normalize(pods, &mut p).is_err());
+        assert_eq!(prune(pods, &mut p), ["spec.containers[0].bogus"]);
+        normalize(pods, &mut p).unwrap();
         assert_eq!(
-            decode(&body).unwrap(),
-            json!({"kind": "ConfigMap", "apiVersion": "v1",
-                   "metadata": {"name": "cm", "labels": {"a": "b"}}, "data": {"k": "v"}})
+            serde_json::to_string(&p).unwrap(),
+            r#"{"kind":"Pod","apiVersion":"v1","metadata":{"name":"p","namespace":"n"},"spec":{"containers":[{"name":"c","image":"i","resources":{}}]},"status":{}}"#
         );
-        assert!(decode(b"{}").is_none());
+        let widgets = find("example.com", "v1", "widgets").unwrap();
+        assert!(normalize(widgets, &mut json!({})).is_err());
+        assert!(prune(widgets, &mut json!({"x": 1})).is_empty());
+    }
+
+    #[test]
+    fn go_field_names() {
+        assert_eq!(go_field_name("data"), "Data");
+        assert_eq!(go_field_name("podIP"), "PodIP");
+        assert_eq!(go_field_name("podIPs"), "PodIPs");
+        assert_eq!(go_field_name("uid"), "UID");
+        assert_eq!(go_field_name("metadata"), "ObjectMeta");
     }
 }

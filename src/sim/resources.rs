@@ -227,6 +227,23 @@ pub static RESOURCES: &[ResourceType] = &[
         subresources: &["status"],
         fields: &[],
     },
+    // No field selectors of its own: discovery.k8s.io registers no field label
+    // conversion, so only metadata.name and metadata.namespace
+    // (`DefaultMetaV1FieldSelectorConversion`).
+    ResourceType {
+        group: "discovery.k8s.io",
+        version: "v1",
+        resource: "endpointslices",
+        singular: "endpointslice",
+        kind: "EndpointSlice",
+        list_kind: "EndpointSliceList",
+        namespaced: true,
+        short_names: &[],
+        categories: &[],
+        verbs: VERBS,
+        subresources: &[],
+        fields: &[],
+    },
     ResourceType {
         group: "example.com",
         version: "v1",

@@ -421,6 +421,59 @@ pub fn endpoints(spec: &SeedSpec, i: usize, now: Timestamp) -> Value {
     })
 }
 
+/// The EndpointSlice the endpointslice controller keeps for `service-{i}`: named from its
+/// `generateName` (`service-{i}-` + five characters of `utilrand`'s alphabet, derived
+/// from the service's UID here), the controller's labels, owned by the service, the same
+/// three pod addresses as the Endpoints object.
+pub fn endpoint_slice(spec: &SeedSpec, i: usize, now: Timestamp) -> Value {
+    const ALPHANUMS: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    let ns = spec.namespace_of(i);
+    let service = format!("service-{i}");
+    let service_uid = uid_for("Service", &ns, &service);
+    let suffix: String = service_uid
+        .bytes()
+        .filter(u8::is_ascii_hexdigit)
+        .take(5)
+        .map(|b| ALPHANUMS[usize::from(b) % ALPHANUMS.len()] as char)
+        .collect();
+    let name = format!("{service}-{suffix}");
+    let at = created(now, i);
+    let mut metadata = meta(
+        "EndpointSlice",
+        Some(&ns),
+        &name,
+        at,
+        json!({
+            "app": app_of(i),
+            "endpointslice.kubernetes.io/managed-by": "endpointslice-controller.k8s.io",
+            "kubernetes.io/service-name": service,
+        }),
+    );
+    metadata["generateName"] = json!(format!("{service}-"));
+    metadata["generation"] = json!(1);
+    metadata["annotations"] = json!({"endpoints.kubernetes.io/last-change-trigger-time": ts(at)});
+    metadata["ownerReferences"] = json!([{"apiVersion": "v1", "kind": "Service", "name": service,
+        "uid": service_uid, "controller": true, "blockOwnerDeletion": true}]);
+    let endpoints: Vec<Value> = (0..3)
+        .map(|k| {
+            let p = i * 3 + k;
+            let pod = format!("pod-{p}");
+            json!({"addresses": [ip(244, p)],
+                   "conditions": {"ready": true, "serving": true, "terminating": false},
+                   "targetRef": {"kind": "Pod", "namespace": ns, "name": pod, "uid": uid_for("Pod", &ns, &pod)},
+                   "nodeName": format!("node-{}", p % spec.nodes.max(1))})
+        })
+        .collect();
+    json!({
+        "kind": "EndpointSlice",
+        "apiVersion": "discovery.k8s.io/v1",
+        "metadata": metadata,
+        "addressType": "IPv4",
+        "endpoints": endpoints,
+        "ports": [{"name": "http", "protocol": "TCP", "port": 8080}]
+    })
+}
+
 pub fn event(spec: &SeedSpec, i: usize, now: Timestamp) -> Value {
     let ns = spec.namespace_of(i);
     let pod = format!("pod-{i}");
@@ -621,11 +674,13 @@ pub fn seed_store(store: &Store, spec: &SeedSpec) {
     for i in 0..spec.nodes {
         put(store, "nodes", node(i, now));
     }
-    let gens: [(&str, usize, Generator); 8] = [
+    let gens: [(&str, usize, Generator); 9] = [
         ("configmaps", spec.configmaps, configmap),
         ("secrets", spec.secrets, secret),
         ("services", spec.services, service),
         ("endpoints", spec.services, endpoints),
+        // One slice per service: what the controller keeps for fewer than 100 endpoints.
+        ("endpointslices", spec.services, endpoint_slice),
         ("deployments", spec.deployments, deployment),
         ("pods", spec.pods, pod),
         ("events", spec.events, event),

@@ -109,6 +109,9 @@ pub struct Event {
     pub at: Instant,
     /// `object` serialised once, on first use, and shared by every watcher.
     encoded: OnceLock<Bytes>,
+    /// `object`'s protobuf envelope, likewise (`None`: it has none, e.g. the custom
+    /// resource).
+    envelope: OnceLock<Option<Bytes>>,
 }
 
 impl Event {
@@ -117,6 +120,18 @@ impl Event {
         self.encoded.get_or_init(|| {
             Bytes::from(serde_json::to_vec(self.object.as_ref()).unwrap_or_default())
         })
+    }
+
+    /// The protobuf envelope (`k8s\0` + `runtime.Unknown`) of `object`, encoded once for
+    /// all protobuf watchers; `None` when the object has no protobuf.
+    pub fn object_envelope(&self) -> Option<&Bytes> {
+        self.envelope
+            .get_or_init(|| {
+                crate::sim::protobuf::encode_value(&self.object)
+                    .ok()
+                    .map(Bytes::from)
+            })
+            .as_ref()
     }
 }
 
@@ -172,17 +187,31 @@ impl std::fmt::Debug for Store {
 /// The RV an empty store starts at (etcd's first revision is 1).
 pub const INITIAL_RV: u64 = 1;
 
-/// Puts a stored object's keys in the order kube-apiserver writes them: a built-in type's
-/// `metadata` in `ObjectMeta`'s Go field order (the apiserver decodes every write into the
-/// Go struct and encodes it back, so the order a client sent never survives); a custom
-/// resource's keys sorted at every level (unstructured objects are Go maps, which
-/// `encoding/json` writes in key order). The rest of a built-in object keeps the order its
-/// writer gave (the simulator has no Go structs for it).
+/// Stores an object in the form kube-apiserver writes it. The apiserver decodes every
+/// write into its Go struct and encodes it back, so the order of keys a client sent never
+/// survives:
+/// - a built-in type goes through its protobuf message (`sim::protobuf::normalize`:
+///   JSON → protobuf → JSON as Go's `encoding/json` writes the struct): Go field order,
+///   `omitempty`, zero values written;
+/// - the custom resource (an unstructured Go map) has its keys sorted at every level, as
+///   `encoding/json` writes maps.
+///
+/// Fields the Go struct lacks are dropped by the API's write path (`sim::protobuf::prune`
+/// in write.rs), not here: an object put straight into the store with such fields (tests
+/// do, with ad-hoc payloads) cannot take the round trip and keeps its writer's order, with
+/// only `metadata` put in `ObjectMeta` order — as does a value of the wrong JSON type.
 fn normalize_order(v: &mut Value, rt: &ResourceType) {
     if rt.is_custom() {
         sort_keys(v);
         return;
     }
+    if let Err(e) = crate::sim::protobuf::normalize(rt, v) {
+        tracing::debug!(error = %e, kind = rt.kind, "stored as written: no protobuf round trip");
+        order_metadata(v);
+    }
+}
+
+fn order_metadata(v: &mut Value) {
     let Some(meta) = v.get_mut("metadata").and_then(Value::as_object_mut) else {
         return;
     };
@@ -303,6 +332,12 @@ impl Store {
         let (kind, object) = match decision {
             Mutation::NoOp => return Ok(current),
             Mutation::Put(mut v) => {
+                // Normalised first (with the next RV in place, so that it takes its
+                // ObjectMeta position): what is stored and compared is what the apiserver
+                // would store.
+                let rv = inner.rv + 1;
+                set_rv(&mut v, rv);
+                normalize_order(&mut v, rt);
                 if let Some(cur) = &current {
                     let cur_rv = cur
                         .pointer("/metadata/resourceVersion")
@@ -316,9 +351,6 @@ impl Store {
                         return Ok(current);
                     }
                 }
-                let rv = inner.rv + 1;
-                set_rv(&mut v, rv);
-                normalize_order(&mut v, rt);
                 let kind = if current.is_some() {
                     EventType::Modified
                 } else {
@@ -354,6 +386,7 @@ impl Store {
             prev: current,
             at: Instant::now(),
             encoded: OnceLock::new(),
+            envelope: OnceLock::new(),
         }));
         self.trim(inner);
         drop(guard);

@@ -1,4 +1,10 @@
-//! WATCH: newline-delimited JSON events (`{"type":..,"object":..}`), one chunk per event.
+//! WATCH: newline-delimited JSON events (`{"type":..,"object":..}`), or in protobuf
+//! (`application/vnd.kubernetes.protobuf;stream=watch`) length-prefixed `WatchEvent`
+//! frames whose object is the full `k8s\0` + `runtime.Unknown` envelope; one chunk per
+//! event. A protobuf BOOKMARK carries the zero object of the type with only
+//! `metadata.resourceVersion` (and the initial-events-end annotation), every Go value
+//! field written, as the apiserver's `newFunc()` object encodes; ERROR events carry the
+//! Status.
 //!
 //! Each watcher is one task reading the store's shared history through its own cursor
 //! (no per-watcher event queue: the only buffer is a small bounded channel of encoded
@@ -28,10 +34,12 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use crate::body::{self, Body, BoxError};
+use crate::negotiate::Encoding;
 use crate::request::{parse_resource_version, ApiRequest, ListOptions, ResourcePath, WatchTimeout};
 use crate::sim::answer::{self, Answer};
 use crate::sim::convert::Events;
 use crate::sim::list::{check_field_labels, matches, wait_for_rv};
+use crate::sim::protobuf;
 use crate::sim::resources::ResourceType;
 use crate::sim::store::{EventType, HistoryError, ReadAt};
 use crate::sim::{wait_shutdown, Sim};
@@ -78,6 +86,17 @@ pub fn bookmark(rt: &ResourceType, rv: u64, initial_end: bool) -> Value {
     json!({"kind": rt.kind, "apiVersion": rt.api_version(), "metadata": meta})
 }
 
+/// One event in the stream's encoding; `None` when the object has no protobuf (the
+/// stream ends, as the apiserver's watch server stops on an encoding error).
+fn event_bytes(encoding: Encoding, kind: &str, obj: &Value) -> Option<Bytes> {
+    match encoding {
+        Encoding::Protobuf => protobuf::encode_value(obj)
+            .ok()
+            .map(|env| protobuf::frame(kind, &env)),
+        _ => Some(event_line(kind, obj)),
+    }
+}
+
 /// The object of the DELETED event sent when an object stops matching a watcher's
 /// selector: the previous state with `metadata.resourceVersion` set to the event's RV
 /// (cache_watcher.go `convertToWatchEvent`: `updateResourceVersion(oldObj, .., event RV)`),
@@ -107,6 +126,8 @@ struct Watcher {
     opts: ListOptions,
     /// Table / PartialObjectMetadata conversion of the event objects (convert.rs).
     events: Events,
+    /// JSON lines or protobuf frames (the stream negotiation's encoding).
+    encoding: Encoding,
     tx: mpsc::Sender<Bytes>,
 }
 
@@ -125,24 +146,34 @@ impl Watcher {
     /// One event; false when the stream must end (the client left, or the object cannot
     /// be encoded in the asked form).
     async fn send(&mut self, kind: &str, obj: &Value) -> bool {
-        let line = match self.events.event_object(obj) {
-            Some(o) => event_line(kind, &o),
-            None => return false,
+        let Some(o) = self.events.event_object(obj) else {
+            return false;
+        };
+        let Some(line) = event_bytes(self.encoding, kind, &o) else {
+            return false;
         };
         self.tx.send(line).await.is_ok()
     }
 
-    /// A history event: plain JSON reuses the event's shared encoding.
+    /// A history event: plain answers reuse the event's shared encoding.
     async fn send_event(&mut self, kind: &str, ev: &crate::sim::store::Event) -> bool {
         if !self.events.is_plain() {
             return self.send(kind, &ev.object).await;
         }
-        let line = event_line_raw(kind, ev.object_json());
+        let line = match self.encoding {
+            Encoding::Protobuf => match ev.object_envelope() {
+                Some(env) => protobuf::frame(kind, env),
+                None => return false,
+            },
+            _ => event_line_raw(kind, ev.object_json()),
+        };
         self.tx.send(line).await.is_ok()
     }
 
     async fn send_error(&self, s: &Status) {
-        let _ = self.tx.send(event_line("ERROR", &s.to_value())).await;
+        if let Some(line) = event_bytes(self.encoding, "ERROR", &s.to_value()) {
+            let _ = self.tx.send(line).await;
+        }
     }
 
     async fn run(mut self, start: Start, timeout: Duration) {
@@ -298,7 +329,7 @@ impl Watcher {
     }
 }
 
-fn stream_response(rx: mpsc::Receiver<Bytes>) -> Response<Body> {
+fn stream_response(rx: mpsc::Receiver<Bytes>, encoding: Encoding) -> Response<Body> {
     let s = stream::unfold(rx, |mut rx| async move {
         rx.recv()
             .await
@@ -306,18 +337,22 @@ fn stream_response(rx: mpsc::Receiver<Bytes>) -> Response<Body> {
     });
     let mut resp = Response::new(body::boxed(StreamBody::new(s)));
     *resp.status_mut() = StatusCode::OK;
+    // handlers/watch.go: JSON streams say `application/json`, the others
+    // `<type>;stream=watch`.
     resp.headers_mut().insert(
         header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
+        HeaderValue::from_static(encoding.watch_content_type()),
     );
     resp
 }
 
 /// A 200 stream carrying exactly one ERROR event (what the cacher's `newErrWatcher` does).
-fn error_stream(s: &Status) -> Response<Body> {
+fn error_stream(s: &Status, encoding: Encoding) -> Response<Body> {
     let (tx, rx) = mpsc::channel(1);
-    let _ = tx.try_send(event_line("ERROR", &s.to_value()));
-    stream_response(rx)
+    if let Some(line) = event_bytes(encoding, "ERROR", &s.to_value()) {
+        let _ = tx.try_send(line);
+    }
+    stream_response(rx, encoding)
 }
 
 /// WATCH.
@@ -376,10 +411,11 @@ async fn watch(
     // serveWatchHandler, after rw.Watch: the transform options (400), then the stream
     // serializer (406: YAML has none), so both win over an ERROR-event watch.
     let events = Events::for_watch(sim, rt, answer, api)?;
-    // PROTOBUF: a protobuf stream is written as JSON until src/proto lands.
-    answer.stream()?;
+    // The events' encoding is the stream serializer's; the conversion the list
+    // negotiation's (serveWatchHandler).
+    let encoding = answer.stream()?.encoding;
     let start = match begin {
-        Begin::Error(s) => return Ok(error_stream(&s)),
+        Begin::Error(s) => return Ok(error_stream(&s, encoding)),
         Begin::Stream(start) => start,
     };
     // Go's conversion, overflow included (`ListOptions::watch_timeout`).
@@ -395,10 +431,11 @@ async fn watch(
         ns: rp.namespace.clone(),
         opts,
         events,
+        encoding,
         tx,
     };
     tokio::spawn(w.run(start, timeout));
-    Ok(stream_response(rx))
+    Ok(stream_response(rx, encoding))
 }
 
 /// The cacher's `Watch`: where the stream starts, or the ERROR event it carries.

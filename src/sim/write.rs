@@ -26,6 +26,7 @@ use crate::sim::answer as negotiated;
 use crate::sim::apply::{self, Writer};
 use crate::sim::objects;
 use crate::sim::patch::{self, JsonPatchError};
+use crate::sim::protobuf::BodyError;
 use crate::sim::resources::{self, ResourceType};
 use crate::sim::store::{Mutation, Store};
 use crate::sim::validate::{self, go_quote, go_string_slice, FieldError, NameRule};
@@ -487,10 +488,21 @@ impl Write<'_> {
                 ))
             })?,
             "application/vnd.kubernetes.protobuf" if accepted.contains(&ct.as_str()) => {
-                // kubectl's typed generators (create namespace/configmap/secret) send
-                // protobuf; other protobuf bodies are not decoded here.
-                crate::sim::protobuf::decode(&self.body).ok_or_else(|| {
-                    unsupported_media_type(&["application/json", "application/yaml"])
+                // client-go's typed clients (kubectl's `create configmap|secret|namespace`
+                // among them) send protobuf.
+                crate::sim::protobuf::decode_body(self.rt, &self.body).map_err(|e| match e {
+                    BodyError::Unrecognized(why) => Status::bad_request(format!(
+                        "the object provided is unrecognized (must be of type {}): {why} ({})",
+                        self.rt.kind,
+                        summarize(&self.body)
+                    )),
+                    BodyError::CannotHandle { kind, version, why } => {
+                        Status::bad_request(format!(
+                            "{kind} in version {} cannot be handled as a {}: {why}",
+                            go_quote(&version),
+                            self.rt.kind
+                        ))
+                    }
                 })?
             }
             _ => return Err(unsupported_media_type(accepted)),
@@ -504,22 +516,30 @@ impl Write<'_> {
                 patch::go_json_type(&obj)
             )));
         }
-        if self.api.query_get("fieldValidation") == Some("Strict") {
-            let unknown = objects::unknown_fields(self.rt, &obj);
-            if !unknown.is_empty() {
-                let list: Vec<String> = unknown
-                    .iter()
-                    .map(|f| format!("unknown field {}", go_quote(f)))
-                    .collect();
-                let version = self.rt.version;
-                return Err(Status::bad_request(format!(
-                    "{} in version {} cannot be handled as a {}: strict decoding error: {}",
-                    self.rt.kind,
-                    go_quote(version),
-                    self.rt.kind,
-                    list.join(", ")
-                )));
-            }
+        // Decoding into the Go struct drops the fields it lacks; the strict decoder names
+        // them instead. Built-in kinds: at every level, from the struct's fields (the
+        // protobuf table); the custom resource: the simulator's own top-level list.
+        let strict = self.api.query_get("fieldValidation") == Some("Strict");
+        let unknown = if crate::sim::protobuf::message_type(self.rt).is_some() {
+            crate::sim::protobuf::prune(self.rt, &mut obj)
+        } else if strict {
+            objects::unknown_fields(self.rt, &obj)
+        } else {
+            Vec::new()
+        };
+        if strict && !unknown.is_empty() {
+            let list: Vec<String> = unknown
+                .iter()
+                .map(|f| format!("unknown field {}", go_quote(f)))
+                .collect();
+            let version = self.rt.version;
+            return Err(Status::bad_request(format!(
+                "{} in version {} cannot be handled as a {}: strict decoding error: {}",
+                self.rt.kind,
+                go_quote(version),
+                self.rt.kind,
+                list.join(", ")
+            )));
         }
         self.check_type(&mut obj)?;
         Ok(obj)
@@ -1045,7 +1065,9 @@ impl Write<'_> {
             let Some(cur) = cur else {
                 return Err(Status::not_found(&gr, &name));
             };
-            let new = prepare(cur)?;
+            let mut new = prepare(cur)?;
+            // A patch's result is decoded into the Go struct too.
+            crate::sim::protobuf::prune(self.rt, &mut new);
             let delete_now = is_deleting(&new) && finalizers(&new).is_empty();
             outcome = Some(new.clone());
             if dry {
@@ -1689,6 +1711,8 @@ impl Write<'_> {
 const API_VERSIONS: &[(&str, &str)] = &[
     ("", "v1"),
     ("apps", "apps/v1"),
+    ("apiextensions.k8s.io", "apiextensions.k8s.io/v1"),
+    ("discovery.k8s.io", "discovery.k8s.io/v1"),
     ("example.com", "example.com/v1"),
 ];
 
@@ -1703,8 +1727,8 @@ fn go_package(api_version: &str) -> String {
 fn internal_package(rt: &ResourceType) -> &'static str {
     match rt.group {
         "" => "core",
-        "apps" => "apps",
-        _ => "unstructured",
+        _ if rt.is_custom() => "unstructured",
+        g => g.split('.').next().unwrap_or(g),
     }
 }
 

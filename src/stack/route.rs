@@ -2,7 +2,8 @@
 //!
 //! In order: requests that must never be forwarded are refused; gets and lists the cache
 //! can answer exactly come from it (`cache::serve`); watches it can serve come from the
-//! fan-out (`watch::serve`); everything else is forwarded unchanged (`proxy::Proxy`).
+//! fan-out (`watch::serve`); everything else is forwarded unchanged (`proxy::Proxy`), and
+//! a write's answer sets its resource's read-your-writes fence (`cache::writes`).
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -50,16 +51,25 @@ impl Router {
         if let Some(status) = reject(&req) {
             return status.into_response();
         }
+        let parsed = Parsed::of(&req);
         let may_answer = !self.require_authorized || req.extensions().get::<Authorized>().is_some();
-        if let (Some(cache), Some(parsed), true) = (&self.cache, Parsed::of(&req), may_answer) {
-            if let Some(resp) = crate::cache::serve::try_serve(cache, &parsed).await {
+        if let (Some(cache), Some(parsed), true) = (&self.cache, &parsed, may_answer) {
+            if let Some(resp) = crate::cache::serve::try_serve(cache, parsed).await {
                 return resp;
             }
-            if let Some(resp) = crate::watch::serve::try_watch(cache, &parsed).await {
+            if let Some(resp) = crate::watch::serve::try_watch(cache, parsed).await {
                 return resp;
             }
         }
-        self.proxy.forward(req).await
+        let resp = self.proxy.forward(req).await;
+        match (&self.cache, &parsed) {
+            // Read-your-writes: a write's resourceVersion becomes its resource's fence
+            // before the answer leaves (`cache::writes`).
+            (Some(cache), Some(parsed)) => {
+                crate::cache::writes::observe(cache.writes(), parsed, resp).await
+            }
+            _ => resp,
+        }
     }
 }
 

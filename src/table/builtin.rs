@@ -23,6 +23,7 @@ pub enum Printer {
     Endpoints,
     Event,
     Deployment,
+    EndpointSlice,
 }
 
 impl Printer {
@@ -38,6 +39,7 @@ impl Printer {
             ("", "Endpoints") => Printer::Endpoints,
             ("", "Event") => Printer::Event,
             ("apps", "Deployment") => Printer::Deployment,
+            ("discovery.k8s.io", "EndpointSlice") => Printer::EndpointSlice,
             _ => return None,
         })
     }
@@ -120,6 +122,14 @@ impl Printer {
             IMAGES,
             col("Selector", "string", 1, "Label selector for pods. Existing ReplicaSets whose pods are selected by this will be the ones affected by this deployment. It must match the pod template's labels."),
         ],
+        // printers.go takes these descriptions from discovery/v1beta1's SwaggerDoc.
+        Printer::EndpointSlice => vec![
+            NAME,
+            col("AddressType", "string", 0, "addressType specifies the type of address carried by this EndpointSlice. All addresses in this slice must be the same type. This field is immutable after creation. The following address types are currently supported: * IPv4: Represents an IPv4 Address. * IPv6: Represents an IPv6 Address. * FQDN: Represents a Fully Qualified Domain Name."),
+            col("Ports", "string", 0, "ports specifies the list of network ports exposed by each endpoint in this slice. Each port must have a unique name. When ports is empty, it indicates that there are no defined ports. When a port is defined with a nil port value, it indicates \"all ports\". Each slice may include a maximum of 100 ports."),
+            col("Endpoints", "string", 0, "endpoints is a list of unique endpoints in this slice. Each slice may include a maximum of 1000 endpoints."),
+            AGE,
+        ],
     }
     }
 
@@ -147,6 +157,13 @@ impl Printer {
                 plain(vec![name, json!(s(o, &["type"])), json!(n), age])
             }
             Printer::Endpoints => plain(vec![name, json!(endpoints_cell(o)), age]),
+            Printer::EndpointSlice => plain(vec![
+                name,
+                json!(s(o, &["addressType"])),
+                json!(discovery_ports(arr(o, &["ports"]))),
+                json!(discovery_endpoints(arr(o, &["endpoints"]))),
+                age,
+            ]),
             Printer::Deployment => {
                 let (names, images) =
                     container_cells(arr(o, &["spec", "template", "spec", "containers"]));
@@ -588,6 +605,48 @@ fn endpoints_cell(o: &Value) -> String {
     let ret = list.join(",");
     if more {
         format!("{ret} + {} more...", count - MAX)
+    } else {
+        ret
+    }
+}
+
+/// `formatDiscoveryPorts`: the first three ports' numbers (a nil port: its name, else
+/// `*`), then `+ N more...`.
+fn discovery_ports(ports: &[Value]) -> String {
+    let list: Vec<String> = ports
+        .iter()
+        .take(MORE_AFTER)
+        .map(
+            |p| match (p.get("port").and_then(Value::as_i64), p.get("name")) {
+                (Some(n), _) => n.to_string(),
+                (None, Some(Value::String(name))) => name.clone(),
+                _ => "*".into(),
+            },
+        )
+        .collect();
+    list_with_more(list, ports.len())
+}
+
+/// `formatDiscoveryEndpoints`: the first three addresses over all endpoints.
+fn discovery_endpoints(endpoints: &[Value]) -> String {
+    let addresses = endpoints.iter().flat_map(|e| arr(e, &["addresses"]));
+    let count = addresses.clone().count();
+    let list = addresses
+        .take(MORE_AFTER)
+        .map(|a| a.as_str().unwrap_or("").to_string())
+        .collect();
+    list_with_more(list, count)
+}
+
+const MORE_AFTER: usize = 3;
+
+/// `listWithMoreString`: `a,b,c + N more...` past three, `<unset>` when empty.
+fn list_with_more(list: Vec<String>, count: usize) -> String {
+    let ret = list.join(",");
+    if count > MORE_AFTER {
+        format!("{ret} + {} more...", count - MORE_AFTER)
+    } else if ret.is_empty() {
+        "<unset>".into()
     } else {
         ret
     }

@@ -366,4 +366,38 @@ mod tests {
         );
         assert_eq!(w.event_object(&cm, now())["columnDefinitions"], Value::Null);
     }
+
+    #[test]
+    fn endpoint_slice_rows_follow_print_endpoint_slice() {
+        let c = Convertor::builtin("discovery.k8s.io", "EndpointSlice").unwrap();
+        let names: Vec<String> = c.columns().iter().map(|c| c.name.to_string()).collect();
+        assert_eq!(names, ["Name", "AddressType", "Ports", "Endpoints", "Age"]);
+        let slice = |ports: Value, endpoints: Value| {
+            json!({"metadata": {"name": "s", "creationTimestamp": "2024-05-01T11:00:00Z"},
+                   "addressType": "IPv4", "ports": ports, "endpoints": endpoints})
+        };
+        let cells = |o: &Value| Value::Array(c.row(o, now()).cells);
+        let four = json!([{"addresses": ["10.0.0.1", "10.0.0.2"]},
+                          {"addresses": ["10.0.0.3"]}, {"addresses": ["10.0.0.4"]}]);
+        assert_eq!(
+            cells(&slice(json!([{"name": "http", "port": 80}]), four)),
+            json!([
+                "s",
+                "IPv4",
+                "80",
+                "10.0.0.1,10.0.0.2,10.0.0.3 + 1 more...",
+                "60m"
+            ])
+        );
+        // A nil port prints its name, or `*`; more than three ports are counted; nothing
+        // at all is `<unset>`.
+        let ports = json!([{"name": "a"}, {}, {"port": 1}, {"port": 2}, {"port": 3}]);
+        let row = cells(&slice(ports, json!([])));
+        assert_eq!(
+            (&row[2], &row[3]),
+            (&json!("a,*,1 + 2 more..."), &json!("<unset>"))
+        );
+        let row = cells(&slice(Value::Null, Value::Null));
+        assert_eq!((&row[2], &row[3]), (&json!("<unset>"), &json!("<unset>")));
+    }
 }

@@ -43,6 +43,7 @@ use super::hub::{CatchUp, Item, Registration, SnapshotLease, WatcherShared};
 use super::queue;
 use super::stats::EndReason;
 use crate::cache::store::Store;
+use crate::server::express::Lane;
 
 /// Objects or history events handled per step, so one watcher never holds the hub's lock
 /// (or the executor) for long.
@@ -113,6 +114,12 @@ pub struct WatchBody {
     last_rv: u64,
     unflushed_events: u64,
     unflushed_bytes: u64,
+    /// The express lane to this watch's connection, once the connection offers it
+    /// (`server::express`): the hub then writes lone events itself while the queue is
+    /// empty and the connection idle.
+    lane: Arc<Lane>,
+    /// Whether the current queue has been armed with the lane's sink.
+    armed: bool,
 }
 
 impl WatchBody {
@@ -148,9 +155,30 @@ impl WatchBody {
             last_rv: 0,
             unflushed_events: 0,
             unflushed_bytes: 0,
+            lane: Arc::default(),
+            armed: false,
         };
         body.arm_timer();
         body
+    }
+
+    /// The lane a connection that streams this body itself may connect its sink to
+    /// (`server::Detachable`).
+    pub fn lane(&self) -> Arc<Lane> {
+        self.lane.clone()
+    }
+
+    /// Live and idle: once the connection has connected its sink, lets the hub write
+    /// events through it while the queue is empty (the connection's side decides whether
+    /// it is idle; see `server::express`).
+    fn arm_express(&mut self) {
+        if self.armed {
+            return;
+        }
+        if let (Some(rx), Some(sink)) = (self.rx.as_ref(), self.lane.sink()) {
+            rx.arm(sink.clone(), self.params.min_rv);
+            self.armed = true;
+        }
     }
 
     fn next_wake(&self) -> Instant {
@@ -352,6 +380,7 @@ impl WatchBody {
                 match live {
                     Some(rx) => {
                         self.rx = Some(rx);
+                        self.armed = false;
                         self.phase = Phase::Live;
                         self.stop_lagging();
                     }
@@ -379,23 +408,6 @@ impl WatchBody {
                 let reason = self.shared.closed_reason();
                 self.end(reason);
             }
-        }
-    }
-
-    /// Live: takes what the queue already holds (without waiting), so that events that
-    /// are ready together leave together.
-    fn top_up(&mut self) {
-        if !matches!(self.phase, Phase::Live) {
-            return;
-        }
-        let mut bytes: usize = self.pending.iter().map(Bytes::len).sum();
-        while bytes < FRAME_BYTES {
-            // `Some(None)` (closed) is left for `poll_recv` to report.
-            let Some(Some(item)) = self.rx.as_mut().and_then(|rx| rx.try_recv()) else {
-                break;
-            };
-            bytes += item.1.len();
-            self.take_item(item);
         }
     }
 
@@ -433,7 +445,7 @@ impl WatchBody {
         let head = self.store.hub().head_rv();
         // The hub queues an event before it publishes the new head, so this stream may
         // already hold an event newer than `head`: a bookmark must never go behind it.
-        let head = head.max(self.last_rv);
+        let mut head = head.max(self.last_rv);
         if let Some(rx) = self.rx.as_mut() {
             match rx.try_recv() {
                 Some(Some(item)) => {
@@ -445,6 +457,10 @@ impl WatchBody {
                 Some(None) => return true,
                 None => {}
             }
+            // Nor behind an event the hub wrote through the lane. The connection's task is
+            // running (it is polling this body), so the lane is shut: no event can be
+            // written after this read and before the bookmark.
+            head = head.max(rx.written_rv());
         }
         self.bookmark_due = false;
         if head >= self.params.min_rv && head > 0 {
@@ -475,7 +491,6 @@ impl Body for WatchBody {
         let this = &mut *self;
         loop {
             if !this.pending.is_empty() {
-                this.top_up();
                 let b = this.next_frame().expect("pending is not empty");
                 this.unflushed_bytes += b.len() as u64;
                 return Poll::Ready(Some(Ok(Frame::data(b))));
@@ -497,14 +512,32 @@ impl Body for WatchBody {
                         this.queue_closed();
                         continue;
                     };
-                    match rx.poll_recv(cx) {
-                        Poll::Ready(Some(item)) => this.take_item(item),
+                    // Everything ready, up to a frame's worth, under one lock: events that
+                    // are ready together leave together.
+                    let min_rv = this.params.min_rv;
+                    let (pending, events, last_rv) = (
+                        &mut this.pending,
+                        &mut this.unflushed_events,
+                        &mut this.last_rv,
+                    );
+                    let drained = rx.poll_drain(cx, FRAME_BYTES, |(rv, line)| {
+                        let len = line.len();
+                        if rv > min_rv {
+                            pending.push_back(line);
+                            *events += 1;
+                            *last_rv = (*last_rv).max(rv);
+                        }
+                        len
+                    });
+                    match drained {
+                        Poll::Ready(Some(())) => {}
                         Poll::Ready(None) => this.queue_closed(),
                         Poll::Pending => {
                             if this.maybe_bookmark() {
                                 continue;
                             }
                             this.flush_counters();
+                            this.arm_express();
                             return Poll::Pending;
                         }
                     }

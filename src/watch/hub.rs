@@ -19,7 +19,7 @@ use tokio::time::Instant;
 use super::event::{Change, EncodedBytes, Encoder, Event};
 use super::filter::{WatchFilter, NAME};
 use super::index::{Index, WatcherId};
-use super::queue::{self, SendError};
+use super::queue::{self, Delivered, Offered, SendError};
 use super::stats::{EndReason, FanoutStats};
 use super::WatchConfig;
 use crate::cache::object::CachedObject;
@@ -80,6 +80,43 @@ pub enum Start {
     Initial,
     /// The changes after this resourceVersion.
     After(u64),
+}
+
+/// One published event, whose express-lane writes are still to be done.
+pub struct Published {
+    rv: u64,
+    started: std::time::Instant,
+    lane: Vec<queue::Handoff>,
+}
+
+impl Published {
+    /// Writes the event to the idle connections of the express lane (or queues it for
+    /// those that are not idle any more), then publishes the new head. Run it once the
+    /// hub's lock is released, before the next event is published: only the store's
+    /// writer publishes, one event after another, so a watcher's events stay in order.
+    pub fn deliver(self, hub: &Hub) {
+        let (mut written, mut bytes) = (0u64, 0u64);
+        for h in self.lane {
+            let len = h.line_len() as u64;
+            if h.deliver() == Delivered::Written {
+                written += 1;
+                bytes += len;
+            }
+        }
+        if written > 0 {
+            // No body saw these: count them here.
+            hub.stats.delivered.fetch_add(written, Ordering::Relaxed);
+            hub.stats
+                .written_directly
+                .fetch_add(written, Ordering::Relaxed);
+            hub.stats.bytes.fetch_add(bytes, Ordering::Relaxed);
+        }
+        // After every write: a bookmark carrying the head never runs ahead of an event
+        // still on its way to the connection.
+        hub.head_rv.store(self.rv, Ordering::Release);
+        hub.dispatch_seconds
+            .record(self.started.elapsed().as_secs_f64());
+    }
 }
 
 /// A watcher's starting snapshot while its body sends it.
@@ -286,25 +323,28 @@ impl Hub {
         self.epoch.load(Ordering::Acquire) != shared.epoch
     }
 
-    /// Appends one change and hands it to every live watcher it concerns.
+    /// Appends one change and hands it to every live watcher it concerns. Events for
+    /// watchers on the express lane are written by [`Published::deliver`], which the
+    /// caller runs once it has released the hub's lock: those are socket writes (a few µs
+    /// each), and registrations, catch-ups and ends of other watches must not wait for
+    /// thousands of them.
+    #[must_use = "the express lane's writes happen in `Published::deliver`"]
     pub fn publish(
         &self,
         st: &mut HubState,
         change: Change,
         object: Arc<CachedObject>,
         prev: Option<Arc<CachedObject>>,
-    ) {
+    ) -> Published {
         let started = std::time::Instant::now();
         let rv = object.resource_version;
         let seq = st.first_seq + st.events.len() as u64;
         let ev = Arc::new(Event::new(seq, rv, change, object, prev));
         st.bytes += ev.base_cost();
         st.events.push_back(ev.clone());
-        self.dispatch(st, &ev);
+        let lane = self.dispatch(st, &ev);
         self.trim(st);
-        self.head_rv.store(rv, Ordering::Release);
-        self.dispatch_seconds
-            .record(started.elapsed().as_secs_f64());
+        Published { rv, started, lane }
     }
 
     /// The upstream reached `rv` with no change (a bookmark).
@@ -313,12 +353,13 @@ impl Hub {
         self.head_rv.fetch_max(rv, Ordering::AcqRel);
     }
 
-    fn dispatch(&self, st: &mut HubState, ev: &Event) {
+    fn dispatch(&self, st: &mut HubState, ev: &Event) -> Vec<queue::Handoff> {
         let mut ids = std::mem::take(&mut st.scratch);
         ids.clear();
         st.index
             .candidates(&ev.object, ev.prev.as_deref(), &mut ids);
         let mut fallen: Vec<(WatcherId, bool)> = Vec::new();
+        let mut lane = Vec::new();
         for id in &ids {
             let Some(e) = st.watchers.get(id) else {
                 continue;
@@ -327,8 +368,9 @@ impl Hub {
                 continue;
             };
             let line = e.shared.encoding.line(ev, d, &self.enc, &self.encoded);
-            match e.tx.try_send((ev.rv, line)) {
-                Ok(()) => {}
+            match e.tx.offer((ev.rv, line)) {
+                Ok(Offered::Lane(h)) => lane.push(h),
+                Ok(Offered::Queued | Offered::Skipped) => {}
                 Err(SendError::Full) => fallen.push((*id, true)),
                 Err(SendError::Closed) => fallen.push((*id, false)),
             }
@@ -345,6 +387,7 @@ impl Hub {
             }
         }
         st.scratch = ids;
+        lane
     }
 
     /// What the history keeps alive: its events and the encodings built for them so far.
@@ -414,6 +457,29 @@ impl Hub {
             (true, Some(f)) => f.rv.saturating_sub(1).max(st.floor_rv),
             _ => st.floor_rv,
         }
+    }
+
+    /// The oldest resourceVersion the history continues from: it holds every event after
+    /// it (a watch from an older one is answered 410).
+    pub fn floor_rv(&self, st: &HubState) -> u64 {
+        Self::oldest_minus_one(st)
+    }
+
+    /// The events after `rv`, oldest first, if the history holds all of them (to rebuild
+    /// the state at `rv`, `cache::snapshots`).
+    pub fn events_after(&self, st: &HubState, rv: u64) -> Option<Vec<Arc<Event>>> {
+        if rv < Self::oldest_minus_one(st) {
+            return None;
+        }
+        let skip = st.events.partition_point(|e| e.rv <= rv);
+        Some(st.events.range(skip..).cloned().collect())
+    }
+
+    /// How many of the history's events have an RV in (lo, hi].
+    pub fn events_between(&self, st: &HubState, lo: u64, hi: u64) -> usize {
+        let a = st.events.partition_point(|e| e.rv <= lo);
+        let b = st.events.partition_point(|e| e.rv <= hi);
+        b.saturating_sub(a)
     }
 
     /// Registers a watcher. `snapshot` is read under the lock, so it is exactly the state

@@ -12,20 +12,45 @@ use std::task::{Context, Poll};
 
 use futures_util::task::AtomicWaker;
 
+use super::hub::Item;
+use crate::server::express::{Sent, Sink};
+
 /// Capacity kept after a burst has been drained; larger buffers are released.
 const KEEP_CAPACITY: usize = 4;
 
-#[derive(Debug)]
 struct Shared<T> {
     state: Mutex<State<T>>,
     waker: AtomicWaker,
 }
 
-#[derive(Debug)]
 struct State<T> {
     items: VecDeque<T>,
     /// The other side is gone.
     closed: bool,
+    /// Set by the body once its connection offers the express lane: while the queue is
+    /// empty, the producer hands an event to the sink, which writes it if the connection
+    /// is idle (`server::express`).
+    express: Option<Express>,
+    /// The newest resourceVersion the producer wrote through the lane: the body's
+    /// bookmarks must not go behind it.
+    written_rv: u64,
+}
+
+struct Express {
+    sink: Arc<dyn Sink>,
+    /// Events at or below it are not sent (`WatchParams::min_rv`).
+    min_rv: u64,
+}
+
+/// What became of an event handed over for the express lane.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Delivered {
+    /// Queued for the body (which was woken).
+    Queued,
+    /// Written to the connection by the producer.
+    Written,
+    /// Not delivered: the watch ended meanwhile.
+    Skipped,
 }
 
 /// Why an item was not queued.
@@ -50,6 +75,8 @@ pub fn channel<T>(cap: usize) -> (Sender<T>, Receiver<T>) {
         state: Mutex::new(State {
             items: VecDeque::new(),
             closed: false,
+            express: None,
+            written_rv: 0,
         }),
         waker: AtomicWaker::new(),
     });
@@ -79,9 +106,105 @@ impl<T> Sender<T> {
     }
 }
 
+impl Sender<Item> {
+    /// Hands `item` to the watcher, under the hub's lock. While the queue is empty and
+    /// armed with the express lane, the event is not queued but handed back as a
+    /// [`Handoff`], to be written to the connection once the hub's lock is released
+    /// (`Hub::publish`); otherwise it is queued and the body woken, as
+    /// [`Sender::try_send`] does. Nothing queued can be overtaken: the lane is only
+    /// offered an event on an empty queue, and only the hub adds to a queue.
+    pub fn offer(&self, item: Item) -> Result<Offered, SendError> {
+        let mut st = self.shared.state.lock().expect("queue lock");
+        if st.closed {
+            return Err(SendError::Closed);
+        }
+        if st.items.is_empty() {
+            if let Some(x) = &st.express {
+                if item.0 <= x.min_rv {
+                    return Ok(Offered::Skipped);
+                }
+                return Ok(Offered::Lane(Handoff {
+                    shared: self.shared.clone(),
+                    item,
+                }));
+            }
+        }
+        if st.items.len() >= self.cap {
+            return Err(SendError::Full);
+        }
+        st.items.push_back(item);
+        drop(st);
+        self.shared.waker.wake();
+        Ok(Offered::Queued)
+    }
+}
+
+/// What [`Sender::offer`] did with an event.
+pub enum Offered {
+    /// Queued for the body (which was woken).
+    Queued,
+    /// At or below the watch's starting resourceVersion: not for this watcher.
+    Skipped,
+    /// For the express lane: [`Handoff::deliver`] once the hub's lock is released.
+    Lane(Handoff),
+}
+
+/// An event for a watcher whose queue was empty and armed with the express lane.
+pub struct Handoff {
+    shared: Arc<Shared<Item>>,
+    item: Item,
+}
+
+impl Handoff {
+    /// The size of the event's wire line.
+    pub fn line_len(&self) -> usize {
+        self.item.1.len()
+    }
+
+    /// Writes the event to the idle connection (one `send`, no wake-up), or, if it is not
+    /// idle any more (its task runs) or the socket would block, queues it and wakes the
+    /// body as usual.
+    pub fn deliver(self) -> Delivered {
+        let Handoff { shared, item } = self;
+        let mut st = shared.state.lock().expect("queue lock");
+        if st.closed {
+            // The watch ended meanwhile (its client left, or the drain or a relist ended
+            // it at this event boundary).
+            return Delivered::Skipped;
+        }
+        if st.items.is_empty() {
+            if let Some(x) = &st.express {
+                match x.sink.try_send(&item.1) {
+                    Sent::All => {
+                        st.written_rv = item.0;
+                        return Delivered::Written;
+                    }
+                    Sent::Part => {
+                        // The connection's task writes the rest: wake it.
+                        st.written_rv = item.0;
+                        drop(st);
+                        shared.waker.wake();
+                        return Delivered::Written;
+                    }
+                    Sent::Nothing => {}
+                }
+            }
+        }
+        // Only the hub adds to a queue, one event at a time, and this one was empty when
+        // offered the event: this is its only item.
+        st.items.push_back(item);
+        drop(st);
+        shared.waker.wake();
+        Delivered::Queued
+    }
+}
+
 impl<T> Drop for Sender<T> {
     fn drop(&mut self) {
-        self.shared.state.lock().expect("queue lock").closed = true;
+        let mut st = self.shared.state.lock().expect("queue lock");
+        st.closed = true;
+        st.express = None;
+        drop(st);
         self.shared.waker.wake();
     }
 }
@@ -100,6 +223,39 @@ impl<T> Receiver<T> {
         }
     }
 
+    /// Takes what the queue holds, in order, handing each item to `take` (which returns
+    /// its size) until they add up to `max_bytes`, under one lock. `Ready(Some(()))` when
+    /// it took any, `Ready(None)` once the sender is gone and the queue is empty; else the
+    /// waker is registered (under the same lock, so an item sent after it wakes it).
+    pub fn poll_drain(
+        &mut self,
+        cx: &mut Context<'_>,
+        max_bytes: usize,
+        mut take: impl FnMut(T) -> usize,
+    ) -> Poll<Option<()>> {
+        let mut st = self.shared.state.lock().expect("queue lock");
+        let mut bytes = 0;
+        let mut took = false;
+        while bytes < max_bytes {
+            let Some(item) = st.items.pop_front() else {
+                break;
+            };
+            bytes += take(item);
+            took = true;
+        }
+        if took {
+            if st.items.is_empty() && st.items.capacity() > KEEP_CAPACITY {
+                st.items.shrink_to(KEEP_CAPACITY);
+            }
+            return Poll::Ready(Some(()));
+        }
+        if st.closed {
+            return Poll::Ready(None);
+        }
+        self.shared.waker.register(cx.waker());
+        Poll::Pending
+    }
+
     /// `Some(Some(item))`, `Some(None)` when closed and drained, `None` when empty.
     pub fn try_recv(&mut self) -> Option<Option<T>> {
         let mut st = self.shared.state.lock().expect("queue lock");
@@ -116,11 +272,28 @@ impl<T> Receiver<T> {
     }
 }
 
+impl<T> Receiver<T> {
+    /// Lets the producer write events through `sink` while the queue is empty (see
+    /// [`Sender::offer`]); those at or below `min_rv` are skipped.
+    pub fn arm(&self, sink: Arc<dyn Sink>, min_rv: u64) {
+        let mut st = self.shared.state.lock().expect("queue lock");
+        if !st.closed {
+            st.express = Some(Express { sink, min_rv });
+        }
+    }
+
+    /// The newest resourceVersion the producer wrote through the lane (0: none).
+    pub fn written_rv(&self) -> u64 {
+        self.shared.state.lock().expect("queue lock").written_rv
+    }
+}
+
 impl<T> Drop for Receiver<T> {
     fn drop(&mut self) {
         let mut st = self.shared.state.lock().expect("queue lock");
         st.closed = true;
         st.items.clear();
+        st.express = None;
     }
 }
 
@@ -151,6 +324,77 @@ mod tests {
         let (tx, rx) = channel::<u8>(2);
         drop(rx);
         assert_eq!(tx.try_send(1), Err(SendError::Closed));
+    }
+
+    /// A connection end of the express lane that records what it was offered and answers
+    /// as told.
+    struct Recording {
+        answer: Mutex<Sent>,
+        got: Mutex<Vec<bytes::Bytes>>,
+    }
+
+    impl Sink for Recording {
+        fn try_send(&self, frame: &[u8]) -> Sent {
+            let a = *self.answer.lock().unwrap();
+            if a != Sent::Nothing {
+                self.got
+                    .lock()
+                    .unwrap()
+                    .push(bytes::Bytes::copy_from_slice(frame));
+            }
+            a
+        }
+    }
+
+    fn item(rv: u64) -> Item {
+        (rv, bytes::Bytes::from(format!("e{rv}\n")))
+    }
+
+    #[test]
+    fn the_lane_takes_events_only_on_an_empty_queue_so_none_is_overtaken() {
+        let (tx, mut rx) = channel::<Item>(4);
+        let lane = |o: Result<Offered, SendError>| match o {
+            Ok(Offered::Lane(h)) => h.deliver(),
+            Ok(Offered::Queued) => panic!("queued, not offered to the lane"),
+            Ok(Offered::Skipped) => panic!("skipped"),
+            Err(e) => panic!("{e:?}"),
+        };
+        // Not armed: queued.
+        assert!(matches!(tx.offer(item(1)), Ok(Offered::Queued)));
+        let sink = Arc::new(Recording {
+            answer: Mutex::new(Sent::All),
+            got: Mutex::default(),
+        });
+        rx.arm(sink.clone(), 2);
+        // Armed, but the queue holds an event: this one goes behind it.
+        assert!(matches!(tx.offer(item(3)), Ok(Offered::Queued)));
+        assert_eq!(rx.try_recv(), Some(Some(item(1))));
+        assert_eq!(rx.try_recv(), Some(Some(item(3))));
+        // Empty: written by the producer, and remembered for bookmarks.
+        assert_eq!(lane(tx.offer(item(4))), Delivered::Written);
+        assert_eq!(rx.written_rv(), 4);
+        assert_eq!(rx.try_recv(), None);
+        // At or below the watch's starting resourceVersion: for no one.
+        assert!(matches!(tx.offer(item(2)), Ok(Offered::Skipped)));
+        // The connection is busy: queued, as before.
+        *sink.answer.lock().unwrap() = Sent::Nothing;
+        assert_eq!(lane(tx.offer(item(5))), Delivered::Queued);
+        assert_eq!(rx.try_recv(), Some(Some(item(5))));
+        // A short write counts as written (the connection writes the rest).
+        *sink.answer.lock().unwrap() = Sent::Part;
+        assert_eq!(lane(tx.offer(item(6))), Delivered::Written);
+        assert_eq!(rx.written_rv(), 6);
+        assert_eq!(*sink.got.lock().unwrap(), vec![item(4).1, item(6).1]);
+        // Offered, then the watch ends before the write: nothing is written.
+        *sink.answer.lock().unwrap() = Sent::All;
+        let Ok(Offered::Lane(h)) = tx.offer(item(7)) else {
+            panic!("offered to the lane")
+        };
+        drop(rx);
+        assert_eq!(h.deliver(), Delivered::Skipped);
+        assert_eq!(sink.got.lock().unwrap().len(), 2);
+        assert!(matches!(tx.offer(item(8)), Err(SendError::Closed)));
+        assert_eq!(Arc::strong_count(&sink), 1, "the sink is released");
     }
 
     #[test]

@@ -4,13 +4,16 @@
 //! silent): `resourceVersion="0"` (the current state as ADDED events, then changes),
 //! `resourceVersion="N"` (the changes after N, from the history; 410 in an ERROR event
 //! when N is older than it; a wait when N is newer, as api-concepts allows: "the API
-//! server may wait indefinitely"), and `sendInitialEvents=true` with NotOlderThan and RV
+//! server may wait indefinitely"), `sendInitialEvents=true` with NotOlderThan and RV
 //! set (initial events, then the `k8s.io/initial-events-end` bookmark; an RV the cache
-//! has not reached within `CATCH_UP_WAIT` is forwarded: see `cache::serve`).
+//! has not reached within `CATCH_UP_WAIT` is forwarded: see `cache::serve`), and
+//! resourceVersion unset ("Get State and Start at Most Recent", client-go's watch-list)
+//! once the cache is proven fresh (`cache::fresh`; forwarded when it cannot be in time).
+//! Which state each needs is `cache::read_at`.
 //!
-//! Forwarded: resourceVersion unset (a consistent start needs the upstream), invalid
-//! options (the upstream's Status is the reference), non-JSON media types, field labels
-//! the cache does not carry, and resources whose cache is not synced yet.
+//! Forwarded: invalid options (the upstream's Status is the reference), non-JSON media
+//! types, field labels the cache does not carry, and resources whose cache is not synced
+//! yet.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,8 +27,10 @@ use super::event::value_line;
 use super::filter::{WatchFilter, NAME};
 use super::hub::{Start, TooOld};
 use crate::body::{self, Body};
+use crate::cache::fresh::Scope;
+use crate::cache::read_at;
 use crate::cache::registry::Registry;
-use crate::cache::serve::{fields_indexed, CATCH_UP_WAIT};
+use crate::cache::serve::fields_indexed;
 use crate::negotiate::{negotiate, negotiate_stream, Conversion, Encoding};
 use crate::proxy::headers::SOURCE_HEADER;
 use crate::request::{self, ApiPath, Parsed, Verb, WatchTimeout};
@@ -69,11 +74,12 @@ pub async fn try_watch(registry: &Arc<Registry>, req: &Parsed) -> Option<Respons
             _ => return None,
         }
     }
-    let rv = opts
-        .resource_version
-        .as_deref()
-        .filter(|rv| !rv.is_empty())?;
-    let rv = request::parse_resource_version(rv).ok()?;
+    // Unset: "Get State and Start at Most Recent", a consistent read.
+    let consistent = opts.resource_version.as_deref().unwrap_or("").is_empty();
+    let rv = match opts.resource_version.as_deref() {
+        Some(rv) if !rv.is_empty() => request::parse_resource_version(rv).ok()?,
+        _ => 0,
+    };
 
     registry.ensure_started(&rp.group, &rp.version, &rp.resource);
     let cache = registry.get(&rp.group, &rp.version, &rp.resource)?;
@@ -93,20 +99,44 @@ pub async fn try_watch(registry: &Arc<Registry>, req: &Parsed) -> Option<Respons
         return None;
     }
 
+    let scope = match rp.namespace.as_deref().filter(|_| cache.info.namespaced) {
+        Some(ns) => Scope::Namespace(ns),
+        None => Scope::All,
+    };
     let (start, min_rv, initial_events_end) = match opts.send_initial_events {
-        Some(true) => {
-            // The state at N or later: as for lists, a short wait for the cache's own
-            // watch, then the upstream answers (cache::serve::CATCH_UP_WAIT).
-            if rv > 0 {
-                cache.store.wait_for(rv, CATCH_UP_WAIT).await?;
+        // The state as fresh as a consistent read (its snapshot is taken when the watcher
+        // registers, at least as new as the one proven fresh), then the changes.
+        Some(send) if consistent => {
+            let fresh = read_at::consistent(registry, &cache, scope).await?;
+            if send {
+                (Start::Initial, 0, true)
+            } else {
+                // "Start at most recent": the changes after the upstream's RV when asked,
+                // which may already be in the history.
+                (Start::After(fresh.rv), fresh.rv, false)
             }
+        }
+        None if consistent => {
+            // A legacy `/watch/` path (not defaulted to a watch-list): the initial state
+            // without the closing bookmark.
+            read_at::consistent(registry, &cache, scope).await?;
+            (Start::Initial, 0, false)
+        }
+        Some(true) => {
+            // The state at N or later (and at the newest write made through the
+            // gateway): as for lists, a short wait for the cache's own watch, then the
+            // upstream answers (cache::serve::CATCH_UP_WAIT).
+            read_at::at_least(registry, &cache, rv).await?;
             (Start::Initial, 0, true)
         }
         Some(false) if rv == 0 => {
             let head = cache.store.resource_version();
             (Start::After(head), head, false)
         }
-        None if rv == 0 => (Start::Initial, 0, false),
+        None if rv == 0 => {
+            read_at::at_least(registry, &cache, 0).await?;
+            (Start::Initial, 0, false)
+        }
         _ => (Start::After(rv), rv, false),
     };
     let filter = WatchFilter {
@@ -142,9 +172,12 @@ pub async fn try_watch(registry: &Arc<Registry>, req: &Parsed) -> Option<Respons
         timeout: watch_timeout(opts.watch_timeout()),
     };
     let body = WatchBody::new(cache.store.clone(), reg, params);
+    let lane = Some(body.lane());
     let mut resp = stream_response(body::boxed(body), content_type);
-    // Over HTTP/1.1 the connection streams it outside hyper (server/h1.rs).
-    resp.extensions_mut().insert(crate::server::Detachable);
+    // Over HTTP/1.1 the connection streams it outside hyper (server/h1.rs), and the hub
+    // may write lone events to it itself (server/express.rs).
+    resp.extensions_mut()
+        .insert(crate::server::Detachable { lane });
     Some(resp)
 }
 

@@ -45,6 +45,9 @@ pub struct FanoutStats {
     /// Of those, the ones reading the history at their own pace.
     pub lagging: AtomicI64,
     pub delivered: AtomicU64,
+    /// Of `delivered`, the events the dispatch wrote straight to an idle HTTP/1.1
+    /// connection (the express lane, `server::express`).
+    pub written_directly: AtomicU64,
     pub bytes: AtomicU64,
     pub bookmarks: AtomicU64,
     terminated: [AtomicU64; 5],

@@ -8,6 +8,8 @@
 //! - [`http`]: a tiny raw HTTP client for JSON requests and watch streams.
 //! - [`raw`]: hyper connections that send requests exactly as built, and raw TCP exchanges.
 //! - [`metrics`]: samples of a Prometheus text exposition.
+//! - [`protobuf`]: protobuf answers checked against JSON ones with `k8s-pb`, and the
+//!   Accept headers of client-go's protobuf clients.
 //! - [`serve`]: the `watchgate serve` binary as a child process, its log captured.
 //! - [`secure`]: a simulator enforcing the demo policy and a gateway with `--auth=delegated`
 //!   in front of it, with the policy's tokens.
@@ -28,6 +30,7 @@ pub mod kubectl;
 pub mod kubectl_scenarios;
 pub mod metrics;
 pub mod process;
+pub mod protobuf;
 pub mod python;
 pub mod python_scenarios;
 pub mod raw;

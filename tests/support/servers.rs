@@ -107,6 +107,16 @@ pub async fn gateway(upstream: &str) -> GatewayHandle {
     start_gateway(upstream).await.into_handle()
 }
 
+/// A gateway that caches nothing, in front of a stub upstream: for tests of forwarding
+/// itself, whose stubs answer (and count) only the requests the test sends. A gateway
+/// that caches would add its reflectors' discovery, lists and watches on the first read
+/// (consistent reads included, docs/consistency.md).
+pub async fn forwarding_gateway(upstream: &str) -> GatewayHandle {
+    let mut cfg = GatewayConfig::for_upstream_url(upstream).expect("gateway config");
+    cfg.cache = None;
+    start_gateway_with(cfg).await.into_handle()
+}
+
 /// Starts the gateway with `cfg`.
 pub async fn start_gateway_with(cfg: GatewayConfig) -> GatewayServer {
     let handle = Gateway::start(cfg)

@@ -301,6 +301,21 @@ impl Watch {
         out
     }
 
+    /// A watch-list's initial events: everything up to the BOOKMARK annotated
+    /// `k8s.io/initial-events-end`, and that bookmark.
+    pub async fn initial_events(&mut self) -> (Vec<Event>, Event) {
+        let mut events = Vec::new();
+        loop {
+            let e = self.next("the initial-events-end bookmark").await;
+            let end = e.ty() == "BOOKMARK"
+                && e.object()["metadata"]["annotations"]["k8s.io/initial-events-end"] == "true";
+            if end {
+                return (events, e);
+            }
+            events.push(e);
+        }
+    }
+
     /// Asserts that the stream ends (cleanly, with no further event) within `timeout`.
     pub async fn expect_end(&mut self, timeout: Duration) {
         if let Some(e) = self.next_within(timeout).await {
