@@ -28,7 +28,11 @@
 //! - `h1`: one HTTP/1.1 connection per watch (the detached chunked writer, server/h1.rs);
 //! - `h2`: 100 watches per HTTP/2 connection (as client-go multiplexes), coalesced writes;
 //! - `floor-h1`: one `write` of the event's chunk (`{len}\r\n{line}\r\n`) per socket;
-//! - `floor-h2`: one `write` per connection of 100 DATA frames (9-byte head + line).
+//! - `floor-h2`: one `write` per connection of 100 DATA frames (9-byte head + line);
+//! - `h1-pb`, `h2-pb`: `h1` and `h2` with client-go's protobuf watches (`Accept:
+//!   application/vnd.kubernetes.protobuf,application/json`): each event is a 4-byte length
+//!   and a `WatchEvent` (about the JSON line's size), built once per event and shared.
+//!   Not in the default set: `LONE_MODES=h1,h1-pb,h2,h2-pb`.
 //!
 //! Instructions, deterministically (user space only; the kernel's share is not counted):
 //!
@@ -60,6 +64,10 @@ use watchgate::sim::{start, SimConfig};
 /// watchers (the dispatch index buckets watchers by namespace).
 const H1_NAMESPACE: &str = "default";
 const H2_NAMESPACE: &str = "kube-public";
+const H1_PB_NAMESPACE: &str = "kube-system";
+const H2_PB_NAMESPACE: &str = "kube-node-lease";
+/// client-go's `Accept` for a built-in type's watch (protobuf first).
+const PROTOBUF: &str = "application/vnd.kubernetes.protobuf,application/json";
 const STREAMS_PER_CONNECTION: usize = 100;
 /// The configmap's data value: events of about 1.2 KB, like the load kit's pods.
 const DATA_BYTES: usize = 1000;
@@ -116,18 +124,30 @@ fn threads_cpu(prefix: &str) -> (u64, u64) {
 
 // ---- the client process ---------------------------------------------------------------
 
-/// Counts event lines (`…}\n`) in a byte stream read in pieces.
+/// Counts events in a byte stream read in pieces: JSON event lines (`…}\n`), or in a
+/// protobuf stream (`protobuf`) the end of each object's payload (`…x!`, see
+/// [`configmap`]), which no length prefix or chunk head can contain.
 #[derive(Default)]
 struct LineCounter {
     last: u8,
+    protobuf: bool,
 }
 
 impl LineCounter {
+    fn new(protobuf: bool) -> Self {
+        Self { last: 0, protobuf }
+    }
+
     fn count(&mut self, bytes: &[u8]) -> u64 {
+        let (end, before) = if self.protobuf {
+            (b'!', b'x')
+        } else {
+            (b'\n', b'}')
+        };
         let mut n = 0;
-        for i in memchr::memchr_iter(b'\n', bytes) {
+        for i in memchr::memchr_iter(end, bytes) {
             let prev = if i == 0 { self.last } else { bytes[i - 1] };
-            n += u64::from(prev == b'}');
+            n += u64::from(prev == before);
         }
         if let Some(&b) = bytes.last() {
             self.last = b;
@@ -167,17 +187,17 @@ impl Seen {
 async fn raw_reader(
     addr: String,
     path: Option<String>,
+    accept: &'static str,
     seen: Arc<Seen>,
     permit: tokio::sync::OwnedSemaphorePermit,
 ) {
     let mut s = TcpStream::connect(&addr).await.expect("connect");
     s.set_nodelay(true).unwrap();
     let mut buf = vec![0u8; 64 * 1024];
-    let mut lines = LineCounter::default();
+    let mut lines = LineCounter::new(accept == PROTOBUF);
     if let Some(path) = path {
         s.write_all(
-            format!("GET {path} HTTP/1.1\r\nHost: bench\r\nAccept: application/json\r\n\r\n")
-                .as_bytes(),
+            format!("GET {path} HTTP/1.1\r\nHost: bench\r\nAccept: {accept}\r\n\r\n").as_bytes(),
         )
         .await
         .unwrap();
@@ -193,6 +213,12 @@ async fn raw_reader(
         let text = String::from_utf8_lossy(&head[..end]).to_lowercase();
         assert!(text.starts_with("http/1.1 200"), "{text}");
         assert!(text.contains("x-watchgate-source: cache"), "{text}");
+        if accept == PROTOBUF {
+            assert!(
+                text.contains("content-type: application/vnd.kubernetes.protobuf;stream=watch"),
+                "{text}"
+            );
+        }
         assert!(text.contains("transfer-encoding: chunked"), "{text}");
         seen.got(lines.count(&head[end..]));
     }
@@ -212,6 +238,7 @@ async fn raw_reader(
 async fn h2_connection(
     addr: String,
     path: String,
+    accept: &'static str,
     streams: usize,
     seen: Arc<Seen>,
     permit: tokio::sync::OwnedSemaphorePermit,
@@ -227,7 +254,7 @@ async fn h2_connection(
     for _ in 0..streams {
         let mut sender = sender.clone();
         let req = http::Request::get(format!("http://{addr}{path}"))
-            .header("accept", "application/json")
+            .header("accept", accept)
             .body(Empty::new())
             .unwrap();
         sender.ready().await.unwrap();
@@ -239,10 +266,16 @@ async fn h2_connection(
                 .map(|v| v.as_bytes()),
             Some(&b"cache"[..])
         );
+        if accept == PROTOBUF {
+            assert_eq!(
+                resp.headers().get("content-type").map(|v| v.as_bytes()),
+                Some(&b"application/vnd.kubernetes.protobuf;stream=watch"[..])
+            );
+        }
         let seen = seen.clone();
         tokio::spawn(async move {
             let mut body = resp.into_body();
-            let mut lines = LineCounter::default();
+            let mut lines = LineCounter::new(accept == PROTOBUF);
             seen.started();
             while let Some(Ok(frame)) = body.frame().await {
                 if let Ok(data) = frame.into_data() {
@@ -283,9 +316,21 @@ fn client_process() {
         for _ in 0..conns {
             let (addr, path, seen) = (addr.clone(), path.clone(), seen.clone());
             let permit = gate.clone().acquire_owned().await.unwrap();
+            let accept = if kind.ends_with("-pb") {
+                PROTOBUF
+            } else {
+                "application/json"
+            };
             match kind.as_str() {
-                "h2" => tokio::spawn(h2_connection(addr, path.unwrap(), streams, seen, permit)),
-                _ => tokio::spawn(raw_reader(addr, path, seen, permit)),
+                "h2" | "h2-pb" => tokio::spawn(h2_connection(
+                    addr,
+                    path.unwrap(),
+                    accept,
+                    streams,
+                    seen,
+                    permit,
+                )),
+                _ => tokio::spawn(raw_reader(addr, path, accept, seen, permit)),
             };
         }
         while seen.started.load(Ordering::Acquire) < watches as u64 {
@@ -309,7 +354,8 @@ fn client_process() {
 
 // ---- the gateway process --------------------------------------------------------------
 
-/// A configmap of about 1.1 KB at `rv`.
+/// A configmap of about 1.1 KB at `rv`. Its payload ends `x!`: the protobuf readers count
+/// events by it.
 fn configmap(namespace: &str, i: usize, rv: u64) -> Arc<CachedObject> {
     let raw = serde_json::json!({
         "kind": "ConfigMap",
@@ -321,7 +367,7 @@ fn configmap(namespace: &str, i: usize, rv: u64) -> Arc<CachedObject> {
             "resourceVersion": rv.to_string(),
             "creationTimestamp": "2026-11-24T00:00:00Z",
         },
-        "data": { "payload": "x".repeat(DATA_BYTES) },
+        "data": { "payload": format!("{}!", "x".repeat(DATA_BYTES - 1)) },
     });
     Arc::new(CachedObject::parse(Bytes::from(serde_json::to_vec(&raw).unwrap()), &[]).unwrap())
 }
@@ -511,7 +557,7 @@ fn main() {
     let want = |m: &str| modes.iter().any(|x| x == m);
     let per_conn = STREAMS_PER_CONNECTION.min(watchers);
     assert!(
-        watchers % per_conn == 0 || !(want("h2") || want("floor-h2")),
+        watchers % per_conn == 0 || !(want("h2") || want("h2-pb") || want("floor-h2")),
         "LONE_WATCHERS must be a multiple of {STREAMS_PER_CONNECTION} for the HTTP/2 modes"
     );
     let _ = rlimit::increase_nofile_limit(u64::MAX);
@@ -595,6 +641,26 @@ fn main() {
             format!("HTTP/2, {per_conn} watches per connection"),
             H2_NAMESPACE,
             "h2",
+            watchers / per_conn,
+            per_conn,
+        ));
+    }
+    if want("h1-pb") {
+        built.push(gateway_mode(
+            "h1-pb",
+            "HTTP/1.1, protobuf watches".into(),
+            H1_PB_NAMESPACE,
+            "h1-pb",
+            watchers,
+            1,
+        ));
+    }
+    if want("h2-pb") {
+        built.push(gateway_mode(
+            "h2-pb",
+            format!("HTTP/2, {per_conn} protobuf watches per connection"),
+            H2_PB_NAMESPACE,
+            "h2-pb",
             watchers / per_conn,
             per_conn,
         ));
@@ -697,7 +763,14 @@ fn main() {
             m.what,
         );
     }
-    for (a, b) in [("h1", "floor-h1"), ("h2", "floor-h2")] {
+    for (a, b) in [
+        ("h1", "floor-h1"),
+        ("h2", "floor-h2"),
+        ("h1-pb", "h1"),
+        ("h2-pb", "h2"),
+        ("h1-pb", "floor-h1"),
+        ("h2-pb", "floor-h2"),
+    ] {
         if let (Some(x), Some(y)) = (cpu.get(a), cpu.get(b)) {
             println!("  {a} / {b}: {:.2}×", x / y);
         }

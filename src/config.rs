@@ -108,7 +108,135 @@ pub struct ServeArgs {
     #[arg(long, value_enum, default_value = "cache", value_name = "WHERE")]
     pub consistent_reads: crate::cache::fresh::ConsistentReads,
     #[command(flatten)]
+    pub tls: TlsArgs,
+    #[command(flatten)]
     pub auth: AuthArgs,
+}
+
+/// HTTPS on the API listener and client certificates (docs/security.md). The admin
+/// listener stays plain HTTP.
+#[derive(Args, Debug, Clone)]
+pub struct TlsArgs {
+    /// PEM certificate (chain, leaf first) the API listener serves HTTPS with (HTTP/2 and
+    /// HTTP/1.1 through ALPN); needs --tls-private-key-file. Both files are read again
+    /// every few seconds and a changed pair is used for new connections
+    #[arg(long, requires = "tls_private_key_file", value_name = "FILE")]
+    pub tls_cert_file: Option<PathBuf>,
+    /// PEM private key of --tls-cert-file
+    #[arg(long, requires = "tls_cert_file", value_name = "FILE")]
+    pub tls_private_key_file: Option<PathBuf>,
+    /// With TLS and --auth=delegated: PEM CA bundle; a client certificate it signed
+    /// authenticates its client as the certificate's CN (user) and O (groups). Clients
+    /// are asked for a certificate, not required to send one
+    #[arg(long, value_name = "FILE")]
+    pub client_ca_file: Option<PathBuf>,
+    /// With TLS and --auth=delegated: PEM CA bundle of front proxies; a client whose
+    /// certificate it signed (and whose CN --requestheader-allowed-names allows) is a
+    /// front proxy, and its requests are from the user its --requestheader-* headers name
+    #[arg(long, value_name = "FILE")]
+    pub requestheader_client_ca_file: Option<PathBuf>,
+    /// Common names a front proxy's certificate may have, comma-separated (empty: any
+    /// signed by --requestheader-client-ca-file)
+    #[arg(long, value_delimiter = ',', value_name = "NAMES")]
+    pub requestheader_allowed_names: Vec<String>,
+    /// Headers a front proxy names the user in; the first non-empty one is used
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "X-Remote-User",
+        value_name = "HEADERS"
+    )]
+    pub requestheader_username_headers: Vec<String>,
+    /// Headers a front proxy names the user's groups in (every value of each)
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "X-Remote-Group",
+        value_name = "HEADERS"
+    )]
+    pub requestheader_group_headers: Vec<String>,
+    /// Header prefixes a front proxy gives the user's extra attributes with
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "X-Remote-Extra-",
+        value_name = "PREFIXES"
+    )]
+    pub requestheader_extra_headers_prefix: Vec<String>,
+}
+
+impl Default for TlsArgs {
+    fn default() -> Self {
+        Self {
+            tls_cert_file: None,
+            tls_private_key_file: None,
+            client_ca_file: None,
+            requestheader_client_ca_file: None,
+            requestheader_allowed_names: Vec::new(),
+            requestheader_username_headers: vec!["X-Remote-User".into()],
+            requestheader_group_headers: vec!["X-Remote-Group".into()],
+            requestheader_extra_headers_prefix: vec!["X-Remote-Extra-".into()],
+        }
+    }
+}
+
+impl TlsArgs {
+    /// The TLS files, or `None` without `--tls-cert-file`; client CAs need TLS.
+    pub fn files(&self) -> anyhow::Result<Option<crate::server::tls::TlsFiles>> {
+        let (Some(cert), Some(key)) = (&self.tls_cert_file, &self.tls_private_key_file) else {
+            if self.client_ca_file.is_some() || self.requestheader_client_ca_file.is_some() {
+                anyhow::bail!(
+                    "--client-ca-file and --requestheader-client-ca-file need TLS serving \
+                     (--tls-cert-file and --tls-private-key-file): client certificates are \
+                     only seen in a TLS handshake"
+                );
+            }
+            return Ok(None);
+        };
+        let mut files = crate::server::tls::TlsFiles::new(cert.clone(), key.clone());
+        files.client_ca = self.client_ca_file.clone();
+        files.requestheader_ca = self.requestheader_client_ca_file.clone();
+        Ok(Some(files))
+    }
+
+    /// What front proxies may assert, or `None` without `--requestheader-client-ca-file`.
+    pub fn requestheader(&self) -> anyhow::Result<Option<crate::auth::authn::RequestHeaderConfig>> {
+        if self.requestheader_client_ca_file.is_none() {
+            return Ok(None);
+        }
+        let names = |flag: &str, values: &[String]| -> anyhow::Result<Vec<http::HeaderName>> {
+            values
+                .iter()
+                .filter(|v| !v.trim().is_empty())
+                .map(|v| {
+                    http::HeaderName::from_bytes(v.trim().to_ascii_lowercase().as_bytes())
+                        .with_context(|| format!("--{flag}: {v:?} is not a header name"))
+                })
+                .collect()
+        };
+        Ok(Some(crate::auth::authn::RequestHeaderConfig {
+            allowed_names: self
+                .requestheader_allowed_names
+                .iter()
+                .filter(|n| !n.is_empty())
+                .cloned()
+                .collect(),
+            username_headers: names(
+                "requestheader-username-headers",
+                &self.requestheader_username_headers,
+            )?,
+            group_headers: names(
+                "requestheader-group-headers",
+                &self.requestheader_group_headers,
+            )?,
+            extra_prefixes: self
+                .requestheader_extra_headers_prefix
+                .iter()
+                .filter(|p| !p.trim().is_empty())
+                .map(|p| p.trim().to_ascii_lowercase())
+                .collect(),
+        }))
+    }
 }
 
 /// Who may use the gateway: `--auth` and its settings (docs/security.md).
@@ -184,6 +312,8 @@ impl AuthArgs {
             deny_ttl: self.authorization_webhook_cache_unauthorized_ttl,
             max_in_flight_per_user: self.max_requests_inflight_per_user,
             max_watches_per_user: self.max_watches_per_user,
+            requestheader: None,
+            consistent_reads_from_cache: false,
         })
     }
 }
@@ -226,6 +356,8 @@ pub struct GatewayConfig {
     pub consistent_reads: crate::cache::fresh::ConsistentReads,
     /// Client authentication, authorization and per-user limits (`None`: `--auth=none`).
     pub security: Option<crate::auth::SecurityConfig>,
+    /// HTTPS on the API listener (`None`: plain HTTP).
+    pub tls: Option<crate::server::tls::TlsFiles>,
     /// Record Prometheus metrics (on by default). Off, the request path skips its
     /// instrumentation and `/metrics` answers 404: what the benchmarks compare against.
     pub metrics: bool,
@@ -244,6 +376,7 @@ impl std::fmt::Debug for GatewayConfig {
             .field("upstream_connect_timeout", &self.upstream_connect_timeout)
             .field("upstream_response_timeout", &self.upstream_response_timeout)
             .field("security", &self.security)
+            .field("tls", &self.tls)
             .finish()
     }
 }
@@ -293,6 +426,7 @@ impl GatewayConfig {
             reflector: Default::default(),
             consistent_reads: Default::default(),
             security: None,
+            tls: None,
             metrics: true,
         }
     }
@@ -300,7 +434,19 @@ impl GatewayConfig {
     /// Resolve the flags of `watchgate serve`, including kube's config inference.
     pub async fn from_args(args: &ServeArgs) -> anyhow::Result<Self> {
         let (upstream, upstream_servers) = infer_upstream(args).await?;
-        let security = args.auth.security();
+        let mut security = args.auth.security();
+        let tls = args.tls.files()?;
+        let certs =
+            args.tls.client_ca_file.is_some() || args.tls.requestheader_client_ca_file.is_some();
+        if certs && security.is_none() {
+            anyhow::bail!(
+                "--client-ca-file and --requestheader-client-ca-file authenticate clients, \
+                 which needs --auth=delegated"
+            );
+        }
+        if let Some(sec) = &mut security {
+            sec.requestheader = args.tls.requestheader()?;
+        }
         if security.is_some() && upstream.auth_info.impersonate.is_some() {
             anyhow::bail!(
                 "--auth=delegated impersonates each client upstream, so the kubeconfig's \
@@ -340,6 +486,7 @@ impl GatewayConfig {
             },
             consistent_reads: args.consistent_reads,
             security,
+            tls,
             metrics: true,
         })
     }
@@ -524,6 +671,7 @@ mod tests {
             write_stall_timeout: Duration::from_secs(60),
             upstream_watch_list: Default::default(),
             consistent_reads: Default::default(),
+            tls: Default::default(),
             auth: Default::default(),
         };
         let cfg = GatewayConfig::from_args(&args).await.unwrap();
@@ -571,6 +719,65 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn tls_and_client_certificate_flags_are_checked_at_start_up() {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            serve: ServeArgs,
+        }
+        let parse = |args: &[&str]| {
+            <Cli as clap::Parser>::try_parse_from(
+                ["watchgate", "--server=http://127.0.0.1:1"]
+                    .into_iter()
+                    .chain(args.iter().copied()),
+            )
+            .map(|c| c.serve)
+        };
+        // Both files or neither.
+        let err = parse(&["--tls-cert-file=a.crt"]).unwrap_err().to_string();
+        assert!(err.contains("--tls-private-key-file"), "{err}");
+        assert!(parse(&["--tls-private-key-file=a.key"]).is_err());
+
+        let cfg = |args: ServeArgs| async move { GatewayConfig::from_args(&args).await };
+        let tls = ["--tls-cert-file=a.crt", "--tls-private-key-file=a.key"];
+        let c = cfg(parse(&tls).unwrap()).await.unwrap();
+        assert_eq!(c.tls.unwrap().cert, PathBuf::from("a.crt"));
+
+        // Client CAs need TLS, and client authentication.
+        let err = cfg(parse(&["--auth=delegated", "--client-ca-file=ca.crt"]).unwrap())
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("need TLS serving"), "{err}");
+        let mut none = tls.to_vec();
+        none.push("--requestheader-client-ca-file=p.crt");
+        let err = cfg(parse(&none).unwrap()).await.unwrap_err().to_string();
+        assert!(err.contains("--auth=delegated"), "{err}");
+
+        // Front proxies: the headers as given, lower-cased; allowed names split.
+        let mut args = tls.to_vec();
+        args.extend([
+            "--auth=delegated",
+            "--requestheader-client-ca-file=p.crt",
+            "--requestheader-allowed-names=front-proxy,aggregator",
+            "--requestheader-username-headers=X-User,X-Remote-User",
+        ]);
+        let c = cfg(parse(&args).unwrap()).await.unwrap();
+        let rh = c.security.unwrap().requestheader.unwrap();
+        assert_eq!(rh.allowed_names, ["front-proxy", "aggregator"]);
+        assert_eq!(rh.username_headers, ["x-user", "x-remote-user"]);
+        assert_eq!(rh.group_headers, ["x-remote-group"]);
+        assert_eq!(rh.extra_prefixes, ["x-remote-extra-"]);
+        let mut bad = tls.to_vec();
+        bad.extend([
+            "--auth=delegated",
+            "--requestheader-client-ca-file=p.crt",
+            "--requestheader-group-headers=not a header",
+        ]);
+        assert!(cfg(parse(&bad).unwrap()).await.is_err());
+    }
+
+    #[tokio::test]
     async fn kubeconfig_and_context_come_from_kube() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("config");
@@ -608,6 +815,7 @@ mod tests {
             write_stall_timeout: Duration::from_secs(60),
             upstream_watch_list: Default::default(),
             consistent_reads: Default::default(),
+            tls: Default::default(),
             auth: Default::default(),
         };
         let cfg = GatewayConfig::from_args(&args).await.unwrap();

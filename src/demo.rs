@@ -77,6 +77,76 @@ pub struct Demo {
     pub gateway: GatewayHandle,
     /// With `--secure`: the token the demo's own checks use (the policy's admin).
     pub token: Option<&'static str>,
+    /// With `--secure`: the demo's own certificates (removed when the demo stops).
+    pub certs: Option<DemoCerts>,
+}
+
+/// `--secure` serves HTTPS with a CA made at start-up: kubectl sends a kubeconfig's
+/// credentials over TLS only, so a secured demo over plain HTTP could not show kubectl
+/// with tokens at all.
+pub struct DemoCerts {
+    dir: std::path::PathBuf,
+    /// The CA clients trust (`kubectl --certificate-authority`).
+    pub ca: std::path::PathBuf,
+    files: crate::server::tls::TlsFiles,
+}
+
+impl DemoCerts {
+    /// A fresh CA and a serving certificate for 127.0.0.1, localhost and `address`, in a
+    /// directory of their own under the temporary directory.
+    fn make(address: IpAddr) -> anyhow::Result<Self> {
+        use rcgen::{
+            BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose,
+            IsCa, KeyPair,
+        };
+        let dir = std::env::temp_dir().join(format!("watchgate-demo-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let mut ca = CertificateParams::new(Vec::<String>::new())?;
+        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        ca.distinguished_name
+            .push(DnType::CommonName, "watchgate demo CA");
+        let ca = CertifiedIssuer::self_signed(ca, KeyPair::generate()?)?;
+        let mut names = vec!["127.0.0.1".to_string(), "localhost".to_string()];
+        if !address.is_loopback() && !address.is_unspecified() {
+            names.push(address.to_string());
+        }
+        let mut serving = CertificateParams::new(names)?;
+        serving
+            .distinguished_name
+            .push(DnType::CommonName, "watchgate demo");
+        serving.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        let key = KeyPair::generate()?;
+        let cert = serving.signed_by(&key, &ca)?;
+        let certs = Self {
+            ca: dir.join("ca.crt"),
+            files: crate::server::tls::TlsFiles::new(dir.join("tls.crt"), dir.join("tls.key")),
+            dir,
+        };
+        std::fs::write(&certs.ca, ca.pem())?;
+        std::fs::write(&certs.files.cert, cert.pem())?;
+        std::fs::write(&certs.files.key, key.serialize_pem())?;
+        Ok(certs)
+    }
+
+    /// A client configuration that trusts the demo's CA.
+    fn client_config(&self) -> anyhow::Result<tokio_rustls::rustls::ClientConfig> {
+        use tokio_rustls::rustls::pki_types::pem::PemObject;
+        let mut roots = tokio_rustls::rustls::RootCertStore::empty();
+        roots.add(tokio_rustls::rustls::pki_types::CertificateDer::from_pem_file(&self.ca)?)?;
+        let provider = std::sync::Arc::new(tokio_rustls::rustls::crypto::ring::default_provider());
+        Ok(
+            tokio_rustls::rustls::ClientConfig::builder_with_provider(provider)
+                .with_safe_default_protocol_versions()?
+                .with_root_certificates(roots)
+                .with_no_client_auth(),
+        )
+    }
+}
+
+impl Drop for DemoCerts {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
 }
 
 /// The tokens of the demo policy (`sim::auth::DEMO_POLICY`).
@@ -123,13 +193,19 @@ pub async fn start(args: &DemoArgs) -> anyhow::Result<Demo> {
         sim.sim().shutdown.clone(),
     ));
 
-    let mut cfg = if args.secure {
+    let certs = args
+        .secure
+        .then(|| DemoCerts::make(args.address))
+        .transpose()
+        .context("making the demo's certificates")?;
+    let mut cfg = if let Some(certs) = &certs {
         // The gateway's own identity upstream: the demo policy's service account, which
         // may review tokens and access and impersonate clients.
         let mut upstream = kube::Config::new(sim.url().parse()?);
         upstream.auth_info.token = Some(GATEWAY_TOKEN.to_string().into());
         let mut cfg = GatewayConfig::for_upstream(upstream);
         cfg.security = Some(crate::auth::SecurityConfig::default());
+        cfg.tls = Some(certs.files.clone());
         cfg
     } else {
         GatewayConfig::for_upstream_url(&sim.url())?
@@ -146,6 +222,7 @@ pub async fn start(args: &DemoArgs) -> anyhow::Result<Demo> {
         sim,
         gateway,
         token: args.secure.then_some(ADMIN_TOKEN),
+        certs,
     };
     demo.check().await?;
     Ok(demo)
@@ -154,9 +231,23 @@ pub async fn start(args: &DemoArgs) -> anyhow::Result<Demo> {
 impl Demo {
     /// One list through the gateway, so "ready" is printed only when it is true.
     async fn check(&self) -> anyhow::Result<()> {
-        let client = Client::builder(TokioExecutor::new()).build_http::<Empty<bytes::Bytes>>();
         let req = get(&format!("{}/api/v1/pods?limit=1", self.url()), self.token)?;
-        let resp = tokio::time::timeout(Duration::from_secs(10), client.request(req))
+        let sent = match &self.certs {
+            Some(certs) => {
+                let connector = hyper_rustls::HttpsConnectorBuilder::new()
+                    .with_tls_config(certs.client_config()?)
+                    .https_only()
+                    .enable_http1()
+                    .build();
+                Client::builder(TokioExecutor::new())
+                    .build::<_, Empty<bytes::Bytes>>(connector)
+                    .request(req)
+            }
+            None => Client::builder(TokioExecutor::new())
+                .build_http::<Empty<bytes::Bytes>>()
+                .request(req),
+        };
+        let resp = tokio::time::timeout(Duration::from_secs(10), sent)
             .await
             .context("the gateway did not answer a list within 10 s")??;
         let status = resp.status();
@@ -233,11 +324,16 @@ pub fn instructions(args: &DemoArgs, demo: &Demo) -> String {
 
 /// `--secure`: who is who, and what each may do.
 fn secure_instructions(url: &str, demo: &Demo) -> String {
-    let k = format!("kubectl --server {url}");
+    let ca = demo
+        .certs
+        .as_ref()
+        .map(|c| c.ca.display().to_string())
+        .unwrap_or_default();
+    let k = format!("kubectl --server {url} --certificate-authority {ca}");
     format!(
         "\nwatchgate demo --secure is running.\n\
          \n  simulated apiserver  {sim} (enforces the demo policy; writes audited at {sim}/debug/sim/audit)\
-         \n  gateway              {url} (--auth=delegated: TokenReview, SubjectAccessReview, impersonation)\n\
+         \n  gateway              {url} (HTTPS, CA {ca}; --auth=delegated: TokenReview, SubjectAccessReview, impersonation)\n\
          \nUsers (docs/security.md):\
          \n  admin-token   admin, system:masters: everything\
          \n  alice-token   alice: reads pods, configmaps, deployments, ... but not secrets; writes configmaps\
@@ -245,9 +341,9 @@ fn secure_instructions(url: &str, demo: &Demo) -> String {
          \nTry (kubectl 1.37 is in .venv/bin after ./scripts/test):\n\
          \n  {k} --token alice-token get pods -A -w              # served by the cache, as alice\
          \n  {k} --token alice-token get secrets -A              # 403, even though the cache holds secrets\
-         \n  {k} get pods                                        # 401: no token\
          \n  {k} --token bob-token get pods -A                   # 403: bob may read team-b only\
          \n  {k} --token alice-token create configmap demo --from-literal=a=b\
+         \n  curl -s --cacert {ca} {url}/api/v1/pods                 # 401: no token\
          \n  curl -s {sim}/debug/sim/audit                       # the write was made as alice\n\
          \nCtrl-C stops the demo.\n",
         sim = demo.sim.url(),

@@ -3,11 +3,11 @@
 //! and with a user that may not list Secrets the apiserver's 403, also when the gateway's
 //! cache holds them.
 //!
-//! kubectl 1.37 attaches a kubeconfig's credentials only to TLS connections (clientcmd
-//! reads the user's auth info only when the transport is TLS), and TLS serving is not
-//! built yet (docs/security.md), so kubectl is used here for the 401 only; the
-//! authenticated cases use kube-rs and the Python client, which send their token on any
-//! transport. The kubectl variants need `--tls-cert-file`.
+//! This gateway serves plain HTTP. kubectl 1.37 attaches a kubeconfig's credentials only
+//! to TLS connections (clientcmd reads the user's auth info only when the transport is
+//! TLS), so kubectl is used here for the 401 only; the authenticated cases use kube-rs and
+//! the Python client, which send their token on any transport. kubectl with tokens and
+//! client certificates through an HTTPS gateway: `tests/security_tls.rs`.
 
 mod support;
 

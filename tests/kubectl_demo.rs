@@ -88,18 +88,54 @@ async fn the_secure_demo_authenticates_and_authorizes_its_clients() {
     let mut a = args(12, 0.0);
     a.secure = true;
     let demo = demo::start(&a).await.expect("the secure demo starts");
-    let path = "/api/v1/pods?limit=1";
-    let r = support::Http::new(&demo.url()).get(path).await;
-    assert_eq!(r.status, 401, "no token: {}", r.text());
-    let r = support::Http::with_token(&demo.url(), demo::ADMIN_TOKEN)
-        .get(path)
-        .await;
-    assert_eq!(r.status, 200, "the admin: {}", r.text());
-    let r = support::Http::with_token(&demo.url(), "alice-token")
-        .get("/api/v1/secrets?resourceVersion=0")
-        .await;
-    assert_eq!(r.status, 403, "alice may not read secrets: {}", r.text());
+    let url = demo.url();
+    assert!(url.starts_with("https://"), "{url}");
+    let ca = demo.certs.as_ref().expect("its own CA").ca.clone();
+    // Every kubectl line it prints runs as printed (a watch without -w), with the outcome
+    // its comment announces.
+    let text = demo::instructions(&a, &demo);
+    let prefix = format!(
+        "kubectl --server {url} --certificate-authority {} ",
+        ca.display()
+    );
+    let kubectl = Kubectl::new(&url);
+    let mut ran = 0;
+    for line in text.lines().map(str::trim) {
+        let Some(rest) = line.strip_prefix(&prefix) else {
+            continue;
+        };
+        let (command, comment) = rest.split_once('#').unwrap_or((rest, ""));
+        let mut argv: Vec<&str> = prefix.split_whitespace().skip(1).collect();
+        argv.extend(command.split_whitespace());
+        argv.retain(|a| *a != "-w");
+        let out = kubectl.run(&argv).await;
+        if comment.contains("403") {
+            let err = out.assert_failure();
+            assert!(
+                err.contains("Error from server (Forbidden)"),
+                "{line}: {err}"
+            );
+        } else {
+            out.assert_success();
+        }
+        ran += 1;
+    }
+    assert_eq!(ran, 4, "{text}");
+    // The curl line: no token, the 401.
+    assert!(text.contains(&format!(
+        "curl -s --cacert {} {url}/api/v1/pods",
+        ca.display()
+    )));
+    let cfg = support::tls::client_config(&ca, &[b"http/1.1"], None);
+    let mut send = support::tls::h1(demo.gateway.addr(), cfg).await;
+    let resp = send
+        .send_request(support::tls::get("/api/v1/pods", None))
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 401);
+    let dir = ca.parent().unwrap().to_path_buf();
     demo.shutdown().await;
+    assert!(!dir.exists(), "the demo's certificates are removed");
 }
 
 /// Every command the demo prints works as printed, while churn creates and deletes pods

@@ -452,8 +452,18 @@ async fn watchgate_containers_use_real_flags_probes_and_a_long_enough_grace_peri
                 "{dir}/{name}: memory request and limit"
             );
             assert_eq!(c["securityContext"]["allowPrivilegeEscalation"], false);
-            // --kubeconfig files must be mounted from the kustomization's ConfigMap.
-            if let Some(path) = &serve.kubeconfig {
+            // --kubeconfig and the TLS files must be mounted (a ConfigMap, a Secret).
+            let tls = &serve.tls;
+            for path in serve.kubeconfig.iter().chain(
+                [
+                    &tls.tls_cert_file,
+                    &tls.tls_private_key_file,
+                    &tls.client_ca_file,
+                    &tls.requestheader_client_ca_file,
+                ]
+                .into_iter()
+                .flatten(),
+            ) {
                 let mounted = c["volumeMounts"]
                     .as_array()
                     .into_iter()

@@ -16,6 +16,7 @@ pub mod limits;
 pub mod review;
 pub mod ttl_cache;
 pub mod user;
+pub mod x509;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -43,6 +44,11 @@ pub struct SecurityConfig {
     pub max_in_flight_per_user: usize,
     /// Watches and other long-running requests per user (0: unlimited).
     pub max_watches_per_user: usize,
+    /// Front proxies (`--requestheader-client-ca-file`): what they may assert.
+    pub requestheader: Option<authn::RequestHeaderConfig>,
+    /// The cache may answer consistent reads (`--consistent-reads=cache`), so `authz`
+    /// authorizes them too before the cache is touched (set by the gateway, not a flag).
+    pub consistent_reads_from_cache: bool,
 }
 
 impl Default for SecurityConfig {
@@ -55,6 +61,8 @@ impl Default for SecurityConfig {
             deny_ttl: Duration::from_secs(30),
             max_in_flight_per_user: 100,
             max_watches_per_user: 500,
+            requestheader: None,
+            consistent_reads_from_cache: false,
         }
     }
 }
@@ -64,6 +72,8 @@ pub struct Security {
     pub authn: authn::Authenticator,
     pub authz: authz::Authorizer,
     pub limits: limits::Limits,
+    /// See [`SecurityConfig::consistent_reads_from_cache`].
+    pub consistent_reads_from_cache: bool,
 }
 
 impl Security {
@@ -74,9 +84,11 @@ impl Security {
                 cfg.token_ttl,
                 cfg.token_failure_ttl,
                 cfg.anonymous,
+                cfg.requestheader.clone(),
             ),
             authz: authz::Authorizer::new(reviews, cfg.allow_ttl, cfg.deny_ttl),
             limits: limits::Limits::new(cfg.max_in_flight_per_user, cfg.max_watches_per_user),
+            consistent_reads_from_cache: cfg.consistent_reads_from_cache,
         })
     }
 }

@@ -61,6 +61,9 @@ struct Inner<T> {
     /// A write error seen while flushing for the serving task: reported to h2 on its next
     /// write or flush, so that the connection ends.
     failed: Option<io::ErrorKind>,
+    /// The serving task's flush also flushes `io` (a TLS stream, which may hold records
+    /// back after a write that returned); a socket's flush is a no-op and is skipped.
+    flush_io: bool,
 }
 
 impl<T: AsyncWrite + Unpin> Inner<T> {
@@ -154,12 +157,23 @@ pub struct Flusher<T> {
 
 /// Wraps `io`; the [`Flusher`] must be polled after every poll of the connection.
 pub fn wrap<T>(io: T) -> (Coalesced<T>, Flusher<T>) {
+    wrap_with(io, false)
+}
+
+/// [`wrap`] for a stream whose writes may leave bytes behind until it is flushed (TLS):
+/// the [`Flusher`] flushes it after writing the buffer out.
+pub fn wrap_flushing<T>(io: T) -> (Coalesced<T>, Flusher<T>) {
+    wrap_with(io, true)
+}
+
+fn wrap_with<T>(io: T, flush_io: bool) -> (Coalesced<T>, Flusher<T>) {
     let inner = Arc::new(Mutex::new(Inner {
         io,
         mode: Mode::Sniffing,
         sniffed: 0,
         buf: Vec::new(),
         failed: None,
+        flush_io,
     }));
     (
         Coalesced {
@@ -181,6 +195,9 @@ impl<T: AsyncWrite + Unpin> Flusher<T> {
     /// see on its next write.
     pub fn poll_flush_buffer(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let mut inner = lock(&self.inner);
+        if inner.flush_io {
+            return inner.poll_flush_all(cx);
+        }
         if inner.buf.is_empty() {
             return Poll::Ready(Ok(()));
         }

@@ -44,6 +44,7 @@ use super::listener::Handler;
 use super::rewind::Rewind;
 use super::stall::StallState;
 use super::upgrade::{self, OnUpgrade, Upgraded};
+use crate::auth::x509::PeerCert;
 use crate::body::{self, Body, BoxError};
 
 /// Marks a response whose body the connection may stream outside hyper over HTTP/1.1: a
@@ -85,6 +86,7 @@ pub async fn serve<T>(
     handler: Handler,
     drain: DrainWatch,
     stall: Arc<StallState>,
+    cert: Option<Arc<PeerCert>>,
 ) where
     T: AsyncRead + AsyncWrite + DirectWrite + Send + Unpin + 'static,
 {
@@ -94,6 +96,7 @@ pub async fn serve<T>(
             handler: handler.clone(),
             shared: shared.clone(),
             stall: stall.clone(),
+            cert: cert.clone(),
         };
         let tracked = Tracked {
             io,
@@ -249,6 +252,8 @@ struct Service {
     handler: Handler,
     shared: Arc<Shared>,
     stall: Arc<StallState>,
+    /// A TLS connection's client certificate, for every request on it.
+    cert: Option<Arc<PeerCert>>,
 }
 
 impl hyper::service::Service<Request<Incoming>> for Service {
@@ -257,6 +262,9 @@ impl hyper::service::Service<Request<Incoming>> for Service {
     type Future = Pin<Box<dyn Future<Output = Result<Response<Body>, Infallible>> + Send>>;
 
     fn call(&self, mut req: Request<Incoming>) -> Self::Future {
+        if let Some(cert) = &self.cert {
+            req.extensions_mut().insert(cert.clone());
+        }
         let upgrade_tx = req.headers().contains_key(header::UPGRADE).then(|| {
             let (tx, on) = OnUpgrade::pair();
             req.extensions_mut().insert(on);
@@ -483,6 +491,7 @@ mod tests {
                     handler,
                     watch,
                     stall,
+                    None,
                 )
                 .await
             }

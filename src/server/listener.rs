@@ -1,5 +1,6 @@
 //! The accept loop and per-connection serving: HTTP/1.1 (`h1.rs`) and HTTP/2 prior
 //! knowledge (h2c) on one port, told apart by the HTTP/2 client preface; drain-aware.
+//! With TLS (`tls.rs`) the protocol is the one ALPN negotiated.
 
 use std::convert::Infallible;
 use std::future::{poll_fn, Future};
@@ -14,7 +15,7 @@ use hyper::body::Incoming;
 use hyper::server::conn::{http1, http2};
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 
 use super::coalesce::{self, Coalesced, Flusher, H2_PREFACE};
@@ -22,6 +23,8 @@ use super::drain::DrainWatch;
 use super::h1;
 use super::rewind::Rewind;
 use super::stall::{StallGuard, StallState};
+use super::tls::TlsServing;
+use crate::auth::x509::PeerCert;
 use crate::body::Body;
 
 /// What a listener serves: one request in, one response out (errors are responses too).
@@ -75,6 +78,7 @@ pub async fn accept_loop(
     drain: DrainWatch,
     name: &'static str,
     opts: ConnOptions,
+    tls: Option<Arc<TlsServing>>,
 ) {
     let builders = Arc::new(builders(opts.http2_max_streams));
     let draining = drain.draining();
@@ -85,7 +89,14 @@ pub async fn accept_loop(
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
                     let io = StallGuard::new(stream, opts.write_stall_timeout);
-                    tokio::spawn(serve(io, peer, builders.clone(), handler.clone(), drain.clone()));
+                    match &tls {
+                        None => {
+                            tokio::spawn(serve(io, peer, builders.clone(), handler.clone(), drain.clone()));
+                        }
+                        Some(tls) => {
+                            tokio::spawn(serve_tls(io, peer, builders.clone(), handler.clone(), drain.clone(), tls.clone()));
+                        }
+                    }
                 }
                 Err(err) => {
                     // Out of file descriptors and the like: back off instead of spinning.
@@ -124,23 +135,71 @@ async fn serve(
     let http2 = sniffed.http2;
     let io = Rewind::new(io, &sniffed.bytes[..sniffed.len]);
     if !http2 {
-        return h1::serve(io, peer, &builders.http1, handler, drain, stall).await;
+        return h1::serve(io, peer, &builders.http1, handler, drain, stall, None).await;
     }
     // Boxed: hyper's HTTP/2 connection state is large, and inline it would size every
     // connection's task, HTTP/1.1 ones included (each idle HTTP/1.1 watch is a task).
-    Box::pin(serve_h2(io, flusher, peer, builders, handler, drain, stall)).await
+    Box::pin(serve_h2(
+        io, flusher, peer, builders, handler, drain, stall, None,
+    ))
+    .await
 }
 
-async fn serve_h2(
-    io: Rewind<Coalesced<StallGuard<TcpStream>>>,
-    flusher: Flusher<StallGuard<TcpStream>>,
+/// A TLS connection: the handshake (bounded like a request head), then the protocol ALPN
+/// chose. HTTP/1.1 watches still leave hyper after their head (`h1.rs`), written by the
+/// connection's task through the TLS stream; HTTP/2 frames are coalesced into one TLS
+/// write per poll, as on plain connections.
+async fn serve_tls(
+    stream: StallGuard<TcpStream>,
+    peer: SocketAddr,
+    builders: Arc<Builders>,
+    handler: Handler,
+    drain: DrainWatch,
+    tls: Arc<TlsServing>,
+) {
+    let _ = stream.get_ref().set_nodelay(true);
+    let stall = stream.state();
+    let accepted = tokio::select! {
+        a = tokio::time::timeout(HEADER_READ_TIMEOUT, tls.accept(stream)) => match a {
+            Ok(Ok(a)) => a,
+            Ok(Err(err)) => {
+                tracing::debug!(%peer, error = %err, "TLS handshake failed");
+                return;
+            }
+            Err(_) => return,
+        },
+        _ = drain.draining() => return,
+    };
+    let cert = accepted.cert;
+    if !accepted.h2 {
+        let io = Rewind::new(accepted.io, &[]);
+        return h1::serve(io, peer, &builders.http1, handler, drain, stall, cert).await;
+    }
+    let (io, flusher) = coalesce::wrap_flushing(accepted.io);
+    let io = Rewind::new(io, &[]);
+    Box::pin(serve_h2(
+        io, flusher, peer, builders, handler, drain, stall, cert,
+    ))
+    .await
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn serve_h2<T>(
+    io: Rewind<Coalesced<T>>,
+    flusher: Flusher<T>,
     peer: SocketAddr,
     builders: Arc<Builders>,
     handler: Handler,
     drain: DrainWatch,
     stall: Arc<StallState>,
-) {
-    let svc = service_fn(move |req| {
+    cert: Option<Arc<PeerCert>>,
+) where
+    T: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+{
+    let svc = service_fn(move |mut req: Request<Incoming>| {
+        if let Some(cert) = &cert {
+            req.extensions_mut().insert(cert.clone());
+        }
         let handler = handler.clone();
         async move { Ok::<_, Infallible>(handler(req).await) }
     });

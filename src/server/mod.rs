@@ -12,6 +12,7 @@ mod listener;
 mod probe;
 mod rewind;
 pub mod stall;
+pub mod tls;
 pub mod upgrade;
 
 use std::net::SocketAddr;
@@ -46,6 +47,13 @@ impl Gateway {
             },
         )
         .context("building the upstream client")?;
+        // Before binding: files that do not load stop the start-up.
+        let tls = cfg
+            .tls
+            .clone()
+            .map(tls::TlsServing::load)
+            .transpose()
+            .context("loading the TLS serving files")?;
         let api = TcpListener::bind(cfg.listen)
             .await
             .with_context(|| format!("binding {}", cfg.listen))?;
@@ -69,6 +77,9 @@ impl Gateway {
             crate::metrics::install();
         }
         let drain = Drain::new();
+        if let Some(tls) = &tls {
+            tokio::spawn(tls.clone().watch(drain.watcher()));
+        }
         let cache = cfg.cache.clone().map(|policy| {
             let registry = crate::cache::registry::Registry::with_config(
                 upstream.clone(),
@@ -102,7 +113,12 @@ impl Gateway {
         };
         let security = cfg.security.as_ref().map(|sec| {
             let reviews = crate::auth::UpstreamReviews::new(upstream.clone());
-            crate::auth::Security::new(sec, std::sync::Arc::new(reviews))
+            let sec = crate::auth::SecurityConfig {
+                consistent_reads_from_cache: cfg.cache.is_some()
+                    && cfg.consistent_reads == crate::cache::fresh::ConsistentReads::Cache,
+                ..sec.clone()
+            };
+            crate::auth::Security::new(&sec, std::sync::Arc::new(reviews))
         });
         let proxy = Proxy::new(upstream, drain.watcher())
             .with_response_timeout(cfg.upstream_response_timeout);
@@ -137,6 +153,7 @@ impl Gateway {
             drain.watcher(),
             "api",
             conn,
+            tls.clone(),
         ));
         tokio::spawn(listener::accept_loop(
             admin,
@@ -144,6 +161,9 @@ impl Gateway {
             drain.watcher(),
             "admin",
             conn,
+            // The admin listener stays plain HTTP: the kubelet's probes and Prometheus
+            // scrape it, and it serves no cluster data.
+            None,
         ));
         tracing::info!(%addr, %admin_addr, upstream = %cfg.upstream.cluster_url, "serving");
         if cfg.upstream_servers.len() > 1 {
@@ -152,6 +172,7 @@ impl Gateway {
         Ok(GatewayHandle {
             addr,
             admin_addr,
+            tls,
             cache: registry,
             shutdown_timeout: cfg.shutdown_timeout,
             drain: Some(drain),
@@ -164,6 +185,7 @@ impl Gateway {
 pub struct GatewayHandle {
     addr: SocketAddr,
     admin_addr: SocketAddr,
+    tls: Option<Arc<tls::TlsServing>>,
     cache: Option<Arc<crate::cache::registry::Registry>>,
     shutdown_timeout: Duration,
     drain: Option<Drain>,
@@ -175,9 +197,20 @@ impl GatewayHandle {
         self.addr
     }
 
-    /// `http://<addr>`, for clients.
+    /// `http://<addr>`, or `https://<addr>` with TLS serving, for clients.
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        format!("{scheme}://{}", self.addr)
+    }
+
+    /// Runs the TLS files' check now, as the periodic one does: `Ok(true)` when a changed
+    /// set was loaded, `Ok(false)` when nothing changed (or no TLS), an error when the
+    /// changed set does not load (the previous one stays in use).
+    pub fn reload_tls(&self) -> Result<bool, tls::TlsError> {
+        match &self.tls {
+            Some(tls) => tls.reload(),
+            None => Ok(false),
+        }
     }
 
     /// The admin listener's address (/healthz, /livez, /readyz, /metrics).
@@ -227,9 +260,13 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     // drain, not kill the process with its default action (a race that cut open watches).
     let mut signals = Signals::new()?;
     let cfg = GatewayConfig::from_args(&args).await?;
+    let cfg_tls = cfg.tls.is_some();
     let gateway = Gateway::start(cfg).await?;
     // kubectl proxy's wording, so scripts that wait for it keep working.
     println!("Starting to serve on {}", gateway.addr());
+    if cfg_tls {
+        println!("Serving HTTPS: {}", gateway.url());
+    }
     println!("Admin endpoints on http://{}/healthz", gateway.admin_addr());
 
     signals.next().await;

@@ -162,13 +162,14 @@ pub struct AuditRecord {
     pub code: u16,
     pub user: String,
     pub groups: Vec<String>,
+    pub extra: BTreeMap<String, Vec<String>>,
     pub impersonator: Option<String>,
 }
 
 impl AuditRecord {
     pub fn to_json(&self) -> Value {
         json!({"verb": self.verb, "path": self.path, "code": self.code, "user": self.user,
-               "groups": self.groups, "impersonator": self.impersonator})
+               "groups": self.groups, "extra": self.extra, "impersonator": self.impersonator})
     }
 }
 

@@ -570,6 +570,7 @@ pub async fn handle(sim: Arc<Sim>, req: Request<Incoming>) -> Response<Body> {
                     code: resp.status().as_u16(),
                     user: id.user.name,
                     groups: id.user.groups,
+                    extra: id.user.extra,
                     impersonator: id.impersonator,
                 });
             }

@@ -1,5 +1,6 @@
-//! `authn`: who is asking. Bearer tokens are reviewed by the upstream (cached), requests
-//! without credentials are anonymous only with `--anonymous-auth`; anything else is the
+//! `authn`: who is asking. A front proxy's headers and an x509 client certificate are
+//! taken from the connection's verified certificate, bearer tokens are reviewed by the
+//! upstream (cached), requests without credentials are anonymous only with `--anonymous-auth`; anything else is the
 //! apiserver's 401 Status (`auth::answers::unauthorized`). The user goes into the
 //! request's extensions as `Arc<auth::User>` for the layers after this one.
 
@@ -11,6 +12,7 @@ use http::{Request, Response};
 use tower::{Layer, Service};
 
 use super::BoxFuture;
+use crate::auth::x509::PeerCert;
 use crate::auth::{answers, Security};
 use crate::body::Body;
 
@@ -52,7 +54,13 @@ where
         let security = self.security.clone();
         let mut inner = super::take(&mut self.inner);
         Box::pin(async move {
-            match security.authn.authenticate(req.headers_mut()).await {
+            // The connection's client certificate, verified at the handshake (`server::tls`).
+            let cert = req.extensions().get::<Arc<PeerCert>>().cloned();
+            match security
+                .authn
+                .authenticate(req.headers_mut(), cert.as_deref())
+                .await
+            {
                 Ok(user) => {
                     req.extensions_mut().insert(user);
                     inner.call(req).await

@@ -4,7 +4,8 @@
 //! requests are marked [`Authorized`]; the router lets the cache and the fan-out answer
 //! only marked requests. A denial is the apiserver's 403 Status.
 //!
-//! Everything else (writes, consistent reads, discovery, subresources) goes upstream with
+//! Everything else (writes, consistent reads when the cache does not answer them,
+//! discovery, subresources) goes upstream with
 //! the client's identity, and the apiserver authorizes it itself. If the review fails
 //! (upstream unreachable, watchgate lacking RBAC for SubjectAccessReviews), the request is
 //! left unmarked and is forwarded too: the upstream then decides, and the cache never
@@ -43,9 +44,10 @@ pub struct Authz<S> {
 }
 
 /// A superset of what `cache::serve` and `watch::serve` may answer: GET reads of a
-/// resource (no subresource) with valid options and a resourceVersion. The rest is
-/// forwarded whatever happens, so the upstream authorizes it.
-pub fn may_be_served_locally(req: &Parsed) -> bool {
+/// resource (no subresource) with valid options and a resourceVersion, or without one when
+/// the cache answers consistent reads. The rest is forwarded whatever happens, so the
+/// upstream authorizes it.
+pub fn may_be_served_locally(req: &Parsed, consistent_reads: bool) -> bool {
     let ApiPath::Resource(rp) = &req.api.path else {
         return false;
     };
@@ -54,9 +56,10 @@ pub fn may_be_served_locally(req: &Parsed) -> bool {
         && rp.subresource.is_none()
         && rp.extra.is_empty()
         && req.valid_options().is_some_and(|o| {
-            o.resource_version
-                .as_deref()
-                .is_some_and(|rv| !rv.is_empty())
+            consistent_reads
+                || o.resource_version
+                    .as_deref()
+                    .is_some_and(|rv| !rv.is_empty())
         })
 }
 
@@ -79,7 +82,8 @@ where
         let mut inner = super::take(&mut self.inner);
         Box::pin(async move {
             let user = req.extensions().get::<Arc<User>>().cloned();
-            let parsed = Parsed::of(&req).filter(|p| may_be_served_locally(p));
+            let consistent = security.consistent_reads_from_cache;
+            let parsed = Parsed::of(&req).filter(|p| may_be_served_locally(p, consistent));
             if let (Some(user), Some(parsed)) = (user, parsed) {
                 if let Some(attrs) = Attributes::of_read(&parsed) {
                     match security.authz.authorize(&user, attrs).await {

@@ -68,6 +68,20 @@ impl Kubectl {
         Self::build(server, "default", Some(token))
     }
 
+    /// A kubectl for `server` with a kubeconfig written by `kubeconfig` (given the scratch
+    /// directory, where it may write certificates): TLS setups.
+    pub fn with_kubeconfig(server: &str, kubeconfig: impl FnOnce(&Path) -> String) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir for kubectl");
+        let path = dir.path().join("kubeconfig");
+        let text = kubeconfig(dir.path());
+        std::fs::write(&path, text).expect("write kubeconfig");
+        Self {
+            server: server.to_string(),
+            dir,
+            kubeconfig: path,
+        }
+    }
+
     fn build(server: &str, namespace: &str, token: Option<&str>) -> Self {
         let dir = tempfile::tempdir().expect("tempdir for kubectl");
         let kubeconfig = dir.path().join("kubeconfig");

@@ -17,6 +17,7 @@
 //! - [`sim`]: a bare simulator and JSON reads of it, for the simulator's own tests.
 //! - [`stub`]: stub upstreams whose every answer a test writes (apiservers the simulator
 //!   cannot play).
+//! - [`tls`]: certificates made in the test (rcgen) and TLS clients for HTTPS gateways.
 //! - [`wait`]: bounded polling with a clear failure message (no sleep-and-hope).
 //! - [`watch`]: watch streams read event by event with their exact bytes and headers.
 //! - [`kubectl_scenarios`] and [`python_scenarios`]: end-to-end steps that run unchanged
@@ -39,6 +40,7 @@ pub mod serve;
 pub mod servers;
 pub mod sim;
 pub mod stub;
+pub mod tls;
 pub mod tools;
 pub mod wait;
 pub mod watch;

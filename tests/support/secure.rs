@@ -41,6 +41,15 @@ impl Secure {
         policy: std::sync::Arc<watchgate::sim::auth::Policy>,
         security: SecurityConfig,
     ) -> Self {
+        Self::start_configured(policy, security, |_| {}).await
+    }
+
+    /// With another policy and the gateway's configuration adjusted by `tweak` (TLS).
+    pub async fn start_configured(
+        policy: std::sync::Arc<watchgate::sim::auth::Policy>,
+        security: SecurityConfig,
+        tweak: impl FnOnce(&mut GatewayConfig),
+    ) -> Self {
         let mut sim_cfg = cluster_config();
         sim_cfg.policy = Some(policy);
         let sim = start_sim_with(sim_cfg).await;
@@ -48,6 +57,7 @@ impl Secure {
         upstream.auth_info.token = Some(GATEWAY.to_string().into());
         let mut cfg = GatewayConfig::for_upstream(upstream);
         cfg.security = Some(security);
+        tweak(&mut cfg);
         let gateway = start_gateway_with(cfg).await;
         Self { sim, gateway }
     }

@@ -114,10 +114,10 @@ impl LineReader {
     }
 }
 
-fn request(uri: String, host: &str) -> Request<Empty<Bytes>> {
+fn request(uri: String, host: &str, accept: &str) -> Request<Empty<Bytes>> {
     Request::get(uri)
         .header("host", host)
-        .header("accept", "application/json")
+        .header("accept", accept)
         .body(Empty::new())
         .expect("valid request")
 }
@@ -162,6 +162,16 @@ impl H2Conn {
 
     /// Opens one more stream on this connection.
     pub async fn watch(&self, path: &str) -> Result<Watch, String> {
+        Ok(into_watch(self.response(path, "application/json").await?).await)
+    }
+
+    /// Opens one more stream on this connection with this `Accept` (e.g. protobuf), and
+    /// returns its response as it comes.
+    pub async fn response(
+        &self,
+        path: &str,
+        accept: &str,
+    ) -> Result<http::Response<Incoming>, String> {
         let mut sender = self.sender.clone();
         let uri = format!("http://{}{path}", self.addr);
         let fut = async {
@@ -170,21 +180,28 @@ impl H2Conn {
                 .await
                 .map_err(|e| format!("h2 connection not ready: {e}"))?;
             sender
-                .send_request(request(uri, &self.addr.to_string()))
+                .send_request(request(uri, &self.addr.to_string(), accept))
                 .await
                 .map_err(|e| format!("h2 watch {path}: {e}"))
         };
-        let resp = tokio::time::timeout(CONNECT_TIMEOUT, fut)
+        tokio::time::timeout(CONNECT_TIMEOUT, fut)
             .await
-            .map_err(|_| {
-                format!("h2 watch {path}: no response head within {CONNECT_TIMEOUT:?}")
-            })??;
-        Ok(into_watch(resp).await)
+            .map_err(|_| format!("h2 watch {path}: no response head within {CONNECT_TIMEOUT:?}"))?
     }
 }
 
 /// One watch on its own HTTP/1.1 connection.
 pub async fn h1_watch(addr: SocketAddr, path: &str) -> Result<Watch, String> {
+    Ok(into_watch(h1_response(addr, path, "application/json").await?).await)
+}
+
+/// One watch on its own HTTP/1.1 connection with this `Accept` (e.g. protobuf), its
+/// response as it comes.
+pub async fn h1_response(
+    addr: SocketAddr,
+    path: &str,
+    accept: &str,
+) -> Result<http::Response<Incoming>, String> {
     let fut = async {
         let tcp = TcpStream::connect(addr)
             .await
@@ -197,14 +214,13 @@ pub async fn h1_watch(addr: SocketAddr, path: &str) -> Result<Watch, String> {
             let _ = conn.await;
         });
         sender
-            .send_request(request(path.to_string(), &addr.to_string()))
+            .send_request(request(path.to_string(), &addr.to_string(), accept))
             .await
             .map_err(|e| format!("h1 watch {path}: {e}"))
     };
-    let resp = tokio::time::timeout(CONNECT_TIMEOUT, fut)
+    tokio::time::timeout(CONNECT_TIMEOUT, fut)
         .await
-        .map_err(|_| format!("h1 watch {path}: no response head within {CONNECT_TIMEOUT:?}"))??;
-    Ok(into_watch(resp).await)
+        .map_err(|_| format!("h1 watch {path}: no response head within {CONNECT_TIMEOUT:?}"))?
 }
 
 /// A watcher on a raw TCP connection: it sends its request and reads nothing until told
