@@ -472,3 +472,136 @@ async fn pool_creations_are_in_the_writers_log_for_informers_that_start_before_t
         missed.verify(&log, |_| true)
     );
 }
+
+/// `--encoding protobuf|metadata`: the watchers send client-go's exact Accept headers, the
+/// gateway answers `;stream=watch` protobuf frames from its cache, and the checker reads
+/// them (event type, resourceVersion and the writer's stamp from ObjectMeta): every write
+/// arrives once, in order, and every frame was protobuf.
+async fn fanout_in(encoding: &str) -> Summary {
+    let (_sim, gw) = servers().await;
+    let s = run(&[
+        "watch-fanout",
+        "--server",
+        gw.url(),
+        "--encoding",
+        encoding,
+        "--watchers",
+        "10",
+        "--pool",
+        "20",
+        "--rate",
+        "30",
+        "--duration",
+        "2s",
+    ])
+    .await;
+    assert_clean(&s);
+    assert_eq!(s.encoding, encoding);
+    assert_eq!(
+        s.checked_events,
+        10 * s.writes,
+        "every watcher saw every write"
+    );
+    assert!(
+        s.protobuf_frames >= s.events + s.bookmarks && s.protobuf_frames > 0,
+        "{} protobuf frames for {} events and {} bookmarks",
+        s.protobuf_frames,
+        s.events,
+        s.bookmarks
+    );
+    assert!(s.delivery.count > 0, "stamps were read from the frames");
+    s
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_fanout_in_protobuf_reads_and_checks_protobuf_frames() {
+    fanout_in("protobuf").await;
+}
+
+/// Fails today, on the servers, not on the checker: a watch with client-go's metadata
+/// Accept (`as=PartialObjectMetadataList`, which metadata informers also send on their
+/// watches) is forwarded by the gateway (not served from the cache, which serves
+/// `as=PartialObjectMetadata` watches), and the simulator answers it with 200
+/// `application/json` and an empty body that ends at once, so every watcher reconnects in
+/// a loop and receives nothing. kube-apiserver streams PartialObjectMetadata objects in
+/// `;stream=watch` frames. See docs/reliability.md, "Findings".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "the simulator and the gateway do not serve metadata watches with client-go's Accept yet"]
+async fn watch_fanout_as_metadata_reads_partial_object_metadata_frames() {
+    fanout_in("metadata").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubelets_and_informers_in_protobuf_list_and_watch_in_protobuf() {
+    let (_sim, gw) = servers().await;
+    let s = run(&[
+        "kubelets",
+        "--server",
+        gw.url(),
+        "--encoding",
+        "protobuf",
+        "--nodes",
+        "5",
+        "--pool",
+        "10",
+        "--rate",
+        "20",
+        "--duration",
+        "2s",
+    ])
+    .await;
+    assert_clean(&s);
+    assert!(s.protobuf_frames > 0 && s.checked_events == s.writes);
+    // "metadata" informers list fine but their watches fail like
+    // watch_fanout_as_metadata_reads_partial_object_metadata_frames (ignored).
+    for encoding in ["protobuf"] {
+        let s = run(&[
+            "informers",
+            "--server",
+            gw.url(),
+            "--encoding",
+            encoding,
+            "--clients",
+            "5",
+            "--pool",
+            "10",
+            "--rate",
+            "20",
+            "--duration",
+            "2s",
+        ])
+        .await;
+        assert_clean(&s);
+        // Each informer's list was a protobuf list of the writer's 10 pods, its watch
+        // protobuf frames.
+        assert_eq!((s.lists, s.protobuf_lists), (5, 5), "{encoding}");
+        assert_eq!((s.list_items_min, s.list_items_max), (10, 10), "{encoding}");
+        assert!(s.protobuf_frames > 0 && s.checked_events == 5 * s.writes);
+    }
+    let s = run(&[
+        "lists",
+        "--server",
+        gw.url(),
+        "--encoding",
+        "protobuf",
+        "--path",
+        "/api/v1/namespaces/watchgate-load/pods",
+        "--concurrency",
+        "1",
+        "--pool",
+        "10",
+        "--rate",
+        "0",
+        "--duration",
+        "1s",
+    ])
+    .await;
+    assert!(s.ok && s.errors.is_empty(), "{:?}", s.errors);
+    assert!(
+        s.lists > 0 && s.protobuf_lists == s.lists,
+        "{} of {}",
+        s.protobuf_lists,
+        s.lists
+    );
+    assert_eq!((s.list_items_min, s.list_items_max), (10, 10));
+}

@@ -10,7 +10,14 @@ use std::process::Command;
 const COMMANDS: [&str; 3] = ["serve", "sim", "demo"];
 
 /// The scenarios of `watchgate load`.
-const LOAD_SCENARIOS: [&str; 5] = ["watch-fanout", "kubelets", "informers", "lists", "mixed"];
+const LOAD_SCENARIOS: [&str; 6] = [
+    "watch-fanout",
+    "kubelets",
+    "informers",
+    "lists",
+    "mixed",
+    "soak",
+];
 
 fn help(args: &[&str]) -> String {
     let out = Command::new(env!("CARGO_BIN_EXE_watchgate"))

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use clap::{Args, Subcommand};
 
+use super::encoding::Encoding;
 use super::target::Protocol;
 use crate::config::parse_duration;
 
@@ -28,6 +29,15 @@ pub enum Scenario {
     Lists(ListArgs),
     /// A blend: fan-out watchers, kubelets, informers and lists in one run.
     Mixed(MixedArgs),
+    /// A fault soak over two simulator replicas and a gateway it starts itself; --duration
+    /// defaults to 10m (docs/reliability.md)
+    ///
+    /// It starts two simulator replicas sharing one store and a gateway process in front
+    /// of both, then runs healthy, stalled and storming watchers and writes through
+    /// dropped watches, 410 bursts, replica kills and added latency; it fails on any
+    /// stream violation or if the gateway's RSS passes --max-rss.
+    #[command(mut_arg("duration", |a| a.default_value("10m")))]
+    Soak(SoakArgs),
 }
 
 /// Flags every scenario takes.
@@ -68,6 +78,11 @@ pub struct Common {
     /// Writes in flight at most (beyond it, ticks are skipped and counted).
     #[arg(long, default_value_t = 64)]
     pub write_concurrency: usize,
+    /// What watchers and lists ask for: json, protobuf (client-go's typed clients' Accept)
+    /// or metadata (PartialObjectMetadata, client-go's metadata informers' Accept). Writes
+    /// stay JSON.
+    #[arg(long, value_enum, default_value_t = Encoding::Json)]
+    pub encoding: Encoding,
     /// How watch streams are carried.
     #[arg(long, value_enum, default_value_t = Protocol::Http1)]
     pub protocol: Protocol,
@@ -207,6 +222,57 @@ pub struct MixedArgs {
     /// The collection the list workers read.
     #[arg(long, default_value = "/api/v1/pods")]
     pub list_path: String,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct SoakArgs {
+    #[command(flatten)]
+    pub common: Common,
+    /// Healthy watchers (they read everything and are checked).
+    #[arg(long, default_value_t = 1000)]
+    pub watchers: usize,
+    /// Stalled watchers (they stop reading once connected); they join halfway, so that
+    /// the first half measures delivery without them and the second half with them.
+    #[arg(long, default_value_t = 200)]
+    pub stalled: usize,
+    /// Clients of each connect/disconnect storm: each lists, watches for a random part of
+    /// --storm-lifetime, and leaves (checked up to where it left).
+    #[arg(long, default_value_t = 100)]
+    pub storm_clients: usize,
+    /// How often a storm comes.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    pub storm_every: Duration,
+    /// A storm client stays between a quarter of this and this.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub storm_lifetime: Duration,
+    /// Length of one cycle of the fault schedule (410 burst, kill and restart of each
+    /// replica in turn, a latency window; docs/reliability.md).
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    pub fault_cycle: Duration,
+    /// Every upstream watch stream is ended this often.
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    pub drop_watches_every: Duration,
+    /// Watches answered with 410 in each burst, per replica.
+    #[arg(long, default_value_t = 3)]
+    pub burst_410: u32,
+    /// Latency added to every upstream response during the latency window (ms).
+    #[arg(long, default_value_t = 100)]
+    pub latency_ms: u64,
+    /// The gateway binary (default: this executable).
+    #[arg(long)]
+    pub gateway_bin: Option<PathBuf>,
+    /// Extra arguments of the gateway's `serve` (repeatable).
+    #[arg(long = "gateway-arg", allow_hyphen_values = true)]
+    pub gateway_args: Vec<String>,
+    /// Where the gateway's log goes (default: discarded).
+    #[arg(long)]
+    pub gateway_log: Option<PathBuf>,
+    /// Write the gateway's RSS over the run as an SVG plot to this path.
+    #[arg(long)]
+    pub rss_plot: Option<PathBuf>,
+    /// The run fails if the gateway's RSS ever exceeds this.
+    #[arg(long, default_value = "1Gi", value_parser = crate::config::parse_bytes)]
+    pub max_rss: usize,
 }
 
 /// `watchgate load` as a parser of its own, for tests and embedding.

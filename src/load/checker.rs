@@ -73,10 +73,55 @@ impl WriterLog {
     /// The records in (after, upto] (upto = None: to the end).
     pub fn range(&self, after: u64, upto: Option<u64>) -> impl Iterator<Item = &WriteRecord> {
         let hi = upto.unwrap_or(u64::MAX);
-        self.by_rv
-            .range(after.saturating_add(1)..=hi.max(after))
+        // An empty span (upto == after: a watcher that left or relisted before any event)
+        // is an empty range, not a BTreeMap range whose start passes its end (a panic).
+        let lo = after.saturating_add(1);
+        (lo <= hi)
+            .then(|| self.by_rv.range(lo..=hi))
+            .into_iter()
+            .flatten()
             .map(|(_, r)| r)
-            .filter(move |r| r.rv > after && r.rv <= hi)
+    }
+}
+
+impl WriterLog {
+    /// The writes no watcher can receive one by one because an upstream relist skipped
+    /// them: within each window (`asked`, `current`] — a watch from `asked` answered with
+    /// 410 while the store was at `current`, after which the gateway's reflector relists
+    /// and delivers the difference between its old and new state (docs/watch.md, "Upstream
+    /// relists") — every write to an object that a later write to the same object in the
+    /// same window supersedes. Only the last write of each object in the window is
+    /// delivered, as kube-apiserver never delivers versions etcd compacted away. A window
+    /// asked from 0 (a watch-list) covers nothing: the reflector's state is not from 0.
+    pub fn superseded_in(&self, windows: &[(u64, u64)]) -> std::collections::BTreeSet<u64> {
+        let mut out = std::collections::BTreeSet::new();
+        for &(asked, current) in windows {
+            if asked == 0 || current <= asked {
+                continue;
+            }
+            let mut last = std::collections::HashMap::new();
+            for r in self.range(asked, Some(current)) {
+                last.insert(r.object, r.rv);
+            }
+            out.extend(
+                self.range(asked, Some(current))
+                    .filter(|r| last[&r.object] != r.rv)
+                    .map(|r| r.rv),
+            );
+        }
+        out
+    }
+
+    /// This log without the writes at `rvs`.
+    pub fn without(&self, rvs: &std::collections::BTreeSet<u64>) -> Self {
+        Self {
+            by_rv: self
+                .by_rv
+                .iter()
+                .filter(|(rv, _)| !rvs.contains(rv))
+                .map(|(rv, r)| (*rv, r.clone()))
+                .collect(),
+        }
     }
 }
 
@@ -275,6 +320,15 @@ impl StreamCheck {
         });
         // The sample only names missing RVs of a single-span stream.
         self.sample = Vec::new();
+    }
+
+    /// The watcher left on its own (a client that disconnects for good): what it covered
+    /// ends at the last RV it had, so the writes after it are not expected.
+    pub fn close(&mut self) {
+        let last = self.last_rv;
+        if let Some(span) = self.spans.last_mut() {
+            span.upto.get_or_insert(last);
+        }
     }
 
     /// Compares what arrived with the writer's log; `wants` says which of the writer's
@@ -531,6 +585,67 @@ mod tests {
             c.verify(&l, |_| true)[..],
             [Violation::Undelivered { missing: 1, .. }]
         ));
+    }
+
+    #[test]
+    fn a_watcher_that_left_is_checked_up_to_where_it_left() {
+        let l = log(&[11, 12, 15, 20]);
+        let mut c = StreamCheck::new(1, 10);
+        c.observe(11, EventType::Modified);
+        c.observe(12, EventType::Modified);
+        c.close();
+        assert_eq!(c.verify(&l, |_| true), vec![]);
+        // What it received before it left is still checked: 12 missing is a gap.
+        let mut c = StreamCheck::new(1, 10);
+        c.observe(11, EventType::Modified);
+        c.observe(15, EventType::Modified);
+        c.close();
+        assert!(matches!(
+            c.verify(&l, |_| true)[..],
+            [Violation::Gap {
+                expected: 3,
+                received: 2,
+                first_missing: Some(12),
+                ..
+            }]
+        ));
+    }
+
+    #[test]
+    fn an_empty_span_is_an_empty_range() {
+        let l = log(&[11, 12]);
+        assert_eq!(l.range(11, Some(11)).count(), 0);
+        assert_eq!(l.range(12, Some(11)).count(), 0);
+        assert_eq!(l.range(u64::MAX, None).count(), 0);
+        assert_eq!(l.range(10, Some(11)).count(), 1);
+        // A watcher that left before it received anything expects nothing.
+        let mut c = StreamCheck::new(1, 11);
+        c.close();
+        assert_eq!(c.verify(&l, |_| true), vec![]);
+    }
+
+    #[test]
+    fn a_relist_window_supersedes_all_but_each_objects_last_write() {
+        let mut l = WriterLog::default();
+        // Objects 0, 1, 0, 2, 1 at RVs 11..15, then object 0 again at 16.
+        for (rv, object) in [(11, 0), (12, 1), (13, 0), (14, 2), (15, 1), (16, 0)] {
+            l.insert(WriteRecord {
+                rv,
+                object,
+                event: EventType::Modified,
+            });
+        }
+        // A 410 for a watch from 10 with the store at 15: 11 (by 13) and 12 (by 15) are
+        // superseded; 16 is after the window, so 13 stays.
+        let s = l.superseded_in(&[(10, 15)]);
+        assert_eq!(s.into_iter().collect::<Vec<_>>(), vec![11, 12]);
+        // A watch-list's 410 (asked from 0) and an empty window cover nothing.
+        assert!(l.superseded_in(&[(0, 15), (15, 15)]).is_empty());
+        let kept = l.without(&l.superseded_in(&[(10, 15)]));
+        assert_eq!(
+            kept.range(0, None).map(|r| r.rv).collect::<Vec<_>>(),
+            vec![13, 14, 15, 16]
+        );
     }
 
     #[test]

@@ -10,6 +10,8 @@ use http_body_util::BodyExt;
 use memchr::memmem;
 use tokio_util::sync::CancellationToken;
 
+use super::encoding::{is_protobuf, Encoding};
+use super::proto_scan::scan_proto_list;
 use super::stats::{unix_ns, Stats};
 use super::target::Target;
 
@@ -25,6 +27,8 @@ pub struct ListSpec {
     /// The resourceVersion parameter (`0` for the cache-friendly list; empty: none is
     /// sent, a consistent list, which honours `limit`).
     pub resource_version: String,
+    /// The representation asked for (`--encoding`).
+    pub encoding: Encoding,
 }
 
 /// A string field of the list's head (ListMeta comes before the items).
@@ -123,10 +127,16 @@ pub async fn list_once(target: &Target, spec: &ListSpec, stats: &Stats) -> anyho
             q.push_str(&spec.query);
         }
         let resp = target
-            .send(Method::GET, &format!("{}?{q}", spec.path), None)
+            .send_accepting(
+                Method::GET,
+                &format!("{}?{q}", spec.path),
+                None,
+                spec.encoding.accept(),
+            )
             .await
             .inspect_err(|_| stats.error("list: connection"))?;
         let status = resp.status();
+        let protobuf = is_protobuf(resp.headers().get(http::header::CONTENT_TYPE));
         let body = resp
             .into_body()
             .collect()
@@ -139,15 +149,26 @@ pub async fn list_once(target: &Target, spec: &ListSpec, stats: &Stats) -> anyho
             stats.error(format!("list {}", status.as_u16()));
             anyhow::bail!("list {}: {status}", spec.path);
         }
-        let Some(n) = count_items(&body) else {
-            stats.error("list: not a list");
-            anyhow::bail!("list {}: the body has no items array", spec.path);
+        let rv = if protobuf {
+            Stats::add(&stats.c.protobuf_lists, 1);
+            let head = scan_proto_list(&body).map_err(|e| {
+                stats.error("list: undecodable protobuf");
+                anyhow::anyhow!("list {}: {e}", spec.path)
+            })?;
+            items += head.items;
+            cont = head.continue_token;
+            head.resource_version.unwrap_or(0)
+        } else {
+            let Some(n) = count_items(&body) else {
+                stats.error("list: not a list");
+                anyhow::bail!("list {}: the body has no items array", spec.path);
+            };
+            items += n;
+            cont = head_field(&body, "continue").filter(|c| !c.is_empty());
+            head_field(&body, "resourceVersion")
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(0)
         };
-        items += n;
-        let rv = head_field(&body, "resourceVersion")
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(0);
-        cont = head_field(&body, "continue").filter(|c| !c.is_empty());
         if cont.is_none() {
             break rv;
         }

@@ -9,24 +9,28 @@
 //! Modules: [`args`] (flags), [`plan`] (scenarios → watcher groups and list workers),
 //! [`target`] (HTTP/1.1, HTTP/2, kubeconfig), [`pool`] and [`writer`] (the churn),
 //! [`watcher`] + [`scan`] + [`checker`] (streams), [`lister`] (lists), [`stats`],
-//! [`probe`] (the target's CPU and RSS), [`report`] and [`plot`] (output).
+//! [`probe`] (the target's CPU and RSS), [`report`] and [`plot`] (output); [`soak`] (the
+//! fault soak, which starts its own simulators and gateway).
 
 pub mod args;
 pub mod checker;
+pub mod encoding;
 pub mod lister;
 pub mod plan;
 pub mod plot;
 pub mod pool;
 pub mod probe;
+pub mod proto_scan;
 pub mod report;
 pub mod run;
 pub mod scan;
+pub mod soak;
 pub mod stats;
 pub mod target;
 pub mod watcher;
 pub mod writer;
 
-pub use args::{parse, LoadArgs, Scenario};
+pub use args::{parse, LoadArgs, Scenario, SoakArgs};
 pub use plan::Plan;
 pub use report::Summary;
 pub use run::{execute, run};

@@ -58,6 +58,8 @@ impl Plan {
                     watch_list: false,
                     protocol: c.protocol,
                     reconnect_every: a.reconnect_every,
+                    lifetime: None,
+                    encoding: c.encoding,
                 };
                 Plan {
                     name: "watch-fanout",
@@ -94,6 +96,8 @@ impl Plan {
                     watch_list: a.watch_list,
                     protocol: c.protocol,
                     reconnect_every: None,
+                    lifetime: None,
+                    encoding: c.encoding,
                 };
                 Plan {
                     name: "informers",
@@ -117,6 +121,7 @@ impl Plan {
                         query: selector_query(&a.label_selector, &a.field_selector),
                         limit: a.limit,
                         resource_version: a.resource_version.clone(),
+                        encoding: a.common.encoding,
                     }),
                     concurrency: a.concurrency.max(1),
                     rate: a.list_rate,
@@ -125,6 +130,31 @@ impl Plan {
                 node_prefix: "load-node".into(),
                 common: a.common.clone(),
             },
+            Scenario::Soak(a) => {
+                // The healthy watchers; the soak adds the stalled and storming ones.
+                let c = a.common.clone();
+                let spec = WatchSpec {
+                    path: ns_path(&c),
+                    label_selector: None,
+                    field_selector: None,
+                    list_first: false,
+                    protocol: c.protocol,
+                    reconnect_every: None,
+                    lifetime: None,
+                    watch_list: false,
+                    encoding: c.encoding,
+                };
+                Plan {
+                    name: "soak",
+                    groups: vec![(Arc::new(spec), a.watchers)],
+                    kubelets: 0,
+                    kubelet_protocol_path: String::new(),
+                    lists: None,
+                    nodes: 10,
+                    node_prefix: "load-node".into(),
+                    common: c,
+                }
+            }
             Scenario::Mixed(a) => {
                 let c = a.common.clone();
                 let mut groups = Vec::new();
@@ -138,6 +168,8 @@ impl Plan {
                             watch_list: false,
                             protocol: c.protocol,
                             reconnect_every: None,
+                            lifetime: None,
+                            encoding: c.encoding,
                         }),
                         a.watchers,
                     ));
@@ -152,6 +184,8 @@ impl Plan {
                             watch_list: false,
                             protocol: c.protocol,
                             reconnect_every: None,
+                            lifetime: None,
+                            encoding: c.encoding,
                         }),
                         a.informers,
                     ));
@@ -167,6 +201,7 @@ impl Plan {
                             query: String::new(),
                             limit: 0,
                             resource_version: "0".into(),
+                            encoding: c.encoding,
                         }),
                         concurrency: a.list_concurrency,
                         rate: 0.0,
@@ -192,6 +227,8 @@ impl Plan {
                     watch_list: false,
                     protocol: self.common.protocol,
                     reconnect_every: None,
+                    lifetime: None,
+                    encoding: self.common.encoding,
                 }),
                 1,
             ));

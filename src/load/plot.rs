@@ -145,6 +145,56 @@ pub fn write_svg(path: &Path, data: &PlotData) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A memory plot: the target's RSS (MiB) by second of the run, with labelled vertical
+/// markers (e.g. the moment the stalled watchers joined).
+pub fn write_rss_svg(
+    path: &Path,
+    title: &str,
+    points: &[(f64, f64)],
+    markers: &[(f64, String)],
+) -> anyhow::Result<()> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    let root = SVGBackend::new(path, (1200, 480)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let t_max = points.last().map(|p| p.0 + 1.0).unwrap_or(1.0);
+    let y_max = points.iter().map(|p| p.1).fold(1.0f64, f64::max) * 1.15;
+    let mut c = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 16))
+        .margin(10)
+        .x_label_area_size(35)
+        .y_label_area_size(55)
+        .build_cartesian_2d(0f64..t_max, 0f64..y_max)?;
+    c.configure_mesh()
+        .x_desc("second of the run")
+        .y_desc("RSS (MiB)")
+        .draw()?;
+    c.draw_series(LineSeries::new(
+        points.iter().copied(),
+        BLUE.stroke_width(2),
+    ))?
+    .label("gateway RSS")
+    .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], BLUE));
+    for (t, label) in markers {
+        c.draw_series(LineSeries::new(
+            [(*t, 0.0), (*t, y_max)],
+            RGBColor(200, 0, 0).stroke_width(1),
+        ))?;
+        c.draw_series(std::iter::once(Text::new(
+            label.clone(),
+            (*t, y_max * 0.97),
+            ("sans-serif", 13),
+        )))?;
+    }
+    c.configure_series_labels()
+        .border_style(BLACK)
+        .background_style(WHITE.mix(0.8))
+        .draw()?;
+    root.present()?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -181,6 +231,20 @@ mod tests {
                 && svg.contains("list latency CDF")
                 && svg.contains("list start")
                 && !svg.contains("delivery"),
+            "{}",
+            &svg[..200]
+        );
+    }
+
+    #[test]
+    fn draws_a_memory_plot() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("rss.svg");
+        let pts = [(0.0, 40.0), (1.0, 42.5), (2.0, 41.0)];
+        write_rss_svg(&p, "soak", &pts, &[(1.0, "stalled join".into())]).unwrap();
+        let svg = std::fs::read_to_string(&p).unwrap();
+        assert!(
+            svg.contains("RSS (MiB)") && svg.contains("stalled join") && svg.contains("soak"),
             "{}",
             &svg[..200]
         );

@@ -82,6 +82,11 @@ pub struct Summary {
     /// HTTP/2 connections the watches were multiplexed on (`--protocol http2`; 0 over
     /// HTTP/1.1, where each watch has its own connection).
     pub h2_connections: usize,
+    /// What watchers and lists asked for, and how many watch frames and list responses
+    /// came back as protobuf.
+    pub encoding: String,
+    pub protobuf_frames: u64,
+    pub protobuf_lists: u64,
     pub watch_mb_per_s: f64,
     /// Complete lists (all pages read), including informers' and relists.
     pub lists: u64,
@@ -214,6 +219,16 @@ impl Summary {
                 c.p99_ms
             ),
         );
+        if self.encoding != "json" && !self.encoding.is_empty() {
+            l(
+                &mut s,
+                "encoding",
+                format!(
+                    "{}: {} protobuf watch frames, {} protobuf list responses",
+                    self.encoding, self.protobuf_frames, self.protobuf_lists
+                ),
+            );
+        }
         if self.watch_list_informers > 0 {
             let d = &self.sync_latency;
             l(

@@ -9,7 +9,7 @@ use http_body_util::BodyExt;
 use tokio_util::sync::CancellationToken;
 
 use super::args::LoadArgs;
-use super::checker::WriterLog;
+use super::checker::{Violation, WriterLog};
 use super::plan::Plan;
 use super::plot::{write_svg, PlotData, PlotKind};
 use super::pool::Pool;
@@ -19,9 +19,14 @@ use super::stats::Stats;
 use super::target::Target;
 use super::watcher::{self, Ctx};
 use super::{lister, writer};
+use crate::selector::field::FieldSelector;
+use crate::selector::label::LabelSelector;
 
 /// `watchgate load <scenario>`: runs, prints, and fails on any stream violation.
 pub async fn run(args: LoadArgs) -> anyhow::Result<()> {
+    if let super::args::Scenario::Soak(a) = &args.scenario {
+        return super::soak::run(a.clone()).await;
+    }
     let plan = Plan::from_scenario(&args.scenario);
     let summary = execute(&plan).await?;
     if plan.common.json {
@@ -44,7 +49,7 @@ pub async fn run(args: LoadArgs) -> anyhow::Result<()> {
 }
 
 /// Raises the soft open-files limit to the hard one: every watcher is a socket.
-fn raise_fd_limit(wanted: usize) {
+pub(super) fn raise_fd_limit(wanted: usize) {
     match rlimit::increase_nofile_limit(u64::MAX) {
         Ok(n) if (n as usize) < wanted + 64 => eprintln!(
             "warning: the open-files limit is {n}, below the {wanted} sockets this run needs \
@@ -58,7 +63,7 @@ fn raise_fd_limit(wanted: usize) {
 /// Starts the target's cache for pods (its first cacheable read does) and waits, bounded,
 /// until lists come from the cache: watchers then start from an RV the cache has seen.
 /// A target that is not a watchgate never sends the header; that ends the wait at once.
-async fn warm_up(target: &Target, path: &str) {
+pub(super) async fn warm_up(target: &Target, path: &str) {
     let deadline = Instant::now() + Duration::from_secs(15);
     while Instant::now() < deadline {
         let Ok(resp) = target
@@ -83,7 +88,7 @@ async fn warm_up(target: &Target, path: &str) {
     }
 }
 
-fn run_id() -> String {
+pub(super) fn run_id() -> String {
     format!("{:08x}", rand::random::<u32>())
 }
 
@@ -281,19 +286,7 @@ pub async fn execute(plan: &Plan) -> anyhow::Result<Summary> {
         .iter()
         .map(|(s, _)| s.selectors())
         .collect::<anyhow::Result<_>>()?;
-    let mut violations = Vec::new();
-    let mut violation_count = 0u64;
-    for o in &outcomes {
-        let (l, f) = &selectors[o.group];
-        let v = o
-            .check
-            .verify(&final_log, |r| pool.matches(r, l.as_ref(), f.as_ref()));
-        violation_count += v.len() as u64 + o.check.dropped_violations();
-        if violations.len() < 100 {
-            violations.extend(v);
-        }
-    }
-    violations.truncate(100);
+    let (violations, violation_count) = check_outcomes(&outcomes, &selectors, &final_log, &pool);
 
     if !c.keep_objects {
         writer::delete_pool(&write_target, &pool, 32).await;
@@ -327,6 +320,9 @@ pub async fn execute(plan: &Plan) -> anyhow::Result<Summary> {
         bookmarks: Stats::get(&stats.c.bookmarks),
         watch_requests: Stats::get(&stats.c.watch_requests),
         h2_connections: target.h2_connections().await,
+        encoding: format!("{:?}", c.encoding).to_lowercase(),
+        protobuf_frames: Stats::get(&stats.c.protobuf_frames),
+        protobuf_lists: Stats::get(&stats.c.protobuf_lists),
         watch_mb_per_s: Stats::get(&stats.c.watch_bytes) as f64 / 1e6 / secs,
         lists: Stats::get(&stats.c.lists),
         lists_per_s: Stats::get(&stats.c.lists) as f64 / secs,
@@ -389,6 +385,30 @@ pub async fn execute(plan: &Plan) -> anyhow::Result<Summary> {
     Ok(summary)
 }
 
+/// Checks every watcher's stream against the writer's log (`selectors` by watcher group):
+/// the first 100 violations, and how many there were in all.
+pub fn check_outcomes(
+    outcomes: &[watcher::Outcome],
+    selectors: &[(Option<LabelSelector>, Option<FieldSelector>)],
+    log: &WriterLog,
+    pool: &Pool,
+) -> (Vec<Violation>, u64) {
+    let mut violations = Vec::new();
+    let mut violation_count = 0u64;
+    for o in outcomes {
+        let (l, f) = &selectors[o.group];
+        let v = o
+            .check
+            .verify(log, |r| pool.matches(r, l.as_ref(), f.as_ref()));
+        violation_count += v.len() as u64 + o.check.dropped_violations();
+        if violations.len() < 100 {
+            violations.extend(v);
+        }
+    }
+    violations.truncate(100);
+    (violations, violation_count)
+}
+
 /// The load tool's own CPU over the window (from /proc/self, like `--target-pid`).
 fn load_cost(start: Option<(f64, f64)>, end: Option<(f64, f64)>, events: u64) -> LoadCost {
     let cpu = match (start, end) {
@@ -437,7 +457,7 @@ fn target_cost(
     }
 }
 
-fn progress_bar(hidden: bool, watchers: usize) -> indicatif::ProgressBar {
+pub(super) fn progress_bar(hidden: bool, watchers: usize) -> indicatif::ProgressBar {
     let pb = if hidden {
         indicatif::ProgressBar::hidden()
     } else {

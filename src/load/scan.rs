@@ -85,7 +85,7 @@ pub fn scan(line: &[u8]) -> Option<EventInfo> {
     })
 }
 
-fn parse_stamp(s: &[u8]) -> Option<(String, u64)> {
+pub(super) fn parse_stamp(s: &[u8]) -> Option<(String, u64)> {
     let s = std::str::from_utf8(s).ok()?;
     let (run, ns) = s.rsplit_once('/')?;
     Some((run.to_string(), ns.parse().ok()?))

@@ -52,6 +52,9 @@ pub struct Counters {
     /// Fewest and most items in one complete list (min starts at `u64::MAX`: no list yet).
     pub list_items_min: AtomicU64,
     pub list_items_max: AtomicU64,
+    /// Watch frames (`;stream=watch`) and list responses that were protobuf.
+    pub protobuf_frames: AtomicU64,
+    pub protobuf_lists: AtomicU64,
     pub writes: AtomicU64,
     /// Writes the ticker could not start because too many were in flight.
     pub writes_behind: AtomicU64,

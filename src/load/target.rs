@@ -116,12 +116,13 @@ impl Target {
         method: Method,
         path: &str,
         body: Option<(&str, Bytes)>,
+        accept: &str,
     ) -> anyhow::Result<Request<Body>> {
         let mut b = Request::builder()
             .method(method)
             .uri(path)
             .header(http::header::USER_AGENT, USER_AGENT)
-            .header(http::header::ACCEPT, "application/json");
+            .header(http::header::ACCEPT, accept);
         let body = match body {
             Some((ct, bytes)) => {
                 b = b.header(http::header::CONTENT_TYPE, ct);
@@ -139,7 +140,19 @@ impl Target {
         path: &str,
         body: Option<(&str, Bytes)>,
     ) -> anyhow::Result<Response<Body>> {
-        let req = Self::build(method, path, body)?;
+        self.send_accepting(method, path, body, "application/json")
+            .await
+    }
+
+    /// [`Target::send`] with this Accept header (`--encoding`).
+    pub async fn send_accepting(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<(&str, Bytes)>,
+        accept: &str,
+    ) -> anyhow::Result<Response<Body>> {
+        let req = Self::build(method, path, body, accept)?;
         Ok(self.upstream.send(req).await?.map(body::boxed))
     }
 
@@ -147,6 +160,15 @@ impl Target {
     /// connection `i / streams_per_connection`. Only for `http://` targets; `https://`
     /// targets negotiate h2 through ALPN in [`Target::send`].
     pub async fn get_h2(&self, path: &str) -> anyhow::Result<Response<Body>> {
+        self.get_h2_accepting(path, "application/json").await
+    }
+
+    /// [`Target::get_h2`] with this Accept header (`--encoding`).
+    pub async fn get_h2_accepting(
+        &self,
+        path: &str,
+        accept: &str,
+    ) -> anyhow::Result<Response<Body>> {
         anyhow::ensure!(
             self.url.scheme_str() == Some("http"),
             "--protocol http2 with explicit streams per connection needs an http:// target \
@@ -160,7 +182,7 @@ impl Target {
             self.url.authority().map(|a| a.as_str()).unwrap_or("")
         )
         .parse()?;
-        let mut req = Self::build(Method::GET, path, None)?;
+        let mut req = Self::build(Method::GET, path, None, accept)?;
         *req.uri_mut() = uri;
         sender.ready().await?;
         Ok(sender.send_request(req).await?.map(body::boxed))

@@ -11,8 +11,10 @@ use http_body_util::BodyExt;
 use tokio_util::sync::CancellationToken;
 
 use super::checker::{EventType, StreamCheck, WriterLog};
+use super::encoding::{is_protobuf, Encoding};
 use super::lister::{list_once, ListSpec};
 use super::pool::Pool;
+use super::proto_scan::scan_proto;
 use super::scan::{scan, Kind};
 use super::stats::{unix_ns, Stats};
 use super::target::{Protocol, Target};
@@ -35,6 +37,12 @@ pub struct WatchSpec {
     pub protocol: Protocol,
     /// Close and reopen the watch this often (connect/disconnect churn).
     pub reconnect_every: Option<Duration>,
+    /// Leave for good this long after starting (a client of a connect/disconnect storm):
+    /// its stream is then checked up to the last resourceVersion it had.
+    pub lifetime: Option<Duration>,
+    /// The representation asked for (`--encoding`); the response's Content-Type decides
+    /// how the stream is read.
+    pub encoding: Encoding,
 }
 
 impl WatchSpec {
@@ -100,9 +108,15 @@ fn needed_rv(
         .unwrap_or(0)
 }
 
+/// The largest protobuf watch frame read (kube-apiserver's own objects are bounded by
+/// etcd's 1.5 MiB request limit; a longer length prefix is garbage).
+const MAX_FRAME: usize = 16 << 20;
+
 enum StreamEnd {
     /// The run is over for this watcher.
     Done,
+    /// Its lifetime is over: it leaves.
+    Left,
     /// The server ended the stream (or the connection broke): resume.
     Ended,
     /// Planned churn: reconnect.
@@ -125,11 +139,19 @@ pub async fn run(
         query: spec.selector_query(),
         limit: 0,
         resource_version: "0".into(),
+        encoding: spec.encoding,
     };
     let mut check = StreamCheck::new(id, start_rv);
+    let leave_at = spec.lifetime.map(|d| tokio::time::Instant::now() + d);
+    let left = |check: &mut StreamCheck| {
+        leave_at.is_some_and(|t| tokio::time::Instant::now() >= t) && {
+            check.close();
+            true
+        }
+    };
     if spec.list_first {
         loop {
-            if ctx.stop.is_cancelled() {
+            if ctx.stop.is_cancelled() || left(&mut check) {
                 return Outcome { id, group, check };
             }
             match list_once(&ctx.target, &list_spec, stats).await {
@@ -148,9 +170,26 @@ pub async fn run(
         if ctx.stop.is_cancelled() {
             break;
         }
-        let end = stream_once(&ctx, id, &spec, &sel, &mut check, &mut needed, &mut initial).await;
+        if left(&mut check) {
+            break;
+        }
+        let end = stream_once(
+            &ctx,
+            id,
+            &spec,
+            &sel,
+            &mut check,
+            &mut needed,
+            &mut initial,
+            leave_at,
+        )
+        .await;
         match end {
             StreamEnd::Done => break,
+            StreamEnd::Left => {
+                check.close();
+                break;
+            }
             StreamEnd::Reconnect => {}
             StreamEnd::Ended => {
                 Stats::add(&stats.c.terminated, 1);
@@ -164,7 +203,7 @@ pub async fn run(
                 Stats::add(&stats.c.gone, 1);
                 // A reflector relists and watches from the list's RV.
                 loop {
-                    if ctx.stop.is_cancelled() {
+                    if ctx.stop.is_cancelled() || left(&mut check) {
                         return Outcome { id, group, check };
                     }
                     match list_once(&ctx.target, &list_spec, stats).await {
@@ -185,6 +224,8 @@ fn reached(needed: Option<u64>, check: &StreamCheck) -> bool {
     needed.is_some_and(|n| check.last_rv() >= n)
 }
 
+// One stream's whole state is passed in: it outlives the stream (resumes, relists).
+#[allow(clippy::too_many_arguments)]
 async fn stream_once(
     ctx: &Ctx,
     id: usize,
@@ -193,6 +234,7 @@ async fn stream_once(
     check: &mut StreamCheck,
     needed: &mut Option<u64>,
     initial: &mut bool,
+    leave_at: Option<tokio::time::Instant>,
 ) -> StreamEnd {
     let stats = &ctx.stats;
     // The serializer is not Send: build the query in a block.
@@ -219,12 +261,24 @@ async fn stream_once(
     Stats::add(&stats.c.watch_requests, 1);
     let req = async {
         match spec.protocol {
-            Protocol::Http1 => ctx.target.send(Method::GET, &path, None).await,
-            Protocol::Http2 => ctx.target.get_h2(&path).await,
+            Protocol::Http1 => {
+                ctx.target
+                    .send_accepting(Method::GET, &path, None, spec.encoding.accept())
+                    .await
+            }
+            Protocol::Http2 => {
+                ctx.target
+                    .get_h2_accepting(&path, spec.encoding.accept())
+                    .await
+            }
         }
     };
+    let far = || tokio::time::Instant::now() + Duration::from_secs(86400 * 365);
+    let leave = tokio::time::sleep_until(leave_at.unwrap_or_else(far));
+    tokio::pin!(leave);
     let resp = tokio::select! {
         _ = ctx.stop.cancelled() => return StreamEnd::Done,
+        _ = &mut leave => return StreamEnd::Left,
         r = async {
             let _permit = ctx.connect_gate.acquire().await;
             req.await
@@ -250,6 +304,7 @@ async fn stream_once(
     stats.record_watch_connect(t0.elapsed().as_micros() as u64);
     Stats::add(&stats.c.watching, 1);
     let _watching = Decrement(&stats.c.watching);
+    let protobuf = is_protobuf(resp.headers().get(http::header::CONTENT_TYPE));
     let mut body = resp.into_body();
     let mut buf = BytesMut::new();
     let mut batch: Vec<(u64, u64)> = Vec::new();
@@ -263,14 +318,14 @@ async fn stream_once(
     // waiter per frame per watcher (10,000 watchers × 100 frames/s).
     let stop = ctx.stop.cancelled();
     let draining = ctx.draining.cancelled();
-    let reconnect = tokio::time::sleep_until(
-        reconnect_at
-            .unwrap_or_else(|| tokio::time::Instant::now() + Duration::from_secs(86400 * 365)),
-    );
+    let reconnect = tokio::time::sleep_until(reconnect_at.unwrap_or_else(far));
     tokio::pin!(stop, draining, reconnect);
+    // The events of one body frame, decoded before they are checked (reused).
+    let mut decoded = Vec::new();
     loop {
         let frame = tokio::select! {
             _ = &mut stop => return StreamEnd::Done,
+            _ = &mut leave => return StreamEnd::Left,
             _ = &mut reconnect => return StreamEnd::Reconnect,
             _ = &mut draining, if needed.is_none() => {
                 if let Some(log) = ctx.drain_log.get() {
@@ -301,13 +356,38 @@ async fn stream_once(
         let mut events = 0u64;
         let mut checked = 0u64;
         let mut bookmarks = 0u64;
-        while let Some(nl) = memchr::memchr(b'\n', &buf) {
-            let line = buf.split_to(nl + 1);
-            let line = &line[..nl];
-            if line.is_empty() {
-                continue;
+        if protobuf {
+            // Length-prefixed frames; a frame larger than any object the writer makes
+            // means the stream is out of step: it is ended and resumed.
+            loop {
+                let (ev, used) = match crate::proto::split_frame(&buf, MAX_FRAME) {
+                    Ok(Some((frame, _))) => (
+                        scan_proto(frame)
+                            .ok()
+                            .map(|e| (e, is_initial_events_end_proto(frame))),
+                        4 + frame.len(),
+                    ),
+                    Ok(None) => break,
+                    Err(_) => {
+                        stats.error("watch: undecodable event");
+                        return StreamEnd::Ended;
+                    }
+                };
+                let _ = buf.split_to(used);
+                Stats::add(&stats.c.protobuf_frames, 1);
+                decoded.push(ev);
             }
-            let Some(ev) = scan(line) else {
+        } else {
+            while let Some(nl) = memchr::memchr(b'\n', &buf) {
+                let line = buf.split_to(nl + 1);
+                let line = &line[..nl];
+                if !line.is_empty() {
+                    decoded.push(scan(line).map(|e| (e, is_initial_events_end(line))));
+                }
+            }
+        }
+        for ev in decoded.drain(..) {
+            let Some((ev, initial_end)) = ev else {
                 stats.error("watch: undecodable event");
                 continue;
             };
@@ -317,7 +397,7 @@ async fn stream_once(
                 Kind::Added | Kind::Modified | Kind::Deleted if *initial => {
                     events += 1;
                 }
-                Kind::Bookmark if *initial && is_initial_events_end(line) => {
+                Kind::Bookmark if *initial && initial_end => {
                     bookmarks += 1;
                     *initial = false;
                     *check = StreamCheck::new(id, ev.rv);
@@ -376,6 +456,11 @@ async fn stream_once(
 /// The BOOKMARK that ends a watch-list's initial events.
 fn is_initial_events_end(line: &[u8]) -> bool {
     memchr::memmem::find(line, br#""k8s.io/initial-events-end":"true""#).is_some()
+}
+
+/// The same annotation in a protobuf ObjectMeta: a map entry `{1: key, 2: "true"}`.
+fn is_initial_events_end_proto(frame: &[u8]) -> bool {
+    memchr::memmem::find(frame, b"k8s.io/initial-events-end\x12\x04true").is_some()
 }
 
 struct Decrement<'a>(&'a std::sync::atomic::AtomicU64);

@@ -169,6 +169,77 @@ pub async fn delete_pool(target: &Target, pool: &Pool, concurrency: usize) {
         .await;
 }
 
+/// Removes an object from the unsettled set when its write task ends, however it ends.
+struct Settled<'a>(&'a Mutex<std::collections::HashSet<usize>>, usize);
+
+impl Drop for Settled<'_> {
+    fn drop(&mut self) {
+        self.0.lock().unwrap().remove(&self.1);
+    }
+}
+
+/// How long a write whose outcome is unknown is read back before it is given up on.
+const SETTLE_FOR: Duration = Duration::from_secs(60);
+
+/// A write whose answer was lost (the connection broke, or the gateway answered 5xx after
+/// its upstream died) may or may not have been applied. Watchers see it if it was, so the
+/// log must say which: read the object back (retrying while the target is unreachable)
+/// and log the write if the object carries its stamp. Nothing else writes the object
+/// meanwhile (it is unsettled), so its resourceVersion is then the write's. Counted in
+/// the errors as `write: unknown outcome, applied` / `…, not applied` / `…, unresolved`.
+async fn settle(
+    target: &Target,
+    path: &str,
+    stamped: &str,
+    object: usize,
+    stats: &Stats,
+    log: &Mutex<WriterLog>,
+) {
+    let deadline = Instant::now() + SETTLE_FOR;
+    while Instant::now() < deadline {
+        if let Ok(resp) = target.send(Method::GET, path, None).await {
+            let status = resp.status();
+            if let Ok(body) = resp.into_body().collect().await {
+                if status.is_success() {
+                    let body = body.to_bytes();
+                    let (rv, stamp) = rv_and_stamp(&body);
+                    match (rv, stamp) {
+                        (Some(rv), Some(s)) if s == stamped => {
+                            stats.error("write: unknown outcome, applied");
+                            log.lock().unwrap().insert(WriteRecord {
+                                rv,
+                                object,
+                                event: EventType::Modified,
+                            });
+                        }
+                        _ => stats.error("write: unknown outcome, not applied"),
+                    }
+                    return;
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    stats.error("write: unknown outcome, unresolved");
+}
+
+/// The resourceVersion and the load stamp of an object's body.
+fn rv_and_stamp(body: &[u8]) -> (Option<u64>, Option<String>) {
+    let Ok(v) = serde_json::from_slice::<serde_json::Value>(body) else {
+        return (None, None);
+    };
+    let rv = v
+        .pointer("/metadata/resourceVersion")
+        .and_then(|r| r.as_str())
+        .and_then(|r| r.parse().ok());
+    let stamp = v
+        .pointer("/metadata/annotations")
+        .and_then(|a| a.get(super::scan::STAMP_ANNOTATION))
+        .and_then(|s| s.as_str())
+        .map(String::from);
+    (rv, stamp)
+}
+
 /// Applies `rate` writes per second round-robin over the pool until `stop`; every write is
 /// logged with the RV it produced.
 pub async fn run(
@@ -185,6 +256,10 @@ pub async fn run(
         return;
     }
     let sem = Arc::new(Semaphore::new(max_in_flight.max(1)));
+    // Objects whose last write is not settled yet (in flight, or its outcome unknown):
+    // the next write of an object waits until the previous one is in the log or known
+    // lost, so that a read-back can tell what happened to it.
+    let unsettled: Arc<Mutex<std::collections::HashSet<usize>>> = Arc::default();
     let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / rate));
     // A stalled target must not be answered with a burst of catch-up writes later.
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -199,17 +274,35 @@ pub async fn run(
             Stats::add(&stats.c.writes_behind, 1);
             continue;
         };
-        let i = next % pool.size;
-        next += 1;
+        let i = {
+            let mut busy = unsettled.lock().unwrap();
+            let free = (0..pool.size)
+                .map(|k| (next + k) % pool.size)
+                .find(|i| !busy.contains(i));
+            match free {
+                Some(i) => {
+                    busy.insert(i);
+                    next = i + 1;
+                    i
+                }
+                None => {
+                    Stats::add(&stats.c.writes_behind, 1);
+                    continue;
+                }
+            }
+        };
         let (target, pool, stats, log) = (target.clone(), pool.clone(), stats.clone(), log.clone());
+        let unsettled = unsettled.clone();
         tasks.spawn(async move {
             let _permit = permit;
+            let _settled = Settled(&unsettled, i);
             let path = format!(
                 "/api/v1/namespaces/{}/pods/{}",
                 pool.namespace,
                 pool.name(i)
             );
-            let patch = Pool::stamp_patch(&stamp(&pool.run));
+            let stamped = stamp(&pool.run);
+            let patch = Pool::stamp_patch(&stamped);
             let started = Instant::now();
             match send_json(
                 &target,
@@ -232,8 +325,18 @@ pub async fn run(
                         None => stats.error("write: no resourceVersion"),
                     }
                 }
-                Ok((status, _)) => stats.error(format!("write {}", status.as_u16())),
-                Err(_) => stats.error("write: connection"),
+                Ok((status, _)) => {
+                    stats.error(format!("write {}", status.as_u16()));
+                    // A 5xx may come from a gateway that lost the upstream after the
+                    // write was sent: it may have been applied.
+                    if status.is_server_error() {
+                        settle(&target, &path, &stamped, i, &stats, &log).await;
+                    }
+                }
+                Err(_) => {
+                    stats.error("write: connection");
+                    settle(&target, &path, &stamped, i, &stats, &log).await;
+                }
             }
         });
         // Reap finished writes so the set stays small.

@@ -11,6 +11,21 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use tokio::sync::watch;
 
+/// How many watches [`Faults::watch_begins`] remembers.
+pub const MAX_WATCH_BEGINS: usize = 100_000;
+
+/// A watch as the server began it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WatchBegin {
+    pub at: std::time::Instant,
+    /// The resourceVersion it asked to start from (0: "0" or unset, e.g. a watch-list).
+    pub asked: u64,
+    /// The store's resourceVersion at that moment.
+    pub current: u64,
+    /// It was answered with a forced 410.
+    pub gone: bool,
+}
+
 #[derive(Debug, Clone, Default)]
 pub struct FaultConfig {
     /// End every watch stream this long after it started.
@@ -29,6 +44,8 @@ pub struct Faults {
     watch_503: AtomicU32,
     /// Bumped to end all currently open watch streams.
     drop_gen: watch::Sender<u64>,
+    /// The newest [`MAX_WATCH_BEGINS`] watches begun, and whether each got a forced 410 (the soak's checker needs them, docs/reliability.md).
+    watch_begins: Mutex<std::collections::VecDeque<WatchBegin>>,
     /// Freeze: this server's watch cache stops at this resourceVersion (see [`Faults::freeze_at`]).
     frozen: watch::Sender<Option<u64>>,
     _guard: Mutex<()>,
@@ -45,6 +62,7 @@ impl Faults {
             ),
             watch_410: AtomicU32::new(cfg.watch_410),
             watch_503: AtomicU32::new(0),
+            watch_begins: Mutex::default(),
             drop_gen: watch::channel(0).0,
             frozen: watch::channel(None).0,
             _guard: Mutex::new(()),
@@ -85,6 +103,30 @@ impl Faults {
         self.watch_410
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
             .is_ok()
+    }
+
+    /// A watch from `asked` (0: RV "0" or unset) begins while the store is at `current`:
+    /// consumes a forced 410 if one is pending (true: answer 410), and remembers the watch.
+    /// After a 410, a client relists and cannot have seen the changes between `asked` and
+    /// its list one by one; its next watch starts from the list's RV.
+    pub fn begin_watch(&self, asked: u64, current: u64) -> bool {
+        let gone = self.take_watch_410();
+        let mut begins = self.watch_begins.lock().unwrap();
+        if begins.len() == MAX_WATCH_BEGINS {
+            begins.pop_front();
+        }
+        begins.push_back(WatchBegin {
+            at: std::time::Instant::now(),
+            asked,
+            current,
+            gone,
+        });
+        gone
+    }
+
+    /// The watches remembered by [`Faults::begin_watch`], oldest first.
+    pub fn watch_begins(&self) -> Vec<WatchBegin> {
+        self.watch_begins.lock().unwrap().iter().copied().collect()
     }
 
     /// The next `n` watch requests get HTTP 503 ServiceUnavailable, as from an apiserver

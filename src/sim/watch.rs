@@ -443,12 +443,10 @@ async fn begin(sim: &Arc<Sim>, opts: &ListOptions) -> Result<Begin, Status> {
     let rv_str = opts.resource_version.clone().unwrap_or_default();
     // cacher.Watch returns the storage InvalidError unchanged: 500, empty reason.
     let rv = parse_resource_version(&rv_str).map_err(|e| Status::new(500, "", e))?;
-    if sim.faults.take_watch_410() {
+    let current = sim.store.current_rv();
+    if sim.faults.begin_watch(rv, current) {
         let compacted = sim.store.compacted_rv();
-        return Ok(Begin::Error(too_old(
-            rv,
-            sim.store.current_rv().max(compacted),
-        )));
+        return Ok(Begin::Error(too_old(rv, current.max(compacted))));
     }
     let start = match opts.send_initial_events {
         Some(true) => {
