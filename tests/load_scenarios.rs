@@ -518,15 +518,10 @@ async fn watch_fanout_in_protobuf_reads_and_checks_protobuf_frames() {
     fanout_in("protobuf").await;
 }
 
-/// Fails today, on the servers, not on the checker: a watch with client-go's metadata
-/// Accept (`as=PartialObjectMetadataList`, which metadata informers also send on their
-/// watches) is forwarded by the gateway (not served from the cache, which serves
-/// `as=PartialObjectMetadata` watches), and the simulator answers it with 200
-/// `application/json` and an empty body that ends at once, so every watcher reconnects in
-/// a loop and receives nothing. kube-apiserver streams PartialObjectMetadata objects in
-/// `;stream=watch` frames. See docs/reliability.md, "Findings".
+/// client-go's metadata informers: lists ask for `PartialObjectMetadataList`, watches for
+/// `PartialObjectMetadata`, both protobuf first; the checker reads PartialObjectMetadata
+/// frames.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "the simulator and the gateway do not serve metadata watches with client-go's Accept yet"]
 async fn watch_fanout_as_metadata_reads_partial_object_metadata_frames() {
     fanout_in("metadata").await;
 }
@@ -552,9 +547,7 @@ async fn kubelets_and_informers_in_protobuf_list_and_watch_in_protobuf() {
     .await;
     assert_clean(&s);
     assert!(s.protobuf_frames > 0 && s.checked_events == s.writes);
-    // "metadata" informers list fine but their watches fail like
-    // watch_fanout_as_metadata_reads_partial_object_metadata_frames (ignored).
-    for encoding in ["protobuf"] {
+    for encoding in ["protobuf", "metadata"] {
         let s = run(&[
             "informers",
             "--server",

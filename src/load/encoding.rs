@@ -5,8 +5,14 @@
 /// JSON as the fallback for types that have no protobuf).
 pub const PROTOBUF_ACCEPT: &str = "application/vnd.kubernetes.protobuf,application/json";
 
-/// client-go's metadata client (metadata informers), for lists and watches alike.
-pub const METADATA_ACCEPT: &str = "application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json";
+/// client-go's metadata client (`k8s.io/client-go/metadata`, behind metadata informers):
+/// its `List` asks for `PartialObjectMetadataList`…
+pub const METADATA_LIST_ACCEPT: &str = "application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json";
+
+/// …and its `Watch` for `PartialObjectMetadata`: a watch streams single objects, and
+/// kube-apiserver's watch handler cannot convert an event's object into a list (it ends the
+/// stream at the first event).
+pub const METADATA_WATCH_ACCEPT: &str = "application/vnd.kubernetes.protobuf;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json";
 
 /// What watchers and lists ask for.
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
@@ -22,11 +28,20 @@ pub enum Encoding {
 }
 
 impl Encoding {
+    /// The Accept of a list.
     pub fn accept(self) -> &'static str {
         match self {
             Self::Json => "application/json",
             Self::Protobuf => PROTOBUF_ACCEPT,
-            Self::Metadata => METADATA_ACCEPT,
+            Self::Metadata => METADATA_LIST_ACCEPT,
+        }
+    }
+
+    /// The Accept of a watch (client-go's metadata client differs between the two).
+    pub fn watch_accept(self) -> &'static str {
+        match self {
+            Self::Metadata => METADATA_WATCH_ACCEPT,
+            other => other.accept(),
         }
     }
 }

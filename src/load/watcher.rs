@@ -263,12 +263,12 @@ async fn stream_once(
         match spec.protocol {
             Protocol::Http1 => {
                 ctx.target
-                    .send_accepting(Method::GET, &path, None, spec.encoding.accept())
+                    .send_accepting(Method::GET, &path, None, spec.encoding.watch_accept())
                     .await
             }
             Protocol::Http2 => {
                 ctx.target
-                    .get_h2_accepting(&path, spec.encoding.accept())
+                    .get_h2_accepting(&path, spec.encoding.watch_accept())
                     .await
             }
         }
