@@ -14,48 +14,13 @@ mod support;
 use prost::Message;
 use serde_json::{json, Value};
 use support::metrics::sample;
+use support::protobuf::{same_object, ty, CLIENT_GO, METADATA, METADATA_LIST};
 use support::servers::Env;
 use support::watch::{gateway_list_caught_up, open_with, put_object, resource, wait_until_cached};
 use watchgate::proto::{self, MessageType};
 
 use k8s_pb::api::core::v1 as core;
 use k8s_pb::apimachinery::pkg::apis::meta::v1 as meta;
-
-/// client-go's generated clients for built-in types.
-const CLIENT_GO: &str = "application/vnd.kubernetes.protobuf,application/json";
-/// client-go's metadata client: lists, then gets and watches.
-const METADATA_LIST: &str = "application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json";
-const METADATA: &str = "application/vnd.kubernetes.protobuf;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json";
-
-fn ty(api_version: &str, kind: &str) -> MessageType {
-    proto::type_of(api_version, kind).unwrap_or_else(|e| panic!("{api_version} {kind}: {e}"))
-}
-
-/// JSON as Go would write the struct: what both sides are compared in.
-fn normalised(t: MessageType, av: &str, kind: &str, json: &Value) -> Value {
-    let bytes = proto::encode(t, &serde_json::to_vec(json).unwrap())
-        .unwrap_or_else(|e| panic!("{kind}: the JSON answer does not encode: {e}"));
-    serde_json::from_slice(&proto::decode(t, &bytes, Some((av, kind))).unwrap()).unwrap()
-}
-
-/// `envelope` (k8s\0 + Unknown) decodes with k8s-pb's `M` into the object `json` is.
-fn same_object<M: Message + Default>(envelope: &[u8], av: &str, kind: &str, json: &Value) -> M {
-    let u = proto::decode_unknown(envelope).expect("a k8s\\0 runtime.Unknown envelope");
-    assert_eq!(
-        (u.api_version, u.kind),
-        (av, kind),
-        "{}",
-        String::from_utf8_lossy(&proto::decode_object(envelope).unwrap_or_default())
-    );
-    let m = M::decode(u.raw).unwrap_or_else(|e| panic!("k8s-pb cannot decode the {kind}: {e}"));
-    let t = ty(av, kind);
-    let via_pb: Value = serde_json::from_slice(
-        &proto::decode(t, &m.encode_to_vec(), Some((av, kind))).expect("prost's bytes decode"),
-    )
-    .unwrap();
-    assert_eq!(via_pb, normalised(t, av, kind, json), "{kind}");
-    m
-}
 
 async fn get(env: &Env, path: &str, accept: &str) -> support::http::Resp {
     let r = env
