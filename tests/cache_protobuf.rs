@@ -14,10 +14,10 @@ mod support;
 use prost::Message;
 use serde_json::{json, Value};
 use support::metrics::sample;
-use support::protobuf::{same_object, ty, CLIENT_GO, METADATA, METADATA_LIST};
+use support::protobuf::{same_object, CLIENT_GO, METADATA, METADATA_LIST};
 use support::servers::Env;
 use support::watch::{gateway_list_caught_up, open_with, put_object, resource, wait_until_cached};
-use watchgate::proto::{self, MessageType};
+use watchgate::proto;
 
 use k8s_pb::api::core::v1 as core;
 use k8s_pb::apimachinery::pkg::apis::meta::v1 as meta;
