@@ -4,72 +4,36 @@
 //! apiserver's 401 Status (`auth::answers::unauthorized`). The user goes into the
 //! request's extensions as `Arc<auth::User>` for the layers after this one.
 
-use std::convert::Infallible;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 
-use http::{Request, Response};
-use tower::{Layer, Service};
+use http::Request;
 
-use super::BoxFuture;
+use super::guard::{Guard, Verdict};
 use crate::auth::x509::PeerCert;
 use crate::auth::{answers, Security};
-use crate::body::Body;
 
+/// The guard (`stack::guard`): composed as `GuardLayer(Authn(security))`.
 #[derive(Clone)]
-pub struct AuthnLayer(pub Arc<Security>);
+pub struct Authn(pub Arc<Security>);
 
-impl<S> Layer<S> for AuthnLayer {
-    type Service = Authn<S>;
-
-    fn layer(&self, inner: S) -> Authn<S> {
-        Authn {
-            inner,
-            security: self.0.clone(),
-        }
-    }
-}
-
-#[derive(Clone)]
-pub struct Authn<S> {
-    inner: S,
-    security: Arc<Security>,
-}
-
-impl<S, B> Service<Request<B>> for Authn<S>
-where
-    S: Service<Request<B>, Response = Response<Body>, Error = Infallible> + Clone + Send + 'static,
-    S::Future: Send + 'static,
-    B: Send + 'static,
-{
-    type Response = Response<Body>;
-    type Error = Infallible;
-    type Future = BoxFuture;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, mut req: Request<B>) -> BoxFuture {
-        let security = self.security.clone();
-        let mut inner = super::take(&mut self.inner);
-        Box::pin(async move {
-            // The connection's client certificate, verified at the handshake (`server::tls`).
-            let cert = req.extensions().get::<Arc<PeerCert>>().cloned();
-            match security
-                .authn
-                .authenticate(req.headers_mut(), cert.as_deref())
-                .await
-            {
-                Ok(user) => {
-                    req.extensions_mut().insert(user);
-                    inner.call(req).await
-                }
-                Err(err) => {
-                    tracing::debug!(error = %err, uri = %req.uri(), "unauthenticated request");
-                    Ok(answers::unauthorized(req.headers()))
-                }
+impl Guard for Authn {
+    async fn check<B: Send + 'static>(self, mut req: Request<B>) -> Verdict<B> {
+        // The connection's client certificate, verified at the handshake (`server::tls`).
+        let cert = req.extensions().get::<Arc<PeerCert>>().cloned();
+        match self
+            .0
+            .authn
+            .authenticate(req.headers_mut(), cert.as_deref())
+            .await
+        {
+            Ok(user) => {
+                req.extensions_mut().insert(user);
+                Verdict::Pass(req)
             }
-        })
+            Err(err) => {
+                tracing::debug!(error = %err, uri = %req.uri(), "unauthenticated request");
+                Verdict::Answer(answers::unauthorized(req.headers()))
+            }
+        }
     }
 }

@@ -11,37 +11,17 @@
 //! left unmarked and is forwarded too: the upstream then decides, and the cache never
 //! answers without a decision.
 
-use std::convert::Infallible;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 
-use http::{Method, Request, Response};
-use tower::{Layer, Service};
+use http::{Method, Request};
 
-use super::BoxFuture;
+use super::guard::{Guard, Verdict};
 use crate::auth::{answers, Attributes, Authorized, Decision, Security, User};
-use crate::body::Body;
 use crate::request::{ApiPath, Parsed, Verb};
 
+/// The guard (`stack::guard`): composed as `GuardLayer(Authz(security))`.
 #[derive(Clone)]
-pub struct AuthzLayer(pub Arc<Security>);
-
-impl<S> Layer<S> for AuthzLayer {
-    type Service = Authz<S>;
-
-    fn layer(&self, inner: S) -> Authz<S> {
-        Authz {
-            inner,
-            security: self.0.clone(),
-        }
-    }
-}
-
-#[derive(Clone)]
-pub struct Authz<S> {
-    inner: S,
-    security: Arc<Security>,
-}
+pub struct Authz(pub Arc<Security>);
 
 /// A superset of what `cache::serve` and `watch::serve` may answer: GET reads of a
 /// resource (no subresource) with valid options and a resourceVersion, or without one when
@@ -63,49 +43,32 @@ pub fn may_be_served_locally(req: &Parsed, consistent_reads: bool) -> bool {
         })
 }
 
-impl<S, B> Service<Request<B>> for Authz<S>
-where
-    S: Service<Request<B>, Response = Response<Body>, Error = Infallible> + Clone + Send + 'static,
-    S::Future: Send + 'static,
-    B: Send + 'static,
-{
-    type Response = Response<Body>;
-    type Error = Infallible;
-    type Future = BoxFuture;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, mut req: Request<B>) -> BoxFuture {
-        let security = self.security.clone();
-        let mut inner = super::take(&mut self.inner);
-        Box::pin(async move {
-            let user = req.extensions().get::<Arc<User>>().cloned();
-            let consistent = security.consistent_reads_from_cache;
-            let parsed = Parsed::of(&req).filter(|p| may_be_served_locally(p, consistent));
-            if let (Some(user), Some(parsed)) = (user, parsed) {
-                if let Some(attrs) = Attributes::of_read(&parsed) {
-                    match security.authz.authorize(&user, attrs).await {
-                        Ok(Decision::Allow) => {
-                            req.extensions_mut().insert(Authorized);
-                        }
-                        Ok(Decision::Deny(reason)) => {
-                            let attrs = Attributes::of_read(&parsed).expect("derived above");
-                            return Ok(answers::forbidden(
-                                user.name(),
-                                &attrs,
-                                &reason,
-                                req.headers(),
-                            ));
-                        }
-                        Err(err) => {
-                            tracing::warn!(error = %err, "authorization failed; forwarding the read");
-                        }
+impl Guard for Authz {
+    async fn check<B: Send + 'static>(self, mut req: Request<B>) -> Verdict<B> {
+        let user = req.extensions().get::<Arc<User>>().cloned();
+        let consistent = self.0.consistent_reads_from_cache;
+        let parsed = Parsed::of(&req).filter(|p| may_be_served_locally(p, consistent));
+        if let (Some(user), Some(parsed)) = (user, parsed) {
+            if let Some(attrs) = Attributes::of_read(&parsed) {
+                match self.0.authz.authorize(&user, attrs).await {
+                    Ok(Decision::Allow) => {
+                        req.extensions_mut().insert(Authorized);
+                    }
+                    Ok(Decision::Deny(reason)) => {
+                        let attrs = Attributes::of_read(&parsed).expect("derived above");
+                        return Verdict::Answer(answers::forbidden(
+                            user.name(),
+                            &attrs,
+                            &reason,
+                            req.headers(),
+                        ));
+                    }
+                    Err(err) => {
+                        tracing::warn!(error = %err, "authorization failed; forwarding the read");
                     }
                 }
             }
-            inner.call(req).await
-        })
+        }
+        Verdict::Pass(req)
     }
 }

@@ -2,74 +2,36 @@
 //! applied as kube-apiserver's impersonation filter does (`auth::impersonation`). After
 //! this layer the request's user is the impersonated one.
 
-use std::convert::Infallible;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 
-use http::{Request, Response};
-use tower::{Layer, Service};
+use http::Request;
 
-use super::BoxFuture;
+use super::guard::{Guard, Verdict};
 use crate::auth::{impersonation, Security, User};
-use crate::body::Body;
 
+/// The guard (`stack::guard`): composed as `GuardLayer(Impersonate(security))`.
 #[derive(Clone)]
-pub struct ImpersonateLayer(pub Arc<Security>);
+pub struct Impersonate(pub Arc<Security>);
 
-impl<S> Layer<S> for ImpersonateLayer {
-    type Service = Impersonate<S>;
-
-    fn layer(&self, inner: S) -> Impersonate<S> {
-        Impersonate {
-            inner,
-            security: self.0.clone(),
-        }
-    }
-}
-
-#[derive(Clone)]
-pub struct Impersonate<S> {
-    inner: S,
-    security: Arc<Security>,
-}
-
-impl<S, B> Service<Request<B>> for Impersonate<S>
-where
-    S: Service<Request<B>, Response = Response<Body>, Error = Infallible> + Clone + Send + 'static,
-    S::Future: Send + 'static,
-    B: Send + 'static,
-{
-    type Response = Response<Body>;
-    type Error = Infallible;
-    type Future = BoxFuture;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, mut req: Request<B>) -> BoxFuture {
-        let security = self.security.clone();
-        let mut inner = super::take(&mut self.inner);
-        Box::pin(async move {
-            // No impersonation header (the common case): nothing to do.
-            let asks = req
-                .headers()
-                .keys()
-                .any(|k| k.as_str().starts_with("impersonate-"));
-            if asks {
-                if let Some(requestor) = req.extensions().get::<Arc<User>>().cloned() {
-                    match impersonation::impersonate(&security.authz, &requestor, req.headers_mut())
-                        .await
-                    {
-                        Ok(Some(user)) => {
-                            req.extensions_mut().insert(user);
-                        }
-                        Ok(None) => {}
-                        Err(refused) => return Ok(refused),
+impl Guard for Impersonate {
+    async fn check<B: Send + 'static>(self, mut req: Request<B>) -> Verdict<B> {
+        // No impersonation header (the common case): nothing to do.
+        let asks = req
+            .headers()
+            .keys()
+            .any(|k| k.as_str().starts_with("impersonate-"));
+        if asks {
+            if let Some(requestor) = req.extensions().get::<Arc<User>>().cloned() {
+                match impersonation::impersonate(&self.0.authz, &requestor, req.headers_mut()).await
+                {
+                    Ok(Some(user)) => {
+                        req.extensions_mut().insert(user);
                     }
+                    Ok(None) => {}
+                    Err(refused) => return Verdict::Answer(refused),
                 }
             }
-            inner.call(req).await
-        })
+        }
+        Verdict::Pass(req)
     }
 }

@@ -27,8 +27,8 @@
 //! - `catch-panic` (tower-http's `CatchPanic`): a panic while serving becomes a 500
 //!   `metav1.Status` instead of a dropped connection.
 //! - With `--auth=delegated` ([`crate::auth`], docs/security.md): `authn`
-//!   ([`authn::AuthnLayer`]), `impersonate` ([`impersonate::ImpersonateLayer`]), `limits`
-//!   ([`limits::LimitsLayer`]), `authz` ([`authz::AuthzLayer`]) and `identity`
+//!   ([`authn::Authn`]), `impersonate` ([`impersonate::Impersonate`]), `limits`
+//!   ([`limits::LimitsLayer`]), `authz` ([`authz::Authz`]), the first three as [`guard::Guard`]s, and `identity`
 //!   ([`identity::IdentityLayer`]), in kube-apiserver's filter order (authentication,
 //!   impersonation, max-in-flight/APF, authorization).
 //! - `route` ([`route::Router`]): refused requests, then the cache, the fan-out, and the
@@ -43,6 +43,7 @@
 
 pub mod authn;
 pub mod authz;
+pub mod guard;
 pub mod identity;
 pub mod impersonate;
 pub mod instrument;
@@ -70,6 +71,7 @@ use crate::auth::Security;
 use crate::body::Body;
 use crate::proxy::headers::SOURCE_HEADER;
 use crate::request::Parsed;
+use guard::GuardLayer;
 
 /// The composed API service: one request in, one response out (errors are responses).
 pub type ApiService = BoxCloneSyncService<Request<Incoming>, Response<Body>, Infallible>;
@@ -121,10 +123,14 @@ where
         // tower-http's CatchPanic wraps the body in its own box type; back to ours.
         .map_response(|resp: Response<_>| resp.map(crate::body::boxed))
         .layer(CatchPanicLayer::custom(panic::into_status))
-        .option_layer(security.clone().map(authn::AuthnLayer))
-        .option_layer(security.clone().map(impersonate::ImpersonateLayer))
+        .option_layer(security.clone().map(|s| GuardLayer(authn::Authn(s))))
+        .option_layer(
+            security
+                .clone()
+                .map(|s| GuardLayer(impersonate::Impersonate(s))),
+        )
         .option_layer(security.clone().map(limits::LimitsLayer))
-        .option_layer(security.clone().map(authz::AuthzLayer))
+        .option_layer(security.clone().map(|s| GuardLayer(authz::Authz(s))))
         .option_layer(security.map(|_| identity::IdentityLayer))
         .service(router);
     let instrumented = ServiceBuilder::new()
