@@ -71,6 +71,8 @@ pub const WATCH_BYTES_WRITTEN_TOTAL: &str = "watchgate_watch_bytes_written_total
 pub const WATCH_EVENTS_WRITTEN_DIRECTLY_TOTAL: &str =
     "watchgate_watch_events_written_directly_total";
 pub const WATCH_BOOKMARKS_TOTAL: &str = "watchgate_watch_bookmarks_total";
+pub const WATCH_BOOKMARKS_WRITTEN_DIRECTLY_TOTAL: &str =
+    "watchgate_watch_bookmarks_written_directly_total";
 pub const TERMINATED_WATCHERS_TOTAL: &str = "watchgate_terminated_watchers_total";
 pub const WATCH_DISPATCH_DURATION: &str = "watchgate_watch_dispatch_duration_seconds";
 pub const WATCH_HISTORY_EVENTS: &str = "watchgate_watch_cache_history_events";
@@ -461,6 +463,10 @@ fn describe_fanout() {
         "BOOKMARK events sent to downstream watchers."
     );
     describe_counter!(
+        WATCH_BOOKMARKS_WRITTEN_DIRECTLY_TOTAL,
+        "Of the bookmarks sent, the periodic ones the bookmark tick wrote straight to an idle HTTP/1.1 watch connection (the express lane)."
+    );
+    describe_counter!(
         TERMINATED_WATCHERS_TOTAL,
         "Downstream watches ended by watchgate or their client, by reason: slow, timeout, client_gone, relist, shutdown."
     );
@@ -505,6 +511,8 @@ fn refresh_fanout_metrics(registry: &Registry) {
             .absolute(s.bytes.load(Ordering::Relaxed));
         counter!(WATCH_BOOKMARKS_TOTAL, "group" => g.clone(), "resource" => r.clone())
             .absolute(s.bookmarks.load(Ordering::Relaxed));
+        counter!(WATCH_BOOKMARKS_WRITTEN_DIRECTLY_TOTAL, "group" => g.clone(), "resource" => r.clone())
+            .absolute(s.bookmarks_written_directly.load(Ordering::Relaxed));
         for reason in EndReason::ALL {
             counter!(TERMINATED_WATCHERS_TOTAL, "group" => g.clone(), "resource" => r.clone(), "reason" => reason.as_str())
                 .absolute(s.terminated(reason));

@@ -1,7 +1,8 @@
 //! One downstream watch's response body.
 //!
 //! A poll-driven state machine, no task of its own (an idle watcher costs a queue, a
-//! timer and this struct):
+//! deadline timer and this struct; its periodic bookmarks come from the hub's tick,
+//! `watch::bookmarks`):
 //!
 //! ```text
 //!   Initial ──(snapshot sent)──▶ CatchUp(seq) ──(reached the head)──▶ Live
@@ -105,9 +106,13 @@ pub struct WatchBody {
     pending: VecDeque<Bytes>,
     params: WatchParams,
     deadline: Instant,
-    next_bookmark: Instant,
+    /// When the last bookmark goes out, 2 s before the deadline (`None`: sent, or none).
+    /// Periodic bookmarks stop there; the hub's tick sends those (`watch::bookmarks`).
     pre_timeout: Option<Instant>,
+    /// The pre-timeout bookmark, or a periodic one the tick left to this body, is due.
     bookmark_due: bool,
+    /// The deadline, or the pre-timeout bookmark before it: at most two wake-ups per
+    /// watch, none per bookmark interval.
     timer: Pin<Box<Sleep>>,
     lagging: bool,
     /// The resourceVersion of the last event this stream was given.
@@ -126,7 +131,6 @@ impl WatchBody {
     pub fn new(store: Arc<Store>, reg: Registration, params: WatchParams) -> Self {
         let now = Instant::now();
         let deadline = deadline_after(now, params.timeout);
-        let interval = store.hub().cfg.bookmark_interval;
         let pre_timeout = deadline
             .checked_sub(PRE_TIMEOUT_BOOKMARK)
             .filter(|t| *t > now && params.allow_bookmarks);
@@ -147,7 +151,6 @@ impl WatchBody {
             pending: VecDeque::new(),
             params,
             deadline,
-            next_bookmark: deadline_after(now, interval),
             pre_timeout,
             bookmark_due: false,
             timer: Box::pin(tokio::time::sleep_until(deadline)),
@@ -159,6 +162,10 @@ impl WatchBody {
             armed: false,
         };
         body.arm_timer();
+        if let Some(until) = pre_timeout {
+            // kube-apiserver: none when the deadline is less than 2 s away.
+            store_bookmarks(&body.store, &body.shared, until);
+        }
         body
     }
 
@@ -182,14 +189,10 @@ impl WatchBody {
     }
 
     fn next_wake(&self) -> Instant {
-        let mut t = self.deadline;
-        if self.params.allow_bookmarks {
-            t = t.min(self.next_bookmark);
-            if let Some(p) = self.pre_timeout {
-                t = t.min(p);
-            }
+        match self.pre_timeout {
+            Some(p) => self.deadline.min(p),
+            None => self.deadline,
         }
-        t
     }
 
     fn arm_timer(&mut self) {
@@ -206,14 +209,9 @@ impl WatchBody {
         if now >= self.deadline {
             return true;
         }
-        if self.params.allow_bookmarks
-            && (now >= self.next_bookmark || self.pre_timeout.is_some_and(|p| now >= p))
-        {
+        if self.pre_timeout.is_some_and(|p| now >= p) {
             self.bookmark_due = true;
-            self.next_bookmark = deadline_after(now, self.store.hub().cfg.bookmark_interval);
-            if self.pre_timeout.is_some_and(|p| now >= p) {
-                self.pre_timeout = None;
-            }
+            self.pre_timeout = None;
         }
         self.arm_timer();
         // Register the re-armed timer's waker.
@@ -240,7 +238,7 @@ impl WatchBody {
     fn end_counted(&mut self) {
         self.phase = Phase::Done;
         self.rx = None;
-        self.store.hub().unregister(self.shared.id);
+        self.store.hub().unregister(&self.shared);
     }
 
     /// The hub counts a watcher as lagging the moment its queue overflows (even if its
@@ -351,9 +349,12 @@ impl WatchBody {
                 .stats
                 .bookmarks
                 .fetch_add(1, Ordering::Relaxed);
-            self.next_bookmark =
-                deadline_after(Instant::now(), self.store.hub().cfg.bookmark_interval);
-            self.arm_timer();
+            // The next periodic one counts from this one; one due meanwhile is void.
+            self.shared.bookmark_due.store(false, Ordering::SeqCst);
+            self.bookmark_due = false;
+            if let Some(until) = self.pre_timeout {
+                self.store.hub().schedule_bookmarks(&self.shared, until);
+            }
         }
         self.phase = Phase::CatchUp(cursor);
     }
@@ -436,7 +437,12 @@ impl WatchBody {
     }
 
     /// Live and idle: send a due bookmark if every event up to the head has been taken.
+    /// Runs after the queue registered this body's waker, so a periodic bookmark the
+    /// hub's tick flags after this read wakes the body (see `BookmarkHandoff::deliver`).
     fn maybe_bookmark(&mut self) -> bool {
+        if self.shared.bookmark_due.swap(false, Ordering::SeqCst) {
+            self.bookmark_due = true;
+        }
         if !self.bookmark_due {
             return false;
         }
@@ -457,13 +463,14 @@ impl WatchBody {
                 Some(None) => return true,
                 None => {}
             }
-            // Nor behind an event the hub wrote through the lane. The connection's task is
-            // running (it is polling this body), so the lane is shut: no event can be
-            // written after this read and before the bookmark.
-            head = head.max(rx.written_rv());
+            // Nor behind an event (or a bookmark) the hub wrote through the lane. The
+            // connection's task is running (it is polling this body), so the lane is shut:
+            // nothing can be written after this read and before the bookmark.
+            head = head.max(rx.sent_rv());
         }
         self.bookmark_due = false;
         if head >= self.params.min_rv && head > 0 {
+            self.last_rv = head;
             self.pending.push_back(self.shared.encoding.bookmark(
                 &self.store.hub().enc,
                 head,
@@ -515,12 +522,13 @@ impl Body for WatchBody {
                     // Everything ready, up to a frame's worth, under one lock: events that
                     // are ready together leave together.
                     let min_rv = this.params.min_rv;
+                    let given_rv = this.last_rv;
                     let (pending, events, last_rv) = (
                         &mut this.pending,
                         &mut this.unflushed_events,
                         &mut this.last_rv,
                     );
-                    let drained = rx.poll_drain(cx, FRAME_BYTES, |(rv, line)| {
+                    let drained = rx.poll_drain(cx, FRAME_BYTES, given_rv, |(rv, line)| {
                         let len = line.len();
                         if rv > min_rv {
                             pending.push_back(line);
@@ -571,4 +579,10 @@ impl Drop for WatchBody {
             .watchers
             .fetch_sub(1, Ordering::Relaxed);
     }
+}
+
+/// Puts a new watcher in its hub's bookmark schedule, starting the hub's tick if need be.
+fn store_bookmarks(store: &Arc<Store>, shared: &Arc<WatcherShared>, until: Instant) {
+    super::bookmarks::start(store);
+    store.hub().schedule_bookmarks(shared, until);
 }

@@ -49,6 +49,15 @@ pub enum WatchEncoding {
     },
 }
 
+/// See [`WatchEncoding::bookmark_shape`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BookmarkShape {
+    Json,
+    Metadata(MetaVersion),
+    Protobuf,
+    MetadataProtobuf(MetaVersion),
+}
+
 /// What a protobuf watch needs: the type's message (if it has one; `PartialObjectMetadata`
 /// works without), its apiVersion and kind for envelopes, and the type's [`ProtoForm`] to
 /// mark when an object turns out not to be encodable.
@@ -192,6 +201,21 @@ impl WatchEncoding {
             WatchEncoding::Protobuf(p) => AddedFrames::One(p.frame("ADDED", obj, None)),
             WatchEncoding::MetadataProtobuf { version, form } => {
                 AddedFrames::One(form.frame("ADDED", obj, Some(*version)))
+            }
+        }
+    }
+
+    /// What decides this watch's bookmark bytes besides the RV: watches of one hub with
+    /// the same shape get the same bytes, so a tick encodes each bookmark once per shape
+    /// (`Hub::send_due_bookmarks`). `None` for Tables, which are rendered per watcher.
+    pub fn bookmark_shape(&self) -> Option<BookmarkShape> {
+        match self {
+            WatchEncoding::Json => Some(BookmarkShape::Json),
+            WatchEncoding::Metadata { version, .. } => Some(BookmarkShape::Metadata(*version)),
+            WatchEncoding::Table(_) => None,
+            WatchEncoding::Protobuf(_) => Some(BookmarkShape::Protobuf),
+            WatchEncoding::MetadataProtobuf { version, .. } => {
+                Some(BookmarkShape::MetadataProtobuf(*version))
             }
         }
     }

@@ -16,10 +16,12 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::bookmarks::{self, Schedule, Ticker};
+use super::encoding::BookmarkShape;
 use super::event::{Change, EncodedBytes, Encoder, Event};
 use super::filter::{WatchFilter, NAME};
 use super::index::{Index, WatcherId};
-use super::queue::{self, Delivered, Offered, SendError};
+use super::queue::{self, BookmarkSent, Delivered, Offered, SendError};
 use super::stats::{EndReason, FanoutStats};
 use super::WatchConfig;
 use crate::cache::object::CachedObject;
@@ -44,6 +46,12 @@ pub struct WatcherShared {
     pub encoding: super::encoding::WatchEncoding,
     /// The history position of the first event it missed when its queue overflowed.
     lag_seq: AtomicU64,
+    /// Its periodic bookmark is due and the hub's tick left it to the body (see
+    /// `watch::bookmarks`): the body sends it when it is next idle and caught up.
+    pub bookmark_due: AtomicBool,
+    /// Its slot in the hub's bookmark schedule (`bookmarks::UNSCHEDULED`: none); written
+    /// under the hub's lock.
+    pub(super) bookmark_slot: AtomicU64,
     /// Why the hub closed its queue, when it was not for lagging.
     closed_by: AtomicU8,
     /// The history's epoch when it registered: a restart starts a new epoch, and nothing
@@ -233,6 +241,8 @@ pub struct HubState {
     /// vector has doubled since, so it never holds more than twice what is live.
     leases_kept: usize,
     next_sweep: Instant,
+    /// When each watcher that asked for bookmarks gets its next periodic one.
+    bookmarks: Schedule,
 }
 
 /// History sizes, for metrics.
@@ -262,6 +272,8 @@ pub struct Hub {
     shutting_down: AtomicBool,
     pub stats: FanoutStats,
     dispatch_seconds: metrics::Histogram,
+    /// The task that sends periodic bookmarks (`watch::bookmarks`).
+    pub(super) ticker: Ticker,
 }
 
 impl std::fmt::Debug for Hub {
@@ -279,6 +291,7 @@ impl Hub {
     ) -> Self {
         let mut indexed = vec![NAME];
         indexed.extend(field_labels.iter().copied().filter(|l| *l != NAME));
+        let bookmarks = Schedule::new(cfg.bookmark_interval);
         Self {
             enc,
             encoded: EncodedBytes::default(),
@@ -298,12 +311,14 @@ impl Hub {
                 leases: Vec::new(),
                 leases_kept: 0,
                 next_sweep: Instant::now(),
+                bookmarks,
             }),
             head_rv: AtomicU64::new(0),
             epoch: AtomicU64::new(0),
             shutting_down: AtomicBool::new(false),
             stats: FanoutStats::default(),
             dispatch_seconds,
+            ticker: Ticker::default(),
         }
     }
 
@@ -516,6 +531,8 @@ impl Hub {
             filter,
             encoding,
             lag_seq: AtomicU64::new(NO_LAG),
+            bookmark_due: AtomicBool::new(false),
+            bookmark_slot: AtomicU64::new(bookmarks::UNSCHEDULED),
             closed_by: AtomicU8::new(0),
             epoch: st.epoch,
         });
@@ -580,12 +597,103 @@ impl Hub {
         CatchUp::Events { events, next, live }
     }
 
-    /// Removes a watcher from live dispatch (its client went away, or it ended).
-    pub fn unregister(&self, id: WatcherId) {
+    /// Removes a watcher from live dispatch and from the bookmark schedule (its client
+    /// went away, or it ended).
+    pub fn unregister(&self, shared: &WatcherShared) {
         let mut st = self.lock();
+        let id = shared.id;
         if let Some(e) = st.watchers.remove(&id) {
             st.index.remove(&e.key, id);
         }
+        st.bookmarks.remove(shared);
+    }
+
+    /// Schedules `shared`'s next periodic bookmark one interval from now (at
+    /// registration, and again after the initial-events-end bookmark), stopping before
+    /// `until` (the pre-timeout bookmark's time). The hub's tick must run
+    /// (`bookmarks::start`).
+    pub fn schedule_bookmarks(&self, shared: &Arc<WatcherShared>, until: Instant) {
+        let Some(at) = Instant::now().checked_add(self.cfg.bookmark_interval) else {
+            return;
+        };
+        let earlier = self.lock().bookmarks.insert(shared, at, until);
+        if earlier {
+            self.ticker.wake();
+        }
+    }
+
+    /// When the bookmark tick should run next (`None`: no watcher is scheduled).
+    pub fn next_bookmark_tick(&self) -> Option<Instant> {
+        self.lock().bookmarks.next_tick()
+    }
+
+    /// Watchers in the bookmark schedule (for tests).
+    pub fn scheduled_bookmarks(&self) -> usize {
+        self.lock().bookmarks.len()
+    }
+
+    /// One step of the bookmark tick: takes up to `bookmarks::BATCH` watchers whose
+    /// periodic bookmark is due, writes it through the express lane to those idle on it
+    /// and leaves it to the body of every other one (`watch::bookmarks`). Returns true
+    /// when there may be more due.
+    pub fn send_due_bookmarks(&self, now: Instant) -> bool {
+        let mut due = Vec::new();
+        let mut live = Vec::new();
+        {
+            let mut st = self.lock();
+            st.bookmarks
+                .pop_due(now, self.cfg.bookmark_interval, bookmarks::BATCH, &mut due);
+            for shared in &due {
+                match st.watchers.get(&shared.id) {
+                    Some(e) => live.push((shared, e.tx.bookmark_handoff())),
+                    // Sending its initial state or reading the history: its body sends the
+                    // bookmark once it is live and idle (it joins under this lock, and
+                    // reads the flag when it is idle).
+                    None => shared.bookmark_due.store(true, Ordering::SeqCst),
+                }
+            }
+        }
+        // The sockets are written outside the hub's lock, as the dispatch's lane writes.
+        let mut lines: Vec<(BookmarkShape, u64, bytes::Bytes)> = Vec::new();
+        let (mut written, mut bytes) = (0u64, 0u64);
+        for (shared, h) in live {
+            // Read before the queue is looked at (see `BookmarkHandoff::deliver`).
+            let head = self.head_rv();
+            let sent = h.deliver(head, &shared.bookmark_due, |rv| {
+                self.bookmark_line(&mut lines, &shared.encoding, rv)
+            });
+            if let BookmarkSent::Written(n) = sent {
+                written += 1;
+                bytes += n as u64;
+            }
+        }
+        if written > 0 {
+            self.stats.bookmarks.fetch_add(written, Ordering::Relaxed);
+            self.stats
+                .bookmarks_written_directly
+                .fetch_add(written, Ordering::Relaxed);
+            self.stats.bytes.fetch_add(bytes, Ordering::Relaxed);
+        }
+        due.len() == bookmarks::BATCH
+    }
+
+    /// A periodic bookmark's bytes at `rv` for `encoding`, built once per shape and RV in
+    /// one step of the tick.
+    fn bookmark_line(
+        &self,
+        lines: &mut Vec<(BookmarkShape, u64, bytes::Bytes)>,
+        encoding: &super::encoding::WatchEncoding,
+        rv: u64,
+    ) -> bytes::Bytes {
+        let Some(shape) = encoding.bookmark_shape() else {
+            return encoding.bookmark(&self.enc, rv, false);
+        };
+        if let Some((_, _, b)) = lines.iter().find(|(s, r, _)| *s == shape && *r == rv) {
+            return b.clone();
+        }
+        let b = encoding.bookmark(&self.enc, rv, false);
+        lines.push((shape, rv, b.clone()));
+        b
     }
 
     /// The first state of the cache (or a relist that could not be continued): the

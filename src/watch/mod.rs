@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 pub mod body;
+pub mod bookmarks;
 pub mod encoding;
 pub mod event;
 pub mod filter;

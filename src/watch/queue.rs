@@ -31,9 +31,10 @@ struct State<T> {
     /// empty, the producer hands an event to the sink, which writes it if the connection
     /// is idle (`server::express`).
     express: Option<Express>,
-    /// The newest resourceVersion the producer wrote through the lane: the body's
-    /// bookmarks must not go behind it.
-    written_rv: u64,
+    /// The newest resourceVersion this watcher has been given: written through the lane
+    /// (events and bookmarks), or taken by the body before it last went idle. No bookmark
+    /// may go behind it.
+    sent_rv: u64,
 }
 
 struct Express {
@@ -76,7 +77,7 @@ pub fn channel<T>(cap: usize) -> (Sender<T>, Receiver<T>) {
             items: VecDeque::new(),
             closed: false,
             express: None,
-            written_rv: 0,
+            sent_rv: 0,
         }),
         waker: AtomicWaker::new(),
     });
@@ -176,12 +177,12 @@ impl Handoff {
             if let Some(x) = &st.express {
                 match x.sink.try_send(&item.1) {
                     Sent::All => {
-                        st.written_rv = item.0;
+                        st.sent_rv = st.sent_rv.max(item.0);
                         return Delivered::Written;
                     }
                     Sent::Part => {
                         // The connection's task writes the rest: wake it.
-                        st.written_rv = item.0;
+                        st.sent_rv = st.sent_rv.max(item.0);
                         drop(st);
                         shared.waker.wake();
                         return Delivered::Written;
@@ -196,6 +197,87 @@ impl Handoff {
         drop(st);
         shared.waker.wake();
         Delivered::Queued
+    }
+}
+
+impl Sender<Item> {
+    /// The watcher's queue, for a periodic bookmark the hub's tick writes once it has
+    /// released the hub's lock ([`BookmarkHandoff::deliver`]).
+    pub fn bookmark_handoff(&self) -> BookmarkHandoff {
+        BookmarkHandoff {
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+/// What became of a periodic bookmark handed to [`BookmarkHandoff::deliver`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BookmarkSent {
+    /// Written through the express lane: this many bytes.
+    Written(usize),
+    /// Left to the body: its `due` flag is set and it was woken.
+    ToBody,
+    /// Nothing to promise yet (no RV at or above the watch's start): as the body does, no
+    /// bookmark this time.
+    Nothing,
+}
+
+/// A live watcher whose periodic bookmark is due.
+pub struct BookmarkHandoff {
+    shared: Arc<Shared<Item>>,
+}
+
+impl BookmarkHandoff {
+    /// Writes the bookmark through the express lane if the queue is empty and the
+    /// connection idle, exactly as a lone event would be written (`Handoff::deliver`),
+    /// carrying `head` (the hub's head, read before this call) or the newest RV the
+    /// watcher has been given, whichever is larger: never behind an event it was sent,
+    /// and, as every event at or below `head` has reached every live watcher and the lane
+    /// is only open while everything given to the connection is written, never ahead of
+    /// one it was not. Otherwise sets `due` and wakes the body, which sends it when it is
+    /// idle and caught up (as the body's own timer used to).
+    pub fn deliver(
+        self,
+        head: u64,
+        due: &std::sync::atomic::AtomicBool,
+        mut line: impl FnMut(u64) -> bytes::Bytes,
+    ) -> BookmarkSent {
+        let mut st = self.shared.state.lock().expect("queue lock");
+        if st.closed {
+            // Lagging (the body rejoins and sends it when idle) or ended (no one reads
+            // it). The close woke the body already.
+            due.store(true, std::sync::atomic::Ordering::SeqCst);
+            return BookmarkSent::ToBody;
+        }
+        if st.items.is_empty() {
+            if let Some(x) = &st.express {
+                let rv = head.max(st.sent_rv);
+                if rv == 0 || rv < x.min_rv {
+                    return BookmarkSent::Nothing;
+                }
+                let line = line(rv);
+                match x.sink.try_send(&line) {
+                    Sent::All => {
+                        st.sent_rv = rv;
+                        return BookmarkSent::Written(line.len());
+                    }
+                    Sent::Part => {
+                        // The connection's task writes the rest: wake it.
+                        st.sent_rv = rv;
+                        drop(st);
+                        self.shared.waker.wake();
+                        return BookmarkSent::Written(line.len());
+                    }
+                    Sent::Nothing => {}
+                }
+            }
+        }
+        drop(st);
+        // The flag before the wake-up: a body that registered its waker before this wake
+        // is woken; one that registers after it reads the flag (docs/watch.md).
+        due.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.shared.waker.wake();
+        BookmarkSent::ToBody
     }
 }
 
@@ -226,11 +308,14 @@ impl<T> Receiver<T> {
     /// Takes what the queue holds, in order, handing each item to `take` (which returns
     /// its size) until they add up to `max_bytes`, under one lock. `Ready(Some(()))` when
     /// it took any, `Ready(None)` once the sender is gone and the queue is empty; else the
-    /// waker is registered (under the same lock, so an item sent after it wakes it).
+    /// waker is registered (under the same lock, so an item sent after it wakes it) and
+    /// `given_rv`, the newest RV the body has taken, is recorded for the bookmarks the
+    /// producer may write while the body waits (`BookmarkHandoff`).
     pub fn poll_drain(
         &mut self,
         cx: &mut Context<'_>,
         max_bytes: usize,
+        given_rv: u64,
         mut take: impl FnMut(T) -> usize,
     ) -> Poll<Option<()>> {
         let mut st = self.shared.state.lock().expect("queue lock");
@@ -252,6 +337,7 @@ impl<T> Receiver<T> {
         if st.closed {
             return Poll::Ready(None);
         }
+        st.sent_rv = st.sent_rv.max(given_rv);
         self.shared.waker.register(cx.waker());
         Poll::Pending
     }
@@ -282,9 +368,11 @@ impl<T> Receiver<T> {
         }
     }
 
-    /// The newest resourceVersion the producer wrote through the lane (0: none).
-    pub fn written_rv(&self) -> u64 {
-        self.shared.state.lock().expect("queue lock").written_rv
+    /// The newest resourceVersion this watcher has been given as far as the queue knows:
+    /// what the producer wrote through the lane, and what the body recorded when it last
+    /// went idle (0: none).
+    pub fn sent_rv(&self) -> u64 {
+        self.shared.state.lock().expect("queue lock").sent_rv
     }
 }
 
@@ -372,7 +460,7 @@ mod tests {
         assert_eq!(rx.try_recv(), Some(Some(item(3))));
         // Empty: written by the producer, and remembered for bookmarks.
         assert_eq!(lane(tx.offer(item(4))), Delivered::Written);
-        assert_eq!(rx.written_rv(), 4);
+        assert_eq!(rx.sent_rv(), 4);
         assert_eq!(rx.try_recv(), None);
         // At or below the watch's starting resourceVersion: for no one.
         assert!(matches!(tx.offer(item(2)), Ok(Offered::Skipped)));
@@ -383,7 +471,7 @@ mod tests {
         // A short write counts as written (the connection writes the rest).
         *sink.answer.lock().unwrap() = Sent::Part;
         assert_eq!(lane(tx.offer(item(6))), Delivered::Written);
-        assert_eq!(rx.written_rv(), 6);
+        assert_eq!(rx.sent_rv(), 6);
         assert_eq!(*sink.got.lock().unwrap(), vec![item(4).1, item(6).1]);
         // Offered, then the watch ends before the write: nothing is written.
         *sink.answer.lock().unwrap() = Sent::All;

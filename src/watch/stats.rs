@@ -50,6 +50,9 @@ pub struct FanoutStats {
     pub written_directly: AtomicU64,
     pub bytes: AtomicU64,
     pub bookmarks: AtomicU64,
+    /// Of `bookmarks`, the periodic ones the hub's tick wrote straight to an idle
+    /// HTTP/1.1 connection (`watch::bookmarks`).
+    pub bookmarks_written_directly: AtomicU64,
     terminated: [AtomicU64; 5],
 }
 
