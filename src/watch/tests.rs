@@ -708,3 +708,265 @@ async fn a_watcher_whose_snapshot_was_taken_back_is_counted_once() {
         .sum();
     assert_eq!(total, 1, "one watch, one end");
 }
+
+/// The connection end of the express lane for the bookmark tests: records what it was
+/// handed (and when), and answers as told, as `server::chunked::ChunkSink` does for an
+/// idle connection (`All`) or a full socket (`Nothing`).
+struct LaneSink {
+    answer: std::sync::Mutex<crate::server::express::Sent>,
+    got: std::sync::Mutex<Vec<(tokio::time::Instant, Bytes)>>,
+}
+
+impl LaneSink {
+    fn new() -> Arc<Self> {
+        Arc::new(Self {
+            answer: std::sync::Mutex::new(crate::server::express::Sent::All),
+            got: std::sync::Mutex::default(),
+        })
+    }
+
+    fn answer(&self, a: crate::server::express::Sent) {
+        *self.answer.lock().unwrap() = a;
+    }
+
+    /// What it wrote, as (type, name, rv), with the time since `start` in seconds.
+    fn written(&self, start: tokio::time::Instant) -> Vec<(u64, (String, String, String))> {
+        self.got
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(t, b)| {
+                let v: Value = serde_json::from_slice(b).unwrap();
+                (
+                    t.duration_since(start).as_secs(),
+                    (
+                        v["type"].as_str().unwrap().to_string(),
+                        v["object"]["metadata"]["name"]
+                            .as_str()
+                            .unwrap_or_default()
+                            .to_string(),
+                        v["object"]["metadata"]["resourceVersion"]
+                            .as_str()
+                            .unwrap()
+                            .to_string(),
+                    ),
+                )
+            })
+            .collect()
+    }
+}
+
+impl crate::server::express::Sink for LaneSink {
+    fn try_send(&self, frame: &[u8]) -> crate::server::express::Sent {
+        let a = *self.answer.lock().unwrap();
+        if a != crate::server::express::Sent::Nothing {
+            self.got
+                .lock()
+                .unwrap()
+                .push((tokio::time::Instant::now(), Bytes::copy_from_slice(frame)));
+        }
+        a
+    }
+}
+
+/// Counts the wake-ups of the task a body belongs to.
+#[derive(Default)]
+struct CountingWaker(std::sync::atomic::AtomicUsize);
+
+impl futures_util::task::ArcWake for CountingWaker {
+    fn wake_by_ref(arc_self: &Arc<Self>) {
+        arc_self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// Polls `body` once, as a connection's task does, with `waker`: it must have nothing to
+/// send (it goes idle and arms its queue with the lane, if it has one).
+fn poll_idle(body: &mut WatchBody, waker: &Arc<CountingWaker>) {
+    use http_body::Body as _;
+    let w = futures_util::task::waker(waker.clone());
+    let mut cx = std::task::Context::from_waker(&w);
+    assert!(
+        std::pin::Pin::new(body).poll_frame(&mut cx).is_pending(),
+        "the body had something to send"
+    );
+}
+
+fn bookmarking(min_rv: u64, timeout: Duration) -> WatchParams {
+    WatchParams {
+        allow_bookmarks: true,
+        timeout,
+        ..params(min_rv)
+    }
+}
+
+/// Issue 18: periodic bookmarks come from one tick per resource type, not a timer per
+/// watcher. An idle watcher on the express lane (a detached HTTP/1.1 watch whose task is
+/// idle) gets each one written straight to its socket by the tick, on schedule, exactly
+/// one per interval, and its body is never woken for it. 600 watchers: more than one
+/// step of the tick (`bookmarks::BATCH`). The pre-timeout bookmark, once per watch, is
+/// the body's own.
+#[tokio::test(start_paused = true)]
+async fn idle_lane_watchers_get_periodic_bookmarks_from_the_tick_without_a_wake_up() {
+    const N: usize = 600;
+    let cfg = WatchConfig {
+        bookmark_interval: Duration::from_secs(60),
+        ..Default::default()
+    };
+    let s = store(cfg, &[], 10);
+    let start = tokio::time::Instant::now();
+    let mut watchers = Vec::new();
+    for _ in 0..N {
+        let mut w = open(
+            &s,
+            WatchFilter::default(),
+            Start::After(10),
+            bookmarking(10, Duration::from_secs(150)),
+        );
+        let sink = LaneSink::new();
+        w.lane().connect(sink.clone());
+        let waker = Arc::new(CountingWaker::default());
+        poll_idle(&mut w, &waker);
+        watchers.push((w, sink, waker));
+    }
+    assert_eq!(s.hub().scheduled_bookmarks(), N);
+    s.apply(Change::Progress(17));
+    tokio::time::sleep_until(start + Duration::from_secs(61)).await;
+    s.apply(Change::Progress(18));
+    tokio::time::sleep_until(start + Duration::from_secs(121)).await;
+    for (i, (_, sink, waker)) in watchers.iter().enumerate() {
+        assert_eq!(
+            sink.written(start),
+            vec![(60, ev("BOOKMARK", "", 17)), (120, ev("BOOKMARK", "", 18))],
+            "watcher {i}: one bookmark per interval, through the lane"
+        );
+        assert_eq!(waker.0.load(std::sync::atomic::Ordering::SeqCst), 0);
+    }
+    let stats = &s.hub().stats;
+    let direct = stats
+        .bookmarks_written_directly
+        .load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(direct, 2 * N as u64);
+    // 2 s before the deadline: the body's own bookmark (its timer wakes it), and no
+    // periodic one after it.
+    let (w, sink, _) = &mut watchers[0];
+    let got = read_within(w, 1, Duration::from_secs(1000)).await;
+    assert_eq!(got, vec![ev("BOOKMARK", "", 18)]);
+    assert_eq!(start.elapsed().as_secs(), 148, "2 s before the deadline");
+    ends_within(w, Duration::from_secs(1000)).await;
+    assert_eq!(start.elapsed().as_secs(), 150);
+    assert_eq!(
+        sink.written(start).len(),
+        2,
+        "no periodic bookmark after it"
+    );
+    drop(watchers);
+    assert_eq!(
+        s.hub().scheduled_bookmarks(),
+        0,
+        "ended watches leave the schedule"
+    );
+}
+
+/// A bookmark never overtakes an event: when the tick finds the watcher's queue holding
+/// one (its connection was busy when the event came), the bookmark is not written
+/// through the lane, even if the socket could take it now; the body sends the event and
+/// then the bookmark, carrying that event's RV.
+#[tokio::test(start_paused = true)]
+async fn a_due_bookmark_never_overtakes_a_queued_event() {
+    use crate::server::express::Sent;
+    let cfg = WatchConfig {
+        bookmark_interval: Duration::from_secs(60),
+        ..Default::default()
+    };
+    let s = store(cfg, &[], 10);
+    let start = tokio::time::Instant::now();
+    let mut w = open(
+        &s,
+        WatchFilter::default(),
+        Start::After(10),
+        bookmarking(10, Duration::from_secs(3600)),
+    );
+    let sink = LaneSink::new();
+    w.lane().connect(sink.clone());
+    let waker = Arc::new(CountingWaker::default());
+    poll_idle(&mut w, &waker);
+    // The socket is full: the event is queued and the body woken.
+    sink.answer(Sent::Nothing);
+    s.apply(Change::Upsert(pod("a", 11, "n")));
+    assert_eq!(waker.0.load(std::sync::atomic::Ordering::SeqCst), 1);
+    // The socket drains, but the body has not run yet when the bookmark is due.
+    sink.answer(Sent::All);
+    tokio::time::sleep_until(start + Duration::from_secs(61)).await;
+    assert!(
+        sink.written(start).is_empty(),
+        "nothing went past the queue"
+    );
+    let got = read_within(&mut w, 2, Duration::from_secs(1)).await;
+    assert_eq!(got, vec![ev("ADDED", "a", 11), ev("BOOKMARK", "", 11)]);
+}
+
+/// A bookmark the socket cannot take now (it would block) goes to the body, which is
+/// woken and sends it, as an event's write falls back to the connection's task.
+#[tokio::test(start_paused = true)]
+async fn a_bookmark_the_socket_cannot_take_goes_through_the_body() {
+    use crate::server::express::Sent;
+    let cfg = WatchConfig {
+        bookmark_interval: Duration::from_secs(60),
+        ..Default::default()
+    };
+    let s = store(cfg, &[], 10);
+    let start = tokio::time::Instant::now();
+    let mut w = open(
+        &s,
+        WatchFilter::default(),
+        Start::After(10),
+        bookmarking(10, Duration::from_secs(3600)),
+    );
+    let sink = LaneSink::new();
+    w.lane().connect(sink.clone());
+    let waker = Arc::new(CountingWaker::default());
+    poll_idle(&mut w, &waker);
+    s.apply(Change::Progress(15));
+    sink.answer(Sent::Nothing);
+    tokio::time::sleep_until(start + Duration::from_secs(61)).await;
+    assert_eq!(
+        waker.0.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "woken"
+    );
+    let got = read_within(&mut w, 1, Duration::from_secs(1)).await;
+    assert_eq!(got, vec![ev("BOOKMARK", "", 15)]);
+    assert_eq!(
+        s.hub()
+            .stats
+            .bookmarks_written_directly
+            .load(std::sync::atomic::Ordering::Relaxed),
+        0
+    );
+}
+
+/// A bookmark due while a watcher still sends its initial state waits until it is live
+/// and idle; the initial-events-end bookmark restarts the cadence, so no periodic one
+/// follows it at once.
+#[tokio::test(start_paused = true)]
+async fn the_cadence_restarts_at_the_initial_events_end_bookmark() {
+    let cfg = WatchConfig {
+        bookmark_interval: Duration::from_secs(60),
+        ..Default::default()
+    };
+    let s = store(cfg, &[pod("a", 5, "n")], 10);
+    let start = tokio::time::Instant::now();
+    let p = WatchParams {
+        initial_events_end: true,
+        ..bookmarking(0, Duration::from_secs(3600))
+    };
+    let mut w = open(&s, WatchFilter::default(), Start::Initial, p);
+    // Not read until after the first periodic bookmark was due.
+    tokio::time::sleep_until(start + Duration::from_secs(61)).await;
+    let got = read_within(&mut w, 2, Duration::from_secs(1)).await;
+    assert_eq!(got, vec![ev("ADDED", "a", 5), ev("BOOKMARK", "", 10)]);
+    // The next one a full interval after the initial-events-end bookmark.
+    let got = read_within(&mut w, 1, Duration::from_secs(1000)).await;
+    assert_eq!(got, vec![ev("BOOKMARK", "", 10)]);
+    assert_eq!(start.elapsed().as_secs(), 121);
+}
