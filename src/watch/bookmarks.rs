@@ -248,3 +248,102 @@ async fn run(store: Weak<Store>, wake: Arc<Notify>) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn watcher(id: WatcherId) -> Arc<WatcherShared> {
+        Arc::new(WatcherShared::for_tests(id))
+    }
+
+    #[test]
+    fn slots_are_a_second_or_an_eighth_of_a_short_interval() {
+        assert_eq!(slot_for(Duration::from_secs(60)), Duration::from_secs(1));
+        assert_eq!(
+            slot_for(Duration::from_millis(400)),
+            Duration::from_millis(50)
+        );
+        assert_eq!(slot_for(Duration::ZERO), Duration::from_millis(1));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn due_watchers_come_out_together_and_go_back_one_interval_later() {
+        let interval = Duration::from_secs(60);
+        let mut s = Schedule::new(interval);
+        let t0 = Instant::now();
+        let far = t0 + Duration::from_secs(3600);
+        let (a, b, c) = (watcher(1), watcher(2), watcher(3));
+        // a and b are due in the same slot (rounded up to the second), c later.
+        assert!(
+            s.insert(&a, t0 + Duration::from_millis(59_100), far),
+            "the first wakes the tick"
+        );
+        s.next_tick();
+        assert!(
+            !s.insert(&b, t0 + Duration::from_millis(59_900), far),
+            "same slot: no wake-up"
+        );
+        assert!(!s.insert(&c, t0 + Duration::from_secs(61), far));
+        assert_eq!(s.next_tick(), Some(t0 + Duration::from_secs(60)));
+        let mut out = Vec::new();
+        s.pop_due(
+            t0 + Duration::from_millis(59_999),
+            interval,
+            BATCH,
+            &mut out,
+        );
+        assert!(out.is_empty(), "nothing before its slot");
+        s.pop_due(t0 + Duration::from_secs(60), interval, BATCH, &mut out);
+        let ids: Vec<_> = out.iter().map(|w| w.id).collect();
+        assert_eq!(ids, vec![1, 2]);
+        assert_eq!(s.next_tick(), Some(t0 + Duration::from_secs(61)));
+        // Rescheduled one interval after they were handled.
+        out.clear();
+        s.pop_due(t0 + Duration::from_secs(61), interval, BATCH, &mut out);
+        assert_eq!(out.len(), 1);
+        assert_eq!(s.next_tick(), Some(t0 + Duration::from_secs(120)));
+        assert_eq!(s.len(), 3);
+        // An earlier entry wakes the tick; a removed one is gone.
+        assert!(s.insert(&b, t0 + Duration::from_secs(90), far));
+        s.remove(&a);
+        s.remove(&a);
+        assert_eq!(s.len(), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn periodic_bookmarks_stop_before_the_pre_timeout_one() {
+        let interval = Duration::from_secs(60);
+        let mut s = Schedule::new(interval);
+        let t0 = Instant::now();
+        let a = watcher(1);
+        // Deadline at 150 s: the pre-timeout bookmark at 148 s; periodic ones at 60, 120.
+        let until = t0 + Duration::from_secs(148);
+        s.insert(&a, t0 + interval, until);
+        let mut out = Vec::new();
+        s.pop_due(t0 + Duration::from_secs(60), interval, BATCH, &mut out);
+        s.pop_due(t0 + Duration::from_secs(120), interval, BATCH, &mut out);
+        assert_eq!(out.len(), 2);
+        assert!(s.is_empty(), "180 s is past 148 s: not rescheduled");
+        assert!(!s.insert(&a, t0 + Duration::from_secs(148), until));
+        assert!(s.is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_step_takes_at_most_a_batch() {
+        let interval = Duration::from_secs(60);
+        let mut s = Schedule::new(interval);
+        let t0 = Instant::now();
+        let far = t0 + Duration::from_secs(3600);
+        let ws: Vec<_> = (0..BATCH as u64 + 10).map(watcher).collect();
+        for w in &ws {
+            s.insert(w, t0 + interval, far);
+        }
+        let mut out = Vec::new();
+        s.pop_due(t0 + interval, interval, BATCH, &mut out);
+        assert_eq!(out.len(), BATCH);
+        out.clear();
+        s.pop_due(t0 + interval, interval, BATCH, &mut out);
+        assert_eq!(out.len(), 10);
+    }
+}

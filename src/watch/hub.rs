@@ -60,6 +60,21 @@ pub struct WatcherShared {
 }
 
 impl WatcherShared {
+    /// A JSON watcher of everything, registered nowhere (for the schedule's tests).
+    #[cfg(test)]
+    pub fn for_tests(id: WatcherId) -> Self {
+        Self {
+            id,
+            filter: WatchFilter::default(),
+            encoding: super::encoding::WatchEncoding::Json,
+            lag_seq: AtomicU64::new(NO_LAG),
+            bookmark_due: AtomicBool::new(false),
+            bookmark_slot: AtomicU64::new(bookmarks::UNSCHEDULED),
+            closed_by: AtomicU8::new(0),
+            epoch: 0,
+        }
+    }
+
     /// Where to resume in the history after the queue was closed for lagging.
     pub fn take_lag(&self) -> Option<u64> {
         let s = self.lag_seq.swap(NO_LAG, Ordering::AcqRel);
