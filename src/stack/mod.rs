@@ -20,7 +20,9 @@
 //!   `Audit-ID` (the client's, or a new UUID), which goes upstream with a forwarded request
 //!   (the apiserver adopts it for its audit events) and comes back on every answer, as
 //!   kube-apiserver's `WithAuditInit` answers.
-//! - `trace` (tower-http's `Trace`): one debug span per request, with its audit id.
+//! - `trace` (tower-http's `Trace`, [`trace::TraceLayer`]): one debug span per request,
+//!   with its audit id; a watch the cache serves keeps the span and the log lines but not
+//!   tower-http's per-frame body wrapper (its body logs its own end).
 //! - `instrument` ([`instrument::InstrumentLayer`]): request metrics from the typed request.
 //! - `source` (tower-http's `SetResponseHeader`): an answer neither the cache nor the
 //!   upstream marked is one the gateway made itself (`X-Watchgate-Source: gateway`).
@@ -50,6 +52,7 @@ pub mod instrument;
 pub mod limits;
 mod panic;
 pub mod route;
+pub mod trace;
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -65,7 +68,6 @@ use tower_http::request_id::{
     MakeRequestId, PropagateRequestIdLayer, RequestId, SetRequestIdLayer,
 };
 use tower_http::set_header::SetResponseHeaderLayer;
-use tower_http::trace::{DefaultOnFailure, TraceLayer};
 
 use crate::auth::Security;
 use crate::body::Body;
@@ -141,14 +143,7 @@ where
         .layer(SetRequestIdLayer::new(AUDIT_ID, NewAuditId))
         .layer(PropagateRequestIdLayer::new(AUDIT_ID))
         .map_response(|resp: Response<_>| resp.map(crate::body::boxed))
-        .layer(
-            TraceLayer::new_for_http()
-                .make_span_with(span)
-                // A 5xx is an answer like any other here (the upstream's 503, a panic's
-                // 500, already logged where it happens): not an ERROR line per request.
-                .on_failure(DefaultOnFailure::new().level(tracing::Level::DEBUG)),
-        )
-        .map_response(|resp: Response<_>| resp.map(crate::body::boxed))
+        .layer(trace::TraceLayer)
         .service(instrumented);
     BoxCloneSyncService::new(outer)
 }

@@ -125,6 +125,10 @@ pub struct WatchBody {
     lane: Arc<Lane>,
     /// Whether the current queue has been armed with the lane's sink.
     armed: bool,
+    /// The request's span (disabled unless debug logging asks for it), for the stream's
+    /// `end of stream` line: the trace layer does not wrap this body (`stack::trace`).
+    span: tracing::Span,
+    started: Instant,
 }
 
 impl WatchBody {
@@ -160,6 +164,8 @@ impl WatchBody {
             unflushed_bytes: 0,
             lane: Arc::default(),
             armed: false,
+            span: tracing::Span::current(),
+            started: now,
         };
         body.arm_timer();
         if let Some(until) = pre_timeout {
@@ -228,14 +234,15 @@ impl WatchBody {
             Phase::Initial { lease, .. } => !lease.finish(),
             _ => false,
         };
-        self.end_counted();
+        self.end_counted(reason);
         if !counted_by_hub {
             self.store.hub().count_end(reason);
         }
     }
 
     /// Ends the stream whose end the hub has already counted.
-    fn end_counted(&mut self) {
+    fn end_counted(&mut self, reason: EndReason) {
+        crate::logging::end_of_stream(&self.span, self.started.elapsed(), Some(reason.as_str()));
         self.phase = Phase::Done;
         self.rx = None;
         self.store.hub().unregister(&self.shared);
@@ -284,7 +291,7 @@ impl WatchBody {
         let Some(snap) = lease.step() else {
             // The hub took the snapshot back while the client was not reading, and has
             // counted this end.
-            self.end_counted();
+            self.end_counted(EndReason::Slow);
             return;
         };
         if self.store.hub().restarted_since(&self.shared) {

@@ -970,3 +970,42 @@ async fn the_cadence_restarts_at_the_initial_events_end_bookmark() {
     assert_eq!(got, vec![ev("BOOKMARK", "", 10)]);
     assert_eq!(start.elapsed().as_secs(), 121);
 }
+
+/// The trace layer does not wrap a cached watch's body (`stack::trace`): the body writes
+/// the request's `end of stream` line itself, once, with the reason the watch ended.
+#[tokio::test(start_paused = true)]
+async fn a_watch_logs_its_end_of_stream_with_the_reason() {
+    #[derive(Clone, Default)]
+    struct Captured(Arc<std::sync::Mutex<Vec<u8>>>);
+    impl std::io::Write for Captured {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let logs = Captured::default();
+    let sub = tracing_subscriber::fmt()
+        .with_env_filter("debug")
+        .with_writer({
+            let logs = logs.clone();
+            move || logs.clone()
+        })
+        .with_ansi(false)
+        .finish();
+    let _guard = tracing::subscriber::set_default(sub);
+    let s = store(WatchConfig::default(), &[], 10);
+    let p = WatchParams {
+        timeout: Duration::from_secs(30),
+        ..params(10)
+    };
+    let mut w = open(&s, WatchFilter::default(), Start::After(10), p);
+    ends_within(&mut w, Duration::from_secs(100)).await;
+    drop(w);
+    let text = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
+    assert_eq!(text.matches("end of stream").count(), 1, "{text}");
+    assert!(text.contains("reason=\"timeout\""), "{text}");
+    assert!(text.contains("stream_duration=30000 ms"), "{text}");
+}
