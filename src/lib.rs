@@ -10,6 +10,7 @@
 pub mod apipath;
 pub mod auth;
 pub mod body;
+pub mod bookmark;
 pub mod cache;
 pub mod codec;
 pub mod config;
