@@ -15,6 +15,7 @@ pub mod cache;
 pub mod codec;
 pub mod config;
 pub mod demo;
+pub mod error_response;
 pub mod load;
 pub mod logging;
 pub mod metrics;

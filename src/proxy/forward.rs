@@ -12,6 +12,7 @@ use super::headers;
 use super::stream::{DrainingBody, TrackedBody};
 use super::upgrade;
 use crate::body::{self, Body};
+use crate::error_response::negotiated;
 use crate::server::drain::DrainWatch;
 use crate::status::Status;
 use crate::upstream::{Upstream, UpstreamError, UpstreamResponse};
@@ -56,6 +57,9 @@ impl Proxy {
         // Watches and followed logs legitimately wait for their first bytes.
         let head_deadline =
             (!long_running).then(|| self.response_timeout.max(requested_timeout(req.uri())));
+        // The gateway's own Statuses (upstream down, timed out, at its bound) are written
+        // in the encoding the client negotiated, as the apiserver writes its errors.
+        let accept = parts_accept(req.headers());
         let (mut parts, incoming) = req.into_parts();
         headers::upstream_request(&mut parts.headers, false);
         // The client picks the upstream protocol (h2 when ALPN agrees); the request
@@ -75,18 +79,21 @@ impl Proxy {
             Ok(resp) => self.respond(resp, long_running),
             Err(err) if body_failed.load(Ordering::Acquire) => {
                 tracing::debug!(error = %err, "request body ended early");
-                Status::bad_request("the request body ended before it was complete").into_response()
+                negotiated(
+                    Status::bad_request("the request body ended before it was complete"),
+                    accept.as_deref(),
+                )
             }
             // A refusal at the connection bound is load, not a failure: one line per
             // refused request at warn would flood the log exactly when it is busiest
             // (watchgate_upstream_refusals_total counts them).
             Err(err @ UpstreamError::TooManyRequests(_)) => {
                 tracing::debug!(error = %err, "upstream connection bound reached");
-                err.to_status().into_response()
+                negotiated(err.to_status(), accept.as_deref())
             }
             Err(err) => {
                 tracing::warn!(error = %err, upstream = %self.upstream.url(), "upstream failed");
-                err.to_status().into_response()
+                negotiated(err.to_status(), accept.as_deref())
             }
         }
     }
@@ -147,6 +154,13 @@ fn requested_timeout(uri: &http::Uri) -> Duration {
 /// strconv.ParseBool's true values.
 fn parse_go_bool(v: &str) -> bool {
     matches!(v, "1" | "t" | "T" | "true" | "TRUE" | "True")
+}
+
+/// The request's first `Accept` header, kept for a Status the gateway may have to write.
+fn parts_accept(h: &http::HeaderMap) -> Option<String> {
+    h.get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string)
 }
 
 #[cfg(test)]
