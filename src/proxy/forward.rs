@@ -123,21 +123,9 @@ impl Proxy {
 }
 
 /// Watches and followed logs run until the client or the server ends them; these are
-/// the responses a drain must end instead of waiting for. Mirrors the apiserver's
-/// long-running check for the verbs that stream (`watch`, `follow`).
-pub(crate) fn is_long_running(uri: &http::Uri) -> bool {
-    let path = uri.path();
-    if path.starts_with("/api/v1/watch/")
-        || path.starts_with("/apis/") && path.split('/').nth(4) == Some("watch")
-        || path == "/api/v1/watch"
-    {
-        return true;
-    }
-    uri.query().is_some_and(|q| {
-        form_urlencoded::parse(q.as_bytes())
-            .any(|(k, v)| (k == "watch" || k == "follow") && parse_go_bool(&v))
-    })
-}
+/// the responses a drain must end instead of waiting for. One definition, the upstream
+/// pool's (it keeps the same requests off the short requests' connections).
+pub(crate) use crate::upstream::class::is_long_running;
 
 /// A request's own `?timeout=` (kube-apiserver honours it for non-streaming requests), plus
 /// slack for the apiserver's answer to travel; zero when absent or unparsable.
@@ -149,11 +137,6 @@ fn requested_timeout(uri: &http::Uri) -> Duration {
                 .and_then(|(_, v)| crate::config::parse_duration(&v).ok())
         })
         .map_or(Duration::ZERO, |t| t + Duration::from_secs(10))
-}
-
-/// strconv.ParseBool's true values.
-fn parse_go_bool(v: &str) -> bool {
-    matches!(v, "1" | "t" | "T" | "true" | "TRUE" | "True")
 }
 
 /// The request's first `Accept` header, kept for a Status the gateway may have to write.
