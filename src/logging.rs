@@ -135,6 +135,25 @@ pub fn seconds(d: std::time::Duration) -> String {
     }
 }
 
+/// The `end of stream` line of a watch, in its request's span, under tower-http's
+/// `on_eos` target (so that the filters that showed tower-http's line show this one), with
+/// the reason it ended when the cache served it. Written once per watch by the watch
+/// itself (`watch::body`) or by `stack::trace`, which does not wrap a cached watch's body.
+pub fn end_of_stream(
+    span: &tracing::Span,
+    stream_duration: std::time::Duration,
+    reason: Option<&str>,
+) {
+    span.in_scope(|| {
+        tracing::debug!(
+            target: "tower_http::trace::on_eos",
+            stream_duration = %format_args!("{} ms", stream_duration.as_millis()),
+            reason,
+            "end of stream"
+        )
+    });
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -160,23 +179,4 @@ mod tests {
         assert_eq!(directive_for(5), "info,watchgate=trace");
         assert_eq!(directive_for(9), "trace");
     }
-}
-
-/// The `end of stream` line of a watch, in its request's span, under tower-http's
-/// `on_eos` target (so that the filters that showed tower-http's line show this one), with
-/// the reason it ended when the cache served it. Written once per watch by the watch
-/// itself (`watch::body`) or by `stack::trace`, which does not wrap a cached watch's body.
-pub fn end_of_stream(
-    span: &tracing::Span,
-    stream_duration: std::time::Duration,
-    reason: Option<&str>,
-) {
-    span.in_scope(|| {
-        tracing::debug!(
-            target: "tower_http::trace::on_eos",
-            stream_duration = %format_args!("{} ms", stream_duration.as_millis()),
-            reason,
-            "end of stream"
-        )
-    });
 }
