@@ -86,6 +86,12 @@ pub struct ServeArgs {
     /// How often an idle watch that asked for bookmarks gets one (kube-apiserver: 1m).
     #[arg(long, default_value = "1m", value_parser = parse_duration)]
     pub watch_bookmark_interval: Duration,
+    /// What watches get when the upstream forces a relist (a 410, a broken stream): `diff`
+    /// sends the relist's difference as ordinary events and every stream goes on; `end`
+    /// ends every watch of the resource, as kube-apiserver's watch cache does when it
+    /// relists (clients resume from their last resourceVersion, or relist on a 410).
+    #[arg(long, value_enum, default_value = "diff", value_name = "MODE")]
+    pub watch_relist: crate::watch::RelistMode,
     /// Concurrent streams allowed on one HTTP/2 client connection (kube-apiserver's
     /// --http2-max-streams-per-connection; its aggregated API servers use 1000).
     #[arg(long, default_value_t = 1000)]
@@ -477,6 +483,7 @@ impl GatewayConfig {
                 bookmark_interval: args.watch_bookmark_interval,
                 stall_timeout: args.write_stall_timeout,
                 record_dispatch: true,
+                relist: args.watch_relist,
             },
             http2_max_streams: args.http2_max_streams_per_connection,
             write_stall_timeout: Some(args.write_stall_timeout).filter(|t| !t.is_zero()),
@@ -667,6 +674,7 @@ mod tests {
             watch_history_window: Duration::from_secs(300),
             watch_history_bytes: 1 << 20,
             watch_bookmark_interval: Duration::from_secs(60),
+            watch_relist: Default::default(),
             http2_max_streams_per_connection: 1000,
             write_stall_timeout: Duration::from_secs(60),
             upstream_watch_list: Default::default(),
@@ -811,6 +819,7 @@ mod tests {
             watch_history_window: Duration::from_secs(300),
             watch_history_bytes: 1 << 20,
             watch_bookmark_interval: Duration::from_secs(60),
+            watch_relist: Default::default(),
             http2_max_streams_per_connection: 1000,
             write_stall_timeout: Duration::from_secs(60),
             upstream_watch_list: Default::default(),

@@ -10,10 +10,12 @@
 pub mod apipath;
 pub mod auth;
 pub mod body;
+pub mod bookmark;
 pub mod cache;
 pub mod codec;
 pub mod config;
 pub mod demo;
+pub mod error_response;
 pub mod load;
 pub mod logging;
 pub mod metrics;

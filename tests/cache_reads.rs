@@ -535,3 +535,79 @@ async fn paged_lists_continue_from_the_first_pages_snapshot() {
     );
     assert_eq!(ours.body, theirs.body, "{next}");
 }
+
+/// The headers of an answer, without those that differ between any two answers (date,
+/// framing) or that name the gateway's source.
+fn header_names(h: &http::HeaderMap) -> Vec<String> {
+    let mut names: Vec<String> = h
+        .keys()
+        .map(|k| k.as_str().to_string())
+        .filter(|k| {
+            !matches!(
+                k.as_str(),
+                "date" | "content-length" | "transfer-encoding" | "x-watchgate-source"
+            )
+        })
+        .collect();
+    names.sort();
+    names.dedup();
+    names
+}
+
+/// Answers from the cache carry the apiserver's headers: `Cache-Control: no-cache,
+/// private` (`WithCacheControl`), an `Audit-Id` (`WithAuditInit`), the same Content-Type,
+/// and nothing else: gets, lists, protobuf, a watch's head, and the 404 Status in the
+/// encoding the client negotiated (protobuf for client-go's typed clients).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cached_answers_carry_the_apiservers_headers() {
+    let (sim, gw) = seeded().await;
+    warm(&gw, "/api/v1/pods?resourceVersion=0").await;
+    let rv = sim.store().current_rv();
+    let json = "application/json";
+    let pb = "application/vnd.kubernetes.protobuf,application/json";
+    for (path, accept) in [
+        ("/api/v1/namespaces/a/pods/web-1?resourceVersion=0", json),
+        ("/api/v1/namespaces/a/pods/nope?resourceVersion=0", json),
+        ("/api/v1/pods?resourceVersion=0", json),
+        ("/api/v1/namespaces/ab/pods?resourceVersion=0&limit=1", json),
+        ("/api/v1/pods?resourceVersion=0", pb),
+        ("/api/v1/namespaces/a/pods/nope?resourceVersion=0", pb),
+        // Only `as=Table` acceptable: the Status is written as indented JSON (WriteRawJSON).
+        (
+            "/api/v1/namespaces/a/pods/nope?resourceVersion=0",
+            "application/json;as=Table;g=meta.k8s.io;v=v1",
+        ),
+    ] {
+        let headers = [("accept", accept)];
+        let s = Http::new(&sim.url())
+            .request(Method::GET, path, &headers, Bytes::new())
+            .await;
+        let g = Http::new(&gw.url())
+            .request(Method::GET, path, &headers, Bytes::new())
+            .await;
+        assert_eq!(g.source(), Some("cache"), "{path} ({accept})");
+        assert_eq!(g.status, s.status, "{path}");
+        assert_eq!(
+            g.headers["content-type"], s.headers["content-type"],
+            "{path} ({accept})"
+        );
+        if !s.status.is_success() {
+            assert_eq!(g.body, s.body, "{path} ({accept}): the Status");
+        }
+        assert_eq!(
+            header_names(&g.headers),
+            header_names(&s.headers),
+            "{path} ({accept})"
+        );
+        for h in [&s.headers, &g.headers] {
+            assert_eq!(h["cache-control"], "no-cache, private", "{path}");
+            assert_eq!(h["audit-id"].len(), 36, "{path}: a UUID");
+        }
+    }
+    let path = format!("/api/v1/namespaces/a/pods?watch=1&resourceVersion={rv}");
+    let s = support::watch::open_ok(&sim.url(), &path).await;
+    let g = support::watch::open_ok(&gw.url(), &path).await;
+    assert_eq!(support::http::source(&g.headers), Some("cache"));
+    assert_eq!(header_names(&g.headers), header_names(&s.headers), "{path}");
+    assert_eq!(g.headers["cache-control"], "no-cache, private");
+}

@@ -93,6 +93,47 @@ async fn upstream_down_gives_503_status_quickly_and_recovers_without_restart() {
     assert_eq!(get(gw.admin_addr(), "/healthz").await.0.status, 200);
 }
 
+/// The gateway's own Statuses are written as the apiserver's `ErrorNegotiated` writes
+/// errors: protobuf to client-go's typed clients, JSON to JSON clients, indented JSON when
+/// nothing in Accept is acceptable.
+#[tokio::test]
+async fn the_gateways_own_statuses_are_in_the_negotiated_encoding() {
+    let addr = dead_addr().await;
+    let gw = gateway(&format!("http://{addr}")).await;
+    let http = support::Http::new(&gw.url());
+    let ask = |accept: &'static str| {
+        let http = &http;
+        async move {
+            http.request(
+                http::Method::GET,
+                "/api/v1/namespaces/a/configmaps/x",
+                &[("accept", accept)],
+                Bytes::new(),
+            )
+            .await
+        }
+    };
+    let json = ask("application/json").await;
+    assert_eq!(json.status, 503);
+    assert_eq!(json.headers["content-type"], "application/json");
+    let pb = ask("application/vnd.kubernetes.protobuf,application/json").await;
+    assert_eq!(pb.status, 503);
+    assert_eq!(
+        pb.headers["content-type"],
+        "application/vnd.kubernetes.protobuf"
+    );
+    let decoded = watchgate::proto::decode_object(&pb.body).expect("a protobuf Status");
+    let decoded: serde_json::Value = serde_json::from_slice(&decoded).unwrap();
+    assert_eq!(decoded, json.json());
+    let table_only = ask("application/json;as=Table;g=meta.k8s.io;v=v1").await;
+    assert_eq!(table_only.status, 503);
+    assert!(
+        table_only.body.starts_with(b"{\n  \"kind\": \"Status\""),
+        "{:?}",
+        table_only.text()
+    );
+}
+
 #[tokio::test]
 async fn a_broken_upstream_gives_503_status() {
     // Accepts, answers with something that is not HTTP, and hangs up.

@@ -1001,3 +1001,20 @@ fn csr_extra_values_are_wrapper_messages_with_bare_array_json() {
     );
     assert_eq!(back, show(json).replace(r#""empty":[]"#, r#""empty":null"#));
 }
+
+/// meta.k8s.io/v1beta1 PartialObjectMetadata (a Go alias of v1's type) encodes and decodes
+/// with v1's message, in its own envelope apiVersion.
+#[test]
+fn v1beta1_partial_object_metadata_round_trips_as_v1s_message() {
+    let json = br#"{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1beta1","metadata":{"name":"p","namespace":"ns","resourceVersion":"7"}}"#;
+    let env = proto::encode_object("meta.k8s.io/v1beta1", "PartialObjectMetadata", json).unwrap();
+    let u = proto::decode_unknown(&env).unwrap();
+    assert_eq!(
+        (u.api_version, u.kind),
+        ("meta.k8s.io/v1beta1", "PartialObjectMetadata")
+    );
+    let m = meta::PartialObjectMetadata::decode(u.raw).unwrap();
+    let om = m.metadata.unwrap();
+    assert_eq!((om.name(), om.namespace()), ("p", "ns"));
+    assert_eq!(proto::decode_object(&env).unwrap(), json.to_vec());
+}

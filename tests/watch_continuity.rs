@@ -473,3 +473,56 @@ async fn an_upstream_410_and_relist_leave_every_watcher_continuous() {
         failures[..failures.len().min(10)].join("\n")
     );
 }
+
+/// `--watch-relist=end`: an upstream relist ends every watch of the resource, as
+/// kube-apiserver's cacher terminates its watchers when its reflector relists; a client
+/// resuming from an RV the relist skipped gets the 410 and relists, as from the apiserver.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_watch_relist_end_an_upstream_relist_ends_every_watch() {
+    use support::watch::{gateway_caught_up, open_ok};
+    let sim = start_sim_with(cluster_config()).await;
+    let store = sim.handle().store().clone();
+    let mut cfg = GatewayConfig::for_upstream_url(sim.url()).expect("gateway config");
+    cfg.watch.relist = watchgate::watch::RelistMode::End;
+    let gw = start_gateway_with(cfg).await;
+    let rv = put(&store, pod("ns-1", "a", "web", "node-1", 0));
+    gateway_caught_up(gw.url(), rv).await;
+    let path = format!("/api/v1/namespaces/ns-1/pods?watch=1&resourceVersion={rv}");
+    let mut w = open_ok(gw.url(), &path).await;
+    w.assert_from_cache();
+
+    let (stats, faults) = (sim.handle().stats().clone(), sim.handle().faults().clone());
+    let requests = || stats.lists("pods") + stats.watches("pods");
+    let before = requests();
+    faults.force_410_next_watch(1);
+    faults.drop_watches_now();
+    let written = put(&store, pod("ns-1", "b", "web", "node-1", 0));
+    // The stream ends (no ERROR event: the cacher closes its watchers' channels). The
+    // write may still have reached the old upstream watch before it dropped: then its
+    // event comes first.
+    while let Some(e) = w.next_within(Duration::from_secs(20)).await {
+        assert_eq!(
+            (e.ty(), e.rv()),
+            ("ADDED", written),
+            "only b before the end: {e:?}"
+        );
+    }
+    assert!(requests() >= before + 2, "the 410'd watch, then the relist");
+    gateway_caught_up(gw.url(), written).await;
+
+    // Resuming from the old RV: the relist's history starts after it.
+    let mut again = open_ok(gw.url(), &path).await;
+    let e = again.next("the 410").await;
+    assert_eq!(e.ty(), "ERROR", "{e:?}");
+    assert_eq!(e.json["object"]["code"], 410, "{e:?}");
+    again.assert_from_cache();
+    // A client that relisted resumes from the new RV and sees the next change.
+    let mut fresh = open_ok(
+        gw.url(),
+        &format!("/api/v1/namespaces/ns-1/pods?watch=1&resourceVersion={written}"),
+    )
+    .await;
+    let c = put(&store, pod("ns-1", "c", "web", "node-1", 0));
+    let e = fresh.next("the write after the relist").await;
+    assert_eq!((e.ty(), e.rv()), ("ADDED", c), "{e:?}");
+}

@@ -23,7 +23,7 @@ use support::servers::{
 use support::watch::{
     assert_same_bytes, assert_same_events, delete_object, delete_pod, gateway_caught_up,
     gateway_list_caught_up, open_ok, put_object, put_pod, resource, rv_of, stored_pod, typed,
-    Event, Watch,
+    wait_until_cached, Event, Watch,
 };
 use watchgate::config::GatewayConfig;
 use watchgate::sim::{Mutation, SimHandle};
@@ -86,6 +86,14 @@ async fn same_next(s: &mut Watch, g: &mut Watch, n: usize, desc: &str) -> Vec<Ev
 
 fn types(evs: &[Event]) -> Vec<(String, String)> {
     evs.iter().map(Event::typed).collect()
+}
+
+/// A pods watch's BOOKMARK event at `rv`: the Pod's zero object (as the apiserver's watch
+/// cache makes it) with only metadata.resourceVersion set.
+fn pod_bookmark(rv: u64) -> Value {
+    json!({"type": "BOOKMARK", "object": {"kind": "Pod", "apiVersion": "v1",
+           "metadata": {"resourceVersion": rv.to_string()},
+           "spec": {"containers": null}, "status": {}}})
 }
 
 /// `obj` with metadata.resourceVersion set to `rv`.
@@ -453,12 +461,9 @@ async fn bookmarks_have_the_apiservers_shape_and_cadence() {
             "{NS1}?watch=1&resourceVersion={rv}&allowWatchBookmarks=true"
         ))
         .await;
-    // Idle: a bookmark at the RV everything has been seen up to, with kind, apiVersion and
-    // metadata.resourceVersion only.
-    let want = |rv: u64| {
-        json!({"type": "BOOKMARK", "object": {"kind": "Pod", "apiVersion": "v1",
-               "metadata": {"resourceVersion": rv.to_string()}}})
-    };
+    // Idle: a bookmark at the RV everything has been seen up to: the type's zero object
+    // with only metadata.resourceVersion set, as the apiserver's watch cache writes it.
+    let want = pod_bookmark;
     let evs = same_next(&mut s, &mut g, 1, "the first idle bookmark").await;
     assert_eq!(evs[0].json, want(rv));
     // A change, then the next bookmark carries its RV.
@@ -516,6 +521,56 @@ async fn send_initial_events_rv_n_then_initial_events_end_bookmark_then_changes(
     initial_events_then_changes(&p, &mut s, &mut g, rv).await;
 }
 
+/// Bookmark objects byte for byte: a built-in type's is its zero object (Go struct), a
+/// custom resource's a Go map with sorted keys (`unstructured.Unstructured`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bookmark_objects_are_the_apiservers_bytes_for_built_in_and_custom_types() {
+    let p = Pair::start().await;
+    let watch_list = "?watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true&resourceVersion=0";
+    // A custom resource first (its cache reaches the newest write: the bookmark's RV).
+    let widgets = resource("example.com", "v1", "widgets");
+    let rv = put_object(
+        p.h(),
+        widgets,
+        "ns1",
+        json!({"apiVersion": "example.com/v1", "kind": "Widget",
+               "metadata": {"name": "w1", "namespace": "ns1"}, "spec": {"size": 3}}),
+    );
+    let wpath = "/apis/example.com/v1/namespaces/ns1/widgets";
+    wait_until_cached(p.gw.url(), &format!("{wpath}?resourceVersion=0")).await;
+    gateway_list_caught_up(p.gw.url(), wpath, rv).await;
+    let (mut s, mut g) = p.open(&format!("{wpath}{watch_list}")).await;
+    let (se, ge) = (
+        s.take(2, "widget + bookmark").await,
+        g.take(2, "widget + bookmark").await,
+    );
+    assert_same_bytes("a custom resource's watch-list", &se, &ge);
+    assert_eq!(
+        std::str::from_utf8(&ge[1].raw).unwrap().trim_end(),
+        format!(
+            r#"{{"type":"BOOKMARK","object":{{"apiVersion":"example.com/v1","kind":"Widget","metadata":{{"annotations":{{"k8s.io/initial-events-end":"true"}},"resourceVersion":"{rv}"}}}}}}"#
+        )
+    );
+    g.assert_from_cache();
+
+    // Then a built-in type.
+    let rv = put_pod(p.h(), "ns2", "a", json!({}), "node-1", "Running");
+    p.caught_up(rv).await;
+    let (mut s, mut g) = p.open(&format!("{NS1}{watch_list}")).await;
+    let (se, ge) = (
+        s.take(1, "pods bookmark").await,
+        g.take(1, "pods bookmark").await,
+    );
+    assert_same_bytes("a built-in type's watch-list", &se, &ge);
+    assert_eq!(
+        std::str::from_utf8(&ge[0].raw).unwrap().trim_end(),
+        format!(
+            r#"{{"type":"BOOKMARK","object":{{"kind":"Pod","apiVersion":"v1","metadata":{{"resourceVersion":"{rv}","annotations":{{"k8s.io/initial-events-end":"true"}}}},"spec":{{"containers":null}},"status":{{}}}}}}"#
+        )
+    );
+    g.assert_from_cache();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rv0_watch_with_bookmarks_defaults_to_watch_list() {
     // apimachinery SetListOptionsDefaults (WatchList on): watch=1 with RV "" or "0" and
@@ -547,7 +602,8 @@ async fn initial_events_then_changes(p: &Pair, s: &mut Watch, g: &mut Watch, rv:
         evs[3].json,
         json!({"type": "BOOKMARK", "object": {"kind": "Pod", "apiVersion": "v1",
                "metadata": {"resourceVersion": rv.to_string(),
-                            "annotations": {"k8s.io/initial-events-end": "true"}}}})
+                            "annotations": {"k8s.io/initial-events-end": "true"}},
+               "spec": {"containers": null}, "status": {}}})
     );
     put_pod(p.h(), "ns1", "a", json!({"v": "2"}), "node-1", "Running");
     delete_pod(p.h(), "ns1", "b");
@@ -1053,8 +1109,7 @@ async fn bookmarks_advance_past_writes_to_other_resources() {
         ))
         .await;
     let cm = put_configmap(h, "other");
-    let want = json!({"type": "BOOKMARK", "object": {"kind": "Pod", "apiVersion": "v1",
-                      "metadata": {"resourceVersion": cm.to_string()}}});
+    let want = pod_bookmark(cm);
     for (w, who) in [(&mut s, "simulator"), (&mut g, "gateway")] {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
@@ -1250,11 +1305,7 @@ async fn a_bookmark_comes_two_seconds_before_the_timeout() {
         format!("{NS1}?watch=1&resourceVersion={rv}&allowWatchBookmarks=true&timeoutSeconds=4");
     let (mut s, mut g) = tokio::join!(open_ok(p.sim.url(), &path), open_ok(p.gw.url(), &path));
     let evs = same_next(&mut s, &mut g, 1, "the pre-timeout bookmark").await;
-    assert_eq!(
-        evs[0].json,
-        json!({"type": "BOOKMARK", "object": {"kind": "Pod", "apiVersion": "v1",
-               "metadata": {"resourceVersion": rv.to_string()}}})
-    );
+    assert_eq!(evs[0].json, pod_bookmark(rv));
     let at = started.elapsed();
     assert!(
         at >= Duration::from_millis(1500),

@@ -42,35 +42,7 @@ pub fn forbidden(
 
 use http::{HeaderMap, HeaderName};
 
-/// `responsewriters.ErrorNegotiated` of a Status.
-fn negotiated(status: Status, headers: &HeaderMap) -> Response<Body> {
-    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
-    match crate::negotiate::negotiate_error(accept) {
-        Some(n) if n.encoding == crate::negotiate::Encoding::Protobuf => {
-            match crate::proto::encode_status(&status.to_bytes()) {
-                Ok(bytes) => {
-                    let mut resp = status.into_response();
-                    *resp.body_mut() = body::full(bytes);
-                    resp.headers_mut().insert(
-                        header::CONTENT_TYPE,
-                        HeaderValue::from_static(crate::proto::CONTENT_TYPE),
-                    );
-                    resp
-                }
-                // Every Status encodes; should one not, JSON is still an answer.
-                Err(_) => status.into_response(),
-            }
-        }
-        Some(_) => status.into_response(),
-        None => {
-            // WriteRawJSON: json.MarshalIndent of the Status.
-            let indented = crate::codec::go_json::marshal_indent(&status.to_value());
-            let mut resp = status.into_response();
-            *resp.body_mut() = body::full(indented);
-            resp
-        }
-    }
-}
+use crate::error_response::negotiated_for as negotiated;
 
 /// `apierrors.NewForbidden(gr, name, forbiddenMessage(...))`.
 pub fn forbidden_status(user: &str, attrs: &Attributes, reason: &str) -> Status {

@@ -5,7 +5,8 @@
 //! `cache::read_at` (consistent reads: `cache::fresh`; Exact lists and continue tokens:
 //! `cache::snapshots`; read-your-writes: `cache::writes`). Everything else returns `None`
 //! and is forwarded: states the cache cannot give in time, watches (served by
-//! `watch::serve`), Accept types the cache does not produce (Table, protobuf, YAML),
+//! `watch::serve`), Accept types the cache does not produce (YAML; protobuf of a type with
+//! an object newer than the schema),
 //! field selectors on fields the cache does not index, invalid options (the upstream gives
 //! its own Status), and any resource whose cache has not synced yet.
 
@@ -140,7 +141,15 @@ pub async fn try_serve(registry: &Arc<Registry>, req: &Parsed) -> Option<Respons
     // Large answers are gzipped when the client accepts it, as kube-apiserver does.
     let gzip_ok = req.accepts_gzip;
     Some(cached(match plan.name {
-        Some(name) => get(&cache, &snapshot, &plan, name, repr, gzip_ok)?,
+        Some(name) => get(
+            &cache,
+            &snapshot,
+            &plan,
+            name,
+            repr,
+            gzip_ok,
+            req.accept.as_deref(),
+        )?,
         None => list(&cache, snapshot, &plan, repr, gzip_ok).await?,
     }))
 }
@@ -385,6 +394,7 @@ fn get(
     name: &str,
     repr: Repr,
     gzip_ok: bool,
+    accept: Option<&str>,
 ) -> Option<Response<Body>> {
     let ns = if cache.info.namespaced {
         plan.namespace.unwrap_or_default()
@@ -436,16 +446,14 @@ fn get(
             gzip::apply(&mut resp, gzipped);
             Some(resp)
         }
-        // A Status in the negotiated encoding is the upstream's to write when that is
-        // protobuf (the gateway writes its Statuses in JSON).
-        None if repr.is_protobuf() => None,
-        None => Some(
+        // The apiserver's 404, in the encoding the client negotiated for errors.
+        None => Some(crate::error_response::negotiated(
             Status::not_found(
                 &GroupResource::new(cache.info.group.clone(), cache.info.resource.clone()),
                 name,
-            )
-            .into_response(),
-        ),
+            ),
+            accept,
+        )),
     }
 }
 

@@ -20,7 +20,7 @@ use super::snapshots::Retained;
 use crate::watch::event::{Change as EventChange, Encoder};
 use crate::watch::filter::WatchFilter;
 use crate::watch::hub::{Hub, HubState, Registration, Start, TooOld};
-use crate::watch::{relist, WatchConfig};
+use crate::watch::{relist, RelistMode, WatchConfig};
 
 /// A consistent view of the cache at one resourceVersion.
 #[derive(Clone, Debug, Default)]
@@ -257,7 +257,12 @@ impl Store {
         let new = Arc::new(snapshot);
         *self.current.write().expect("store lock") = new.clone();
         let first_list = old.resource_version == 0 && old.is_empty();
-        match (first_list, relist::diff(&old, &new)) {
+        let diff = match self.hub.cfg.relist {
+            RelistMode::Diff => relist::diff(&old, &new),
+            // Ended below like a relist that contradicts the cache, without the warning.
+            RelistMode::End => None,
+        };
+        match (first_list, diff) {
             (false, Some(events)) => {
                 for (kind, obj, prev) in events {
                     // A relist's events go out under the lock, one after another (rare).
@@ -279,11 +284,13 @@ impl Store {
                 self.exact_floor.fetch_max(rv, Ordering::AcqRel);
             }
             (false, None) => {
-                tracing::warn!(
-                    from = old.resource_version,
-                    to = rv,
-                    "relist contradicts the cache; ending every watch of this resource"
-                );
+                if self.hub.cfg.relist == RelistMode::Diff {
+                    tracing::warn!(
+                        from = old.resource_version,
+                        to = rv,
+                        "relist contradicts the cache; ending every watch of this resource"
+                    );
+                }
                 self.hub.restart(&mut hub, rv);
                 self.retained.clear();
                 self.exact_floor.fetch_max(rv, Ordering::AcqRel);

@@ -12,6 +12,7 @@ use super::headers;
 use super::stream::{DrainingBody, TrackedBody};
 use super::upgrade;
 use crate::body::{self, Body};
+use crate::error_response::negotiated;
 use crate::server::drain::DrainWatch;
 use crate::status::Status;
 use crate::upstream::{Upstream, UpstreamError, UpstreamResponse};
@@ -56,6 +57,9 @@ impl Proxy {
         // Watches and followed logs legitimately wait for their first bytes.
         let head_deadline =
             (!long_running).then(|| self.response_timeout.max(requested_timeout(req.uri())));
+        // The gateway's own Statuses (upstream down, timed out, at its bound) are written
+        // in the encoding the client negotiated, as the apiserver writes its errors.
+        let accept = parts_accept(req.headers());
         let (mut parts, incoming) = req.into_parts();
         headers::upstream_request(&mut parts.headers, false);
         // The client picks the upstream protocol (h2 when ALPN agrees); the request
@@ -75,18 +79,21 @@ impl Proxy {
             Ok(resp) => self.respond(resp, long_running),
             Err(err) if body_failed.load(Ordering::Acquire) => {
                 tracing::debug!(error = %err, "request body ended early");
-                Status::bad_request("the request body ended before it was complete").into_response()
+                negotiated(
+                    Status::bad_request("the request body ended before it was complete"),
+                    accept.as_deref(),
+                )
             }
             // A refusal at the connection bound is load, not a failure: one line per
             // refused request at warn would flood the log exactly when it is busiest
             // (watchgate_upstream_refusals_total counts them).
             Err(err @ UpstreamError::TooManyRequests(_)) => {
                 tracing::debug!(error = %err, "upstream connection bound reached");
-                err.to_status().into_response()
+                negotiated(err.to_status(), accept.as_deref())
             }
             Err(err) => {
                 tracing::warn!(error = %err, upstream = %self.upstream.url(), "upstream failed");
-                err.to_status().into_response()
+                negotiated(err.to_status(), accept.as_deref())
             }
         }
     }
@@ -116,21 +123,9 @@ impl Proxy {
 }
 
 /// Watches and followed logs run until the client or the server ends them; these are
-/// the responses a drain must end instead of waiting for. Mirrors the apiserver's
-/// long-running check for the verbs that stream (`watch`, `follow`).
-pub(crate) fn is_long_running(uri: &http::Uri) -> bool {
-    let path = uri.path();
-    if path.starts_with("/api/v1/watch/")
-        || path.starts_with("/apis/") && path.split('/').nth(4) == Some("watch")
-        || path == "/api/v1/watch"
-    {
-        return true;
-    }
-    uri.query().is_some_and(|q| {
-        form_urlencoded::parse(q.as_bytes())
-            .any(|(k, v)| (k == "watch" || k == "follow") && parse_go_bool(&v))
-    })
-}
+/// the responses a drain must end instead of waiting for. One definition, the upstream
+/// pool's (it keeps the same requests off the short requests' connections).
+pub(crate) use crate::upstream::class::is_long_running;
 
 /// A request's own `?timeout=` (kube-apiserver honours it for non-streaming requests), plus
 /// slack for the apiserver's answer to travel; zero when absent or unparsable.
@@ -144,9 +139,11 @@ fn requested_timeout(uri: &http::Uri) -> Duration {
         .map_or(Duration::ZERO, |t| t + Duration::from_secs(10))
 }
 
-/// strconv.ParseBool's true values.
-fn parse_go_bool(v: &str) -> bool {
-    matches!(v, "1" | "t" | "T" | "true" | "TRUE" | "True")
+/// The request's first `Accept` header, kept for a Status the gateway may have to write.
+fn parts_accept(h: &http::HeaderMap) -> Option<String> {
+    h.get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string)
 }
 
 #[cfg(test)]

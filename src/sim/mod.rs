@@ -422,6 +422,36 @@ pub async fn handle(sim: Arc<Sim>, req: Request<Incoming>) -> Response<Body> {
     if crate::apipath::unescape(req.uri().path()).is_err() {
         return go_bad_request();
     }
+    let audit_id = req.headers().get(AUDIT_ID).cloned();
+    let mut resp = route(sim, req).await;
+    filter_headers(&mut resp, audit_id);
+    resp
+}
+
+/// kube-apiserver's `Audit-ID` request and response header (`auditinternal.HeaderAuditID`).
+const AUDIT_ID: header::HeaderName = header::HeaderName::from_static("audit-id");
+
+/// What kube-apiserver's handler chain sets on every answer before a handler runs
+/// (DefaultBuildHandlerChain): `WithAuditInit` the `Audit-Id` (the client's, or a new
+/// UUID), `WithCacheControl` `Cache-Control: no-cache, private` unless the handler set
+/// its own. A 101's headers are written by the upgrade handler itself, on the hijacked
+/// connection, so they have neither.
+fn filter_headers(resp: &mut Response<Body>, audit_id: Option<HeaderValue>) {
+    if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
+        return;
+    }
+    let h = resp.headers_mut();
+    let audit_id = audit_id.unwrap_or_else(|| {
+        let id = uuid::Builder::from_random_bytes(rand::random()).into_uuid();
+        HeaderValue::from_str(&id.hyphenated().to_string()).expect("a UUID is a header value")
+    });
+    h.insert(AUDIT_ID, audit_id);
+    h.entry(header::CACHE_CONTROL)
+        .or_insert(HeaderValue::from_static("no-cache, private"));
+}
+
+/// The API and the simulator's controls, after the handler chain's filters.
+async fn route(sim: Arc<Sim>, req: Request<Incoming>) -> Response<Body> {
     let api = request::parse(req.method(), req.uri());
     // The simulator's own controls (/debug/sim/*) are not part of the API it plays.
     let control = matches!(&api.path, ApiPath::NonResource(p) if p.starts_with("/debug/sim/"));

@@ -35,16 +35,10 @@ fn to_json(v: &Value) -> Result<Vec<u8>, ProtoError> {
 
 /// One answer (an object, a list, a `Status`, a PartialObjectMetadata or its list) as the
 /// protobuf serializer writes it: the envelope named by the value's own `apiVersion` and
-/// `kind`. meta.k8s.io/v1beta1 `PartialObjectMetadata` is v1's type under another
-/// apiVersion (a Go alias), so it takes v1's message.
+/// `kind` (meta.k8s.io/v1beta1 `PartialObjectMetadata` takes v1's message: `proto::lookup`).
 pub fn encode_value(v: &Value) -> Result<Vec<u8>, ProtoError> {
     let (av, kind) = (str_of(v, "apiVersion"), str_of(v, "kind"));
-    let json = to_json(v)?;
-    if av == "meta.k8s.io/v1beta1" && kind == "PartialObjectMetadata" {
-        let ty = proto::type_of("meta.k8s.io/v1", kind)?;
-        return Ok(proto::encode_unknown(av, kind, &proto::encode(ty, &json)?));
-    }
-    proto::encode_object(av, kind, &json)
+    proto::encode_object(av, kind, &to_json(v)?)
 }
 
 /// A typed list (`PodList`, ...) from its `metadata` and items, each item encoded on its

@@ -75,15 +75,11 @@ pub fn event_line_raw(kind: &str, object_json: &[u8]) -> Bytes {
     Bytes::from(v)
 }
 
-/// The BOOKMARK object: kind, apiVersion and only metadata.resourceVersion (plus the
-/// initial-events-end annotation when it closes the initial events).
+/// The BOOKMARK object: the type's zero object (a custom resource: a map with sorted
+/// keys) with only metadata.resourceVersion, plus the initial-events-end annotation when
+/// it closes the initial events (`crate::bookmark`).
 pub fn bookmark(rt: &ResourceType, rv: u64, initial_end: bool) -> Value {
-    let mut meta = serde_json::Map::new();
-    meta.insert("resourceVersion".into(), json!(rv.to_string()));
-    if initial_end {
-        meta.insert("annotations".into(), json!({ INITIAL_EVENTS_END: "true" }));
-    }
-    json!({"kind": rt.kind, "apiVersion": rt.api_version(), "metadata": meta})
+    crate::bookmark::BookmarkObject::new(&rt.api_version(), rt.kind).at(rv, initial_end)
 }
 
 /// One event in the stream's encoding; `None` when the object has no protobuf (the

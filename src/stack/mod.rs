@@ -116,6 +116,7 @@ where
 {
     let security = opts.security.clone();
     let inner = ServiceBuilder::new()
+        .map_response(cache_control)
         .layer(SetResponseHeaderLayer::if_not_present(
             SOURCE_HEADER,
             HeaderValue::from_static("gateway"),
@@ -168,6 +169,23 @@ impl MakeRequestId for NewAuditId {
             .to_owned();
         HeaderValue::from_str(&text).ok().map(RequestId::new)
     }
+}
+
+/// `Cache-Control: no-cache, private` on the answers the gateway made (from the cache, or
+/// its own Statuses), as kube-apiserver's `WithCacheControl` filter sets it on all of its
+/// answers unless a handler set its own. Forwarded answers keep the upstream's headers as
+/// they are.
+fn cache_control(mut resp: Response<Body>) -> Response<Body> {
+    let forwarded = resp
+        .headers()
+        .get(SOURCE_HEADER)
+        .is_some_and(|s| s.as_bytes() == b"upstream");
+    if !forwarded && resp.status() != http::StatusCode::SWITCHING_PROTOCOLS {
+        resp.headers_mut()
+            .entry(http::header::CACHE_CONTROL)
+            .or_insert(HeaderValue::from_static("no-cache, private"));
+    }
+    resp
 }
 
 /// The parse layer's function.
@@ -238,6 +256,10 @@ mod tests {
         let (resp, status) = call(layers(panicking, Options::default()), "/api/v1/pods").await;
         assert_eq!(resp.status(), 500);
         assert_eq!(resp.headers()[SOURCE_HEADER], "gateway");
+        assert_eq!(
+            resp.headers()[http::header::CACHE_CONTROL],
+            "no-cache, private"
+        );
         assert_eq!(status["kind"], "Status");
         assert_eq!(status["reason"], "InternalError");
         assert_eq!(status["code"], 500);

@@ -51,7 +51,7 @@ pub struct Internal;
 
 /// Watches (`watch=true`, `/watch/` paths) and followed logs run until the client or the
 /// server ends them: the apiserver's long-running check for the verbs that stream.
-/// (`proxy::is_long_running` answers the same question for the drain and the metrics.)
+/// The proxy's drain and the metrics ask the same question through this function.
 pub fn is_long_running(uri: &http::Uri) -> bool {
     let path = uri.path();
     if path.starts_with("/api/v1/watch/")

@@ -12,6 +12,7 @@ use bytes::Bytes;
 use serde_json::Value;
 use tokio::time::Instant;
 
+use crate::bookmark::BookmarkObject;
 use crate::cache::object::CachedObject;
 
 /// What happened to the object, as the upstream (or a relist diff) reported it.
@@ -247,6 +248,8 @@ pub struct Encoder {
     /// `{"type":"ADDED","object":{"kind":"Pod","apiVersion":"v1",`: the head of a synthetic
     /// ADDED event for such an object, shared by every initial event.
     added_typed_head: Bytes,
+    /// The type's BOOKMARK object (its zero object for built-in types).
+    bookmark: BookmarkObject,
 }
 
 impl Encoder {
@@ -263,6 +266,7 @@ impl Encoder {
             api_version: api_version.to_string(),
             type_prefix,
             added_typed_head: Bytes::from(head),
+            bookmark: BookmarkObject::new(api_version, kind),
         }
     }
 
@@ -301,7 +305,7 @@ impl Encoder {
         &self.type_prefix
     }
 
-    /// The BOOKMARK line: the resource's kind and apiVersion and only
+    /// The BOOKMARK line: the type's bookmark object (`crate::bookmark`) with only
     /// `metadata.resourceVersion`, plus the `k8s.io/initial-events-end` annotation when it
     /// closes the initial events of a watch-list.
     pub fn bookmark_line(&self, rv: u64, initial_events_end: bool) -> Bytes {
@@ -310,27 +314,14 @@ impl Encoder {
 
     /// A bookmark's object (see [`Encoder::bookmark_line`]).
     pub fn bookmark_object(&self, rv: u64, initial_events_end: bool) -> Value {
-        let mut meta = serde_json::Map::new();
-        meta.insert("resourceVersion".into(), Value::String(rv.to_string()));
-        if initial_events_end {
-            meta.insert(
-                "annotations".into(),
-                serde_json::json!({ INITIAL_EVENTS_END: "true" }),
-            );
-        }
-        serde_json::json!({
-            "kind": self.kind,
-            "apiVersion": self.api_version,
-            "metadata": meta,
-        })
+        self.bookmark.at(rv, initial_events_end)
     }
 }
 
 const ADDED_HEAD: &[u8] = b"{\"type\":\"ADDED\",\"object\":";
 const LINE_TAIL: &[u8] = b"}\n";
 
-/// The annotation on the bookmark that ends the initial events of a watch-list.
-pub const INITIAL_EVENTS_END: &str = "k8s.io/initial-events-end";
+pub use crate::bookmark::INITIAL_EVENTS_END;
 
 /// `{"type":"<kind>","object":<value>}\n` (ERROR events, bookmarks).
 pub fn value_line(kind: &str, object: &Value) -> Bytes {
@@ -463,16 +454,16 @@ mod tests {
     }
 
     #[test]
-    fn bookmarks_carry_only_type_and_resource_version() {
+    fn bookmarks_carry_the_zero_object_and_the_resource_version() {
         let enc = Encoder::new("Pod", "v1");
         assert_eq!(
             &enc.bookmark_line(42, false)[..],
-            br#"{"type":"BOOKMARK","object":{"kind":"Pod","apiVersion":"v1","metadata":{"resourceVersion":"42"}}}
+            br#"{"type":"BOOKMARK","object":{"kind":"Pod","apiVersion":"v1","metadata":{"resourceVersion":"42"},"spec":{"containers":null},"status":{}}}
 "#
         );
         assert_eq!(
             &enc.bookmark_line(42, true)[..],
-            br#"{"type":"BOOKMARK","object":{"kind":"Pod","apiVersion":"v1","metadata":{"resourceVersion":"42","annotations":{"k8s.io/initial-events-end":"true"}}}}
+            br#"{"type":"BOOKMARK","object":{"kind":"Pod","apiVersion":"v1","metadata":{"resourceVersion":"42","annotations":{"k8s.io/initial-events-end":"true"}},"spec":{"containers":null},"status":{}}}
 "#
         );
     }

@@ -38,6 +38,22 @@ pub struct WatchConfig {
     /// Record `watchgate_watch_dispatch_duration_seconds` (off with the gateway's metrics,
     /// so that the metrics on/off benchmark compares against no instrumentation at all).
     pub record_dispatch: bool,
+    /// What watchers get when the upstream forces a relist (`--watch-relist`).
+    pub relist: RelistMode,
+}
+
+/// `--watch-relist`: what a resource's watchers get when its reflector relists (after a
+/// 410, a malformed event or a list error).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum RelistMode {
+    // Plain comments, not doc comments, so that clap prints its possible values on one
+    // line (the README's flag table); the flag's help explains both.
+    // The relist's difference as ordinary events; streams go on (watch::relist).
+    #[default]
+    Diff,
+    // Every watch of the resource ends, as kube-apiserver's cacher ends its watchers
+    // when its reflector relists.
+    End,
 }
 
 /// `--write-stall-timeout`'s default.
@@ -51,6 +67,7 @@ impl Default for WatchConfig {
             bookmark_interval: Duration::from_secs(60),
             stall_timeout: DEFAULT_STALL_TIMEOUT,
             record_dispatch: true,
+            relist: RelistMode::Diff,
         }
     }
 }

@@ -3,7 +3,8 @@
 //! After a 410 the reflector lists again and replaces the cache's state. Rather than end
 //! every downstream watch (what kube-apiserver's cacher does, pushing all its clients into
 //! a relist storm), the hub diffs the old state against the new one and delivers the
-//! difference as events, so every watcher's stream stays continuous:
+//! difference as events, so every watcher's stream stays continuous (the default,
+//! `--watch-relist=diff`; `end` does what the cacher does, docs/watch.md):
 //!
 //! - an object that is new, or whose resourceVersion changed, is ADDED/MODIFIED with its
 //!   own resourceVersion (which lies in (old RV, list RV]);

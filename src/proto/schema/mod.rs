@@ -129,6 +129,14 @@ impl MessageType {
 /// aggregated APIs) and for built-in kinds this table does not cover yet (see
 /// docs/protobuf.md): callers forward such requests upstream.
 pub fn lookup(group: &str, version: &str, kind: &str) -> Option<MessageType> {
+    // meta.k8s.io/v1beta1 `PartialObjectMetadata` is a Go alias of v1's type
+    // (`type PartialObjectMetadata = v1.PartialObjectMetadata`), so the .proto files, and the
+    // generated table, have no message of its own. Its list is a type of its own (items
+    // before metadata) and is in the table.
+    let version = match (group, version, kind) {
+        ("meta.k8s.io", "v1beta1", "PartialObjectMetadata") => "v1",
+        _ => version,
+    };
     KINDS
         .binary_search_by(|(g, v, k, _)| (*g, *v, *k).cmp(&(group, version, kind)))
         .ok()
