@@ -11,6 +11,10 @@ const POD: &[u8] = include_bytes!("../tests/fixtures/proto/pod.json");
 /// The same pod without managedFields and the init container: 4,499 bytes, about the
 /// 4 KiB the issue asks about.
 const POD_4K: &[u8] = include_bytes!("../tests/fixtures/proto/pod-4k.json");
+/// 2,130 bytes: a pod of `watchgate load kubelets` (`--object-size 1024`) as the simulator
+/// stores it after a stamp patch (defaults and managedFields added): what each event of
+/// issue 14's kubelet acceptance run carries.
+const POD_KUBELET: &[u8] = include_bytes!("../tests/fixtures/proto/pod-kubelet.json");
 
 fn bench(c: &mut Criterion) {
     let pod = proto::lookup("", "v1", "Pod").expect("pods are in the table");
@@ -46,6 +50,21 @@ fn bench(c: &mut Criterion) {
     });
     g.bench_function("decode_pod", |b| {
         b.iter(|| proto::decode(pod, black_box(&bytes_4k), None).unwrap())
+    });
+    g.finish();
+
+    // One kubelet event reaches one watcher, so its protobuf frame is built for that one
+    // delivery: the object's message, its envelope and the watch frame, all per event.
+    let mut g = c.benchmark_group("proto_kubelet");
+    g.throughput(Throughput::Bytes(POD_KUBELET.len() as u64));
+    g.bench_function("encode_pod", |b| {
+        b.iter(|| proto::encode(pod, black_box(POD_KUBELET)).unwrap())
+    });
+    g.bench_function("event_frame", |b| {
+        b.iter(|| {
+            let msg = proto::encode(pod, black_box(POD_KUBELET)).unwrap();
+            proto::object_watch_frame("MODIFIED", "v1", "Pod", &msg)
+        })
     });
     g.finish();
 }

@@ -781,6 +781,32 @@ fn watch_frames_and_status() {
     );
 }
 
+/// The gateway writes an object's event frame in one go from its bare message; it must
+/// be the frame of the enveloped object, whatever the lengths' varint widths.
+#[test]
+fn object_watch_frame_is_the_frame_of_the_envelope() {
+    let pod = fixture("pod");
+    let msg = proto::encode(ty("v1", "Pod"), &pod).unwrap();
+    let mut sizes = vec![
+        0, 1, 100, 115, 116, 127, 128, 16_000, 16_370, 16_384, 70_000,
+    ];
+    sizes.push(msg.len());
+    for n in sizes {
+        let message: Vec<u8> = msg.iter().copied().cycle().take(n).collect();
+        for (ev, av, kind) in [
+            ("MODIFIED", "v1", "Pod"),
+            ("ADDED", "meta.k8s.io/v1", "PartialObjectMetadata"),
+            ("DELETED", "apps/v1", "Deployment"),
+        ] {
+            assert_eq!(
+                proto::object_watch_frame(ev, av, kind, &message),
+                proto::watch_frame(ev, &proto::encode_unknown(av, kind, &message)),
+                "{n} bytes, {ev} {av} {kind}"
+            );
+        }
+    }
+}
+
 #[test]
 fn lookup_covers_the_cached_kinds_and_refuses_others() {
     for (av, kind) in [

@@ -25,12 +25,29 @@ use super::ProtoError;
 /// Encode the JSON of one object (or any message of the table) as the message's
 /// protobuf bytes — not enveloped (see `envelope`). `apiVersion`/`kind` at the top level
 /// of a kind are accepted and not part of the message (they go into the envelope).
+///
+/// The result is allocated at its exact size (callers keep it for the object's life);
+/// the message is written into the thread's scratch buffer first, because the encoder
+/// needs room for the JSON's length up front (a ~2 KiB allocation per event otherwise,
+/// which in the gateway came with glibc heap growth and page faults: docs/protobuf.md).
 pub fn encode(ty: MessageType, json: &[u8]) -> Result<Vec<u8>, ProtoError> {
     let doc = Doc::parse(json)?;
-    let mut out = Vec::with_capacity(json.len());
-    encode_value(&mut out, ty, &doc, &doc.root)?;
-    Ok(out)
+    let mut out = SCRATCH.take();
+    out.clear();
+    out.reserve(json.len());
+    let message = encode_value(&mut out, ty, &doc, &doc.root).map(|()| out.to_vec());
+    if out.capacity() <= SCRATCH_MAX {
+        SCRATCH.set(out);
+    }
+    message
 }
+
+thread_local! {
+    static SCRATCH: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
+/// A larger scratch buffer (a ~256 KiB object) is dropped after use rather than kept.
+const SCRATCH_MAX: usize = 256 * 1024;
 
 /// Encode `v` (a value of `d`) as a message of type `ty`.
 pub(crate) fn encode_value(
@@ -104,15 +121,23 @@ fn fields(
         )));
     }
     let mut slots: [Option<&Json<'_>>; NO_FIELDS] = [None; NO_FIELDS];
+    // Go writes a struct's fields in declaration order, the order of `m.fields`: the
+    // search starts after the previous member's field, so that it finds Go's JSON's next
+    // key at its first comparison (any order is still accepted).
+    let n = m.fields.len();
+    let mut next = 0;
     for val in members {
-        let key = &val.key;
-        match m
-            .fields
-            .iter()
-            .position(|f| !f.inline && f.json == key.as_ref())
-        {
+        let key = val.key.as_ref();
+        let is_key = |&i: &usize| {
+            let f = &m.fields[i];
+            !f.inline && f.json == key
+        };
+        match (next..n).chain(0..next).find(is_key) {
             // A repeated key: the last one wins, as in encoding/json.
-            Some(i) => slots[i] = Some(val),
+            Some(i) => {
+                slots[i] = Some(val);
+                next = i + 1;
+            }
             None if !check_keys || known_key(m, key) => {}
             None => {
                 return Err(ProtoError::UnknownField {
@@ -185,6 +210,13 @@ fn map(
     depth: usize,
 ) -> Result<(), ProtoError> {
     // Go sorts the keys (sortkeys.Strings); a repeated JSON key keeps its last value.
+    // encoding/json writes maps sorted already: their members are the entries as they are.
+    if members.windows(2).all(|w| w[0].key < w[1].key) {
+        for val in members {
+            map_entry(out, d, m, f, &val.key, val, depth)?;
+        }
+        return Ok(());
+    }
     let mut entries: Vec<(&str, &Json<'_>)> = members.iter().map(|v| (v.key.as_ref(), v)).collect();
     entries.sort_by(|a, b| a.0.cmp(b.0));
     let mut i = 0;
@@ -195,31 +227,45 @@ fn map(
         }
         let (key, val) = entries[j];
         i = j + 1;
-        put_tag(out, f.num, WT_LEN);
-        let pos = begin_len(out);
-        put_bytes(out, 1, key.as_bytes());
-        let null = matches!(val.v, Val::Null);
-        match f.kind {
-            // A nil []byte value is not written (`if v != nil`).
-            Kind::Bytes if null => {}
-            Kind::Bytes => put_bytes(out, 2, &bytes_of(m, f, val)?),
-            Kind::Str if null => put_bytes(out, 2, b""),
-            Kind::Str => put_bytes(out, 2, str_of(m, f, val)?.as_bytes()),
-            Kind::Msg(c) => {
-                put_tag(out, 2, WT_LEN);
-                let p = begin_len(out);
-                msg_body(out, d, c, (!null).then_some(val), depth + 1)?;
-                end_len(out, p);
-            }
-            _ => {
-                return Err(ProtoError::InvalidValue(format!(
-                    "{}.{}: unsupported map value",
-                    m.name, f.json
-                )))
-            }
-        }
-        end_len(out, pos);
+        map_entry(out, d, m, f, key, val, depth)?;
     }
+    Ok(())
+}
+
+/// One `{1: key, 2: value}` entry of map field `f`.
+fn map_entry(
+    out: &mut Vec<u8>,
+    d: &Doc<'_>,
+    m: &Message,
+    f: &Field,
+    key: &str,
+    val: &Json<'_>,
+    depth: usize,
+) -> Result<(), ProtoError> {
+    put_tag(out, f.num, WT_LEN);
+    let pos = begin_len(out);
+    put_bytes(out, 1, key.as_bytes());
+    let null = matches!(val.v, Val::Null);
+    match f.kind {
+        // A nil []byte value is not written (`if v != nil`).
+        Kind::Bytes if null => {}
+        Kind::Bytes => put_bytes(out, 2, &bytes_of(m, f, val)?),
+        Kind::Str if null => put_bytes(out, 2, b""),
+        Kind::Str => put_bytes(out, 2, str_of(m, f, val)?.as_bytes()),
+        Kind::Msg(c) => {
+            put_tag(out, 2, WT_LEN);
+            let p = begin_len(out);
+            msg_body(out, d, c, (!null).then_some(val), depth + 1)?;
+            end_len(out, p);
+        }
+        _ => {
+            return Err(ProtoError::InvalidValue(format!(
+                "{}.{}: unsupported map value",
+                m.name, f.json
+            )))
+        }
+    }
+    end_len(out, pos);
     Ok(())
 }
 

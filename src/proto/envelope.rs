@@ -272,6 +272,44 @@ pub fn watch_frame(event_type: &str, object_envelope: &[u8]) -> Vec<u8> {
     out
 }
 
+/// The frame of an event whose object is `message` (a bare message of `apiVersion`
+/// `api_version`, `kind`): the bytes of `watch_frame(event_type, &encode_unknown(
+/// api_version, kind, message))`, written at once rather than through an envelope that
+/// is copied again (a kubelet's event frame is built for its one delivery).
+pub fn object_watch_frame(
+    event_type: &str,
+    api_version: &str,
+    kind: &str,
+    message: &[u8],
+) -> Vec<u8> {
+    let type_meta = 1
+        + varint_len(api_version.len() as u64)
+        + api_version.len()
+        + 1
+        + varint_len(kind.len() as u64)
+        + kind.len();
+    let envelope = MAGIC.len()
+        + 1
+        + varint_len(type_meta as u64)
+        + type_meta
+        + item_frame_len(message.len())
+        + UNKNOWN_TAIL.len();
+    let mut out = Vec::with_capacity(envelope + event_type.len() + 24);
+    out.extend_from_slice(&[0; 4]);
+    put_bytes(&mut out, 1, event_type.as_bytes());
+    put_tag(&mut out, 2, WT_LEN);
+    put_varint(&mut out, item_frame_len(envelope) as u64);
+    put_tag(&mut out, 1, WT_LEN);
+    put_varint(&mut out, envelope as u64);
+    out.extend_from_slice(&MAGIC);
+    put_type_meta(&mut out, api_version, kind);
+    put_bytes(&mut out, 2, message);
+    out.extend_from_slice(&UNKNOWN_TAIL);
+    let len = (out.len() - 4) as u32;
+    out[..4].copy_from_slice(&len.to_be_bytes());
+    out
+}
+
 /// A complete frame's payload (a WatchEvent) and the bytes after it.
 pub type Frame<'a> = (&'a [u8], &'a [u8]);
 

@@ -3,10 +3,12 @@
 //! Hand-written rather than `serde_json::Value` for two reasons: `runtime.RawExtension`,
 //! `metav1.FieldsV1` and apiextensions `JSON` carry the *exact* input bytes into
 //! protobuf (Go's `UnmarshalJSON` copies them), which a parsed-and-reprinted value would
-//! not reproduce (number spelling, escapes); and a pod parses with two allocations
-//! (an arena of values, strings borrowed unless they have escapes) instead of hundreds.
+//! not reproduce (number spelling, escapes); and a pod parses without allocating (an
+//! arena of values that each thread reuses, strings borrowed unless they have escapes)
+//! instead of with hundreds of allocations.
 
 use std::borrow::Cow;
+use std::cell::Cell;
 
 use super::ProtoError;
 
@@ -14,12 +16,69 @@ use super::ProtoError;
 pub(crate) const MAX_DEPTH: usize = 200;
 
 /// A parsed document: every value is a node in one arena, containers refer to their
-/// children as a contiguous range of it. Two allocations per document instead of one
-/// per object and array.
+/// children as a contiguous range of it. The arena (and the parser's stack) come from
+/// the thread's [`SPARE`] and go back to it when the document is dropped.
 #[derive(Debug)]
 pub(crate) struct Doc<'a> {
     nodes: Vec<Json<'a>>,
     pub root: Json<'a>,
+}
+
+/// The arena and the parser's stack of a finished document: empty, with their capacity.
+#[derive(Default)]
+struct Spare {
+    nodes: Vec<Json<'static>>,
+    stack: Vec<Json<'static>>,
+}
+
+thread_local! {
+    /// Each thread keeps the vectors of its last document, so parsing the next one does
+    /// not allocate them. Why: a watch event's object is encoded once and then dropped,
+    /// and in the gateway the arena (~13 KiB for a 2 KiB pod) was a fresh allocation at
+    /// the top of a glibc arena that had been trimmed in between: `sysmalloc`, an
+    /// `mprotect` and page faults per event — 45 % of the protobuf frame's cost in the
+    /// kubelet load run's profile (docs/protobuf.md "Cost"). Nested parses (a RawExtension
+    /// compacted inside a decode) just allocate their own.
+    static SPARE: Cell<Option<Spare>> = const { Cell::new(None) };
+}
+
+/// Vectors larger than this (in values: a ~50 KB document) are not kept, so a thread
+/// holds at most ~256 KiB for the next document.
+const SPARE_MAX_NODES: usize = 4096;
+
+/// `v` emptied, as a vector of `'static` values with the same allocation: `collect`
+/// from a `vec::IntoIter` into a type of the same size and alignment reuses the
+/// allocation in place (std's in-place iteration; `spare_vectors_are_reused` checks
+/// it), and an empty vector holds no borrow.
+fn recycle(mut v: Vec<Json<'_>>) -> Vec<Json<'static>> {
+    v.clear();
+    v.into_iter()
+        .map(|_| -> Json<'static> { unreachable!("the vector is empty") })
+        .collect()
+}
+
+/// Keep `nodes`/`stack` for the thread's next document (unless one is kept already or
+/// they are too large).
+fn give_back(nodes: Option<Vec<Json<'_>>>, stack: Option<Vec<Json<'_>>>) {
+    let keep = |v: Vec<Json<'_>>| (v.capacity() <= SPARE_MAX_NODES).then(|| recycle(v));
+    let mut spare = SPARE.take().unwrap_or_default();
+    if let Some(v) = nodes.and_then(keep) {
+        if v.capacity() > spare.nodes.capacity() {
+            spare.nodes = v;
+        }
+    }
+    if let Some(v) = stack.and_then(keep) {
+        if v.capacity() > spare.stack.capacity() {
+            spare.stack = v;
+        }
+    }
+    SPARE.set(Some(spare));
+}
+
+impl Drop for Doc<'_> {
+    fn drop(&mut self) {
+        give_back(Some(std::mem::take(&mut self.nodes)), None);
+    }
 }
 
 #[derive(Debug)]
@@ -55,23 +114,32 @@ impl<'a> Doc<'a> {
         // sliced out of the `str`, which costs a char-boundary check, not a re-validation.
         let src =
             std::str::from_utf8(input).map_err(|_| ProtoError::Json("invalid UTF-8".into()))?;
+        let Spare {
+            mut nodes,
+            mut stack,
+        } = SPARE.take().unwrap_or_default();
+        // About one value per 12 bytes of Kubernetes JSON.
+        nodes.reserve(input.len() / 12 + 4);
+        stack.reserve(64);
         let mut p = Parser {
             s: input,
             src,
             pos: 0,
-            nodes: Vec::with_capacity(input.len() / 12 + 4),
-            stack: Vec::with_capacity(64),
+            nodes,
+            stack,
         };
-        p.ws();
-        let root = p.value(0, Cow::Borrowed(""))?;
-        p.ws();
-        if p.pos != input.len() {
-            return Err(p.err("trailing data after the JSON value"));
+        let root = p.document();
+        let Parser { nodes, stack, .. } = p;
+        match root {
+            Ok(root) => {
+                give_back(None, Some(stack));
+                Ok(Doc { nodes, root })
+            }
+            Err(e) => {
+                give_back(Some(nodes), Some(stack));
+                Err(e)
+            }
         }
-        Ok(Doc {
-            nodes: p.nodes,
-            root,
-        })
     }
 
     /// The members of an object or the elements of an array.
@@ -112,6 +180,17 @@ struct Parser<'a> {
 }
 
 impl<'a> Parser<'a> {
+    /// The input's one value, with nothing but whitespace around it.
+    fn document(&mut self) -> Result<Json<'a>, ProtoError> {
+        self.ws();
+        let root = self.value(0, Cow::Borrowed(""))?;
+        self.ws();
+        if self.pos != self.s.len() {
+            return Err(self.err("trailing data after the JSON value"));
+        }
+        Ok(root)
+    }
+
     fn err(&self, what: &str) -> ProtoError {
         ProtoError::Json(format!("{what} at byte {}", self.pos))
     }
@@ -261,11 +340,11 @@ impl<'a> Parser<'a> {
     fn string(&mut self) -> Result<Cow<'a, str>, ProtoError> {
         self.pos += 1; // opening quote
         let start = self.pos;
-        // The common case: no escapes. Find the closing quote or the first backslash.
+        // The common case: no escapes. Find the closing quote or the first backslash;
+        // a control character before it is an error.
         let rest = &self.s[start..];
-        let stop =
-            memchr::memchr2(b'"', b'\\', rest).ok_or_else(|| self.err("unterminated string"))?;
-        if rest[..stop].iter().any(|&c| c < 0x20) {
+        let stop = plain_len(rest).ok_or_else(|| self.err("unterminated string"))?;
+        if rest[stop] < 0x20 {
             return Err(self.err("control character in string"));
         }
         self.pos = start + stop;
@@ -277,7 +356,7 @@ impl<'a> Parser<'a> {
         loop {
             let seg = self.pos;
             while let Some(c) = self.peek() {
-                if c == b'"' || c == b'\\' || c < 0x20 {
+                if ends_plain(c) {
                     break;
                 }
                 self.pos += 1;
@@ -340,6 +419,40 @@ impl<'a> Parser<'a> {
         self.pos += 4;
         Ok(v)
     }
+}
+
+/// Whether `c` ends the plain part of a JSON string: the closing quote, a backslash, or
+/// a control character (an error).
+fn ends_plain(c: u8) -> bool {
+    c == b'"' || c == b'\\' || c < 0x20
+}
+
+/// The length of the plain part of a JSON string's contents `s` (the position of the
+/// first byte that [`ends_plain`]); `None`: unterminated.
+///
+/// Eight bytes at a time in a `u64` (the "has a zero byte" bit trick): most strings
+/// (keys, names) are a few bytes long, for which `memchr2`'s per-call dispatch and setup
+/// cost more than the search; measured in docs/protobuf.md "Cost per object".
+fn plain_len(s: &[u8]) -> Option<usize> {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let mut i = 0;
+    while let Some(chunk) = s.get(i..i + 8) {
+        let v = u64::from_le_bytes(chunk.try_into().expect("8 bytes"));
+        let quote = v ^ (ONES * u64::from(b'"'));
+        let backslash = v ^ (ONES * u64::from(b'\\'));
+        // A byte's high bit is set where it was zero (resp. below 0x20). Borrows can
+        // only set bits above the first such byte, so the lowest bit is exact.
+        let found = (quote.wrapping_sub(ONES) & !quote)
+            | (backslash.wrapping_sub(ONES) & !backslash)
+            | (v.wrapping_sub(ONES * 0x20) & !v);
+        let found = found & HIGH;
+        if found != 0 {
+            return Some(i + found.trailing_zeros() as usize / 8);
+        }
+        i += 8;
+    }
+    s[i..].iter().position(|&c| ends_plain(c)).map(|p| i + p)
 }
 
 /// Bytes `write_go_string` cannot copy as they are: control characters, `"`, `\\`, the
@@ -509,6 +622,60 @@ mod tests {
         assert!(matches!(&a[2].v, Val::Str(s) if s == "xé😀"));
         let inner = d.members(&m[1]).unwrap();
         assert_eq!((inner[0].key.as_ref(), inner[0].raw), ("c", &b"null"[..]));
+    }
+
+    #[test]
+    fn plain_len_finds_the_first_quote_backslash_or_control_character() {
+        // Every position in and across the 8-byte words, every stopping byte, after
+        // bytes that could fool the bit trick (0x80-0xff, just above each target).
+        for len in 0..40 {
+            for stop in [b'"', b'\\', 0x00, 0x1f, 0x0a] {
+                for filler in [b'a', 0xff, 0x80, 0xa0, b'#', b']', 0x20, 0x7f] {
+                    let mut s = vec![filler; len];
+                    s.push(stop);
+                    s.extend_from_slice(b"\"\\\x01 tail");
+                    assert_eq!(plain_len(&s), Some(len), "{len} {stop:#x} {filler:#x}");
+                    s.truncate(len);
+                    assert_eq!(plain_len(&s), None, "{len} {filler:#x}: unterminated");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn spare_vectors_are_reused() {
+        let doc = br#"{"a": [1, 2, {"b": "c"}], "d": "e"}"#;
+        drop(Doc::parse(doc).unwrap());
+        let spare = SPARE.take().expect("the document's vectors were kept");
+        let (nodes, stack) = (spare.nodes.as_ptr(), spare.stack.as_ptr());
+        assert!(spare.nodes.capacity() > 0 && spare.stack.capacity() > 0);
+        SPARE.set(Some(spare));
+        let d = Doc::parse(doc).unwrap();
+        assert_eq!(
+            d.nodes.as_ptr() as usize,
+            nodes as usize,
+            "the arena is reused"
+        );
+        let Val::Arr(a) = d.members(&d.root).unwrap()[0].v else {
+            panic!("an array")
+        };
+        assert_eq!(d.kids(a).len(), 3);
+        drop(d);
+        let spare = SPARE.take().expect("kept again");
+        assert_eq!(
+            spare.nodes.as_ptr(),
+            nodes,
+            "recycling keeps the allocation"
+        );
+        assert_eq!(spare.stack.as_ptr(), stack);
+        // A failed parse gives its vectors back too, and a huge one is not kept.
+        assert!(Doc::parse(b"[1, 2").is_err());
+        assert!(SPARE.take().is_some());
+        let big = format!("[{}0]", "0,".repeat(SPARE_MAX_NODES * 2));
+        drop(Doc::parse(big.as_bytes()).unwrap());
+        let spare = SPARE.take().unwrap_or_default();
+        assert!(spare.nodes.capacity() <= SPARE_MAX_NODES);
+        assert!(spare.stack.capacity() <= SPARE_MAX_NODES);
     }
 
     #[test]

@@ -12,7 +12,8 @@
 //!   [`decode`]: bytes → JSON as Go's `encoding/json` writes the struct.
 //! - [`envelope`]: `k8s\0` + `runtime.Unknown` ([`encode_unknown`], [`encode_object`],
 //!   [`decode_unknown`], [`decode_object`]), lists assembled from per-item bytes
-//!   ([`ListEnvelope`]), watch frames ([`watch_frame`]), Status, PartialObjectMetadata.
+//!   ([`ListEnvelope`]), watch frames ([`watch_frame`], [`object_watch_frame`]), Status,
+//!   PartialObjectMetadata.
 //! - [`prune_unknown`]: the JSON fields a kind's Go struct does not have, removed (what
 //!   the apiserver drops on a write, or names in a strict decoding error).
 
@@ -29,8 +30,9 @@ pub use decode::decode;
 pub use encode::encode;
 pub use envelope::{
     decode_object, decode_unknown, encode_object, encode_status, encode_unknown, item_frame_len,
-    parse_watch_event, partial_object_metadata, split_frame, type_of, watch_event, watch_frame,
-    ListEnvelope, ListMeta, Unknown, CONTENT_TYPE, MAGIC, WATCH_CONTENT_TYPE,
+    object_watch_frame, parse_watch_event, partial_object_metadata, split_frame, type_of,
+    watch_event, watch_frame, ListEnvelope, ListMeta, Unknown, CONTENT_TYPE, MAGIC,
+    WATCH_CONTENT_TYPE,
 };
 pub use prune::prune_unknown;
 pub use schema::{is_served, lookup, served_kinds, MessageType};

@@ -71,16 +71,28 @@ pub struct ProtoWatch {
 }
 
 impl ProtoWatch {
-    /// The envelope (`k8s\0` + Unknown) of `obj` in this watch's representation.
-    fn envelope(&self, obj: &CachedObject, metadata: Option<MetaVersion>) -> Option<Vec<u8>> {
+    /// The frame of `obj` in this watch's representation (`None`: it has no protobuf
+    /// form).
+    fn object_frame(
+        &self,
+        event_type: &str,
+        obj: &CachedObject,
+        metadata: Option<MetaVersion>,
+    ) -> Option<Vec<u8>> {
         match metadata {
             None => {
                 let msg = obj.proto(self.ty?)?;
-                Some(proto::encode_unknown(&self.api_version, &self.kind, &msg))
+                Some(proto::object_watch_frame(
+                    event_type,
+                    &self.api_version,
+                    &self.kind,
+                    &msg,
+                ))
             }
             Some(v) => {
                 let msg = obj.metadata_proto(self.ty)?;
-                Some(proto::encode_unknown(
+                Some(proto::object_watch_frame(
+                    event_type,
                     v.api_version(),
                     "PartialObjectMetadata",
                     &msg,
@@ -94,8 +106,8 @@ impl ProtoWatch {
     /// watch: kube-apiserver ends a watch whose object fails to encode, and the client's
     /// next watch is then the upstream's.
     fn frame(&self, event_type: &str, obj: &CachedObject, metadata: Option<MetaVersion>) -> Bytes {
-        match self.envelope(obj, metadata) {
-            Some(env) => Bytes::from(proto::watch_frame(event_type, &env)),
+        match self.object_frame(event_type, obj, metadata) {
+            Some(frame) => Bytes::from(frame),
             None => {
                 self.form.mark_broken(&self.group);
                 let status = crate::status::Status::internal(format!(
