@@ -807,6 +807,35 @@ fn object_watch_frame_is_the_frame_of_the_envelope() {
     }
 }
 
+/// A kubelet's event frame is encoded straight from the object's JSON: the same bytes as
+/// framing `encode`'s message, and the range it returns is that message.
+#[test]
+fn encode_watch_frame_is_the_frame_of_the_encoded_message() {
+    for name in ["pod", "pod-4k", "pod-kubelet"] {
+        let json = fixture(name);
+        let pod = ty("v1", "Pod");
+        let msg = proto::encode(pod, &json).unwrap();
+        let (frame, at) = proto::encode_watch_frame(pod, &json, "MODIFIED", "v1", "Pod").unwrap();
+        assert_eq!(
+            frame,
+            proto::object_watch_frame("MODIFIED", "v1", "Pod", &msg),
+            "{name}"
+        );
+        assert_eq!(&frame[at], &msg[..], "{name}: the range is the message");
+    }
+    let err = proto::encode_watch_frame(
+        ty("v1", "Pod"),
+        br#"{"spec":{"noSuchField":1}}"#,
+        "ADDED",
+        "v1",
+        "Pod",
+    );
+    assert!(
+        matches!(err, Err(proto::ProtoError::UnknownField { .. })),
+        "{err:?}"
+    );
+}
+
 #[test]
 fn lookup_covers_the_cached_kinds_and_refuses_others() {
     for (av, kind) in [

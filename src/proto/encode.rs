@@ -31,15 +31,44 @@ use super::ProtoError;
 /// needs room for the JSON's length up front (a ~2 KiB allocation per event otherwise,
 /// which in the gateway came with glibc heap growth and page faults: docs/protobuf.md).
 pub fn encode(ty: MessageType, json: &[u8]) -> Result<Vec<u8>, ProtoError> {
+    with_scratch(ty, json, <[u8]>::to_vec)
+}
+
+/// The watch frame of an event whose object is `json`, encoded as message `ty` of
+/// `api_version`/`kind` (the bytes of [`super::object_watch_frame`] of [`encode`]'s
+/// message), and where that message lies in the frame.
+///
+/// Why: a kubelet's pod event reaches one watcher, so the message is encoded for that one
+/// frame. Writing the frame straight from the scratch buffer costs one allocation and one
+/// copy of the message instead of two of each (an exact-size message, then the frame);
+/// the cache keeps the message as a slice of this frame.
+pub fn encode_watch_frame(
+    ty: MessageType,
+    json: &[u8],
+    event_type: &str,
+    api_version: &str,
+    kind: &str,
+) -> Result<(Vec<u8>, std::ops::Range<usize>), ProtoError> {
+    with_scratch(ty, json, |msg| {
+        super::envelope::object_watch_frame_at(event_type, api_version, kind, msg)
+    })
+}
+
+/// Encode `json` into the thread's scratch buffer and hand the message to `f`.
+fn with_scratch<T>(
+    ty: MessageType,
+    json: &[u8],
+    f: impl FnOnce(&[u8]) -> T,
+) -> Result<T, ProtoError> {
     let doc = Doc::parse(json)?;
     let mut out = SCRATCH.take();
     out.clear();
     out.reserve(json.len());
-    let message = encode_value(&mut out, ty, &doc, &doc.root).map(|()| out.to_vec());
+    let result = encode_value(&mut out, ty, &doc, &doc.root).map(|()| f(&out));
     if out.capacity() <= SCRATCH_MAX {
         SCRATCH.set(out);
     }
-    message
+    result
 }
 
 thread_local! {

@@ -282,6 +282,18 @@ pub fn object_watch_frame(
     kind: &str,
     message: &[u8],
 ) -> Vec<u8> {
+    object_watch_frame_at(event_type, api_version, kind, message).0
+}
+
+/// [`object_watch_frame`], and where `message` lies in the frame: the cache keeps the
+/// object's message as a slice of the first frame it was encoded for
+/// ([`super::encode_watch_frame`]).
+pub(crate) fn object_watch_frame_at(
+    event_type: &str,
+    api_version: &str,
+    kind: &str,
+    message: &[u8],
+) -> (Vec<u8>, std::ops::Range<usize>) {
     let type_meta = 1
         + varint_len(api_version.len() as u64)
         + api_version.len()
@@ -303,11 +315,14 @@ pub fn object_watch_frame(
     put_varint(&mut out, envelope as u64);
     out.extend_from_slice(&MAGIC);
     put_type_meta(&mut out, api_version, kind);
-    put_bytes(&mut out, 2, message);
+    put_tag(&mut out, 2, WT_LEN);
+    put_varint(&mut out, message.len() as u64);
+    let at = out.len();
+    out.extend_from_slice(message);
     out.extend_from_slice(&UNKNOWN_TAIL);
     let len = (out.len() - 4) as u32;
     out[..4].copy_from_slice(&len.to_be_bytes());
-    out
+    (out, at..at + message.len())
 }
 
 /// A complete frame's payload (a WatchEvent) and the bytes after it.

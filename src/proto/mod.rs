@@ -27,7 +27,7 @@ mod special;
 mod wire;
 
 pub use decode::decode;
-pub use encode::encode;
+pub use encode::{encode, encode_watch_frame};
 pub use envelope::{
     decode_object, decode_unknown, encode_object, encode_status, encode_unknown, item_frame_len,
     object_watch_frame, parse_watch_event, partial_object_metadata, split_frame, type_of,

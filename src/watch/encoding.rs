@@ -78,25 +78,17 @@ impl ProtoWatch {
         event_type: &str,
         obj: &CachedObject,
         metadata: Option<MetaVersion>,
-    ) -> Option<Vec<u8>> {
+    ) -> Option<Bytes> {
         match metadata {
-            None => {
-                let msg = obj.proto(self.ty?)?;
-                Some(proto::object_watch_frame(
-                    event_type,
-                    &self.api_version,
-                    &self.kind,
-                    &msg,
-                ))
-            }
+            None => obj.proto_watch_frame(self.ty?, event_type, &self.api_version, &self.kind),
             Some(v) => {
                 let msg = obj.metadata_proto(self.ty)?;
-                Some(proto::object_watch_frame(
+                Some(Bytes::from(proto::object_watch_frame(
                     event_type,
                     v.api_version(),
                     "PartialObjectMetadata",
                     &msg,
-                ))
+                )))
             }
         }
     }
@@ -107,7 +99,7 @@ impl ProtoWatch {
     /// next watch is then the upstream's.
     fn frame(&self, event_type: &str, obj: &CachedObject, metadata: Option<MetaVersion>) -> Bytes {
         match self.object_frame(event_type, obj, metadata) {
-            Some(frame) => Bytes::from(frame),
+            Some(frame) => frame,
             None => {
                 self.form.mark_broken(&self.group);
                 let status = crate::status::Status::internal(format!(
