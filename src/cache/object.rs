@@ -66,7 +66,8 @@ struct Derived {
     metadata_json: std::sync::OnceLock<Option<Bytes>>,
     /// The object's protobuf message (not enveloped), as kube-apiserver would encode it
     /// (`crate::proto`); `None` when it cannot be encoded (a field newer than the schema):
-    /// protobuf answers that need it are then forwarded.
+    /// protobuf answers that need it are then forwarded. It may be a slice of the first
+    /// watch frame it was encoded for; `derived_bytes` counts the message's bytes.
     proto: std::sync::OnceLock<Option<Bytes>>,
     /// The `PartialObjectMetadata` protobuf message of the object.
     metadata_proto: std::sync::OnceLock<Option<Bytes>>,
@@ -714,7 +715,9 @@ fn owned_len(b: &Bytes, within: Option<&Bytes>) -> usize {
 
 /// A built representation, kept for the object's life: without its growth's spare
 /// capacity, which for an encoder's doubling `Vec` held up to as much again (measured:
-/// the heap grew 2.1× the protobuf bytes of 3,000 pods before, 1.0× after).
+/// the heap grew 2.1× the protobuf bytes of 3,000 pods before, 1.0× after). (A message
+/// first built for a watch event is instead a slice of that event's frame, which keeps
+/// ~50 bytes of frame header and spare room with it: `proto_watch_frame`.)
 fn exact(mut b: Vec<u8>) -> Bytes {
     b.shrink_to_fit();
     Bytes::from(b)
