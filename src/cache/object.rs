@@ -170,13 +170,7 @@ impl CachedObject {
     pub fn proto(&self, ty: crate::proto::MessageType) -> Option<Bytes> {
         self.derived
             .proto
-            .get_or_init(|| match crate::proto::encode(ty, &self.raw) {
-                Ok(b) => Some(counted(Representation::Protobuf, exact(b), None)),
-                Err(err) => {
-                    tracing::debug!(key = %self.key, %err, "object has no protobuf form");
-                    None
-                }
-            })
+            .get_or_init(|| self.kept_message(crate::proto::encode(ty, &self.raw).map(exact)))
             .clone()
     }
 
@@ -200,26 +194,34 @@ impl CachedObject {
                 msg,
             ))
         };
-        if let Some(msg) = self.derived.proto.get() {
-            return msg.as_ref().map(built);
-        }
         let mut frame = None;
         let msg = self.derived.proto.get_or_init(|| {
-            match crate::proto::encode_watch_frame(ty, &self.raw, event_type, api_version, kind) {
-                Ok((bytes, at)) => {
-                    let bytes = Bytes::from(bytes);
-                    let msg = bytes.slice(at);
-                    frame = Some(bytes);
-                    Some(counted(Representation::Protobuf, msg, None))
-                }
-                Err(err) => {
-                    tracing::debug!(key = %self.key, %err, "object has no protobuf form");
-                    None
-                }
-            }
+            let encoded =
+                crate::proto::encode_watch_frame(ty, &self.raw, event_type, api_version, kind).map(
+                    |(bytes, at)| {
+                        let bytes = Bytes::from(bytes);
+                        let msg = bytes.slice(at);
+                        frame = Some(bytes);
+                        msg
+                    },
+                );
+            self.kept_message(encoded)
         });
-        // Another thread may have built the message first: then frame it.
+        // The message was built before (by a list, or another thread first): frame it.
         frame.or_else(|| msg.as_ref().map(built))
+    }
+
+    /// What the `proto` cell keeps of an encoding: the message, counted in
+    /// `watchgate_cache_derived_bytes`, or `None` (logged) when the object has no protobuf
+    /// form.
+    fn kept_message(&self, encoded: Result<Bytes, crate::proto::ProtoError>) -> Option<Bytes> {
+        match encoded {
+            Ok(msg) => Some(counted(Representation::Protobuf, msg, None)),
+            Err(err) => {
+                tracing::debug!(key = %self.key, %err, "object has no protobuf form");
+                None
+            }
+        }
     }
 
     /// The `PartialObjectMetadata` protobuf message of the object, built once: for a
