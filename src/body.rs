@@ -34,3 +34,99 @@ where
 {
     body.map_err(Into::into).boxed_unsync()
 }
+
+/// A request's body as the server received it: hyper's over HTTP/1.1, the h2 crate's
+/// stream over HTTP/2 (the HTTP/2 server is written on h2 directly, `server::h2`, so that
+/// a watch's frames can be sent without a task per stream). Everything downstream of the
+/// server sees one type.
+pub enum RequestBody {
+    Hyper(hyper::body::Incoming),
+    H2(H2RequestBody),
+}
+
+impl From<hyper::body::Incoming> for RequestBody {
+    fn from(body: hyper::body::Incoming) -> Self {
+        RequestBody::Hyper(body)
+    }
+}
+
+impl http_body::Body for RequestBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, BoxError>>> {
+        match self.get_mut() {
+            RequestBody::Hyper(b) => std::pin::Pin::new(b).poll_frame(cx).map_err(BoxError::from),
+            RequestBody::H2(b) => b.poll_frame(cx),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            RequestBody::Hyper(b) => b.is_end_stream(),
+            RequestBody::H2(b) => b.recv.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        match self {
+            RequestBody::Hyper(b) => b.size_hint(),
+            RequestBody::H2(b) => b.size_hint(),
+        }
+    }
+}
+
+/// An HTTP/2 request's body: its DATA frames, each one's flow-control window given back
+/// as soon as it is read (as hyper does), then its trailers. h2 itself checks the frames
+/// against a declared `content-length`.
+pub struct H2RequestBody {
+    recv: h2::RecvStream,
+    data_done: bool,
+    content_length: Option<u64>,
+}
+
+impl H2RequestBody {
+    pub fn new(recv: h2::RecvStream, content_length: Option<u64>) -> Self {
+        H2RequestBody {
+            recv,
+            data_done: false,
+            content_length,
+        }
+    }
+
+    fn poll_frame(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, BoxError>>> {
+        use std::task::{ready, Poll};
+        if !self.data_done {
+            match ready!(self.recv.poll_data(cx)) {
+                Some(Ok(bytes)) => {
+                    let _ = self.recv.flow_control().release_capacity(bytes.len());
+                    if let Some(left) = self.content_length.as_mut() {
+                        *left = left.saturating_sub(bytes.len() as u64);
+                    }
+                    return Poll::Ready(Some(Ok(http_body::Frame::data(bytes))));
+                }
+                Some(Err(err)) => return Poll::Ready(Some(Err(err.into()))),
+                None => self.data_done = true,
+            }
+        }
+        match ready!(self.recv.poll_trailers(cx)) {
+            Ok(Some(trailers)) => Poll::Ready(Some(Ok(http_body::Frame::trailers(trailers)))),
+            Ok(None) => Poll::Ready(None),
+            Err(err) => Poll::Ready(Some(Err(err.into()))),
+        }
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        match self.content_length {
+            Some(left) if !self.data_done => http_body::SizeHint::with_exact(left),
+            _ if self.recv.is_end_stream() || self.data_done => http_body::SizeHint::with_exact(0),
+            _ => http_body::SizeHint::default(),
+        }
+    }
+}

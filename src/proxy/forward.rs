@@ -5,8 +5,8 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use crate::body::RequestBody;
 use http::{header, Request, Response, Version};
-use hyper::body::Incoming;
 
 use super::headers;
 use super::stream::{DrainingBody, TrackedBody};
@@ -48,7 +48,7 @@ impl Proxy {
     /// Responses are marked `X-Watchgate-Source: upstream`; a Status the gateway makes
     /// itself (the upstream unreachable or too slow) is left unmarked, and the stack marks
     /// it `gateway` (`stack::source`).
-    pub async fn forward(&self, req: Request<Incoming>) -> Response<Body> {
+    pub async fn forward(&self, req: Request<RequestBody>) -> Response<Body> {
         if req.version() == Version::HTTP_11 && headers::is_upgrade(req.headers()) {
             return upgrade::forward(&self.upstream, &self.drain, req).await;
         }

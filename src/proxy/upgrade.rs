@@ -4,8 +4,8 @@
 //! until either side closes. Bytes are never interpreted, so garbage on a tunnel is the
 //! endpoints' business and cannot affect other connections.
 
+use crate::body::RequestBody;
 use http::{Request, Response, StatusCode, Version};
-use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 
 use super::headers;
@@ -16,7 +16,7 @@ use crate::upstream::Upstream;
 pub(super) async fn forward(
     upstream: &Upstream,
     drain: &DrainWatch,
-    mut req: Request<Incoming>,
+    mut req: Request<RequestBody>,
 ) -> Response<Body> {
     let downstream = crate::server::upgrade::on(&mut req);
     let (mut parts, incoming) = req.into_parts();

@@ -8,8 +8,8 @@
 
 use std::sync::Arc;
 
+use crate::body::RequestBody;
 use http::{header, HeaderValue, Method, Request, Response, StatusCode};
-use hyper::body::Incoming;
 
 use crate::body::{self, Body};
 use crate::cache::registry::{self, Registry};
@@ -28,7 +28,7 @@ pub struct AdminState {
     pub metrics: bool,
 }
 
-pub async fn handle(state: AdminState, req: Request<Incoming>) -> Response<Body> {
+pub async fn handle(state: AdminState, req: Request<RequestBody>) -> Response<Body> {
     let path = req.uri().path();
     if !matches!(path, "/healthz" | "/livez" | "/readyz" | "/metrics") {
         return Status::path_not_found().into_response();

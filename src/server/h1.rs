@@ -28,10 +28,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
 
+use crate::body::RequestBody;
 use bytes::Bytes;
 use http::{header, Method, Request, Response, StatusCode, Version};
 use http_body::{Body as _, Frame};
-use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
@@ -256,12 +256,13 @@ struct Service {
     cert: Option<Arc<PeerCert>>,
 }
 
-impl hyper::service::Service<Request<Incoming>> for Service {
+impl hyper::service::Service<Request<hyper::body::Incoming>> for Service {
     type Response = Response<Body>;
     type Error = Infallible;
     type Future = Pin<Box<dyn Future<Output = Result<Response<Body>, Infallible>> + Send>>;
 
-    fn call(&self, mut req: Request<Incoming>) -> Self::Future {
+    fn call(&self, req: Request<hyper::body::Incoming>) -> Self::Future {
+        let mut req = req.map(RequestBody::from);
         if let Some(cert) = &self.cert {
             req.extensions_mut().insert(cert.clone());
         }
@@ -424,7 +425,7 @@ mod tests {
     /// channel (one per request) and whose other paths answer `ok` in full.
     fn handler() -> (Handler, mpsc::UnboundedReceiver<mpsc::Sender<Sent>>) {
         let (streams_tx, streams_rx) = mpsc::unbounded_channel();
-        let handler: Handler = Arc::new(move |req: Request<Incoming>| {
+        let handler: Handler = Arc::new(move |req: Request<RequestBody>| {
             let streams_tx = streams_tx.clone();
             Box::pin(async move {
                 match req.uri().path() {

@@ -10,8 +10,8 @@ use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
 
+use crate::body::RequestBody;
 use http::{Request, Response};
-use hyper::body::Incoming;
 use hyper::server::conn::{http1, http2};
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -29,7 +29,9 @@ use crate::body::Body;
 
 /// What a listener serves: one request in, one response out (errors are responses too).
 pub type Handler = Arc<
-    dyn Fn(Request<Incoming>) -> Pin<Box<dyn Future<Output = Response<Body>> + Send>> + Send + Sync,
+    dyn Fn(Request<RequestBody>) -> Pin<Box<dyn Future<Output = Response<Body>> + Send>>
+        + Send
+        + Sync,
 >;
 
 /// A client gets this long to send its request head: bounds slow-loris connections.
@@ -196,7 +198,8 @@ async fn serve_h2<T>(
 ) where
     T: AsyncRead + AsyncWrite + Send + Unpin + 'static,
 {
-    let svc = service_fn(move |mut req: Request<Incoming>| {
+    let svc = service_fn(move |req: Request<hyper::body::Incoming>| {
+        let mut req = req.map(RequestBody::from);
         if let Some(cert) = &cert {
             req.extensions_mut().insert(cert.clone());
         }

@@ -59,8 +59,8 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
+use crate::body::RequestBody;
 use http::{HeaderName, HeaderValue, Request, Response};
-use hyper::body::Incoming;
 use tower::util::BoxCloneSyncService;
 use tower::ServiceBuilder;
 use tower_http::catch_panic::CatchPanicLayer;
@@ -76,7 +76,7 @@ use crate::request::Parsed;
 use guard::GuardLayer;
 
 /// The composed API service: one request in, one response out (errors are responses).
-pub type ApiService = BoxCloneSyncService<Request<Incoming>, Response<Body>, Infallible>;
+pub type ApiService = BoxCloneSyncService<Request<RequestBody>, Response<Body>, Infallible>;
 
 /// The stack over any request body (benches and tests drive it with their own bodies).
 pub type ApiServiceOf<B> = BoxCloneSyncService<Request<B>, Response<Body>, Infallible>;

@@ -11,8 +11,8 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
+use crate::body::RequestBody;
 use http::{Method, Request, Response};
-use hyper::body::Incoming;
 use tower::Service;
 
 use crate::auth::Authorized;
@@ -47,7 +47,7 @@ impl Router {
         self
     }
 
-    async fn answer(self, req: Request<Incoming>) -> Response<Body> {
+    async fn answer(self, req: Request<RequestBody>) -> Response<Body> {
         if let Some(status) = reject(&req) {
             return status.into_response();
         }
@@ -73,7 +73,7 @@ impl Router {
     }
 }
 
-impl Service<Request<Incoming>> for Router {
+impl Service<Request<RequestBody>> for Router {
     type Response = Response<Body>;
     type Error = Infallible;
     type Future = Pin<Box<dyn Future<Output = Result<Response<Body>, Infallible>> + Send>>;
@@ -82,7 +82,7 @@ impl Service<Request<Incoming>> for Router {
         Poll::Ready(Ok(()))
     }
 
-    fn call(&mut self, req: Request<Incoming>) -> Self::Future {
+    fn call(&mut self, req: Request<RequestBody>) -> Self::Future {
         let this = self.clone();
         Box::pin(async move { Ok(this.answer(req).await) })
     }
