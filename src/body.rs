@@ -111,6 +111,11 @@ impl H2RequestBody {
                     }
                     return Poll::Ready(Some(Ok(http_body::Frame::data(bytes))));
                 }
+                // RFC 9113 §8.1: RST_STREAM(NO_ERROR) ends the body early without
+                // failing it (hyper reads it so too).
+                Some(Err(err)) if err.reason() == Some(h2::Reason::NO_ERROR) => {
+                    return Poll::Ready(None)
+                }
                 Some(Err(err)) => return Poll::Ready(Some(Err(err.into()))),
                 None => self.data_done = true,
             }
@@ -118,6 +123,7 @@ impl H2RequestBody {
         match ready!(self.recv.poll_trailers(cx)) {
             Ok(Some(trailers)) => Poll::Ready(Some(Ok(http_body::Frame::trailers(trailers)))),
             Ok(None) => Poll::Ready(None),
+            Err(err) if err.reason() == Some(h2::Reason::NO_ERROR) => Poll::Ready(None),
             Err(err) => Poll::Ready(Some(Err(err.into()))),
         }
     }

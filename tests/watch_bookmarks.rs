@@ -144,11 +144,11 @@ async fn bookmarks_arrive_on_schedule_over_http1_and_http2_in_json_and_protobuf(
     let direct = stats.bookmarks_written_directly.load(Ordering::Relaxed) as usize;
     let all = stats.bookmarks.load(Ordering::Relaxed) as usize;
     println!("{all} bookmarks, {direct} through the express lane");
-    // The HTTP/1.1 watches were idle when theirs were due: the tick wrote them (a few may
-    // have found a connection still busy with the event); HTTP/2 ones went through their
-    // bodies.
+    // The watches were idle when theirs were due: the tick wrote them through the lane,
+    // over HTTP/2 as over HTTP/1.1 (a few may have found a stream still busy with the
+    // event). Half of the watches are HTTP/2: without its lane at most half would be.
     assert!(
-        direct >= EACH && direct <= all - 2 * EACH * BOOKMARKS,
+        direct >= all * 3 / 4 && direct <= all,
         "{direct} of {all} bookmarks written through the lane"
     );
 }

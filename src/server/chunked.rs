@@ -189,7 +189,7 @@ impl ChunkSink {
 }
 
 impl Sink for ChunkSink {
-    fn try_send(&self, frame: &[u8]) -> Sent {
+    fn try_send(&self, frame: &Bytes) -> Sent {
         if frame.is_empty() {
             // An empty frame is no chunk (it would read as the last one).
             return Sent::All;
@@ -617,32 +617,41 @@ mod tests {
             .store(usize::MAX, std::sync::atomic::Ordering::Relaxed);
         let sink = ChunkSink::new(socket.clone());
         // Not idle yet: the task has not gone idle once.
-        assert_eq!(sink.try_send(b"{\"a\":1}\n"), Express::Nothing);
-        sink.resume();
-        assert_eq!(sink.try_send(b"{\"a\":1}\n"), Express::All);
         assert_eq!(
-            sink.try_send(b""),
+            sink.try_send(&Bytes::from_static(b"{\"a\":1}\n")),
+            Express::Nothing
+        );
+        sink.resume();
+        assert_eq!(
+            sink.try_send(&Bytes::from_static(b"{\"a\":1}\n")),
+            Express::All
+        );
+        assert_eq!(
+            sink.try_send(&Bytes::from_static(b"")),
             Express::All,
             "an empty frame is no chunk"
         );
         assert_eq!(&socket.got.lock().unwrap()[..], b"8\r\n{\"a\":1}\n\r\n");
         // The task runs: nothing is written until it is idle again.
         assert_eq!(sink.pause(), None);
-        assert_eq!(sink.try_send(b"x"), Express::Nothing);
+        assert_eq!(sink.try_send(&Bytes::from_static(b"x")), Express::Nothing);
         sink.resume();
         // A socket that would block: the event goes to the task, and the lane stays shut
         // until the task has run.
         socket.limit.store(0, std::sync::atomic::Ordering::Relaxed);
-        assert_eq!(sink.try_send(b"y"), Express::Nothing);
+        assert_eq!(sink.try_send(&Bytes::from_static(b"y")), Express::Nothing);
         socket
             .limit
             .store(usize::MAX, std::sync::atomic::Ordering::Relaxed);
-        assert_eq!(sink.try_send(b"y"), Express::Nothing);
+        assert_eq!(sink.try_send(&Bytes::from_static(b"y")), Express::Nothing);
         // A short write: the task gets the rest first, and the lane is shut meanwhile.
         sink.resume();
         socket.limit.store(2, std::sync::atomic::Ordering::Relaxed);
-        assert_eq!(sink.try_send(b"hello"), Express::Part);
-        assert_eq!(sink.try_send(b"later"), Express::Nothing);
+        assert_eq!(sink.try_send(&Bytes::from_static(b"hello")), Express::Part);
+        assert_eq!(
+            sink.try_send(&Bytes::from_static(b"later")),
+            Express::Nothing
+        );
         assert_eq!(sink.pause().as_deref(), Some(&b"\nhello\r\n"[..]));
         assert_eq!(socket.got.lock().unwrap()[13..], *b"5\r");
         // Closed with its stream: the socket may carry the next response.
@@ -651,7 +660,7 @@ mod tests {
         socket
             .limit
             .store(usize::MAX, std::sync::atomic::Ordering::Relaxed);
-        assert_eq!(sink.try_send(b"z"), Express::Nothing);
+        assert_eq!(sink.try_send(&Bytes::from_static(b"z")), Express::Nothing);
     }
 
     #[tokio::test]
@@ -668,7 +677,7 @@ mod tests {
         assert!(sink.state().open);
         // A producer's short write: "5\r\n" reached the (other) socket, "hello\r\n" is
         // left for the task, which is then woken (here: by the next frame).
-        assert_eq!(sink.try_send(b"hello"), Express::Part);
+        assert_eq!(sink.try_send(&Bytes::from_static(b"hello")), Express::Part);
         tx.send(Ok(Frame::data(Bytes::from_static(b"next"))))
             .await
             .unwrap();

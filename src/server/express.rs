@@ -43,7 +43,7 @@ pub enum Sent {
 pub trait Sink: Send + Sync {
     /// Writes `frame` as the response's next piece (framed as the protocol wants), without
     /// blocking, if the connection is idle.
-    fn try_send(&self, frame: &[u8]) -> Sent;
+    fn try_send(&self, frame: &bytes::Bytes) -> Sent;
 }
 
 /// A streamed response's end of the lane, created with its body and shared with the

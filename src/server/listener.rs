@@ -2,29 +2,26 @@
 //! knowledge (h2c) on one port, told apart by the HTTP/2 client preface; drain-aware.
 //! With TLS (`tls.rs`) the protocol is the one ALPN negotiated.
 
-use std::convert::Infallible;
-use std::future::{poll_fn, Future};
+use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::Poll;
 use std::time::Duration;
 
 use crate::body::RequestBody;
 use http::{Request, Response};
-use hyper::server::conn::{http1, http2};
-use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
+use hyper::server::conn::http1;
+use hyper_util::rt::TokioTimer;
+use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::net::{TcpListener, TcpStream};
 
-use super::coalesce::{self, Coalesced, Flusher, H2_PREFACE};
+use super::coalesce::{self, H2_PREFACE};
 use super::drain::DrainWatch;
 use super::h1;
+use super::http2;
 use super::rewind::Rewind;
-use super::stall::{StallGuard, StallState};
+use super::stall::StallGuard;
 use super::tls::TlsServing;
-use crate::auth::x509::PeerCert;
 use crate::body::Body;
 
 /// What a listener serves: one request in, one response out (errors are responses too).
@@ -50,7 +47,7 @@ pub struct ConnOptions {
 /// One builder per protocol: the listener tells them apart by the HTTP/2 preface.
 struct Builders {
     http1: http1::Builder,
-    http2: http2::Builder<TokioExecutor>,
+    http2: http2::Settings,
 }
 
 fn builders(max_streams: u32) -> Builders {
@@ -61,14 +58,13 @@ fn builders(max_streams: u32) -> Builders {
         // Many small writes (watch events) must not wait for Nagle-style coalescing in
         // hyper's buffer either.
         .writev(true);
-    let mut http2 = http2::Builder::new(TokioExecutor::new());
-    http2
-        .timer(TokioTimer::new())
+    // HTTP/2 is served on h2 directly (`http2.rs`), with hyper's settings; its
+    // keep-alive PINGs every 30 s, answered within 20 s, are set there.
+    let http2 = http2::Settings {
         // Many watches multiplexed on one connection (kube-apiserver's
         // --http2-max-streams-per-connection; see docs/watch.md).
-        .max_concurrent_streams(max_streams)
-        .keep_alive_interval(Some(Duration::from_secs(30)))
-        .keep_alive_timeout(Duration::from_secs(20));
+        max_concurrent_streams: max_streams,
+    };
     Builders { http1, http2 }
 }
 
@@ -141,8 +137,15 @@ async fn serve(
     }
     // Boxed: hyper's HTTP/2 connection state is large, and inline it would size every
     // connection's task, HTTP/1.1 ones included (each idle HTTP/1.1 watch is a task).
-    Box::pin(serve_h2(
-        io, flusher, peer, builders, handler, drain, stall, None,
+    Box::pin(http2::serve(
+        io,
+        flusher,
+        peer,
+        builders.http2,
+        handler,
+        drain,
+        stall,
+        None,
     ))
     .await
 }
@@ -179,85 +182,17 @@ async fn serve_tls(
     }
     let (io, flusher) = coalesce::wrap_flushing(accepted.io);
     let io = Rewind::new(io, &[]);
-    Box::pin(serve_h2(
-        io, flusher, peer, builders, handler, drain, stall, cert,
+    Box::pin(http2::serve(
+        io,
+        flusher,
+        peer,
+        builders.http2,
+        handler,
+        drain,
+        stall,
+        cert,
     ))
     .await
-}
-
-#[allow(clippy::too_many_arguments)]
-async fn serve_h2<T>(
-    io: Rewind<Coalesced<T>>,
-    flusher: Flusher<T>,
-    peer: SocketAddr,
-    builders: Arc<Builders>,
-    handler: Handler,
-    drain: DrainWatch,
-    stall: Arc<StallState>,
-    cert: Option<Arc<PeerCert>>,
-) where
-    T: AsyncRead + AsyncWrite + Send + Unpin + 'static,
-{
-    let svc = service_fn(move |req: Request<hyper::body::Incoming>| {
-        let mut req = req.map(RequestBody::from);
-        if let Some(cert) = &cert {
-            req.extensions_mut().insert(cert.clone());
-        }
-        let handler = handler.clone();
-        async move { Ok::<_, Infallible>(handler(req).await) }
-    });
-    let conn = builders.http2.serve_connection(TokioIo::new(io), svc);
-    tokio::pin!(conn);
-    let draining = drain.draining();
-    let stopped = drain.stopped();
-    tokio::pin!(draining, stopped);
-    let mut graceful = false;
-    let mut deferred = false;
-    loop {
-        tokio::select! {
-            res = poll_fn(|cx| {
-                let res = conn.as_mut().poll(cx);
-                if res.is_pending() && !deferred && flusher.has_buffered() {
-                    // The watches woken by the same event are queueing their frames on
-                    // other tasks right now: go once round the run queue (a self-wake is a
-                    // yield in tokio) so that they join this write instead of each
-                    // waking the connection for a write of its own.
-                    deferred = true;
-                    cx.waker().wake_by_ref();
-                    return Poll::Pending;
-                }
-                deferred = false;
-                if let Poll::Ready(Err(err)) = flusher.poll_flush_buffer(cx) {
-                    // The connection sees the error on its next write; let it run now.
-                    tracing::debug!(%peer, error = %err, "write failed");
-                    cx.waker().wake_by_ref();
-                }
-                res
-            }) => {
-                if stall.was_cut() {
-                    tracing::info!(%peer, "connection closed: the client stopped reading (--write-stall-timeout)");
-                } else if let Err(err) = res {
-                    tracing::debug!(%peer, error = %err, "connection ended with an error");
-                }
-                // What the connection's last poll buffered (a GOAWAY, the end of a stream),
-                // unless the drain deadline cuts it.
-                tokio::select! {
-                    _ = poll_fn(|cx| flusher.poll_flush_buffer(cx)) => {}
-                    _ = &mut stopped => {}
-                }
-                break;
-            }
-            // GOAWAY, then the open streams finish.
-            _ = &mut draining, if !graceful => {
-                conn.as_mut().graceful_shutdown();
-                graceful = true;
-            }
-            _ = &mut stopped => {
-                tracing::debug!(%peer, "connection cut at the drain deadline");
-                break;
-            }
-        }
-    }
 }
 
 /// A connection's first bytes: up to the length of the HTTP/2 preface, and only as many as

@@ -8,6 +8,7 @@ mod coalesce;
 pub mod drain;
 pub mod express;
 mod h1;
+mod http2;
 mod listener;
 mod probe;
 mod rewind;

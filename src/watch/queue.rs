@@ -422,7 +422,7 @@ mod tests {
     }
 
     impl Sink for Recording {
-        fn try_send(&self, frame: &[u8]) -> Sent {
+        fn try_send(&self, frame: &bytes::Bytes) -> Sent {
             let a = *self.answer.lock().unwrap();
             if a != Sent::Nothing {
                 self.got

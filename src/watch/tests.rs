@@ -757,7 +757,7 @@ impl LaneSink {
 }
 
 impl crate::server::express::Sink for LaneSink {
-    fn try_send(&self, frame: &[u8]) -> crate::server::express::Sent {
+    fn try_send(&self, frame: &bytes::Bytes) -> crate::server::express::Sent {
         let a = *self.answer.lock().unwrap();
         if a != crate::server::express::Sent::Nothing {
             self.got
