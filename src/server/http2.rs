@@ -36,7 +36,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use super::coalesce::{Coalesced, Flusher};
 use super::drain::DrainWatch;
 use super::express::{Sent, Sink};
-use super::listener::Handler;
+use super::listener::{Handler, HandlerFuture};
 use super::rewind::Rewind;
 use super::stall::StallState;
 use super::Detachable;
@@ -234,8 +234,11 @@ where
         match conn.poll_accept(cx) {
             Poll::Ready(Some(Ok((req, respond)))) => {
                 last_read.now();
-                let req = request(req, cert);
-                tokio::spawn(serve_stream(req, respond, handler.clone()));
+                // The call's future (boxed, with the request in it) is made here, so the
+                // stream's task, which a watch keeps for its whole life, is not sized by
+                // the request (docs/watch.md, memory per idle watcher).
+                let call = handler(request(req, cert));
+                tokio::spawn(serve_stream(call, respond));
             }
             Poll::Ready(Some(Err(err))) => return Poll::Ready(Err(err)),
             Poll::Ready(None) => return Poll::Ready(Ok(())),
@@ -266,15 +269,11 @@ fn content_length(headers: &HeaderMap) -> Option<u64> {
 
 /// One stream: the service's answer, unless the client resets the stream first (the call
 /// is dropped, as hyper drops it), then the response's head and body.
-async fn serve_stream(
-    req: Request<RequestBody>,
-    mut respond: SendResponse<OutBuf>,
-    handler: Handler,
-) {
-    // The call's future (boxed) is gone once it has answered: a watch's task holds only
-    // its body and its stream from then on.
+async fn serve_stream(call: HandlerFuture, mut respond: SendResponse<OutBuf>) {
+    // The call's future is gone once it has answered: a watch's task holds only its body
+    // and its stream from then on.
     let resp = tokio::select! {
-        resp = handler(req) => resp,
+        resp = call => resp,
         reason = poll_fn(|cx| respond.poll_reset(cx)) => {
             tracing::debug!(?reason, "stream reset before its response");
             return;
@@ -629,6 +628,32 @@ mod tests {
         prepare_head(&mut h, &crate::body::empty(), true);
         assert!(!h.contains_key("content-length"));
         assert!(h.contains_key("date"));
+    }
+
+    /// A stream's task lives as long as its watch: its size counts against the memory per
+    /// idle watcher (docs/watch.md), so it must not hold the request or the call's state.
+    #[tokio::test]
+    async fn a_streams_task_is_small() {
+        let (c, s) = tokio::io::duplex(1 << 16);
+        let server = tokio::spawn(async move {
+            let mut conn = ::h2::server::Builder::new()
+                .handshake::<_, OutBuf>(s)
+                .await
+                .unwrap();
+            let (_req, respond) = conn.accept().await.unwrap().unwrap();
+            (conn, respond)
+        });
+        let (client, client_conn) = ::h2::client::handshake(c).await.unwrap();
+        tokio::spawn(client_conn);
+        let mut client = client.ready().await.unwrap();
+        let req = Request::get("http://x/").body(()).unwrap();
+        let (_resp, _) = client.send_request(req, true).unwrap();
+        let (_conn, respond) = server.await.unwrap();
+        let call: HandlerFuture = Box::pin(async { Response::new(crate::body::empty()) });
+        let task = serve_stream(call, respond);
+        let size = std::mem::size_of_val(&task);
+        println!("a stream's task: {size} bytes");
+        assert!(size <= 320, "a stream's task takes {size} bytes");
     }
 
     /// The lane's bytes in flight are counted until h2 drops the frame's buffer, however

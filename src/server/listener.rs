@@ -25,11 +25,10 @@ use super::tls::TlsServing;
 use crate::body::Body;
 
 /// What a listener serves: one request in, one response out (errors are responses too).
-pub type Handler = Arc<
-    dyn Fn(Request<RequestBody>) -> Pin<Box<dyn Future<Output = Response<Body>> + Send>>
-        + Send
-        + Sync,
->;
+pub type Handler = Arc<dyn Fn(Request<RequestBody>) -> HandlerFuture + Send + Sync>;
+
+/// A [`Handler`]'s answer to come.
+pub type HandlerFuture = Pin<Box<dyn Future<Output = Response<Body>> + Send>>;
 
 /// A client gets this long to send its request head: bounds slow-loris connections.
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
