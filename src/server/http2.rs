@@ -168,10 +168,11 @@ pub(super) async fn serve<T>(
             res = poll_fn(|cx| {
                 let res = accept(&mut conn, cx, &handler, &cert, &last_read);
                 if res.is_pending() && !deferred && flusher.has_buffered() {
-                    // The watches woken by the same event are queueing their frames on
-                    // other tasks right now: go once round the run queue (a self-wake is a
-                    // yield in tokio) so that they join this write instead of each
-                    // waking the connection for a write of its own.
+                    // The same event's other frames are being handed to h2 right now (by
+                    // the dispatch through the lane, or by stream tasks it woke): go once
+                    // round the run queue (a self-wake is a yield in tokio) so that they
+                    // join this write instead of each waking the connection for a write
+                    // of its own.
                     deferred = true;
                     cx.waker().wake_by_ref();
                     return Poll::Pending;
@@ -654,6 +655,82 @@ mod tests {
         let size = std::mem::size_of_val(&task);
         println!("a stream's task: {size} bytes");
         assert!(size <= 320, "a stream's task takes {size} bytes");
+    }
+
+    /// The next frame of `type` from the server, skipping others: its payload and when it
+    /// came. `None` when the connection closes first.
+    async fn next_frame(io: &mut tokio::io::DuplexStream, ty: u8) -> Option<(Vec<u8>, Instant)> {
+        use tokio::io::AsyncReadExt;
+        // Bounded (on paused time), so a server that never sends it fails the test.
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            let mut head = [0u8; 9];
+            tokio::time::timeout_at(deadline, io.read_exact(&mut head))
+                .await
+                .expect("the frame within 120 s")
+                .ok()?;
+            let len = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
+            let mut payload = vec![0; len];
+            io.read_exact(&mut payload).await.ok()?;
+            if head[3] == ty {
+                return Some((payload, Instant::now()));
+            }
+        }
+    }
+
+    /// hyper's keep-alive, on paused time: a PING (h2's opaque payload) 30 s after the
+    /// client last sent something, and GOAWAY and the end of the connection when it is
+    /// not answered within 20 s.
+    #[tokio::test(start_paused = true)]
+    async fn an_unanswered_keep_alive_ping_closes_the_connection() {
+        use tokio::io::AsyncWriteExt;
+        let (mut client, server) = tokio::io::duplex(1 << 16);
+        let (io, flusher) = super::super::coalesce::wrap(server);
+        let drain = super::super::drain::Drain::new();
+        let handler: Handler =
+            Arc::new(|_| Box::pin(async { Response::new(crate::body::empty()) }));
+        let stall = super::super::stall::StallGuard::new((), None).state();
+        let start = Instant::now();
+        let served = tokio::spawn(serve(
+            Rewind::new(io, &[]),
+            flusher,
+            "127.0.0.1:1".parse().unwrap(),
+            Settings {
+                max_concurrent_streams: 100,
+            },
+            handler,
+            drain.watcher(),
+            stall,
+            None,
+        ));
+        client
+            .write_all(super::super::coalesce::H2_PREFACE)
+            .await
+            .unwrap();
+        // An empty SETTINGS frame.
+        client
+            .write_all(&[0, 0, 0, 4, 0, 0, 0, 0, 0])
+            .await
+            .unwrap();
+        let (payload, pinged) = next_frame(&mut client, 6).await.expect("a PING");
+        assert_eq!(payload, [0x3b, 0x7c, 0xdb, 0x7a, 0x0b, 0x87, 0x16, 0xb4]);
+        let after = pinged - start;
+        assert!(
+            after >= PING_INTERVAL && after < PING_INTERVAL + Duration::from_secs(1),
+            "the PING came {after:?} after the connection's start"
+        );
+        let (_, closed) = next_frame(&mut client, 7).await.expect("a GOAWAY");
+        let waited = closed - pinged;
+        assert!(
+            waited >= PING_TIMEOUT && waited < PING_TIMEOUT + Duration::from_secs(1),
+            "GOAWAY {waited:?} after the unanswered PING"
+        );
+        served.await.unwrap();
+        assert_eq!(
+            next_frame(&mut client, 6).await,
+            None,
+            "the connection is closed"
+        );
     }
 
     /// The lane's bytes in flight are counted until h2 drops the frame's buffer, however
