@@ -36,7 +36,7 @@ where
 }
 
 /// A request's body as the server received it: hyper's over HTTP/1.1, the h2 crate's
-/// stream over HTTP/2 (the HTTP/2 server is written on h2 directly, `server::h2`, so that
+/// stream over HTTP/2 (the HTTP/2 server is written on h2 directly, `server::http2`, so that
 /// a watch's frames can be sent without a task per stream). Everything downstream of the
 /// server sees one type.
 pub enum RequestBody {
@@ -79,6 +79,12 @@ impl http_body::Body for RequestBody {
     }
 }
 
+/// Told whenever an HTTP/2 request's body yields data or trailers: the connection's
+/// keep-alive counts them as the client's activity, as hyper's does.
+pub trait ReadActivity: Send + Sync {
+    fn record(&self);
+}
+
 /// An HTTP/2 request's body: its DATA frames, each one's flow-control window given back
 /// as soon as it is read (as hyper does), then its trailers. h2 itself checks the frames
 /// against a declared `content-length`.
@@ -86,14 +92,20 @@ pub struct H2RequestBody {
     recv: h2::RecvStream,
     data_done: bool,
     content_length: Option<u64>,
+    activity: std::sync::Arc<dyn ReadActivity>,
 }
 
 impl H2RequestBody {
-    pub fn new(recv: h2::RecvStream, content_length: Option<u64>) -> Self {
+    pub fn new(
+        recv: h2::RecvStream,
+        content_length: Option<u64>,
+        activity: std::sync::Arc<dyn ReadActivity>,
+    ) -> Self {
         H2RequestBody {
             recv,
             data_done: false,
             content_length,
+            activity,
         }
     }
 
@@ -106,6 +118,7 @@ impl H2RequestBody {
             match ready!(self.recv.poll_data(cx)) {
                 Some(Ok(bytes)) => {
                     let _ = self.recv.flow_control().release_capacity(bytes.len());
+                    self.activity.record();
                     if let Some(left) = self.content_length.as_mut() {
                         *left = left.saturating_sub(bytes.len() as u64);
                     }
@@ -121,7 +134,10 @@ impl H2RequestBody {
             }
         }
         match ready!(self.recv.poll_trailers(cx)) {
-            Ok(Some(trailers)) => Poll::Ready(Some(Ok(http_body::Frame::trailers(trailers)))),
+            Ok(Some(trailers)) => {
+                self.activity.record();
+                Poll::Ready(Some(Ok(http_body::Frame::trailers(trailers))))
+            }
             Ok(None) => Poll::Ready(None),
             Err(err) if err.reason() == Some(h2::Reason::NO_ERROR) => Poll::Ready(None),
             Err(err) => Poll::Ready(Some(Err(err.into()))),

@@ -41,7 +41,7 @@ use super::rewind::Rewind;
 use super::stall::StallState;
 use super::Detachable;
 use crate::auth::x509::PeerCert;
-use crate::body::{Body, H2RequestBody, RequestBody};
+use crate::body::{Body, H2RequestBody, ReadActivity, RequestBody};
 
 /// hyper's defaults for its HTTP/2 server (`hyper::proto::h2::server::Config`), so that
 /// the SETTINGS a client sees are the ones it saw before this server was written.
@@ -57,9 +57,9 @@ const MAX_LOCAL_ERROR_RESETS: usize = 1024;
 const PING_INTERVAL: Duration = Duration::from_secs(30);
 const PING_TIMEOUT: Duration = Duration::from_secs(20);
 
-/// At most this many bytes of a stream's frames that the express lane handed to h2 wait
-/// for the client's flow-control window or the socket; beyond that the events queue for
-/// the stream's task, which waits for capacity as hyper does, and a slow client goes the
+/// Once this many bytes of the frames the express lane handed to h2 wait for the client's
+/// flow-control window or the socket, the lane hands over no more (so at most this plus
+/// one event wait): the events queue for the stream's task, which waits for capacity as hyper does, and a slow client goes the
 /// usual way to lagging and the history (docs/watch.md).
 const LANE_MAX_IN_FLIGHT: usize = 64 * 1024;
 
@@ -158,7 +158,7 @@ pub(super) async fn serve<T>(
     };
     // The handshake's SETTINGS are buffered: written with the connection's first poll.
     let mut ping = conn.ping_pong().map(KeepAlive::new);
-    let last_read = LastRead::new();
+    let last_read = Arc::new(LastRead::new());
     let draining = drain.draining();
     tokio::pin!(draining);
     let mut graceful = false;
@@ -226,7 +226,7 @@ fn accept<T>(
     cx: &mut Context<'_>,
     handler: &Handler,
     cert: &Option<Arc<PeerCert>>,
-    last_read: &LastRead,
+    last_read: &Arc<LastRead>,
 ) -> Poll<Result<(), ::h2::Error>>
 where
     T: AsyncRead + AsyncWrite + Unpin,
@@ -238,7 +238,7 @@ where
                 // The call's future (boxed, with the request in it) is made here, so the
                 // stream's task, which a watch keeps for its whole life, is not sized by
                 // the request (docs/watch.md, memory per idle watcher).
-                let call = handler(request(req, cert));
+                let call = handler(request(req, cert, last_read));
                 tokio::spawn(serve_stream(call, respond));
             }
             Poll::Ready(Some(Err(err))) => return Poll::Ready(Err(err)),
@@ -249,10 +249,17 @@ where
 }
 
 /// h2's request as the stack takes it: the body is the stream's DATA frames, sized by its
-/// `content-length` as hyper sizes it; a TLS client's certificate rides along.
-fn request(req: Request<::h2::RecvStream>, cert: &Option<Arc<PeerCert>>) -> Request<RequestBody> {
+/// `content-length` as hyper sizes it, each read counting for the keep-alive; a TLS
+/// client's certificate rides along.
+fn request(
+    req: Request<::h2::RecvStream>,
+    cert: &Option<Arc<PeerCert>>,
+    last_read: &Arc<LastRead>,
+) -> Request<RequestBody> {
     let content_length = content_length(req.headers());
-    let mut req = req.map(|recv| RequestBody::H2(H2RequestBody::new(recv, content_length)));
+    let activity: Arc<dyn ReadActivity> = last_read.clone();
+    let mut req =
+        req.map(|recv| RequestBody::H2(H2RequestBody::new(recv, content_length, activity)));
     if let Some(cert) = cert {
         req.extensions_mut().insert(cert.clone());
     }
@@ -351,10 +358,9 @@ pub struct StreamSink {
 
 struct SinkState {
     stream: SendStream<OutBuf>,
-    /// The task is idle: all it took from the body is with h2, and the body waits.
+    /// The task is idle: all it took from the body is with h2, and the body waits. Shut
+    /// for good once the stream is over.
     open: bool,
-    /// The stream is over.
-    closed: bool,
 }
 
 impl StreamSink {
@@ -363,7 +369,6 @@ impl StreamSink {
             state: Mutex::new(SinkState {
                 stream,
                 open: false,
-                closed: false,
             }),
             in_flight: Arc::new(AtomicUsize::new(0)),
         }
@@ -408,18 +413,21 @@ struct SinkGuard<'a>(&'a StreamSink);
 
 impl Drop for SinkGuard<'_> {
     fn drop(&mut self) {
-        let mut st = self.0.state();
-        st.closed = true;
-        st.open = false;
+        self.0.state().open = false;
     }
 }
 
-/// Streams `body` on the stream until it ends, fails (RST_STREAM(INTERNAL_ERROR)) or the
-/// client resets the stream. As hyper's `PipeToSendStream`: it waits for some send
-/// capacity before it takes the next frame from the body, so at most one frame per
-/// stream waits in h2 for the client's window. While the body waits, the lane is open.
+/// Streams `body` on the stream until it ends, fails (RST_STREAM, `reset_reason`) or the
+/// client resets the stream. In the order of hyper 1.12's `PipeToSendStream`: a frame is
+/// taken from the body first, and only then is send capacity asked for and awaited (asking
+/// while idle would hold a byte of the client's connection window per idle stream, hyper
+/// #4003); at most that one frame waits here, and everything the stream has waiting in h2
+/// (from this task or the lane) has found its window before it is sent. While the body
+/// waits and no frame is held, the lane is open.
 async fn pipe(mut body: Body, sink: &StreamSink) {
     let _closing = SinkGuard(sink);
+    // A frame taken from the body and waiting for send capacity, and whether it ends it.
+    let mut held: Option<(Bytes, bool)> = None;
     poll_fn(|cx| loop {
         {
             let mut st = sink.state();
@@ -429,26 +437,51 @@ async fn pipe(mut body: Body, sink: &StreamSink) {
                 tracing::debug!(?reason, "stream reset by the client");
                 return Poll::Ready(());
             }
-            // Some capacity before the next frame: whatever the stream has waiting in h2
-            // (from this task or the lane) must have found its window first.
-            st.stream.reserve_capacity(1);
-            if st.stream.capacity() == 0 {
-                loop {
+            if let Some((data, end)) = held.take() {
+                while st.stream.capacity() == 0 {
                     match st.stream.poll_capacity(cx) {
-                        Poll::Ready(Some(Ok(0))) => {}
-                        Poll::Ready(Some(Ok(_))) => break,
+                        Poll::Ready(Some(Ok(_))) => {}
                         Poll::Ready(Some(Err(_))) | Poll::Ready(None) => {
                             return Poll::Ready(());
                         }
-                        Poll::Pending => return Poll::Pending,
+                        Poll::Pending => {
+                            held = Some((data, end));
+                            return Poll::Pending;
+                        }
                     }
                 }
+                if st.stream.send_data(OutBuf::plain(data), end).is_err() || end {
+                    return Poll::Ready(());
+                }
+                continue;
             }
         }
         // The body is polled without the sink's lock: its producer takes the body's queue
         // lock and then this one (`watch::queue::Handoff::deliver`).
-        let frame = match Pin::new(&mut body).poll_frame(cx) {
-            Poll::Ready(Some(Ok(frame))) => frame,
+        match Pin::new(&mut body).poll_frame(cx) {
+            Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
+                Ok(data) => {
+                    let end = body.is_end_stream();
+                    let mut st = sink.state();
+                    if data.is_empty() {
+                        // An empty frame needs no capacity (hyper sends it as is).
+                        if st.stream.send_data(OutBuf::plain(data), end).is_err() || end {
+                            return Poll::Ready(());
+                        }
+                    } else {
+                        st.stream.reserve_capacity(1);
+                        held = Some((data, end));
+                    }
+                }
+                Err(frame) => {
+                    if let Ok(trailers) = frame.into_trailers() {
+                        let mut st = sink.state();
+                        st.stream.reserve_capacity(0);
+                        let _ = st.stream.send_trailers(trailers);
+                    }
+                    return Poll::Ready(());
+                }
+            },
             Poll::Ready(Some(Err(err))) => {
                 tracing::debug!(error = %err, "response body failed");
                 sink.state().stream.send_reset(reset_reason(&*err));
@@ -466,22 +499,6 @@ async fn pipe(mut body: Body, sink: &StreamSink) {
                 // frame.
                 sink.state().open = true;
                 return Poll::Pending;
-            }
-        };
-        let mut st = sink.state();
-        match frame.into_data() {
-            Ok(data) => {
-                let end = body.is_end_stream();
-                if st.stream.send_data(OutBuf::plain(data), end).is_err() || end {
-                    return Poll::Ready(());
-                }
-            }
-            Err(frame) => {
-                if let Ok(trailers) = frame.into_trailers() {
-                    st.stream.reserve_capacity(0);
-                    let _ = st.stream.send_trailers(trailers);
-                }
-                return Poll::Ready(());
             }
         }
     })
@@ -501,8 +518,9 @@ fn reset_reason(err: &(dyn std::error::Error + 'static)) -> Reason {
     Reason::INTERNAL_ERROR
 }
 
-/// When the client last sent something that counts for the keep-alive (shared by the
-/// connection's accept loop and its keep-alive, which run in one task, across awaits).
+/// When the client last sent something that counts for the keep-alive: a request's head
+/// (the accept loop), its body's data and trailers (`H2RequestBody`, on the request's
+/// task), or the answer to a PING.
 struct LastRead {
     base: Instant,
     /// Since `base`, in milliseconds.
@@ -527,10 +545,15 @@ impl LastRead {
     }
 }
 
+impl ReadActivity for LastRead {
+    fn record(&self) {
+        self.now();
+    }
+}
+
 /// hyper's keep-alive for a server connection (`proto::h2::ping`): a PING once the client
-/// has sent nothing for [`PING_INTERVAL`] (a request's head or the answer to the previous
-/// PING count; h2 answers the client's own PINGs), and the connection closed without its
-/// answer within [`PING_TIMEOUT`].
+/// has sent nothing for [`PING_INTERVAL`] (see [`LastRead`]; h2 answers the client's own
+/// PINGs), and the connection closed without its answer within [`PING_TIMEOUT`].
 struct KeepAlive {
     ping_pong: ::h2::PingPong,
     sleep: Pin<Box<tokio::time::Sleep>>,
@@ -654,7 +677,7 @@ mod tests {
         let task = serve_stream(call, respond);
         let size = std::mem::size_of_val(&task);
         println!("a stream's task: {size} bytes");
-        assert!(size <= 320, "a stream's task takes {size} bytes");
+        assert!(size <= 352, "a stream's task takes {size} bytes");
     }
 
     /// The next frame of `type` from the server, skipping others: its payload and when it

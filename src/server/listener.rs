@@ -134,8 +134,8 @@ async fn serve(
     if !http2 {
         return h1::serve(io, peer, &builders.http1, handler, drain, stall, None).await;
     }
-    // Boxed: hyper's HTTP/2 connection state is large, and inline it would size every
-    // connection's task, HTTP/1.1 ones included (each idle HTTP/1.1 watch is a task).
+    // Boxed: h2's connection state is large, and inline it would size every connection's
+    // task, HTTP/1.1 ones included (each idle HTTP/1.1 watch is a task).
     Box::pin(http2::serve(
         io,
         flusher,
