@@ -756,6 +756,19 @@ mod tests {
         );
     }
 
+    /// A failed body's stream is reset with the reason of an h2 error in the failure's
+    /// chain (a forwarded stream the upstream reset), else INTERNAL_ERROR, as hyper does.
+    #[test]
+    fn a_failed_bodys_reset_reason_is_hypers() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("upstream body failed")]
+        struct Wrapped(#[source] ::h2::Error);
+        let upstream_reset = Wrapped(::h2::Error::from(Reason::CANCEL));
+        assert_eq!(reset_reason(&upstream_reset), Reason::CANCEL);
+        let other = std::io::Error::other("gone");
+        assert_eq!(reset_reason(&other), Reason::INTERNAL_ERROR);
+    }
+
     /// The lane's bytes in flight are counted until h2 drops the frame's buffer, however
     /// it is consumed.
     #[test]
