@@ -38,9 +38,16 @@ const EAGER_FLUSH: usize = 256 * 1024;
 /// the socket's backpressure reaches h2 as before, and the buffer stays bounded.
 const MAX_BUFFER: usize = 1024 * 1024;
 
-/// A drained buffer larger than this is released, so an idle connection keeps no burst-sized
-/// allocation.
+/// A drained buffer keeps this much for good. Above it, the capacity is spare: kept while
+/// the connection keeps writing (one event to a connection's 100 watches is ~130 KB of
+/// frames, and growing the buffer back for every event cost 10-12 % of the CPU of a
+/// lone HTTP/2 delivery: reallocations, page faults and frees, docs/benchmarks.md), and
+/// released by the serving task once a whole [`TRIM_PERIOD`] passes without a write
+/// ([`Flusher::trim`]), so an idle connection keeps no burst-sized allocation.
 const KEEP_CAPACITY: usize = 64 * 1024;
+
+/// How long spare capacity survives without a write (between one and two periods).
+pub const TRIM_PERIOD: std::time::Duration = std::time::Duration::from_secs(1);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Mode {
@@ -64,6 +71,8 @@ struct Inner<T> {
     /// The serving task's flush also flushes `io` (a TLS stream, which may hold records
     /// back after a write that returned); a socket's flush is a no-op and is skipped.
     flush_io: bool,
+    /// The buffer was written out since the last [`Flusher::trim`].
+    written_since_trim: bool,
 }
 
 impl<T: AsyncWrite + Unpin> Inner<T> {
@@ -85,8 +94,8 @@ impl<T: AsyncWrite + Unpin> Inner<T> {
             }
         };
         self.buf.drain(..written);
-        if self.buf.is_empty() && self.buf.capacity() > KEEP_CAPACITY {
-            self.buf = Vec::new();
+        if written > 0 {
+            self.written_since_trim = true;
         }
         if let Poll::Ready(Err(e)) = &result {
             self.failed = Some(e.kind());
@@ -174,6 +183,7 @@ fn wrap_with<T>(io: T, flush_io: bool) -> (Coalesced<T>, Flusher<T>) {
         buf: Vec::new(),
         failed: None,
         flush_io,
+        written_since_trim: false,
     }));
     (
         Coalesced {
@@ -202,6 +212,25 @@ impl<T: AsyncWrite + Unpin> Flusher<T> {
             return Poll::Ready(Ok(()));
         }
         inner.poll_write_buffer(cx)
+    }
+
+    /// Whether the buffer holds spare capacity (see [`KEEP_CAPACITY`]): the serving task
+    /// then calls [`Flusher::trim`] every [`TRIM_PERIOD`] until it says it is gone.
+    pub fn holds_spare(&self) -> bool {
+        lock(&self.inner).buf.capacity() > KEEP_CAPACITY
+    }
+
+    /// Releases the spare capacity unless the buffer was written out since the last call
+    /// (or holds bytes now). Returns whether spare capacity remains.
+    pub fn trim(&self) -> bool {
+        let mut inner = lock(&self.inner);
+        if std::mem::take(&mut inner.written_since_trim) || !inner.buf.is_empty() {
+            return inner.buf.capacity() > KEEP_CAPACITY;
+        }
+        if inner.buf.capacity() > KEEP_CAPACITY {
+            inner.buf = Vec::new();
+        }
+        false
     }
 
     /// Whether anything waits to be written.
@@ -375,6 +404,44 @@ mod tests {
         let mut got = [0u8; 16];
         io.read_exact(&mut got).await.unwrap();
         assert_eq!(lock(&io.inner).mode, Mode::Direct);
+    }
+
+    /// A burst's buffer is kept while the connection keeps writing, and released after a
+    /// trim period without a write; one no larger than KEEP_CAPACITY is always kept.
+    #[tokio::test]
+    async fn spare_capacity_is_kept_while_busy_and_released_when_quiet() {
+        let (client, server) = tokio::io::duplex(4 << 20);
+        let (mut io, flusher) = wrap(server);
+        let mut client = client;
+        client.write_all(H2_PREFACE).await.unwrap();
+        let mut got = vec![0u8; H2_PREFACE.len()];
+        io.read_exact(&mut got).await.unwrap();
+        // 100 frames of 1,300 bytes, below EAGER_FLUSH: all of it waits for the serving task.
+        async fn burst(io: &mut Coalesced<tokio::io::DuplexStream>) {
+            for _ in 0..100 {
+                io.write_all(&[1u8; 1300]).await.unwrap();
+            }
+        }
+        burst(&mut io).await;
+        poll_fn(|cx| flusher.poll_flush_buffer(cx)).await.unwrap();
+        assert_eq!(flusher.buffered(), 0);
+        assert!(
+            flusher.holds_spare(),
+            "the burst's capacity is kept after the write"
+        );
+        assert!(flusher.trim(), "written since the last trim: kept");
+        burst(&mut io).await;
+        poll_fn(|cx| flusher.poll_flush_buffer(cx)).await.unwrap();
+        assert!(flusher.trim(), "written again: kept");
+        assert!(!flusher.trim(), "a quiet period: released");
+        assert!(!flusher.holds_spare());
+        assert_eq!(lock(&io.inner).buf.capacity(), 0);
+        // A small buffer is not spare.
+        io.write_all(&[2u8; 1000]).await.unwrap();
+        poll_fn(|cx| flusher.poll_flush_buffer(cx)).await.unwrap();
+        assert!(!flusher.holds_spare());
+        let mut out = vec![0u8; 2 * 130_000 + 1000];
+        client.read_exact(&mut out).await.unwrap();
     }
 
     #[tokio::test]

@@ -33,7 +33,7 @@ use http::{Request, Response};
 use http_body::Body as _;
 use tokio::io::{AsyncRead, AsyncWrite};
 
-use super::coalesce::{Coalesced, Flusher};
+use super::coalesce::{Coalesced, Flusher, TRIM_PERIOD};
 use super::drain::DrainWatch;
 use super::express::{Sent, Sink};
 use super::listener::{Handler, HandlerFuture};
@@ -163,6 +163,7 @@ pub(super) async fn serve<T>(
     tokio::pin!(draining);
     let mut graceful = false;
     let mut deferred = false;
+    let mut trim = Trim::default();
     loop {
         tokio::select! {
             res = poll_fn(|cx| {
@@ -183,6 +184,7 @@ pub(super) async fn serve<T>(
                     tracing::debug!(%peer, error = %err, "write failed");
                     cx.waker().wake_by_ref();
                 }
+                trim.poll(cx, &flusher);
                 res
             }) => {
                 if stall.was_cut() {
@@ -518,6 +520,37 @@ fn reset_reason(err: &(dyn std::error::Error + 'static)) -> Reason {
     Reason::INTERNAL_ERROR
 }
 
+/// Releases the connection's spare write-buffer capacity once a whole trim period passed
+/// without a write (`coalesce::Flusher::trim`): a timer armed only while there is spare
+/// capacity, polled with the connection.
+#[derive(Default)]
+struct Trim {
+    sleep: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl Trim {
+    fn poll<T: AsyncWrite + Unpin>(&mut self, cx: &mut Context<'_>, flusher: &Flusher<T>) {
+        loop {
+            let Some(sleep) = self.sleep.as_mut() else {
+                if !flusher.holds_spare() {
+                    return;
+                }
+                self.sleep = Some(Box::pin(tokio::time::sleep(TRIM_PERIOD)));
+                continue;
+            };
+            if sleep.as_mut().poll(cx).is_pending() {
+                return;
+            }
+            if flusher.trim() {
+                sleep.as_mut().reset(Instant::now() + TRIM_PERIOD);
+            } else {
+                self.sleep = None;
+                return;
+            }
+        }
+    }
+}
+
 /// When the client last sent something that counts for the keep-alive: a request's head
 /// (the accept loop), its body's data and trailers (`H2RequestBody`, on the request's
 /// task), or the answer to a PING.
@@ -753,6 +786,46 @@ mod tests {
             next_frame(&mut client, 6).await,
             None,
             "the connection is closed"
+        );
+    }
+
+    /// A connection's spare write-buffer capacity goes once it has written nothing for a
+    /// whole trim period (on paused time): kept through the period of its last write,
+    /// released at the end of the next.
+    #[tokio::test(start_paused = true)]
+    async fn a_quiet_connections_spare_buffer_is_released() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let (mut client, server) = tokio::io::duplex(1 << 20);
+        let (mut io, flusher) = super::super::coalesce::wrap(server);
+        client
+            .write_all(super::super::coalesce::H2_PREFACE)
+            .await
+            .unwrap();
+        let mut preface = [0u8; 24];
+        io.read_exact(&mut preface).await.unwrap();
+        for _ in 0..100 {
+            io.write_all(&[1u8; 1300]).await.unwrap();
+        }
+        poll_fn(|cx| flusher.poll_flush_buffer(cx)).await.unwrap();
+        assert!(flusher.holds_spare());
+        let start = Instant::now();
+        let mut trim = Trim::default();
+        tokio::time::timeout(
+            TRIM_PERIOD * 4,
+            poll_fn(|cx| {
+                trim.poll(cx, &flusher);
+                match flusher.holds_spare() {
+                    true => Poll::Pending,
+                    false => Poll::Ready(()),
+                }
+            }),
+        )
+        .await
+        .expect("the spare capacity is released");
+        let after = start.elapsed();
+        assert!(
+            after >= TRIM_PERIOD * 2 && after < TRIM_PERIOD * 3,
+            "released {after:?} after the last write"
         );
     }
 
