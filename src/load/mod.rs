@@ -8,7 +8,7 @@
 //!
 //! Modules: [`args`] (flags), [`plan`] (scenarios → watcher groups and list workers),
 //! [`target`] (HTTP/1.1, HTTP/2, kubeconfig), [`pool`] and [`writer`] (the churn),
-//! [`watcher`] + [`scan`] + [`checker`] (streams), [`lister`] (lists), [`stats`],
+//! [`watcher`] + [`records`] + [`scan`] + [`checker`] (streams), [`lister`] (lists), [`stats`],
 //! [`probe`] (the target's CPU and RSS), [`report`] and [`plot`] (output); [`soak`] (the
 //! fault soak, which starts its own simulators and gateway).
 
@@ -21,6 +21,7 @@ pub mod plot;
 pub mod pool;
 pub mod probe;
 pub mod proto_scan;
+pub mod records;
 pub mod report;
 pub mod run;
 pub mod scan;

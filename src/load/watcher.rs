@@ -5,7 +5,6 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::BytesMut;
 use http::Method;
 use http_body_util::BodyExt;
 use tokio_util::sync::CancellationToken;
@@ -15,7 +14,8 @@ use super::encoding::{is_protobuf, Encoding};
 use super::lister::{list_once, ListSpec};
 use super::pool::Pool;
 use super::proto_scan::scan_proto;
-use super::scan::{scan, Kind};
+use super::records::{Framing, Records};
+use super::scan::{needle, scan, Kind};
 use super::stats::{unix_ns, Stats};
 use super::target::{Protocol, Target};
 use crate::selector::field::FieldSelector;
@@ -306,7 +306,7 @@ async fn stream_once(
     let _watching = Decrement(&stats.c.watching);
     let protobuf = is_protobuf(resp.headers().get(http::header::CONTENT_TYPE));
     let mut body = resp.into_body();
-    let mut buf = BytesMut::new();
+    let mut records = Records::default();
     let mut batch: Vec<(u64, u64)> = Vec::new();
     let reconnect_at = spec.reconnect_every.map(|d| {
         // Staggered, so that reconnects spread over the period.
@@ -350,41 +350,32 @@ async fn stream_once(
             continue;
         };
         Stats::add(&stats.c.watch_bytes, data.len() as u64);
-        buf.extend_from_slice(&data);
         let now = unix_ns();
         let mut expired = false;
         let mut events = 0u64;
         let mut checked = 0u64;
         let mut bookmarks = 0u64;
-        if protobuf {
-            // Length-prefixed frames; a frame larger than any object the writer makes
-            // means the stream is out of step: it is ended and resumed.
-            loop {
-                let (ev, used) = match crate::proto::split_frame(&buf, MAX_FRAME) {
-                    Ok(Some((frame, _))) => (
-                        scan_proto(frame)
-                            .ok()
-                            .map(|e| (e, is_initial_events_end_proto(frame))),
-                        4 + frame.len(),
-                    ),
-                    Ok(None) => break,
-                    Err(_) => {
-                        stats.error("watch: undecodable event");
-                        return StreamEnd::Ended;
-                    }
-                };
-                let _ = buf.split_to(used);
+        let fed = if protobuf {
+            records.feed(Framing::LengthPrefixed { max: MAX_FRAME }, &data, |frame| {
                 Stats::add(&stats.c.protobuf_frames, 1);
-                decoded.push(ev);
-            }
+                decoded.push(scan_proto(frame).ok().map(|e| {
+                    let end = e.kind == Kind::Bookmark && is_initial_events_end_proto(frame);
+                    (e, end)
+                }));
+            })
         } else {
-            while let Some(nl) = memchr::memchr(b'\n', &buf) {
-                let line = buf.split_to(nl + 1);
-                let line = &line[..nl];
-                if !line.is_empty() {
-                    decoded.push(scan(line).map(|e| (e, is_initial_events_end(line))));
-                }
-            }
+            records.feed(Framing::Lines, &data, |line| {
+                decoded.push(scan(line).map(|e| {
+                    let end = e.kind == Kind::Bookmark && is_initial_events_end(line);
+                    (e, end)
+                }));
+            })
+        };
+        if fed.is_err() {
+            // A length larger than any object the writer makes: the stream is out of
+            // step; it is ended and resumed.
+            stats.error("watch: undecodable event");
+            return StreamEnd::Ended;
         }
         for ev in decoded.drain(..) {
             let Some((ev, initial_end)) = ev else {
@@ -453,14 +444,20 @@ async fn stream_once(
     }
 }
 
+needle!(INITIAL_EVENTS_END, br#""k8s.io/initial-events-end":"true""#);
+// The same annotation in a protobuf ObjectMeta: a map entry `{1: key, 2: "true"}`.
+needle!(
+    INITIAL_EVENTS_END_PROTO,
+    b"k8s.io/initial-events-end\x12\x04true"
+);
+
 /// The BOOKMARK that ends a watch-list's initial events.
 fn is_initial_events_end(line: &[u8]) -> bool {
-    memchr::memmem::find(line, br#""k8s.io/initial-events-end":"true""#).is_some()
+    INITIAL_EVENTS_END.find(line).is_some()
 }
 
-/// The same annotation in a protobuf ObjectMeta: a map entry `{1: key, 2: "true"}`.
 fn is_initial_events_end_proto(frame: &[u8]) -> bool {
-    memchr::memmem::find(frame, b"k8s.io/initial-events-end\x12\x04true").is_some()
+    INITIAL_EVENTS_END_PROTO.find(frame).is_some()
 }
 
 struct Decrement<'a>(&'a std::sync::atomic::AtomicU64);
