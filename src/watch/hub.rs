@@ -9,11 +9,12 @@
 //! end. A slow client therefore costs nobody else anything, and memory stays bounded by
 //! the history's window and byte budget plus `QUEUE_LEN` events per watcher.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
+use rustc_hash::FxHashMap;
 use tokio::time::Instant;
 
 use super::bookmarks::{self, Schedule, Ticker};
@@ -245,7 +246,9 @@ pub struct HubState {
     /// Bumped by every restart. Sequence numbers keep counting across a restart, so a
     /// watcher's position alone cannot tell the old history from the new one.
     epoch: u64,
-    watchers: HashMap<WatcherId, Entry>,
+    /// Keyed by ids the hub hands out in sequence: an Fx hash, not SipHash (looked up
+    /// for every delivery).
+    watchers: FxHashMap<WatcherId, Entry>,
     index: Index,
     next_id: WatcherId,
     scratch: Vec<WatcherId>,
@@ -319,7 +322,7 @@ impl Hub {
                 floor_rv: 0,
                 trimmed: false,
                 epoch: 0,
-                watchers: HashMap::new(),
+                watchers: FxHashMap::default(),
                 index: Index::default(),
                 next_id: 0,
                 scratch: Vec::new(),

@@ -9,7 +9,9 @@
 //! The previous state's values are looked up too: a pod moving from node-a to node-b
 //! must reach node-a's watcher (as DELETED) and node-b's (as ADDED).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
+
+use rustc_hash::FxHashSet;
 
 use super::filter::{field_of, IndexKey};
 use crate::cache::object::CachedObject;
@@ -18,7 +20,7 @@ pub type WatcherId = u64;
 
 #[derive(Debug, Default)]
 pub struct Index {
-    buckets: HashMap<IndexKey, HashSet<WatcherId>>,
+    buckets: HashMap<IndexKey, FxHashSet<WatcherId>>,
     /// Field labels that have at least one watcher, with how many: only these are probed.
     labels_in_use: HashMap<&'static str, usize>,
 }
@@ -86,7 +88,7 @@ impl Index {
     }
 
     pub fn len(&self) -> usize {
-        self.buckets.values().map(HashSet::len).sum()
+        self.buckets.values().map(|b| b.len()).sum()
     }
 
     pub fn is_empty(&self) -> bool {
