@@ -36,7 +36,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use super::coalesce::{Coalesced, Flusher, TRIM_PERIOD};
 use super::drain::DrainWatch;
 use super::express::{Sent, Sink};
-use super::listener::{Handler, HandlerFuture};
+use super::listener::{Handler, HandlerFuture, HEADER_READ_TIMEOUT};
 use super::rewind::Rewind;
 use super::stall::StallState;
 use super::Detachable;
@@ -145,12 +145,21 @@ pub(super) async fn serve<T>(
 {
     let stopped = drain.stopped();
     tokio::pin!(stopped);
+    // The client's preface, bounded like a request head. On a plain connection the
+    // listener's sniff has read it already; over TLS, ALPN chose h2 before the client sent
+    // a byte of it, and h2's handshake would wait for it forever (as hyper's did): a
+    // client that completes TLS and says nothing more must not hold its socket for good.
     let handshake = builder(settings).handshake::<_, OutBuf>(io);
+    let handshake = tokio::time::timeout(HEADER_READ_TIMEOUT, handshake);
     let mut conn = tokio::select! {
         h = handshake => match h {
-            Ok(conn) => conn,
-            Err(err) => {
+            Ok(Ok(conn)) => conn,
+            Ok(Err(err)) => {
                 tracing::debug!(%peer, error = %err, "HTTP/2 handshake failed");
+                return;
+            }
+            Err(_) => {
+                tracing::debug!(%peer, "no HTTP/2 preface within the header read timeout");
                 return;
             }
         },
@@ -787,6 +796,146 @@ mod tests {
             None,
             "the connection is closed"
         );
+    }
+
+    /// A client that says nothing after ALPN chose h2 (or stops inside its preface) is
+    /// let go at the header read timeout, on paused time, as a silent HTTP/1.1 client is.
+    #[tokio::test(start_paused = true)]
+    async fn a_client_without_its_preface_is_let_go_at_the_header_read_timeout() {
+        use tokio::io::AsyncWriteExt;
+        for sent in [&b""[..], &super::super::coalesce::H2_PREFACE[..10]] {
+            let (mut client, server) = tokio::io::duplex(1 << 16);
+            let (io, flusher) = super::super::coalesce::wrap_flushing(server);
+            let drain = super::super::drain::Drain::new();
+            let handler: Handler =
+                Arc::new(|_| Box::pin(async { Response::new(crate::body::empty()) }));
+            let stall = super::super::stall::StallGuard::new((), None).state();
+            let start = Instant::now();
+            let served = tokio::spawn(serve(
+                Rewind::new(io, &[]),
+                flusher,
+                "127.0.0.1:1".parse().unwrap(),
+                Settings {
+                    max_concurrent_streams: 100,
+                },
+                handler,
+                drain.watcher(),
+                stall,
+                None,
+            ));
+            client.write_all(sent).await.unwrap();
+            tokio::time::timeout(HEADER_READ_TIMEOUT * 4, served)
+                .await
+                .unwrap_or_else(|_| panic!("still waiting for the preface after {sent:?}"))
+                .unwrap();
+            let after = start.elapsed();
+            assert!(
+                after >= HEADER_READ_TIMEOUT
+                    && after < HEADER_READ_TIMEOUT + Duration::from_secs(1),
+                "let go {after:?} after {sent:?}"
+            );
+        }
+    }
+
+    /// One raw HTTP/2 frame.
+    fn raw_frame(ty: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+        let len = (payload.len() as u32).to_be_bytes();
+        let mut f = vec![len[1], len[2], len[3], ty, flags];
+        f.extend_from_slice(&stream.to_be_bytes());
+        f.extend_from_slice(payload);
+        f
+    }
+
+    /// A GET's HEADERS (END_STREAM, END_HEADERS): `:method GET` and `:scheme http` from
+    /// HPACK's static table, `:authority` and `:path` as literals.
+    fn raw_get(stream: u32, path: &str) -> Vec<u8> {
+        let mut block = vec![0x82, 0x86, 0x01, 1, b'x', 0x04, path.len() as u8];
+        block.extend_from_slice(path.as_bytes());
+        raw_frame(1, 0x5, stream, &block)
+    }
+
+    /// A body that never yields a frame: a watch with nothing to say.
+    struct Idle;
+
+    impl http_body::Body for Idle {
+        type Data = Bytes;
+        type Error = crate::body::BoxError;
+        fn poll_frame(
+            self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+        ) -> Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
+            Poll::Pending
+        }
+    }
+
+    /// hyper #4003: a client that gives the connection window back only once it is used
+    /// up (as some do) must get a whole window's worth of DATA even while other streams
+    /// are idle. A stream that asked for send capacity before it had a frame would hold a
+    /// byte of that window for as long as it stays idle, and the busy stream would stop one
+    /// byte short of the update forever.
+    #[tokio::test(start_paused = true)]
+    async fn idle_streams_hold_none_of_the_connection_window() {
+        use tokio::io::AsyncWriteExt;
+        const BIG: usize = 70_000;
+        const WINDOW: usize = 65_535;
+        let (mut client, server) = tokio::io::duplex(1 << 20);
+        let (io, flusher) = super::super::coalesce::wrap(server);
+        let drain = super::super::drain::Drain::new();
+        let handler: Handler = Arc::new(|req: Request<RequestBody>| {
+            let body = match req.uri().path() {
+                "/big" => crate::body::full(vec![b'x'; BIG]),
+                _ => crate::body::boxed(Idle),
+            };
+            Box::pin(async move { Response::new(body) })
+        });
+        let stall = super::super::stall::StallGuard::new((), None).state();
+        let _served = tokio::spawn(serve(
+            Rewind::new(io, &[]),
+            flusher,
+            "127.0.0.1:1".parse().unwrap(),
+            Settings {
+                max_concurrent_streams: 100,
+            },
+            handler,
+            drain.watcher(),
+            stall,
+            None,
+        ));
+        client
+            .write_all(super::super::coalesce::H2_PREFACE)
+            .await
+            .unwrap();
+        // The default windows: 65,535 bytes for the connection and for each stream.
+        client.write_all(&raw_frame(4, 0, 0, &[])).await.unwrap();
+        // Three idle streams, each answered (so each stream's task is running)...
+        for id in [1, 3, 5] {
+            client.write_all(&raw_get(id, "/idle")).await.unwrap();
+            next_frame(&mut client, 1)
+                .await
+                .expect("the idle stream's head");
+        }
+        // ...then one with more to send than the connection window holds.
+        client.write_all(&raw_get(7, "/big")).await.unwrap();
+        let mut got = 0;
+        let mut updated = false;
+        while got < BIG {
+            let Some((payload, _)) = next_frame(&mut client, 0).await else {
+                panic!("the connection closed with {got} of {BIG} bytes sent");
+            };
+            got += payload.len();
+            if got == WINDOW && !updated {
+                // The whole window is used: only now give it back (connection, stream).
+                let inc = (WINDOW as u32).to_be_bytes();
+                client.write_all(&raw_frame(8, 0, 0, &inc)).await.unwrap();
+                client.write_all(&raw_frame(8, 0, 7, &inc)).await.unwrap();
+                updated = true;
+            }
+            assert!(
+                got <= WINDOW || updated,
+                "{got} bytes sent into a window of {WINDOW}"
+            );
+        }
+        assert_eq!(got, BIG);
     }
 
     /// A connection's spare write-buffer capacity goes once it has written nothing for a
