@@ -722,9 +722,45 @@ mod tests {
         assert!(size <= 352, "a stream's task takes {size} bytes");
     }
 
+    type Pipe = tokio::io::DuplexStream;
+
+    /// A connection `serve`d over an in-memory pipe (buffered as `wrap` sets it up, as a
+    /// plain or a TLS connection is): the client's end, the serving task, and the drain
+    /// (dropping it stops the connection).
+    fn served(
+        handler: Handler,
+        wrap: fn(Pipe) -> (Coalesced<Pipe>, Flusher<Pipe>),
+    ) -> (
+        Pipe,
+        tokio::task::JoinHandle<()>,
+        super::super::drain::Drain,
+    ) {
+        let (client, server) = tokio::io::duplex(1 << 20);
+        let (io, flusher) = wrap(server);
+        let drain = super::super::drain::Drain::new();
+        let stall = super::super::stall::StallGuard::new((), None).state();
+        let task = tokio::spawn(serve(
+            Rewind::new(io, &[]),
+            flusher,
+            "127.0.0.1:1".parse().unwrap(),
+            Settings {
+                max_concurrent_streams: 100,
+            },
+            handler,
+            drain.watcher(),
+            stall,
+            None,
+        ));
+        (client, task, drain)
+    }
+
+    fn empty_handler() -> Handler {
+        Arc::new(|_| Box::pin(async { Response::new(crate::body::empty()) }))
+    }
+
     /// The next frame of `type` from the server, skipping others: its payload and when it
     /// came. `None` when the connection closes first.
-    async fn next_frame(io: &mut tokio::io::DuplexStream, ty: u8) -> Option<(Vec<u8>, Instant)> {
+    async fn next_frame(io: &mut Pipe, ty: u8) -> Option<(Vec<u8>, Instant)> {
         use tokio::io::AsyncReadExt;
         // Bounded (on paused time), so a server that never sends it fails the test.
         let deadline = Instant::now() + Duration::from_secs(120);
@@ -749,25 +785,8 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn an_unanswered_keep_alive_ping_closes_the_connection() {
         use tokio::io::AsyncWriteExt;
-        let (mut client, server) = tokio::io::duplex(1 << 16);
-        let (io, flusher) = super::super::coalesce::wrap(server);
-        let drain = super::super::drain::Drain::new();
-        let handler: Handler =
-            Arc::new(|_| Box::pin(async { Response::new(crate::body::empty()) }));
-        let stall = super::super::stall::StallGuard::new((), None).state();
         let start = Instant::now();
-        let served = tokio::spawn(serve(
-            Rewind::new(io, &[]),
-            flusher,
-            "127.0.0.1:1".parse().unwrap(),
-            Settings {
-                max_concurrent_streams: 100,
-            },
-            handler,
-            drain.watcher(),
-            stall,
-            None,
-        ));
+        let (mut client, served, _drain) = served(empty_handler(), super::super::coalesce::wrap);
         client
             .write_all(super::super::coalesce::H2_PREFACE)
             .await
@@ -804,25 +823,9 @@ mod tests {
     async fn a_client_without_its_preface_is_let_go_at_the_header_read_timeout() {
         use tokio::io::AsyncWriteExt;
         for sent in [&b""[..], &super::super::coalesce::H2_PREFACE[..10]] {
-            let (mut client, server) = tokio::io::duplex(1 << 16);
-            let (io, flusher) = super::super::coalesce::wrap_flushing(server);
-            let drain = super::super::drain::Drain::new();
-            let handler: Handler =
-                Arc::new(|_| Box::pin(async { Response::new(crate::body::empty()) }));
-            let stall = super::super::stall::StallGuard::new((), None).state();
             let start = Instant::now();
-            let served = tokio::spawn(serve(
-                Rewind::new(io, &[]),
-                flusher,
-                "127.0.0.1:1".parse().unwrap(),
-                Settings {
-                    max_concurrent_streams: 100,
-                },
-                handler,
-                drain.watcher(),
-                stall,
-                None,
-            ));
+            let (mut client, served, _drain) =
+                served(empty_handler(), super::super::coalesce::wrap_flushing);
             client.write_all(sent).await.unwrap();
             tokio::time::timeout(HEADER_READ_TIMEOUT * 4, served)
                 .await
@@ -878,9 +881,6 @@ mod tests {
         use tokio::io::AsyncWriteExt;
         const BIG: usize = 70_000;
         const WINDOW: usize = 65_535;
-        let (mut client, server) = tokio::io::duplex(1 << 20);
-        let (io, flusher) = super::super::coalesce::wrap(server);
-        let drain = super::super::drain::Drain::new();
         let handler: Handler = Arc::new(|req: Request<RequestBody>| {
             let body = match req.uri().path() {
                 "/big" => crate::body::full(vec![b'x'; BIG]),
@@ -888,19 +888,7 @@ mod tests {
             };
             Box::pin(async move { Response::new(body) })
         });
-        let stall = super::super::stall::StallGuard::new((), None).state();
-        let _served = tokio::spawn(serve(
-            Rewind::new(io, &[]),
-            flusher,
-            "127.0.0.1:1".parse().unwrap(),
-            Settings {
-                max_concurrent_streams: 100,
-            },
-            handler,
-            drain.watcher(),
-            stall,
-            None,
-        ));
+        let (mut client, _served, _drain) = served(handler, super::super::coalesce::wrap);
         client
             .write_all(super::super::coalesce::H2_PREFACE)
             .await
