@@ -31,7 +31,7 @@ pub type Handler = Arc<dyn Fn(Request<RequestBody>) -> HandlerFuture + Send + Sy
 pub type HandlerFuture = Pin<Box<dyn Future<Output = Response<Body>> + Send>>;
 
 /// A client gets this long to send its request head: bounds slow-loris connections.
-pub(super) const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// How connections are served.
 #[derive(Debug, Clone, Copy)]
