@@ -16,7 +16,12 @@ pub enum Framing {
     LengthPrefixed { max: usize },
 }
 
-/// A length prefix beyond the framing's maximum: the stream is out of step.
+/// The most bytes a partial event may hold: a line that has not ended by then is not an
+/// event the writer made (its objects are a few KiB), so the stream is out of step.
+pub const MAX_PARTIAL: usize = 16 << 20;
+
+/// A length prefix beyond the framing's maximum, or a line longer than [`MAX_PARTIAL`]:
+/// the stream is out of step.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("watch frame exceeds the largest event expected")]
 pub struct OutOfStep;
@@ -48,6 +53,15 @@ impl Records {
             if !(record.is_empty() && framing == Framing::Lines) {
                 each(record);
             }
+        }
+        let left = if from_frame {
+            data.len()
+        } else {
+            self.partial.len()
+        } - used;
+        if left > MAX_PARTIAL {
+            self.partial.clear();
+            return Err(OutOfStep);
         }
         if from_frame {
             self.partial.extend_from_slice(&data[used..]);
@@ -127,6 +141,21 @@ mod tests {
                 assert_eq!(left, 0);
             }
         }
+    }
+
+    #[test]
+    fn a_line_that_never_ends_is_out_of_step_before_it_outgrows_the_bound() {
+        let mut r = Records::default();
+        let chunk = vec![b'x'; MAX_PARTIAL / 4];
+        let mut fed = Ok(());
+        for _ in 0..5 {
+            fed = r.feed(Framing::Lines, &chunk, |_| panic!("no line ended"));
+            if fed.is_err() {
+                break;
+            }
+        }
+        assert_eq!(fed, Err(OutOfStep));
+        assert!(r.partial.capacity() <= 2 * MAX_PARTIAL);
     }
 
     #[test]

@@ -372,8 +372,8 @@ async fn stream_once(
             })
         };
         if fed.is_err() {
-            // A length larger than any object the writer makes: the stream is out of
-            // step; it is ended and resumed.
+            // A length (or a line) larger than any object the writer makes: the stream
+            // is out of step; it is ended and resumed.
             stats.error("watch: undecodable event");
             return StreamEnd::Ended;
         }
