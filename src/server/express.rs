@@ -44,6 +44,15 @@ pub trait Sink: Send + Sync {
     /// Writes `frame` as the response's next piece (framed as the protocol wants), without
     /// blocking, if the connection is idle.
     fn try_send(&self, frame: &bytes::Bytes) -> Sent;
+
+    /// The connection this sink writes to, when it shares one with others (HTTP/2): an
+    /// event's lane writes are made connection by connection ([`crate::watch::hub`]'s
+    /// `Published::deliver`), so that each connection's frames are all handed over before
+    /// the next connection's, and its task writes them together while the dispatch goes
+    /// on with the others. 0 for a sink alone on its connection.
+    fn group(&self) -> u64 {
+        0
+    }
 }
 
 /// A streamed response's end of the lane, created with its body and shared with the

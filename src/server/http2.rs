@@ -68,6 +68,10 @@ const PREFACE_TIMEOUT: Duration = Duration::from_secs(10);
 /// usual way to lagging and the history (docs/watch.md).
 const LANE_MAX_IN_FLIGHT: usize = 64 * 1024;
 
+/// Numbers the connections, for the express lane's grouping (`Sink::group`); 0 is left to
+/// sinks alone on their connection.
+static NEXT_GROUP: AtomicU64 = AtomicU64::new(1);
+
 /// How this server's connections are set up.
 #[derive(Debug, Clone, Copy)]
 pub struct Settings {
@@ -172,6 +176,8 @@ pub(super) async fn serve<T>(
     };
     // The handshake's SETTINGS are buffered: written with the connection's first poll.
     let mut ping = conn.ping_pong().map(KeepAlive::new);
+    // This connection's streams' group on the express lane (`Sink::group`).
+    let group = NEXT_GROUP.fetch_add(1, Ordering::Relaxed);
     let last_read = Arc::new(LastRead::new());
     let draining = drain.draining();
     tokio::pin!(draining);
@@ -181,7 +187,7 @@ pub(super) async fn serve<T>(
     loop {
         tokio::select! {
             res = poll_fn(|cx| {
-                let res = accept(&mut conn, cx, &handler, &cert, &last_read);
+                let res = accept(&mut conn, cx, &handler, &cert, &last_read, group);
                 if res.is_pending() && !deferred && flusher.has_buffered() {
                     // The same event's other frames are being handed to h2 right now (by
                     // the dispatch through the lane, or by stream tasks it woke): go once
@@ -243,6 +249,7 @@ fn accept<T>(
     handler: &Handler,
     cert: &Option<Arc<PeerCert>>,
     last_read: &Arc<LastRead>,
+    group: u64,
 ) -> Poll<Result<(), ::h2::Error>>
 where
     T: AsyncRead + AsyncWrite + Unpin,
@@ -255,7 +262,7 @@ where
                 // stream's task, which a watch keeps for its whole life, is not sized by
                 // the request (docs/watch.md, memory per idle watcher).
                 let call = handler(request(req, cert, last_read));
-                tokio::spawn(serve_stream(call, respond));
+                tokio::spawn(serve_stream(call, respond, group));
             }
             Poll::Ready(Some(Err(err))) => return Poll::Ready(Err(err)),
             Poll::Ready(None) => return Poll::Ready(Ok(())),
@@ -293,7 +300,7 @@ fn content_length(headers: &HeaderMap) -> Option<u64> {
 
 /// One stream: the service's answer, unless the client resets the stream first (the call
 /// is dropped, as hyper drops it), then the response's head and body.
-async fn serve_stream(call: HandlerFuture, mut respond: SendResponse<OutBuf>) {
+async fn serve_stream(call: HandlerFuture, mut respond: SendResponse<OutBuf>, group: u64) {
     // The call's future is gone once it has answered: a watch's task holds only its body
     // and its stream from then on.
     let resp = tokio::select! {
@@ -319,7 +326,7 @@ async fn serve_stream(call: HandlerFuture, mut respond: SendResponse<OutBuf>) {
     if end {
         return;
     }
-    let sink = Arc::new(StreamSink::new(stream));
+    let sink = Arc::new(StreamSink::new(stream, group));
     if let Some(lane) = lane {
         lane.connect(sink.clone());
     }
@@ -370,6 +377,8 @@ pub struct StreamSink {
     state: Mutex<SinkState>,
     /// Bytes the lane handed to h2 that the connection has not written yet.
     in_flight: Arc<AtomicUsize>,
+    /// Its connection (`Sink::group`).
+    group: u64,
 }
 
 struct SinkState {
@@ -380,13 +389,14 @@ struct SinkState {
 }
 
 impl StreamSink {
-    fn new(stream: SendStream<OutBuf>) -> Self {
+    fn new(stream: SendStream<OutBuf>, group: u64) -> Self {
         StreamSink {
             state: Mutex::new(SinkState {
                 stream,
                 open: false,
             }),
             in_flight: Arc::new(AtomicUsize::new(0)),
+            group,
         }
     }
 
@@ -396,6 +406,10 @@ impl StreamSink {
 }
 
 impl Sink for StreamSink {
+    fn group(&self) -> u64 {
+        self.group
+    }
+
     fn try_send(&self, frame: &Bytes) -> Sent {
         if frame.is_empty() {
             return Sent::All;
@@ -721,7 +735,7 @@ mod tests {
         let (_resp, _) = client.send_request(req, true).unwrap();
         let (_conn, respond) = server.await.unwrap();
         let call: HandlerFuture = Box::pin(async { Response::new(crate::body::empty()) });
-        let task = serve_stream(call, respond);
+        let task = serve_stream(call, respond, 1);
         let size = std::mem::size_of_val(&task);
         println!("a stream's task: {size} bytes");
         assert!(size <= 352, "a stream's task takes {size} bytes");

@@ -118,7 +118,13 @@ impl Published {
     /// those that are not idle any more), then publishes the new head. Run it once the
     /// hub's lock is released, before the next event is published: only the store's
     /// writer publishes, one event after another, so a watcher's events stay in order.
-    pub fn deliver(self, hub: &Hub) {
+    pub fn deliver(mut self, hub: &Hub) {
+        // Connection by connection (HTTP/2 streams share one): a connection's task,
+        // woken by its first frame, finds all of them handed over when it runs and writes
+        // them at once, and the client reads them while the dispatch writes the next
+        // connection's. In the index's order every connection would wait for the whole
+        // fan-out, and its task would write it in pieces (docs/benchmarks.md).
+        self.lane.sort_unstable_by_key(|h| h.group());
         let (mut written, mut bytes) = (0u64, 0u64);
         for h in self.lane {
             let len = h.line_len() as u64;

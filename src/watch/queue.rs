@@ -126,6 +126,7 @@ impl Sender<Item> {
                 }
                 return Ok(Offered::Lane(Handoff {
                     shared: self.shared.clone(),
+                    group: x.sink.group(),
                     item,
                 }));
             }
@@ -153,10 +154,17 @@ pub enum Offered {
 /// An event for a watcher whose queue was empty and armed with the express lane.
 pub struct Handoff {
     shared: Arc<Shared<Item>>,
+    /// The sink's connection when it shares one (`Sink::group`).
+    group: u64,
     item: Item,
 }
 
 impl Handoff {
+    /// The connection it is for, when shared with other watches (HTTP/2); 0 otherwise.
+    pub fn group(&self) -> u64 {
+        self.group
+    }
+
     /// The size of the event's wire line.
     pub fn line_len(&self) -> usize {
         self.item.1.len()
@@ -166,7 +174,7 @@ impl Handoff {
     /// idle any more (its task runs) or the socket would block, queues it and wakes the
     /// body as usual.
     pub fn deliver(self) -> Delivered {
-        let Handoff { shared, item } = self;
+        let Handoff { shared, item, .. } = self;
         let mut st = shared.state.lock().expect("queue lock");
         if st.closed {
             // The watch ended meanwhile (its client left, or the drain or a relist ended

@@ -1009,3 +1009,60 @@ async fn a_watch_logs_its_end_of_stream_with_the_reason() {
     assert!(text.contains("reason=\"timeout\""), "{text}");
     assert!(text.contains("stream_duration=30000 ms"), "{text}");
 }
+
+/// Records which connection (`Sink::group`) each lane write was for, in order.
+struct GroupSink {
+    group: u64,
+    log: Arc<std::sync::Mutex<Vec<u64>>>,
+}
+
+impl crate::server::express::Sink for GroupSink {
+    fn try_send(&self, _frame: &bytes::Bytes) -> crate::server::express::Sent {
+        self.log.lock().unwrap().push(self.group);
+        crate::server::express::Sent::All
+    }
+
+    fn group(&self) -> u64 {
+        self.group
+    }
+}
+
+/// Issue 18: one event's lane writes are made connection by connection. HTTP/2 watches
+/// share connections; handed over in the index's order, every connection would wait for
+/// the whole fan-out before its task could write it in one piece. Watchers registered
+/// with their connections interleaved still get the event grouped by connection.
+#[tokio::test(start_paused = true)]
+async fn an_events_lane_writes_go_connection_by_connection() {
+    const CONNECTIONS: u64 = 4;
+    const N: u64 = 40;
+    let s = store(WatchConfig::default(), &[], 10);
+    let log = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut watchers = Vec::new();
+    for i in 0..N {
+        let mut w = open(&s, WatchFilter::default(), Start::After(10), params(10));
+        w.lane().connect(Arc::new(GroupSink {
+            group: 1 + i % CONNECTIONS,
+            log: log.clone(),
+        }));
+        let waker = Arc::new(CountingWaker::default());
+        poll_idle(&mut w, &waker);
+        watchers.push((w, waker));
+    }
+    s.apply(Change::Upsert(pod("a", 11, "n")));
+    let got = log.lock().unwrap().clone();
+    assert_eq!(
+        got.len(),
+        N as usize,
+        "every watcher written through the lane"
+    );
+    let mut grouped = got.clone();
+    grouped.sort_unstable();
+    assert_eq!(got, grouped, "each connection's writes together");
+    for (_, waker) in &watchers {
+        assert_eq!(
+            waker.0.load(std::sync::atomic::Ordering::SeqCst),
+            0,
+            "no body woken"
+        );
+    }
+}
