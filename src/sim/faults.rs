@@ -143,7 +143,8 @@ impl Faults {
     }
 
     /// Ends every watch stream open right now (they end cleanly, like a dropped
-    /// connection to an apiserver that restarts).
+    /// connection to an apiserver that restarts): every watch whose response head has
+    /// been sent, since each subscribes before its head goes out.
     pub fn drop_watches_now(&self) {
         self.drop_gen.send_modify(|g| *g += 1);
     }

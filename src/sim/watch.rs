@@ -125,6 +125,10 @@ struct Watcher {
     /// JSON lines or protobuf frames (the stream negotiation's encoding).
     encoding: Encoding,
     tx: mpsc::Sender<Bytes>,
+    /// `Faults::drop_watches_now`, subscribed to before the response head goes out: a
+    /// drop asked for once the client has the head ends this stream, even if its task has
+    /// not run yet.
+    drop_rx: tokio::sync::watch::Receiver<u64>,
 }
 
 impl Watcher {
@@ -176,8 +180,6 @@ impl Watcher {
         let started = Instant::now();
         let deadline = deadline_after(started, timeout);
         let drop_at = self.sim.faults.drop_watch_after().map(|d| started + d);
-        let mut drop_rx = self.sim.faults.drop_signal();
-        drop_rx.borrow_and_update();
         let mut shutdown = self.sim.shutdown.clone();
         let mut rv_rx = self.sim.store.subscribe();
         rv_rx.borrow_and_update();
@@ -316,7 +318,7 @@ impl Watcher {
                         }
                     }
                 }
-                _ = drop_rx.changed() => return,
+                _ = self.drop_rx.changed() => return,
                 r = frozen_rx.changed() => { if r.is_err() { return; } }
                 _ = wait_shutdown(&mut shutdown) => return,
                 _ = self.tx.closed() => return,
@@ -429,6 +431,7 @@ async fn watch(
         events,
         encoding,
         tx,
+        drop_rx: sim.faults.drop_signal(),
     };
     tokio::spawn(w.run(start, timeout));
     Ok(stream_response(rx, encoding))
@@ -493,6 +496,29 @@ async fn begin(sim: &Arc<Sim>, opts: &ListOptions) -> Result<Begin, Status> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use http_body_util::BodyExt;
+
+    /// `drop_watches_now` ends every watch whose response head is out, including one whose
+    /// task has not run yet. On this current-thread runtime the watch's task cannot run
+    /// before the drop: had it subscribed to the drop signal when it first ran, it would
+    /// have missed the drop and stayed open until its timeout.
+    #[tokio::test(start_paused = true)]
+    async fn a_drop_right_after_the_response_head_ends_the_watch() {
+        let (sim, _shutdown) = Sim::new(crate::sim::SimConfig::default());
+        let uri: http::Uri = "/api/v1/configmaps?watch=true".parse().unwrap();
+        let api = crate::request::parse(&http::Method::GET, &uri);
+        let crate::request::ApiPath::Resource(rp) = api.path.clone() else {
+            panic!("a resource path: {:?}", api.path)
+        };
+        let rt = crate::sim::resources::find("", "v1", "configmaps").unwrap();
+        let resp = handle(&sim, &api, &HeaderMap::new(), rt, &rp).await;
+        assert_eq!(resp.status(), StatusCode::OK);
+        sim.faults.drop_watches_now();
+        let ended = tokio::time::timeout(Duration::from_secs(1), resp.into_body().collect())
+            .await
+            .expect("the dropped watch ends, not at its timeout");
+        assert!(ended.is_ok());
+    }
 
     #[test]
     fn left_selector_is_the_previous_object_at_the_event_rv() {
