@@ -277,6 +277,22 @@ async fn timeout_seconds_ends_the_stream_cleanly() {
     assert!(took >= Duration::from_millis(900), "{took:?}");
 }
 
+/// A negative timeoutSeconds (or one that wraps to negative) is a timer that has fired
+/// before kube-apiserver's serve loop selects; the loop then picks it or a ready event at
+/// random, and the simulator gives the likeliest outcome every time: no event.
+#[tokio::test]
+async fn an_expired_timeout_ends_the_stream_before_the_initial_state() {
+    let h = fixture().await;
+    for timeout in ["-1", "9223372036854775807"] {
+        let mut w = watch(
+            &h,
+            &format!("{PODS}?watch=1&resourceVersion=0&timeoutSeconds={timeout}"),
+        )
+        .await;
+        w.expect_end(Duration::from_secs(5)).await;
+    }
+}
+
 #[tokio::test]
 async fn label_selector_transitions() {
     let h = fixture().await;

@@ -167,6 +167,15 @@ impl WatchBody {
             span: tracing::Span::current(),
             started: now,
         };
+        if params.timeout.is_zero() {
+            // A negative timeoutSeconds: kube-apiserver's timer has fired before its serve
+            // loop selects, which then picks the timer or a ready event at random. Ending
+            // here, before any event, is that loop's likeliest outcome and, unlike the
+            // timer (whose millisecond ticks may or may not have passed at the first
+            // poll), the same every time; the simulator does the same.
+            body.end(EndReason::Timeout);
+            return body;
+        }
         body.arm_timer();
         if let Some(until) = pre_timeout {
             // kube-apiserver: none when the deadline is less than 2 s away.

@@ -441,6 +441,31 @@ async fn a_contradictory_relist_ends_every_watcher_registered_before_it() {
     assert_eq!(s.hub().stats.terminated(EndReason::Slow), 0);
 }
 
+/// A negative timeoutSeconds ends the watch before any event, whether or not the
+/// clock has moved by the first poll. The timer alone decided it by its millisecond
+/// ticks: a deadline within the current tick fires on the next, so a first poll within
+/// the tick sent the state's events and a later one did not (CI saw both).
+#[tokio::test(start_paused = true)]
+async fn an_expired_timeout_ends_the_watch_before_its_initial_state() {
+    // Half-way through a tick, as a request usually is.
+    tokio::time::advance(Duration::from_micros(500)).await;
+    let s = store(
+        WatchConfig::default(),
+        &[pod("a", 3, "n1"), pod("b", 4, "n2")],
+        10,
+    );
+    let expired = WatchParams {
+        timeout: Duration::ZERO,
+        ..params(0)
+    };
+    let mut w = open(&s, WatchFilter::default(), Start::Initial, expired);
+    assert!(ready_frames(&mut w).is_empty());
+    ends(&mut w).await;
+    assert_eq!(s.hub().stats.terminated(EndReason::Timeout), 1);
+    assert_eq!(s.hub().live_watchers(), 0, "unregistered");
+    assert_eq!(s.hub().pinned_snapshots(), 0, "its snapshot given back");
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_timeout_of_centuries_is_a_deadline_never_reached() {
     let s = store(WatchConfig::default(), &[], 10);
