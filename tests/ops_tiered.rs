@@ -262,8 +262,10 @@ async fn an_edge_in_front_of_an_origin_answers_like_the_apiserver() {
 async fn only_the_origin_watches_the_apiserver() {
     let sim = start_sim().await;
     let origin = gateway_caching_pods(sim.url()).await;
-    let edge = edge_caching_pods(origin.url()).await;
+    // The edge starts once the origin's cache is in: before that the origin forwards the
+    // edge's list and watch to the apiserver, and that watch stays there until it ends.
     wait_ready(&origin, "origin").await;
+    let edge = edge_caching_pods(origin.url()).await;
     wait_ready(&edge, "edge").await;
     // Downstream watches on the edge, from its cache.
     let through = Http::new(edge.url());
