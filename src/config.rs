@@ -113,6 +113,12 @@ pub struct ServeArgs {
     /// fresh (docs/consistency.md), else forwards them; `upstream` always forwards them.
     #[arg(long, value_enum, default_value = "cache", value_name = "WHERE")]
     pub consistent_reads: crate::cache::fresh::ConsistentReads,
+    /// How long a get, list or watch waits for its resource's cache to sync (the first
+    /// list or watch-list, shared by every request arriving meanwhile) before it is
+    /// forwarded instead; a watch waits no longer than its own timeoutSeconds. 0 forwards
+    /// at once
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub cache_sync_wait: Duration,
     #[command(flatten)]
     pub tls: TlsArgs,
     #[command(flatten)]
@@ -360,6 +366,8 @@ pub struct GatewayConfig {
     pub reflector: crate::cache::reflector::ReflectorConfig,
     /// Where consistent reads are answered (`--consistent-reads`).
     pub consistent_reads: crate::cache::fresh::ConsistentReads,
+    /// How long a request waits for a cold cache (`--cache-sync-wait`).
+    pub cache_sync_wait: Duration,
     /// Client authentication, authorization and per-user limits (`None`: `--auth=none`).
     pub security: Option<crate::auth::SecurityConfig>,
     /// HTTPS on the API listener (`None`: plain HTTP).
@@ -431,6 +439,7 @@ impl GatewayConfig {
             write_stall_timeout: Some(crate::watch::DEFAULT_STALL_TIMEOUT),
             reflector: Default::default(),
             consistent_reads: Default::default(),
+            cache_sync_wait: crate::cache::registry::DEFAULT_SYNC_WAIT,
             security: None,
             tls: None,
             metrics: true,
@@ -492,6 +501,7 @@ impl GatewayConfig {
                 ..Default::default()
             },
             consistent_reads: args.consistent_reads,
+            cache_sync_wait: args.cache_sync_wait,
             security,
             tls,
             metrics: true,
@@ -679,6 +689,7 @@ mod tests {
             write_stall_timeout: Duration::from_secs(60),
             upstream_watch_list: Default::default(),
             consistent_reads: Default::default(),
+            cache_sync_wait: Duration::from_secs(10),
             tls: Default::default(),
             auth: Default::default(),
         };
@@ -824,6 +835,7 @@ mod tests {
             write_stall_timeout: Duration::from_secs(60),
             upstream_watch_list: Default::default(),
             consistent_reads: Default::default(),
+            cache_sync_wait: Duration::from_secs(10),
             tls: Default::default(),
             auth: Default::default(),
         };

@@ -26,6 +26,7 @@ pub const REQUESTS_TOTAL: &str = "watchgate_requests_total";
 pub const REQUEST_DURATION: &str = "watchgate_request_duration_seconds";
 pub const REQUESTS_IN_FLIGHT: &str = "watchgate_requests_in_flight";
 pub const LONG_RUNNING: &str = "watchgate_long_running_requests";
+pub const FORWARDED_TOTAL: &str = "watchgate_forwarded_requests_total";
 
 // Upstream (every request watchgate sends to the apiserver, the reflectors' included).
 pub const UPSTREAM_REQUESTS_TOTAL: &str = "watchgate_upstream_requests_total";
@@ -55,6 +56,7 @@ pub const REFLECTOR_LISTS_TOTAL: &str = "watchgate_reflector_lists_total";
 pub const REFLECTOR_RELISTS_TOTAL: &str = "watchgate_reflector_relists_total";
 pub const REFLECTOR_RESTARTS_TOTAL: &str = "watchgate_reflector_restarts_total";
 pub const REFLECTOR_MALFORMED_TOTAL: &str = "watchgate_reflector_malformed_objects_total";
+pub const REFLECTOR_PROGRESS_WATCHES_TOTAL: &str = "watchgate_reflector_progress_watches_total";
 
 // Consistent reads and retained snapshots, per resource (docs/consistency.md).
 pub const CONSISTENT_READS_TOTAL: &str = "watchgate_consistent_reads_total";
@@ -180,6 +182,14 @@ pub fn install() -> Option<&'static PrometheusHandle> {
 
 fn describe() {
     describe_fanout();
+    describe_counter!(
+        FORWARDED_TOTAL,
+        "Requests sent to the upstream instead of being answered by the cache or the fan-out, by reason (docs/operations.md, \"Why a request was forwarded\")."
+    );
+    // Every reason's series exists from the start, so that a rate over it is defined.
+    for why in crate::cache::forward::Forward::ALL {
+        counter!(FORWARDED_TOTAL, "reason" => why.label()).absolute(0);
+    }
     describe_counter!(
         REQUESTS_TOTAL,
         "Requests served, by verb, group, resource, scope, HTTP code and source (cache, upstream, or gateway for a Status it made itself). Group and resource are empty until the resource has had a 2xx answer."
@@ -320,10 +330,19 @@ fn describe() {
         REFLECTOR_MALFORMED_TOTAL,
         "Objects or events from the upstream that could not be decoded."
     );
+    describe_counter!(
+        REFLECTOR_PROGRESS_WATCHES_TOTAL,
+        "Short upstream watches opened for their pre-timeout bookmark, to prove a quiet resource's cache fresh for consistent reads (docs/consistency.md)."
+    );
 }
 
 /// Renders the Prometheus text exposition, after refreshing `registry`'s gauges. Empty
 /// when the recorder could not be installed.
+/// Counts one forwarded request under its reason (`cache::forward`).
+pub fn forwarded(why: crate::cache::forward::Forward) {
+    counter!(FORWARDED_TOTAL, "reason" => why.label()).increment(1);
+}
+
 pub fn render(registry: Option<&Registry>) -> String {
     let Some(handle) = install() else {
         return String::new();
@@ -396,9 +415,12 @@ fn refresh_cache_metrics(registry: &Registry) {
             .absolute(load(&s.relists_after_expired));
         counter!(REFLECTOR_RELISTS_TOTAL, "group" => g.clone(), "resource" => r.clone(), "reason" => "consistent_read")
             .absolute(load(&s.consistent_resyncs));
+        counter!(REFLECTOR_PROGRESS_WATCHES_TOTAL, "group" => g.clone(), "resource" => r.clone())
+            .absolute(load(&s.progress_watches));
         let f = &c.fresh.counters;
         for (result, n) in [
             ("fresh", &f.fresh),
+            ("synced", &f.synced),
             ("waited", &f.waited),
             ("resynced", &f.resynced),
             ("forwarded", &f.forwarded),

@@ -13,12 +13,18 @@
 //!    state with a consistent snapshot at its RV. So once the store is at G or later it
 //!    holds every write with an RV up to G: the request may be served.
 //! 3. **Quiet resources.** Writes to other resources move G while this resource's stream
-//!    has nothing to say, so it may never reach G. After a short wait, a *re-sync*: the
-//!    reflector re-reads the resource with a consistent watch-list (or list) sent after the
-//!    request, whose snapshot RV is at least G by (1). That costs one full read of the
-//!    resource for every request waiting then, so it is asked for only when forwarding the
-//!    waiting request would cost about as much (see [`Scope`]); otherwise, and whenever the
-//!    bound passes, the request is forwarded, as before.
+//!    has nothing to say, so it may never reach G. Two proofs remain, both asked of the
+//!    reflector (`cache::demand`): a *progress* watch, a short watch from the cache's
+//!    resourceVersion whose pre-timeout BOOKMARK comes about a second later at the
+//!    upstream's current resourceVersion (at least G, after every event before it); and a
+//!    *re-sync*, a consistent re-read of the resource (its snapshot RV is at least G by
+//!    (1)), used when it is cheaper than the bookmark's second (a small resource). A proof
+//!    costs a second or a re-read, so a lone get, page or list is forwarded at once
+//!    instead (forwarding it is faster and costs the upstream what the client would have
+//!    cost it); herds and watch-lists wait for the proof, which they share.
+//! 4. **Cold caches.** A request that arrived before the reflector sent the consistent
+//!    request whose state the store holds (its first sync, or a re-sync) needs no probe:
+//!    that state already reflects every write acknowledged before the request.
 //!
 //! Probes are coalesced strictly: a request joins the first probe *sent after it arrived*
 //! (sharing one already in flight could miss a write acknowledged between the probe's
@@ -35,6 +41,8 @@ use serde::Deserialize;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use super::demand::Demands;
+use super::forward::Forward;
 use super::reflector::ReflectorStats;
 use super::store::{Snapshot, Store};
 use crate::body;
@@ -79,11 +87,23 @@ pub const HERD_WINDOW: Duration = Duration::from_millis(100);
 
 /// Resources with at most this many objects (one page of client-go's pager) are re-synced
 /// for any waiting request, a get included: re-reading them costs the upstream about what
-/// forwarding one request would.
+/// forwarding one request would, and takes less than a progress watch's bookmark.
 pub const SMALL_RESOURCE: usize = 500;
 
-/// The shortest wait for the stream before a re-sync is considered.
-const MIN_GRACE: Duration = Duration::from_millis(1);
+/// A stream that brought an event this recently is live: events of the resource below
+/// the probe's resourceVersion may still be on their way, or its next write may come in
+/// a moment.
+pub const LIVE_STREAM: Duration = Duration::from_millis(250);
+
+/// How long a read waits for a live stream before it asks for a proof or is forwarded.
+pub const LIVE_GRACE: Duration = Duration::from_millis(20);
+
+/// After this many waits in a row in which a live stream did not bring the probe's
+/// resourceVersion (a resource written now and then while others are written more
+/// often), reads stop waiting for it, but for one in [`GRACE_RETRY`], which finds out
+/// whether waiting pays again.
+pub const GRACE_MISSES: u64 = 4;
+pub const GRACE_RETRY: u64 = 16;
 
 /// The largest probe answer read (one object; etcd's limit is 1.5 MiB).
 const MAX_PROBE_BYTES: usize = 8 * 1024 * 1024;
@@ -95,6 +115,26 @@ pub enum NotFresh {
     Probe(String),
     #[error("the cache did not reach resourceVersion {needed} in time (it is at {reached})")]
     Behind { needed: u64, reached: u64 },
+    #[error("the cache is at {reached}, behind {needed}, and forwarding this read is cheaper than proving it")]
+    Cheaper { needed: u64, reached: u64 },
+}
+
+impl NotFresh {
+    /// The forward reason (`cache::forward`).
+    pub fn reason(&self) -> Forward {
+        match self {
+            NotFresh::Probe(_) => Forward::ProbeFailed,
+            NotFresh::Behind { .. } | NotFresh::Cheaper { .. } => Forward::NotFresh,
+        }
+    }
+}
+
+/// A probe's answer: the upstream's resourceVersion, and whether it answered a herd.
+#[derive(Debug, Clone, Copy)]
+pub struct Probed {
+    pub rv: u64,
+    /// More than [`HERD_SIZE`] requests shared it, or it was paced as part of a herd.
+    pub herd: bool,
 }
 
 /// A consistent read's state.
@@ -107,60 +147,14 @@ pub struct Fresh {
     pub snapshot: Arc<Snapshot>,
 }
 
-/// What forwarding a waiting request would cost the upstream, to weigh against a re-sync
-/// (one full read of the resource).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Scope<'a> {
-    /// A get: one object.
-    Object,
-    /// A list or watch-list of one namespace.
-    Namespace(&'a str),
-    /// A list or watch-list of the whole resource.
-    All,
-}
-
-/// Re-sync requests from the consistent-read path to the reflector.
-///
-/// `requested` counts requests; the reflector remembers the count it last re-synced for,
-/// reading it *before* it sends its consistent request, so every request counted by then
-/// is answered by that re-sync, and a request counted later by the next one.
-#[derive(Debug)]
-pub struct ResyncSignal {
-    requested: watch::Sender<u64>,
-    /// The count the reflector's current (or last) re-sync covers.
-    started: AtomicU64,
-}
-
-impl Default for ResyncSignal {
-    fn default() -> Self {
-        Self {
-            requested: watch::channel(0).0,
-            started: AtomicU64::new(0),
-        }
-    }
-}
-
-impl ResyncSignal {
-    /// Asks for a re-sync (several askers before it starts share one).
-    pub fn request(&self) {
-        self.requested.send_modify(|n| *n += 1);
-    }
-
-    /// A re-sync has been asked for and has not started yet.
-    pub fn pending(&self) -> bool {
-        *self.requested.borrow() > self.started.load(Ordering::Acquire)
-    }
-
-    /// The reflector's side: a receiver that wakes on every new request.
-    pub fn subscribe(&self) -> watch::Receiver<u64> {
-        self.requested.subscribe()
-    }
-
-    /// The reflector starts a re-sync (or any sync: it answers the requests made so far).
-    pub fn starting(&self, rx: &mut watch::Receiver<u64>) {
-        let n = *rx.borrow_and_update();
-        self.started.fetch_max(n, Ordering::AcqRel);
-    }
+/// A consistent read, as the proof needs to know it.
+#[derive(Debug, Clone, Copy)]
+pub struct ConsistentRead {
+    /// A watch (a watch-list, or a legacy watch with no resourceVersion): forwarding it
+    /// keeps an upstream stream open for its whole life, so it waits for a proof.
+    pub stream: bool,
+    /// When the request arrived.
+    pub arrived: std::time::Instant,
 }
 
 /// Counters for metrics (`watchgate_consistent_reads_total`, …).
@@ -170,13 +164,17 @@ pub struct FreshStats {
     pub probe_errors: AtomicU64,
     /// Consistent reads the cache answered at once (already at the probe's RV).
     pub fresh: AtomicU64,
+    /// … with no probe: they arrived before the state's own consistent read was sent (a
+    /// cold cache's first sync, or a re-sync).
+    pub synced: AtomicU64,
     /// … after its own stream brought the RV.
     pub waited: AtomicU64,
-    /// … after a re-sync.
+    /// … after a proof: a progress watch's bookmark or a re-sync.
     pub resynced: AtomicU64,
     /// Consistent reads forwarded because freshness could not be established.
     pub forwarded: AtomicU64,
     pub resyncs_requested: AtomicU64,
+    pub progress_requested: AtomicU64,
 }
 
 #[derive(Debug, Default)]
@@ -194,6 +192,8 @@ struct ProbeState {
 struct ProbeDone {
     generation: u64,
     result: Result<u64, String>,
+    /// The probe answered a herd (more than [`HERD_SIZE`] requests, or it was paced).
+    herd: bool,
 }
 
 /// The consistent-read machinery of one resource.
@@ -202,7 +202,9 @@ pub struct Freshness {
     probe_uri: String,
     store: Arc<Store>,
     stats: Arc<ReflectorStats>,
-    resync: Arc<ResyncSignal>,
+    demands: Arc<Demands>,
+    /// Waits for a live stream that did not bring the probe's RV, in a row.
+    grace_misses: AtomicU64,
     probes: Mutex<ProbeState>,
     done: watch::Sender<Option<ProbeDone>>,
     pub counters: FreshStats,
@@ -233,14 +235,15 @@ impl Freshness {
         collection_path: &str,
         store: Arc<Store>,
         stats: Arc<ReflectorStats>,
-        resync: Arc<ResyncSignal>,
+        demands: Arc<Demands>,
     ) -> Self {
         Self {
             upstream,
             probe_uri: format!("{collection_path}?limit=1"),
             store,
             stats,
-            resync,
+            demands,
+            grace_misses: AtomicU64::new(0),
             probes: Mutex::new(ProbeState::default()),
             done: watch::channel(None).0,
             counters: FreshStats::default(),
@@ -250,6 +253,11 @@ impl Freshness {
     /// The upstream's current resourceVersion, from a probe sent after this call began
     /// (shared with every other caller that joined the same probe).
     pub async fn current_rv(self: &Arc<Self>) -> Result<u64, NotFresh> {
+        self.probe().await.map(|p| p.rv)
+    }
+
+    /// [`Self::current_rv`], and whether the probe answered a herd.
+    pub async fn probe(self: &Arc<Self>) -> Result<Probed, NotFresh> {
         let mut rx = self.done.subscribe();
         let needed = {
             let mut st = self.probes.lock().expect("probe lock");
@@ -266,12 +274,14 @@ impl Freshness {
         )
         .await;
         match done {
-            Ok(Ok(d)) => d
-                .as_ref()
-                .expect("checked")
-                .result
-                .clone()
-                .map_err(NotFresh::Probe),
+            Ok(Ok(d)) => {
+                let d = d.as_ref().expect("checked");
+                let herd = d.herd;
+                d.result
+                    .clone()
+                    .map(|rv| Probed { rv, herd })
+                    .map_err(NotFresh::Probe)
+            }
             Ok(Err(_)) => Err(NotFresh::Probe("the probe was abandoned".into())),
             Err(_) => Err(NotFresh::Probe(format!(
                 "no answer within {PROBE_TIMEOUT:?}"
@@ -301,8 +311,12 @@ impl Freshness {
             if result.is_err() {
                 self.counters.probe_errors.fetch_add(1, Ordering::Relaxed);
             }
-            self.done
-                .send_replace(Some(ProbeDone { generation, result }));
+            let herd = served > HERD_SIZE || !window.is_zero();
+            self.done.send_replace(Some(ProbeDone {
+                generation,
+                result,
+                herd,
+            }));
             let mut st = self.probes.lock().expect("probe lock");
             if st.next_waiters == 0 {
                 st.running = false;
@@ -353,63 +367,98 @@ impl Freshness {
         }
     }
 
-    /// A snapshot that reflects every write the upstream acknowledged before this call,
-    /// or why there is none in time (the caller forwards the request).
+    /// A snapshot that reflects every write the upstream acknowledged before `read`
+    /// arrived, or why there is none in time (the caller forwards the request).
     pub async fn consistent_snapshot(
         self: &Arc<Self>,
-        scope: Scope<'_>,
+        read: ConsistentRead,
     ) -> Result<Fresh, NotFresh> {
-        let needed = match self.current_rv().await {
-            Ok(rv) => rv,
+        let c = &self.counters;
+        // The state's own consistent read was sent after the request arrived (the cache
+        // was cold, or re-syncing): it is proof enough. Read before the snapshot.
+        if self.demands.covers(read.arrived) {
+            let snapshot = self.store.snapshot();
+            c.synced.fetch_add(1, Ordering::Relaxed);
+            return Ok(Fresh {
+                rv: snapshot.resource_version,
+                snapshot,
+            });
+        }
+        let probed = match self.probe().await {
+            Ok(p) => p,
             Err(e) => {
-                self.counters.forwarded.fetch_add(1, Ordering::Relaxed);
+                c.forwarded.fetch_add(1, Ordering::Relaxed);
                 return Err(e);
             }
         };
-        let snapshot = self.snapshot_at_least(needed, scope).await?;
+        let snapshot = self.snapshot_at_least(probed, read).await?;
         Ok(Fresh {
-            rv: needed,
+            rv: probed.rv,
             snapshot,
         })
     }
 
-    /// A snapshot at `needed` or later: at once, after the stream brings it, or after a
-    /// re-sync, within [`FRESH_WAIT`].
-    pub async fn snapshot_at_least(
+    /// A snapshot at `probed.rv` or later: at once, after a live stream brings it, or
+    /// after a proof (a progress watch's bookmark, or a re-sync), within [`FRESH_WAIT`];
+    /// or forwarded at once when forwarding is cheaper than the proof.
+    async fn snapshot_at_least(
         &self,
-        needed: u64,
-        scope: Scope<'_>,
+        probed: Probed,
+        read: ConsistentRead,
     ) -> Result<Arc<Snapshot>, NotFresh> {
         let c = &self.counters;
+        let needed = probed.rv;
         let now = self.store.snapshot();
         if now.resource_version >= needed {
             c.fresh.fetch_add(1, Ordering::Relaxed);
             return Ok(now);
         }
         let deadline = Instant::now() + FRESH_WAIT;
-        // Waiting for the stream costs nothing upstream; a re-sync costs a full read. Wait
-        // about as long as a re-sync would take (the last sync's duration): never more
-        // than twice the better of the two.
-        let last_sync = Duration::from_millis(self.stats.sync_millis.load(Ordering::Relaxed));
-        let grace = last_sync.clamp(MIN_GRACE, FRESH_WAIT / 2);
-        if let Some(s) = self.store.wait_for(needed, grace).await {
-            c.waited.fetch_add(1, Ordering::Relaxed);
-            return Ok(s);
-        }
-        // A reflector backing off after a failure answers no re-sync request soon: forward
-        // rather than wait out the bound.
-        let able = self.stats.backing_off.load(Ordering::Relaxed) == 0;
-        let pays = able && self.resync_pays(scope, &now, last_sync);
-        if pays || (able && self.resync.pending()) {
-            if pays {
-                c.resyncs_requested.fetch_add(1, Ordering::Relaxed);
-                self.resync.request();
-            }
-            let left = deadline.saturating_duration_since(Instant::now());
-            if let Some(s) = self.store.wait_for(needed, left).await {
-                c.resynced.fetch_add(1, Ordering::Relaxed);
+        // A live stream is likely to bring the RV in a moment: worth a short wait that
+        // costs the upstream nothing. A silent one is not, nor one whose last waits failed.
+        let live = self
+            .stats
+            .since_last_event()
+            .is_some_and(|d| d <= LIVE_STREAM);
+        let misses = self.grace_misses.load(Ordering::Relaxed);
+        if live && (misses < GRACE_MISSES || misses % GRACE_RETRY == 0) {
+            if let Some(s) = self.store.wait_for(needed, LIVE_GRACE).await {
+                self.grace_misses.store(0, Ordering::Relaxed);
+                c.waited.fetch_add(1, Ordering::Relaxed);
                 return Ok(s);
             }
+        }
+        if live {
+            self.grace_misses.fetch_add(1, Ordering::Relaxed);
+        }
+        // A reflector backing off after a failure answers no request soon.
+        let able = self.stats.backing_off.load(Ordering::Relaxed) == 0;
+        let proof = if able {
+            self.proof_for(probed, read, &now)
+        } else {
+            None
+        };
+        let Some(proof) = proof else {
+            c.forwarded.fetch_add(1, Ordering::Relaxed);
+            return Err(NotFresh::Cheaper {
+                needed,
+                reached: self.store.resource_version(),
+            });
+        };
+        match proof {
+            Proof::Resync => {
+                c.resyncs_requested.fetch_add(1, Ordering::Relaxed);
+                self.demands.resync.request();
+            }
+            Proof::Progress => {
+                c.progress_requested.fetch_add(1, Ordering::Relaxed);
+                self.demands.progress.request();
+            }
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if let Some(s) = self.store.wait_for(needed, left).await {
+            c.resynced.fetch_add(1, Ordering::Relaxed);
+            return Ok(s);
         }
         c.forwarded.fetch_add(1, Ordering::Relaxed);
         Err(NotFresh::Behind {
@@ -418,50 +467,35 @@ impl Freshness {
         })
     }
 
-    /// Whether one full re-read of the resource is worth it for this request: it must be
-    /// able to finish in time, and forwarding the request would cost about as much (a
-    /// list of most of the resource, or any request on a small resource). Other requests
-    /// only ride along a re-sync someone else asked for.
-    fn resync_pays(&self, scope: Scope<'_>, snap: &Snapshot, last_sync: Duration) -> bool {
-        if last_sync > FRESH_WAIT / 2 {
-            return false;
+    /// Which proof a read behind the probe's RV waits for, if any (`None`: forward it now).
+    ///
+    /// - a small resource: a re-sync, for any read (it costs about one forwarded request
+    ///   and is quicker than a bookmark);
+    /// - a watch, or a read of a herd: a progress watch, which they all share (O(1)
+    ///   upstream requests for any number of them, and one small request however large
+    ///   the resource);
+    /// - any other read (a lone get, page or list): none. Forwarding it is faster than a
+    ///   bookmark and costs the upstream what the client alone would have.
+    ///
+    /// A watch is not forwarded when alone: forwarded, it would stay on the upstream for
+    /// its whole life (5–10 minutes for an informer), which is what the gateway exists to
+    /// spare it; it waits a second for the bookmark instead.
+    fn proof_for(&self, probed: Probed, read: ConsistentRead, snap: &Snapshot) -> Option<Proof> {
+        if snap.len() <= SMALL_RESOURCE {
+            return Some(Proof::Resync);
         }
-        let total = snap.len();
-        if total <= SMALL_RESOURCE {
-            return true;
-        }
-        match scope {
-            Scope::Object => false,
-            Scope::All => true,
-            Scope::Namespace(ns) => 2 * snap.iter_namespace(Some(ns)).count() >= total,
-        }
+        (read.stream || probed.herd).then_some(Proof::Progress)
     }
 
-    /// The re-sync signal the reflector listens to.
-    pub fn resync_signal(&self) -> &Arc<ResyncSignal> {
-        &self.resync
+    /// The demands the reflector answers (re-syncs, progress watches).
+    pub fn demands(&self) -> &Arc<Demands> {
+        &self.demands
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn resync_requests_are_answered_by_the_next_sync() {
-        let s = ResyncSignal::default();
-        let mut rx = s.subscribe();
-        assert!(!s.pending());
-        s.request();
-        s.request();
-        assert!(s.pending());
-        // The reflector reads the count before it sends its consistent request.
-        s.starting(&mut rx);
-        assert!(!s.pending());
-        s.request();
-        assert!(
-            s.pending(),
-            "a request after the sync began needs the next one"
-        );
-    }
+/// A proof of freshness the reflector is asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Proof {
+    Resync,
+    Progress,
 }

@@ -2,9 +2,11 @@
 //! from which RV="0" and NotOlderThan reads are answered. See docs/cache.md.
 
 pub mod budget;
+pub mod demand;
 pub mod discovery;
 pub mod events;
 mod fields;
+pub mod forward;
 pub mod fresh;
 pub mod list_page;
 pub mod object;

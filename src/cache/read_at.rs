@@ -5,7 +5,8 @@
 
 use std::sync::Arc;
 
-use super::fresh::{ConsistentReads, Fresh, Scope};
+use super::forward::Forward;
+use super::fresh::{ConsistentRead, ConsistentReads, Fresh};
 use super::registry::{Registry, ResourceCache};
 use super::serve::CATCH_UP_WAIT;
 use super::store::Snapshot;
@@ -26,52 +27,54 @@ pub enum Read {
     Exact(u64),
 }
 
-/// The snapshot that answers `read`, or `None` (forward the request).
+/// The snapshot that answers `read`, or why the request is forwarded. `how` describes the
+/// request for a consistent read's proof.
 pub async fn snapshot_for(
     registry: &Registry,
     cache: &ResourceCache,
     read: &Read,
-    scope: Scope<'_>,
-) -> Option<Arc<Snapshot>> {
+    how: ConsistentRead,
+) -> Result<Arc<Snapshot>, Forward> {
     match read {
         Read::Any => at_least(registry, cache, 0).await,
         Read::NotOlderThan(n) => at_least(registry, cache, *n).await,
-        Read::Consistent => consistent(registry, cache, scope).await.map(|f| f.snapshot),
+        Read::Consistent => consistent(registry, cache, how).await.map(|f| f.snapshot),
         Read::Exact(n) => {
             // An RV the cache has not reached yet (the token of an upstream that is
             // ahead): the same short wait as for NotOlderThan.
-            cache.store.wait_for(*n, CATCH_UP_WAIT).await?;
-            let snap = cache.store.state_at(*n);
-            if snap.is_none() {
-                tracing::debug!(resource = %cache.info.resource, rv = n, "no state at that resourceVersion in the cache's window; forwarding");
-            }
-            snap
+            cache
+                .store
+                .wait_for(*n, CATCH_UP_WAIT)
+                .await
+                .ok_or(Forward::Behind)?;
+            cache.store.state_at(*n).ok_or(Forward::PastState)
         }
     }
 }
 
-/// A state reflecting every write acknowledged upstream before now, or `None` when
-/// `--consistent-reads=upstream` or freshness cannot be established in time.
+/// A state reflecting every write acknowledged upstream before the request arrived, or
+/// why there is none: `--consistent-reads=upstream`, or freshness not established in time.
 pub async fn consistent(
     registry: &Registry,
     cache: &ResourceCache,
-    scope: Scope<'_>,
-) -> Option<Fresh> {
+    how: ConsistentRead,
+) -> Result<Fresh, Forward> {
     if registry.consistent_reads() == ConsistentReads::Upstream {
-        return None;
+        return Err(Forward::ConsistentUpstream);
     }
-    match cache.fresh.consistent_snapshot(scope).await {
-        Ok(s) => Some(s),
-        Err(why) => {
-            tracing::debug!(resource = %cache.info.resource, "consistent read forwarded: {why}");
-            None
-        }
-    }
+    cache.fresh.consistent_snapshot(how).await.map_err(|why| {
+        tracing::debug!(resource = %cache.info.resource, "consistent read forwarded: {why}");
+        why.reason()
+    })
 }
 
 /// A state at `n` or later that also holds every write acknowledged through the gateway
 /// (read-your-writes), waiting up to [`CATCH_UP_WAIT`] for the cache's stream to bring it.
-pub async fn at_least(registry: &Registry, cache: &ResourceCache, n: u64) -> Option<Arc<Snapshot>> {
+pub async fn at_least(
+    registry: &Registry,
+    cache: &ResourceCache,
+    n: u64,
+) -> Result<Arc<Snapshot>, Forward> {
     let floor = match registry
         .writes()
         .floor(&cache.info.group, &cache.info.resource, &cache.fresh)
@@ -80,13 +83,17 @@ pub async fn at_least(registry: &Registry, cache: &ResourceCache, n: u64) -> Opt
         Ok(f) => f,
         Err(why) => {
             tracing::debug!(resource = %cache.info.resource, "read forwarded: the fence of a write could not be established: {why}");
-            return None;
+            return Err(why.reason());
         }
     };
     let needed = n.max(floor);
     let now = cache.store.snapshot();
     if now.resource_version >= needed {
-        return Some(now);
+        return Ok(now);
     }
-    cache.store.wait_for(needed, CATCH_UP_WAIT).await
+    cache
+        .store
+        .wait_for(needed, CATCH_UP_WAIT)
+        .await
+        .ok_or(Forward::Behind)
 }

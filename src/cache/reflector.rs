@@ -73,8 +73,8 @@ use serde::Deserialize;
 use tokio::sync::watch;
 
 use super::budget::{ByteBudget, OverBudget};
+use super::demand::Demands;
 use super::events::{decode_event, Decoded, ErrorStatus, LineSplitter, MalformedEvent, RawEvent};
-use super::fresh::ResyncSignal;
 use super::list_page::{decode_page, BodyFormat};
 use super::object::CachedObject;
 use super::resource::ResourceInfo;
@@ -115,18 +115,43 @@ pub struct ReflectorStats {
     /// Syncs made because a consistent read could not otherwise be proven fresh
     /// (`cache::fresh`); they are also counted in `lists`.
     pub consistent_resyncs: AtomicU64,
+    /// Short watches opened for a consistent read's progress proof (`WatchKind::Progress`).
+    pub progress_watches: AtomicU64,
+    /// When the stream last brought an event, in milliseconds since the process's first
+    /// reading (0: never): a live stream is worth a short wait, a silent one is not.
+    last_event_millis: AtomicU64,
     /// 1 while the reflector sleeps in a backoff after a failure: it answers no re-sync
     /// request until it wakes (consistent reads then forward instead of waiting).
     pub backing_off: AtomicU64,
 }
 
 impl ReflectorStats {
+    /// An event (a change or a bookmark) arrived on the stream now.
+    fn note_event(&self) {
+        let now = process_millis();
+        self.last_event_millis.store(now.max(1), Ordering::Relaxed);
+    }
+
+    /// How long ago the stream last brought an event (`None`: never).
+    pub fn since_last_event(&self) -> Option<Duration> {
+        match self.last_event_millis.load(Ordering::Relaxed) {
+            0 => None,
+            at => Some(Duration::from_millis(process_millis().saturating_sub(at))),
+        }
+    }
+
     /// Sleeps `delay`, marked as backing off.
     async fn back_off(&self, delay: Duration) {
         self.backing_off.store(1, Ordering::Relaxed);
         tokio::time::sleep(delay).await;
         self.backing_off.store(0, Ordering::Relaxed);
     }
+}
+
+/// Milliseconds since the first call in this process (a monotonic clock for atomics).
+fn process_millis() -> u64 {
+    static BASE: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    BASE.get_or_init(Instant::now).elapsed().as_millis() as u64
 }
 
 /// The annotation of the BOOKMARK that ends a watch-list's initial events.
@@ -209,6 +234,12 @@ enum WatchEnd {
     Malformed(String),
     /// A consistent read asked for a re-sync (`cache::fresh`).
     Resync,
+    /// Consistent reads asked for a progress proof: a short watch from the cache's
+    /// resourceVersion, for its pre-timeout bookmark (`cache::demand`).
+    Progress,
+    /// A progress watch ended at its timeout: resume with an ordinary watch (or another
+    /// progress watch, if one is asked for).
+    ProgressEnded,
     /// The upstream endpoint is behind what the cache has seen: try again (elsewhere).
     Behind(Behind),
     /// The cache outgrew its byte budget: stop caching the resource.
@@ -250,13 +281,31 @@ enum Step {
     /// Build a new state: watch-list or paged list.
     Sync(SyncCause),
     /// Open a watch from this resourceVersion.
-    Watch(u64),
+    Watch(u64, WatchKind),
     /// Keep reading an open watch (the watch-list's stream after its initial events).
     /// (Boxed: the stream holds its pooled connection's lease.)
     Follow(Box<EventStream>),
     /// The resource does not fit the byte budget: the reflector stops (`Reflector::drop_cache`).
     Dropped(OverBudget),
 }
+
+/// Which watch the reflector opens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum WatchKind {
+    /// The ordinary watch: 5–10 minutes, like client-go's.
+    Long,
+    /// A short watch for a progress proof: kube-apiserver sends a watch that allows
+    /// bookmarks a BOOKMARK 2 s before its deadline (`cacheWatcher.nextBookmarkTime`), at
+    /// its current resourceVersion and after every event it sent before; with
+    /// [`PROGRESS_WATCH_TIMEOUT`] that bookmark comes about a second after the watch
+    /// opened (up to two: the cacher's bookmark timer ticks each second, its buckets are
+    /// whole seconds).
+    Progress,
+}
+
+/// `timeoutSeconds` of a progress watch: the shortest whose pre-timeout bookmark is sent
+/// (at 2 s or less before the deadline, `nextBookmarkTime` finds the time already past).
+pub const PROGRESS_WATCH_TIMEOUT: u32 = 3;
 
 /// Why a state is being built: logged once it is in place, so that a relist is one line
 /// with its reason (start-up has its two progress lines instead).
@@ -326,6 +375,9 @@ struct EventStream {
     opened: Instant,
     /// The `timeoutSeconds` asked for, to tell a timeout from the upstream closing early.
     timeout: Duration,
+    /// A progress watch ([`WatchKind::Progress`]), and whether its bookmark came.
+    progress: bool,
+    bookmarked: bool,
 }
 
 impl EventStream {
@@ -344,7 +396,15 @@ impl EventStream {
             stats,
             opened: Instant::now(),
             timeout,
+            progress: false,
+            bookmarked: false,
         }
+    }
+
+    /// A progress watch whose bookmark has not come yet: a new progress request waits
+    /// for it rather than opening another watch.
+    fn awaiting_bookmark(&self) -> bool {
+        self.progress && !self.bookmarked
     }
 
     /// Why a stream that ended cleanly ended, as far as the client can tell.
@@ -401,28 +461,51 @@ pub struct Reflector {
     budget: Arc<ByteBudget>,
     held: AtomicUsize,
     on_drop: Option<OnDrop>,
-    /// Re-sync requests from consistent reads (`None`: never asked).
-    resync: Option<Arc<ResyncSignal>>,
+    /// Re-sync and progress requests from consistent reads (`None`: never asked).
+    demands: Option<Arc<Demands>>,
 }
 
-/// The reflector's end of the re-sync requests: wakes when one is made.
-struct ResyncRx {
-    signal: Arc<ResyncSignal>,
-    rx: watch::Receiver<u64>,
+/// The reflector's end of the consistent reads' requests: wakes when one is made.
+struct DemandRx {
+    demands: Arc<Demands>,
+    resync: watch::Receiver<u64>,
+    progress: watch::Receiver<u64>,
 }
 
-impl ResyncRx {
-    /// Resolves when a re-sync is requested after the last sync began; never when none
-    /// can be.
-    async fn requested(rx: &mut Option<ResyncRx>) {
-        match rx {
-            Some(r) => {
-                if r.rx.changed().await.is_err() {
-                    std::future::pending::<()>().await;
-                }
-            }
-            None => std::future::pending().await,
+impl DemandRx {
+    fn new(demands: Arc<Demands>) -> Self {
+        Self {
+            resync: demands.resync.subscribe(),
+            progress: demands.progress.subscribe(),
+            demands,
         }
+    }
+
+    /// Resolves with the watch's end when a re-sync is requested after the last sync
+    /// began, or (with `progress`) a progress proof after the last one began; never when
+    /// none can be.
+    async fn requested(rx: &mut Option<DemandRx>, progress: bool) -> WatchEnd {
+        let Some(r) = rx else {
+            return std::future::pending().await;
+        };
+        let progress_changed = async {
+            if !progress || r.progress.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        };
+        let resync_changed = async {
+            if r.resync.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        };
+        tokio::select! {
+            _ = resync_changed => WatchEnd::Resync,
+            _ = progress_changed => WatchEnd::Progress,
+        }
+    }
+
+    fn progress_pending(rx: &Option<DemandRx>) -> bool {
+        rx.as_ref().is_some_and(|r| r.demands.progress.pending())
     }
 }
 
@@ -444,7 +527,7 @@ impl Reflector {
             budget: Arc::new(ByteBudget::default()),
             held: AtomicUsize::new(0),
             on_drop: None,
-            resync: None,
+            demands: None,
         }
     }
 
@@ -455,9 +538,10 @@ impl Reflector {
         self
     }
 
-    /// Listens to re-sync requests from consistent reads.
-    pub fn with_resync(mut self, signal: Arc<ResyncSignal>) -> Self {
-        self.resync = Some(signal);
+    /// Listens to re-sync and progress requests from consistent reads, and tells them
+    /// when each consistent state it installs was read.
+    pub fn with_demands(mut self, demands: Arc<Demands>) -> Self {
+        self.demands = Some(demands);
         self
     }
 
@@ -473,31 +557,32 @@ impl Reflector {
             WatchListMode::Auto => WatchListSupport::Try,
             WatchListMode::Off => WatchListSupport::No,
         };
-        let mut resync = self.resync.clone().map(|signal| ResyncRx {
-            rx: signal.subscribe(),
-            signal,
-        });
+        let mut demands = self.demands.clone().map(DemandRx::new);
         let mut step = Step::Sync(SyncCause::Start);
         loop {
             step = match step {
                 Step::Sync(cause) => {
-                    // Every re-sync requested before this point is answered by this sync:
-                    // its request to the upstream is sent after it.
-                    if let Some(r) = resync.as_mut() {
-                        r.signal.starting(&mut r.rx);
+                    // Every re-sync or progress proof requested before this point is
+                    // answered by this sync: its consistent request is sent after it.
+                    if let Some(r) = demands.as_mut() {
+                        r.demands.resync.starting(&mut r.resync);
+                        r.demands.progress.starting(&mut r.progress);
                     }
                     self.sync(cause, &mut backoff, &mut watch_list).await
                 }
-                Step::Watch(from) => {
-                    let end = self.watch(from, &mut resync).await;
-                    self.after_watch(end, &mut backoff).await
+                Step::Watch(from, kind) => {
+                    if let (WatchKind::Progress, Some(r)) = (kind, demands.as_mut()) {
+                        r.demands.progress.starting(&mut r.progress);
+                    }
+                    let end = self.watch(from, kind, &mut demands).await;
+                    self.after_watch(end, &mut backoff, &demands).await
                 }
                 Step::Follow(mut stream) => {
-                    let end = self.follow(&mut stream, &mut resync).await;
+                    let end = self.follow(&mut stream, &mut demands).await;
                     // Closed before any backoff: the upstream watches gauge counts open
                     // streams, not streams waiting to be dropped.
                     drop(stream);
-                    self.after_watch(end, &mut backoff).await
+                    self.after_watch(end, &mut backoff, &demands).await
                 }
                 Step::Dropped(why) => {
                     self.drop_cache(why);
@@ -572,7 +657,7 @@ impl Reflector {
                     return Step::Dropped(why);
                 }
                 backoff.reset();
-                Step::Watch(self.store.resource_version())
+                Step::Watch(self.store.resource_version(), WatchKind::Long)
             }
             Err(ListError::Behind(behind)) => self.after_behind(behind, Step::Sync(cause)).await,
             Err(ListError::OverBudget(why)) => Step::Dropped(why),
@@ -640,6 +725,11 @@ impl Reflector {
         let (n, rv) = (snapshot.len(), snapshot.resource_version);
         let bytes = snapshot.bytes;
         self.store.replace(snapshot);
+        // Every state is read with a consistent request (a watch-list or a list with no
+        // resourceVersion) sent after `started`; said after the store holds it.
+        if let Some(d) = &self.demands {
+            d.consistent_state(started);
+        }
         self.synced.send_replace(true);
         let took = started.elapsed();
         let millis = (took.as_millis() as u64).max(1);
@@ -713,14 +803,36 @@ impl Reflector {
     }
 
     /// What follows the end of a watch.
-    async fn after_watch(&self, end: WatchEnd, backoff: &mut Backoff) -> Step {
+    async fn after_watch(
+        &self,
+        end: WatchEnd,
+        backoff: &mut Backoff,
+        demands: &Option<DemandRx>,
+    ) -> Step {
         match end {
             WatchEnd::Closed(reason) => {
                 self.stats.watch_restarts.fetch_add(1, Ordering::Relaxed);
                 let rv = self.store.resource_version();
-                tracing::info!(resource = %self.info.resource, reason = %reason, "watch ended ({reason}); resuming from {rv}");
                 backoff.reset();
-                Step::Watch(rv)
+                if DemandRx::progress_pending(demands) {
+                    self.stats.progress_watches.fetch_add(1, Ordering::Relaxed);
+                    return Step::Watch(rv, WatchKind::Progress);
+                }
+                tracing::info!(resource = %self.info.resource, reason = %reason, "watch ended ({reason}); resuming from {rv}");
+                Step::Watch(rv, WatchKind::Long)
+            }
+            WatchEnd::Progress => {
+                self.stats.progress_watches.fetch_add(1, Ordering::Relaxed);
+                Step::Watch(self.store.resource_version(), WatchKind::Progress)
+            }
+            WatchEnd::ProgressEnded => {
+                let rv = self.store.resource_version();
+                if DemandRx::progress_pending(demands) {
+                    self.stats.progress_watches.fetch_add(1, Ordering::Relaxed);
+                    return Step::Watch(rv, WatchKind::Progress);
+                }
+                tracing::debug!(resource = %self.info.resource, "progress watch ended; resuming from {rv}");
+                Step::Watch(rv, WatchKind::Long)
             }
             WatchEnd::Expired(msg) => {
                 self.stats
@@ -746,11 +858,12 @@ impl Reflector {
                 let delay = backoff.next_delay();
                 tracing::warn!(resource = %self.info.resource, "watch failed ({msg}); resuming in {delay:.1?}");
                 self.stats.back_off(delay).await;
-                Step::Watch(self.store.resource_version())
+                Step::Watch(self.store.resource_version(), WatchKind::Long)
             }
             WatchEnd::Behind(behind) => {
                 let rv = self.store.resource_version();
-                self.after_behind(behind, Step::Watch(rv)).await
+                self.after_behind(behind, Step::Watch(rv, WatchKind::Long))
+                    .await
             }
         }
     }
@@ -881,13 +994,19 @@ impl Reflector {
     }
 
     /// Watches from `from` until the stream ends, applying every event to the store.
-    async fn watch(&self, from: u64, resync: &mut Option<ResyncRx>) -> WatchEnd {
-        let timeout = Self::watch_timeout();
+    async fn watch(&self, from: u64, kind: WatchKind, demands: &mut Option<DemandRx>) -> WatchEnd {
+        let timeout = match kind {
+            WatchKind::Long => Self::watch_timeout(),
+            WatchKind::Progress => PROGRESS_WATCH_TIMEOUT,
+        };
         let query = format!(
             "allowWatchBookmarks=true&resourceVersion={from}&timeoutSeconds={timeout}&watch=true"
         );
         match self.open(&query, timeout).await {
-            Ok(mut stream) => self.follow(&mut stream, resync).await,
+            Ok(mut stream) => {
+                stream.progress = kind == WatchKind::Progress;
+                self.follow(&mut stream, demands).await
+            }
             Err(RequestError::Status(StatusCode::GONE, _)) => {
                 WatchEnd::Expired("HTTP 410 Gone".into())
             }
@@ -896,25 +1015,40 @@ impl Reflector {
         }
     }
 
-    /// Reads an open watch until it ends (or a consistent read asks for a re-sync),
-    /// applying every event to the store.
-    async fn follow(&self, stream: &mut EventStream, resync: &mut Option<ResyncRx>) -> WatchEnd {
+    /// Reads an open watch until it ends (or a consistent read asks for a re-sync or a
+    /// progress proof), applying every event to the store.
+    ///
+    /// A progress request ends an ordinary watch: the reflector resumes from the same
+    /// resourceVersion with a short one, whose pre-timeout bookmark is the proof. One that
+    /// comes while a progress watch awaits its bookmark waits for that bookmark; one still
+    /// pending after it opens the next short watch (its probe may have been answered after
+    /// the bookmark was sent).
+    async fn follow(&self, stream: &mut EventStream, demands: &mut Option<DemandRx>) -> WatchEnd {
         loop {
+            let awaiting = stream.awaiting_bookmark();
             let line = tokio::select! {
                 line = stream.next_line() => line,
-                _ = ResyncRx::requested(resync) => return WatchEnd::Resync,
+                end = DemandRx::requested(demands, !awaiting) => return end,
             };
             match line {
+                Ok(None) if stream.progress => return WatchEnd::ProgressEnded,
                 Ok(None) => return WatchEnd::Closed(stream.end_reason()),
                 Err(end) => return end,
-                Ok(Some(line)) => {
-                    if let Some(mut end) = self.apply_event(&line) {
+                Ok(Some(line)) => match self.apply_event(&line) {
+                    Applied::End(mut end) => {
                         if let WatchEnd::Behind(b) = &mut end {
                             b.endpoint = stream.endpoint;
                         }
                         return end;
                     }
-                }
+                    Applied::Bookmark if stream.progress => {
+                        stream.bookmarked = true;
+                        if DemandRx::progress_pending(demands) {
+                            return WatchEnd::Progress;
+                        }
+                    }
+                    Applied::Bookmark | Applied::Change => {}
+                },
             }
         }
     }
@@ -1050,39 +1184,55 @@ impl Reflector {
         }
     }
 
-    /// Applies one event line; returns how the watch ends if this event ends it.
-    fn apply_event(&self, line: &[u8]) -> Option<WatchEnd> {
+    /// Applies one event line: a change, a bookmark, or how the watch ends if this event
+    /// ends it.
+    fn apply_event(&self, line: &[u8]) -> Applied {
         let decoded = match decode_event(line, &self.info.field_labels) {
             Ok(d) => d,
             Err(e) => {
                 if !matches!(e, MalformedEvent::NotJson(_)) {
                     self.stats.events.fetch_add(1, Ordering::Relaxed);
                 }
-                return Some(WatchEnd::Malformed(e.to_string()));
+                return Applied::End(WatchEnd::Malformed(e.to_string()));
             }
         };
         self.stats.events.fetch_add(1, Ordering::Relaxed);
+        self.stats.note_event();
         match decoded {
             Decoded::Upsert(o) => {
                 self.store.apply(Change::Upsert(Arc::new(o)));
                 // The change is in; a cache it takes over the budget is dropped whole.
                 if let Err(why) = self.commit(self.store.snapshot().heap) {
-                    return Some(WatchEnd::OverBudget(why));
+                    return Applied::End(WatchEnd::OverBudget(why));
                 }
+                Applied::Change
             }
             Decoded::Delete(o) => {
                 self.store.apply(Change::Delete(Arc::new(o)));
                 let _ = self.commit(self.store.snapshot().heap);
+                Applied::Change
             }
-            Decoded::Progress(rv) => self.store.apply(Change::Progress(rv)),
-            Decoded::Expired(message) => return Some(WatchEnd::Expired(message)),
-            Decoded::Behind(st) => return Some(WatchEnd::Behind(Behind::from_status(&st, None))),
+            Decoded::Progress(rv) => {
+                self.store.apply(Change::Progress(rv));
+                Applied::Bookmark
+            }
+            Decoded::Expired(message) => Applied::End(WatchEnd::Expired(message)),
+            Decoded::Behind(st) => Applied::End(WatchEnd::Behind(Behind::from_status(&st, None))),
             Decoded::Failed { code, message } => {
-                return Some(WatchEnd::Failed(format!("watch error {code}: {message}")))
+                Applied::End(WatchEnd::Failed(format!("watch error {code}: {message}")))
             }
         }
-        None
     }
+}
+
+/// What one event line did.
+enum Applied {
+    /// An object changed.
+    Change,
+    /// A BOOKMARK moved the resourceVersion.
+    Bookmark,
+    /// The watch ends.
+    End(WatchEnd),
 }
 
 /// The endpoint that answered (with several `--server`s).

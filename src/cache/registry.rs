@@ -1,7 +1,10 @@
 //! The registry of resource caches: one per (group, version, resource), started on the
 //! first request that could be served from cache. Concurrent first requests share one
-//! start; until a cache has synced, its requests are forwarded, so no client ever waits
-//! on a cold cache.
+//! start, and wait for it: a request for a resource whose cache has not synced yet joins
+//! that sync (discovery, then one list or watch-list) for up to `--cache-sync-wait`
+//! ([`Registry::cache_for`]), so a herd on a cold gateway costs the upstream one read per
+//! resource, not one per request. Past the bound, or when the cache cannot be built, it is
+//! forwarded.
 
 use std::sync::Arc;
 
@@ -11,8 +14,10 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use super::budget::{BudgetConfig, ByteBudget, OverBudget};
+use super::demand::Demands;
 use super::discovery::Discovery;
-use super::fresh::{ConsistentReads, Freshness, ResyncSignal};
+use super::forward::Forward;
+use super::fresh::{ConsistentReads, Freshness};
 use super::reflector::{Backoff, Reflector, ReflectorConfig, ReflectorStats};
 use super::resource::ResourceInfo;
 use super::store::Store;
@@ -94,6 +99,10 @@ pub struct DroppedCache {
 
 type Key = (String, String, String);
 
+/// How often a request waiting on a cold cache checks whether its reflector started
+/// backing off (a failing upstream: then it is forwarded rather than kept waiting).
+const BACKOFF_CHECK: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// All resource caches of one gateway.
 pub struct Registry {
     upstream: Upstream,
@@ -110,6 +119,23 @@ pub struct Registry {
     budget: Arc<ByteBudget>,
     /// Times each resource was dropped for its size, by reason (a metric).
     drops: DashMap<(String, String, &'static str), u64>,
+    /// Bumped whenever a slot changes, for requests waiting on a cold cache.
+    slots_changed: watch::Sender<u64>,
+    /// How long a request waits for a cache that has not synced (`--cache-sync-wait`).
+    sync_wait: std::sync::atomic::AtomicU64,
+}
+
+/// The default of `--cache-sync-wait`: long enough for the first sync of a large resource
+/// under a herd, short enough that a client whose resource cannot be cached is not kept
+/// waiting long (then it is forwarded).
+pub const DEFAULT_SYNC_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// What a slot holds, for a waiting request.
+enum SlotState {
+    Absent,
+    Starting,
+    Ready(Arc<ResourceCache>),
+    Forward(Forward),
 }
 
 impl Registry {
@@ -151,7 +177,100 @@ impl Registry {
             consistent_reads,
             writes: WriteFences::default(),
             draining: Default::default(),
+            slots_changed: watch::channel(0).0,
+            sync_wait: std::sync::atomic::AtomicU64::new(DEFAULT_SYNC_WAIT.as_millis() as u64),
         })
+    }
+
+    /// How long a request waits for a cache that has not synced yet, before it is
+    /// forwarded (`--cache-sync-wait`; zero forwards at once, as before).
+    pub fn set_sync_wait(&self, wait: std::time::Duration) {
+        self.sync_wait.store(
+            wait.as_millis() as u64,
+            std::sync::atomic::Ordering::Relaxed,
+        );
+    }
+
+    pub fn sync_wait(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.sync_wait.load(std::sync::atomic::Ordering::Relaxed))
+    }
+
+    /// Changes a slot and wakes the requests waiting on cold caches.
+    fn set_slot(&self, key: Key, slot: Slot) -> Option<Slot> {
+        let old = self.slots.insert(key, slot);
+        self.slots_changed.send_modify(|n| *n += 1);
+        old
+    }
+
+    fn forget_slot(&self, key: &Key) {
+        self.slots.remove(key);
+        self.slots_changed.send_modify(|n| *n += 1);
+    }
+
+    fn slot_state(&self, key: &Key) -> SlotState {
+        match self.slots.get(key).as_deref() {
+            None => SlotState::Absent,
+            Some(Slot::Starting) => SlotState::Starting,
+            Some(Slot::Ready(c)) => SlotState::Ready(c.clone()),
+            Some(Slot::NotCacheable) => SlotState::Forward(Forward::NotCacheable),
+            Some(Slot::Dropped(_)) => SlotState::Forward(Forward::OverBudget),
+        }
+    }
+
+    /// The synced cache of a resource, starting it if needed and waiting for its sync up
+    /// to `bound` (shared by every request that arrives meanwhile), or why the request is
+    /// forwarded instead: excluded, not cacheable, over the byte budget, or not synced in
+    /// time (a reflector that backs off after a failure is not waited for: the upstream
+    /// is failing, and the forwarded request gets its answer at once).
+    pub async fn cache_for(
+        self: &Arc<Self>,
+        group: &str,
+        version: &str,
+        resource: &str,
+        bound: std::time::Duration,
+    ) -> Result<Arc<ResourceCache>, Forward> {
+        if self.policy.excludes(group, resource) {
+            return Err(Forward::Excluded);
+        }
+        self.ensure_started(group, version, resource);
+        let key = (group.to_string(), version.to_string(), resource.to_string());
+        let deadline = tokio::time::Instant::now() + bound;
+        let mut changed = self.slots_changed.subscribe();
+        loop {
+            changed.borrow_and_update();
+            let waiting = match self.slot_state(&key) {
+                SlotState::Ready(c) if c.is_synced() => return Ok(c),
+                SlotState::Ready(c) => {
+                    if c.stats
+                        .backing_off
+                        .load(std::sync::atomic::Ordering::Relaxed)
+                        != 0
+                    {
+                        return Err(Forward::NotSynced);
+                    }
+                    Some(c)
+                }
+                SlotState::Starting => None,
+                // Discovery failed (the slot was forgotten so that a later request tries
+                // again): the upstream is failing.
+                SlotState::Absent => return Err(Forward::NotSynced),
+                SlotState::Forward(why) => return Err(why),
+            };
+            // Wakes on the sync, a slot change (discovery done, a drop), the bound, or a
+            // tick to notice a reflector that started backing off.
+            let synced = async {
+                match &waiting {
+                    Some(c) => c.wait_synced().await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = synced => {}
+                _ = changed.changed() => {}
+                _ = tokio::time::sleep(BACKOFF_CHECK) => {}
+                _ = tokio::time::sleep_until(deadline) => return Err(Forward::NotSynced),
+            }
+        }
     }
 
     /// Where reads with no resourceVersion are answered (`--consistent-reads`).
@@ -206,7 +325,7 @@ impl Registry {
                     }
                     Ok(None) => {
                         tracing::debug!(group = %g, version = %v, resource = %r, "not cacheable; forwarding");
-                        this.slots.insert(key, Slot::NotCacheable);
+                        this.set_slot(key, Slot::NotCacheable);
                     }
                     Err(err) if prewarmed => {
                         let delay = backoff.next_delay();
@@ -217,7 +336,7 @@ impl Registry {
                     Err(err) => {
                         // Forget the attempt so that a later request tries again.
                         tracing::warn!(group = %g, version = %v, resource = %r, error = %err, "discovery failed");
-                        this.slots.remove(&key);
+                        this.forget_slot(&key);
                     }
                 }
                 break;
@@ -228,7 +347,7 @@ impl Registry {
     /// Starts the cache of a discovered resource and makes it the slot's.
     fn install(self: &Arc<Self>, key: Key, info: Arc<ResourceInfo>) -> Arc<ResourceCache> {
         let cache = self.start_reflector(key.clone(), info);
-        self.slots.insert(key, Slot::Ready(cache.clone()));
+        self.set_slot(key, Slot::Ready(cache.clone()));
         // After the insert: a drain that began meanwhile either finds the cache in
         // `shutdown_watches` or its flag is visible here (the shard lock orders the two),
         // so no hub escapes the shutdown.
@@ -242,13 +361,13 @@ impl Registry {
         let store = Arc::new(Store::for_resource(&info, self.watch.clone()));
         let stats = Arc::new(ReflectorStats::default());
         let (synced_tx, synced) = watch::channel(false);
-        let resync = Arc::new(ResyncSignal::default());
+        let demands = Arc::new(Demands::default());
         let fresh = Arc::new(Freshness::new(
             self.upstream.clone(),
             &info.collection_path(),
             store.clone(),
             stats.clone(),
-            resync.clone(),
+            demands.clone(),
         ));
         let reflector = Reflector::new(
             info.clone(),
@@ -258,7 +377,7 @@ impl Registry {
             stats.clone(),
         )
         .with_config(self.reflector.clone())
-        .with_resync(resync)
+        .with_demands(demands)
         .with_budget(self.budget.clone(), self.on_drop(key, info.clone()));
         let task = tokio::spawn(reflector.run());
         Arc::new(ResourceCache {
@@ -290,7 +409,7 @@ impl Registry {
                 at: std::time::Instant::now(),
             });
             // Dropped outside the map's lock: the old cache's drop aborts its reflector.
-            let old = registry.slots.insert(key.clone(), dropped);
+            let old = registry.set_slot(key.clone(), dropped);
             drop(old);
         })
     }

@@ -15,7 +15,8 @@ use std::time::Duration;
 
 use http::{header, HeaderValue, Method, Response, StatusCode};
 
-use super::fresh::Scope;
+use super::forward::Forward;
+use super::fresh::ConsistentRead;
 use super::object::CachedObject;
 use super::proto_form::metadata_list_type;
 use super::read_at::{self, Read};
@@ -63,24 +64,25 @@ struct Plan<'a> {
     after: Option<Box<str>>,
 }
 
-/// Serves the request from the cache if it can; `None` means "forward it".
-pub async fn try_serve(registry: &Arc<Registry>, req: &Parsed) -> Option<Response<Body>> {
-    // A pretty-printed answer (`pretty`, or curl's User-Agent) is the upstream's to give.
-    if req.api.method != Method::GET || req.pretty || req.api.query_get("pretty").is_some() {
-        return None;
+/// Serves the request from the cache if it can; otherwise says why it is forwarded.
+pub async fn try_serve(registry: &Arc<Registry>, req: &Parsed) -> Result<Response<Body>, Forward> {
+    let arrived = std::time::Instant::now();
+    if req.api.method != Method::GET || !matches!(req.api.verb, Verb::Get | Verb::List) {
+        return Err(Forward::NotARead);
     }
     let ApiPath::Resource(rp) = &req.api.path else {
-        return None;
+        return Err(Forward::NotARead);
     };
     // A path only the upstream can interpret (`crate::apipath`) is its to answer.
     if !rp.canonical || rp.subresource.is_some() || !rp.extra.is_empty() || rp.legacy_watch {
-        return None;
+        return Err(Forward::NotARead);
     }
-    if !matches!(req.api.verb, Verb::Get | Verb::List) {
-        return None;
+    // A pretty-printed answer (`pretty`, or curl's User-Agent) is the upstream's to give.
+    if req.pretty || req.api.query_get("pretty").is_some() {
+        return Err(Forward::Pretty);
     }
-    let opts = req.valid_options()?.clone();
-    let (read, limit) = cacheable(&opts, req.api.verb)?;
+    let opts = req.valid_options().ok_or(Forward::Options)?.clone();
+    let (read, limit) = cacheable(&opts, req.api.verb).ok_or(Forward::Options)?;
     let (read, after) = match read {
         Cacheable::Read(r) => (r, None),
         // The token names the state (its first page's RV) and where the page starts, in
@@ -93,8 +95,11 @@ pub async fn try_serve(registry: &Arc<Registry>, req: &Parsed) -> Option<Respons
                 .unwrap_or_default();
             // A bad token, or a negative RV (etcd3's "continue at the latest" after a
             // compaction), is the upstream's to answer.
-            let t = ContinueToken::decode(&token, &prefix).ok()?;
-            let rv = u64::try_from(t.rv).ok().filter(|rv| *rv > 0)?;
+            let t = ContinueToken::decode(&token, &prefix).map_err(|_| Forward::ContinueToken)?;
+            let rv = u64::try_from(t.rv)
+                .ok()
+                .filter(|rv| *rv > 0)
+                .ok_or(Forward::ContinueToken)?;
             (Read::Exact(rv), Some(t.start_after.into_boxed_str()))
         }
     };
@@ -109,38 +114,53 @@ pub async fn try_serve(registry: &Arc<Registry>, req: &Parsed) -> Option<Respons
         limit,
         after,
     };
-    // The request could be served from a cache: make sure one is (being) built.
-    registry.ensure_started(plan.group, plan.version, plan.resource);
-    let cache = registry.get(plan.group, plan.version, plan.resource)?;
-    if !cache.is_synced() {
-        return None;
-    }
-    let repr = representation(registry, &cache, req)?;
+    // An answer the cache never produces (YAML, a refusal) is forwarded before any wait
+    // for a cold cache: the type's endpoint follows from its group alone.
+    let endpoint = if super::resource::is_builtin_group(&rp.group) {
+        crate::negotiate::Endpoint::BUILTIN
+    } else {
+        crate::negotiate::Endpoint::CUSTOM
+    };
+    negotiate(req.accept.as_deref(), endpoint)
+        .ok()
+        .and_then(|n| served(n, req.api.verb))
+        .ok_or(Forward::Representation)?;
+    // The request could be served from a cache: make sure one is (being) built, and join
+    // its sync if it has not synced yet.
+    let cache = registry
+        .cache_for(
+            plan.group,
+            plan.version,
+            plan.resource,
+            registry.sync_wait(),
+        )
+        .await?;
+    let repr = representation(registry, &cache, req).ok_or(Forward::Representation)?;
     // A cluster-scoped resource under a namespace path is the upstream's 404 to give.
     // requestinfo.go puts a namespace's own name in `namespace` for
     // `/api/v1/namespaces/{name}`, which is not such a path.
     let own_namespace = rp.group.is_empty() && rp.resource == "namespaces";
     if plan.namespace.is_some() && !cache.info.namespaced && !own_namespace {
-        return None;
+        return Err(Forward::NoRoute);
     }
     // Nor has a namespaced one a route by name outside a namespace (`/api/v1/pods/a`):
     // the upstream's 404 too (src/apipath.rs).
     if plan.name.is_some() && plan.namespace.is_none() && cache.info.namespaced {
-        return None;
+        return Err(Forward::NoRoute);
     }
     if !fields_indexed(&cache, &plan.opts) {
-        return None;
+        return Err(Forward::FieldSelector);
     }
-    // What forwarding would cost, should freshness need a re-sync to prove.
-    let scope = match (plan.name, plan.namespace.filter(|_| cache.info.namespaced)) {
-        (Some(_), _) => Scope::Object,
-        (None, Some(ns)) => Scope::Namespace(ns),
-        (None, None) => Scope::All,
+    // A lone get or list is forwarded rather than kept waiting for a proof of freshness
+    // (`cache::fresh`).
+    let how = ConsistentRead {
+        stream: false,
+        arrived,
     };
-    let snapshot = read_at::snapshot_for(registry, &cache, &plan.read, scope).await?;
+    let snapshot = read_at::snapshot_for(registry, &cache, &plan.read, how).await?;
     // Large answers are gzipped when the client accepts it, as kube-apiserver does.
     let gzip_ok = req.accepts_gzip;
-    Some(cached(match plan.name {
+    let resp = match plan.name {
         Some(name) => get(
             &cache,
             &snapshot,
@@ -149,9 +169,12 @@ pub async fn try_serve(registry: &Arc<Registry>, req: &Parsed) -> Option<Respons
             repr,
             gzip_ok,
             req.accept.as_deref(),
-        )?,
-        None => list(&cache, snapshot, &plan, repr, gzip_ok).await?,
-    }))
+        ),
+        None => list(&cache, snapshot, &plan, repr, gzip_ok).await,
+    };
+    // No answer here: an object without a protobuf form (the type is marked, and its
+    // reads go upstream from now on).
+    resp.map(cached).ok_or(Forward::Representation)
 }
 
 /// What a cacheable read asks for.

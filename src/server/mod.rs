@@ -93,6 +93,7 @@ impl Gateway {
                 cfg.cache_budget,
                 cfg.consistent_reads,
             );
+            registry.set_sync_wait(cfg.cache_sync_wait);
             registry.prewarm();
             registry
         });

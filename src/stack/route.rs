@@ -17,9 +17,10 @@ use tower::Service;
 
 use crate::auth::Authorized;
 use crate::body::Body;
+use crate::cache::forward::Forward;
 use crate::cache::registry::Registry;
 use crate::proxy::Proxy;
-use crate::request::Parsed;
+use crate::request::{Parsed, Verb};
 use crate::status::Status;
 
 /// Routes each request to the cache, the fan-out or the upstream.
@@ -53,14 +54,17 @@ impl Router {
         }
         let parsed = Parsed::of(&req);
         let may_answer = !self.require_authorized || req.extensions().get::<Authorized>().is_some();
-        if let (Some(cache), Some(parsed), true) = (&self.cache, &parsed, may_answer) {
-            if let Some(resp) = crate::cache::serve::try_serve(cache, parsed).await {
-                return resp;
+        let why = match (&self.cache, &parsed) {
+            (None, _) => Forward::NoCache,
+            (Some(_), None) => Forward::NotARead,
+            (Some(cache), Some(parsed)) => {
+                match self.answer_from_cache(cache, parsed, may_answer).await {
+                    Ok(resp) => return resp,
+                    Err(why) => why,
+                }
             }
-            if let Some(resp) = crate::watch::serve::try_watch(cache, parsed).await {
-                return resp;
-            }
-        }
+        };
+        forwarded(why, &req);
         let resp = self.proxy.forward(req).await;
         match (&self.cache, &parsed) {
             // Read-your-writes: a write's resourceVersion becomes its resource's fence
@@ -71,6 +75,37 @@ impl Router {
             _ => resp,
         }
     }
+}
+
+impl Router {
+    /// The cache's or the fan-out's answer, or why the request is forwarded.
+    async fn answer_from_cache(
+        &self,
+        cache: &Arc<Registry>,
+        parsed: &Parsed,
+        may_answer: bool,
+    ) -> Result<Response<Body>, Forward> {
+        let read = matches!(parsed.api.verb, Verb::Get | Verb::List | Verb::Watch)
+            && parsed.api.method == Method::GET;
+        if !read {
+            return Err(Forward::NotARead);
+        }
+        if !may_answer {
+            return Err(Forward::NotAuthorized);
+        }
+        if parsed.api.verb == Verb::Watch {
+            crate::watch::serve::try_watch(cache, parsed).await
+        } else {
+            crate::cache::serve::try_serve(cache, parsed).await
+        }
+    }
+}
+
+/// Records why a request goes upstream: a debug line and
+/// `watchgate_forwarded_requests_total{reason}`.
+fn forwarded<B>(why: Forward, req: &Request<B>) {
+    crate::metrics::forwarded(why);
+    tracing::debug!(reason = why.label(), method = %req.method(), uri = %req.uri(), "forwarded: {why}");
 }
 
 impl Service<Request<RequestBody>> for Router {

@@ -27,7 +27,8 @@ use super::event::value_line;
 use super::filter::{WatchFilter, NAME};
 use super::hub::{Start, TooOld};
 use crate::body::{self, Body};
-use crate::cache::fresh::Scope;
+use crate::cache::forward::Forward;
+use crate::cache::fresh::ConsistentRead;
 use crate::cache::read_at;
 use crate::cache::registry::Registry;
 use crate::cache::serve::fields_indexed;
@@ -42,25 +43,29 @@ use crate::table::TableOptions;
 /// that reconnects spread out (handlers/get.go).
 const MIN_REQUEST_TIMEOUT: Duration = Duration::from_secs(1800);
 
-/// Serves the watch from the cache if it can; `None` means "forward it". When the gateway
-/// drains, the stream ends at an event boundary ([`Registry::shutdown_watches`]).
-pub async fn try_watch(registry: &Arc<Registry>, req: &Parsed) -> Option<Response<Body>> {
+/// Serves the watch from the cache if it can; otherwise says why it is forwarded. When
+/// the gateway drains, the stream ends at an event boundary
+/// ([`Registry::shutdown_watches`]).
+pub async fn try_watch(registry: &Arc<Registry>, req: &Parsed) -> Result<Response<Body>, Forward> {
+    let arrived = std::time::Instant::now();
     if req.api.method != Method::GET {
-        return None;
+        return Err(Forward::NotARead);
     }
     let ApiPath::Resource(rp) = &req.api.path else {
-        return None;
+        return Err(Forward::NotARead);
     };
     // A path only the upstream can interpret (`crate::apipath`) is its to answer.
     if req.api.verb != Verb::Watch
         || !rp.canonical
         || rp.subresource.is_some()
         || !rp.extra.is_empty()
-        || req.api.query_get("pretty").is_some()
     {
-        return None;
+        return Err(Forward::NotARead);
     }
-    let mut opts = req.valid_options()?.clone();
+    if req.api.query_get("pretty").is_some() {
+        return Err(Forward::Pretty);
+    }
+    let mut opts = req.valid_options().ok_or(Forward::Options)?.clone();
     // A name in the path becomes (or must agree with) a metadata.name field selector
     // (handlers/get.go); a disagreement is the upstream's 400 to give.
     if let Some(name) = &rp.name {
@@ -71,43 +76,64 @@ pub async fn try_watch(registry: &Arc<Registry>, req: &Parsed) -> Option<Respons
                 value: name.clone(),
             }),
             Some(n) if n == name => {}
-            _ => return None,
+            _ => return Err(Forward::Options),
         }
     }
     // Unset: "Get State and Start at Most Recent", a consistent read.
     let consistent = opts.resource_version.as_deref().unwrap_or("").is_empty();
     let rv = match opts.resource_version.as_deref() {
-        Some(rv) if !rv.is_empty() => request::parse_resource_version(rv).ok()?,
+        Some(rv) if !rv.is_empty() => {
+            request::parse_resource_version(rv).map_err(|_| Forward::Options)?
+        }
         _ => 0,
     };
-
-    registry.ensure_started(&rp.group, &rp.version, &rp.resource);
-    let cache = registry.get(&rp.group, &rp.version, &rp.resource)?;
-    if !cache.is_synced() {
-        return None;
+    // A stream the cache never writes is forwarded before any wait for a cold cache.
+    let endpoint = if crate::cache::resource::is_builtin_group(&rp.group) {
+        crate::negotiate::Endpoint::BUILTIN
+    } else {
+        crate::negotiate::Endpoint::CUSTOM
+    };
+    let accept = req.accept.as_deref();
+    match (
+        negotiate(accept, endpoint),
+        negotiate_stream(accept, endpoint),
+    ) {
+        (Ok(n), Ok(stream)) if stream.encoding == n.encoding && !n.pretty => {}
+        _ => return Err(Forward::Representation),
     }
-    let encoding = encoding(registry, &cache, req)?;
+
+    // Join the cache's sync if it has not synced yet; a watch does not wait past its own
+    // timeout.
+    let bound = match opts.watch_timeout() {
+        WatchTimeout::After(d) => d.min(registry.sync_wait()),
+        _ => registry.sync_wait(),
+    };
+    let cache = registry
+        .cache_for(&rp.group, &rp.version, &rp.resource, bound)
+        .await?;
+    let encoding = encoding(registry, &cache, req).ok_or(Forward::Representation)?;
     let own_namespace = rp.group.is_empty() && rp.resource == "namespaces";
     // Paths with no route: a cluster-scoped type under a namespace, a namespaced one by
     // name outside a namespace (`/api/v1/watch/pods/a`). The upstream's 404 to give.
     if (rp.namespace.is_some() && !cache.info.namespaced && !own_namespace)
         || (rp.name.is_some() && rp.namespace.is_none() && cache.info.namespaced)
     {
-        return None;
+        return Err(Forward::NoRoute);
     }
     if !fields_indexed(&cache, &opts) {
-        return None;
+        return Err(Forward::FieldSelector);
     }
 
-    let scope = match rp.namespace.as_deref().filter(|_| cache.info.namespaced) {
-        Some(ns) => Scope::Namespace(ns),
-        None => Scope::All,
+    // A watch waits for a proof of freshness rather than being forwarded (`cache::fresh`).
+    let how = ConsistentRead {
+        stream: true,
+        arrived,
     };
     let (start, min_rv, initial_events_end) = match opts.send_initial_events {
         // The state as fresh as a consistent read (its snapshot is taken when the watcher
         // registers, at least as new as the one proven fresh), then the changes.
         Some(send) if consistent => {
-            let fresh = read_at::consistent(registry, &cache, scope).await?;
+            let fresh = read_at::consistent(registry, &cache, how).await?;
             if send {
                 (Start::Initial, 0, true)
             } else {
@@ -119,7 +145,7 @@ pub async fn try_watch(registry: &Arc<Registry>, req: &Parsed) -> Option<Respons
         None if consistent => {
             // A legacy `/watch/` path (not defaulted to a watch-list): the initial state
             // without the closing bookmark.
-            read_at::consistent(registry, &cache, scope).await?;
+            read_at::consistent(registry, &cache, how).await?;
             (Start::Initial, 0, false)
         }
         Some(true) => {
@@ -162,7 +188,7 @@ pub async fn try_watch(registry: &Arc<Registry>, req: &Parsed) -> Option<Respons
             } else {
                 value_line("ERROR", &status.to_value())
             };
-            return Some(stream_response(body::full(line), content_type));
+            return Ok(stream_response(body::full(line), content_type));
         }
     };
     let params = WatchParams {
@@ -178,7 +204,7 @@ pub async fn try_watch(registry: &Arc<Registry>, req: &Parsed) -> Option<Respons
     // may write lone events to it itself (server/express.rs).
     resp.extensions_mut()
         .insert(crate::server::Detachable { lane });
-    Some(resp)
+    Ok(resp)
 }
 
 /// timeoutSeconds: honoured; negative (also after Go's overflow, see
