@@ -65,6 +65,12 @@ pub struct ServeArgs {
     /// Forward every request; serve nothing from the cache.
     #[arg(long)]
     pub disable_cache: bool,
+    /// A file in which the gateway remembers the resources whose caches synced (a small
+    /// JSON list, saved a second after a change), to start them again at its next start
+    /// before any client asks. Keep it on a volume that outlives the container (an
+    /// emptyDir). None by default
+    #[arg(long, value_name = "FILE")]
+    pub cache_state_file: Option<PathBuf>,
     /// The byte budget of all caches together (their objects' JSON, parsed headers and
     /// map entries; the watch histories are apart). A resource that would take the caches
     /// past it is not cached, or stops being cached, and its requests are forwarded; it is
@@ -347,6 +353,8 @@ pub struct GatewayConfig {
     pub upstream_response_timeout: Duration,
     /// Which resources are cached; `None` forwards everything.
     pub cache: Option<crate::cache::registry::CachePolicy>,
+    /// The state file of the cached resources and the warm-up (`--cache-state-file`).
+    pub cache_state: Option<crate::cache::warm::WarmConfig>,
     /// How many bytes the caches may hold (`--cache-max-bytes`, `--cache-max-resource-bytes`).
     pub cache_budget: crate::cache::budget::BudgetConfig,
     /// How downstream watches are served from the cache (history window, bookmarks).
@@ -425,6 +433,7 @@ impl GatewayConfig {
             upstream_connect_timeout: Duration::from_secs(5),
             upstream_response_timeout: Duration::from_secs(70),
             cache: Some(Default::default()),
+            cache_state: None,
             cache_budget: Default::default(),
             watch: Default::default(),
             http2_max_streams: 1000,
@@ -472,6 +481,10 @@ impl GatewayConfig {
                 prewarm: args.cache.clone(),
                 exclude: args.no_cache.clone(),
             }),
+            cache_state: args
+                .cache_state_file
+                .clone()
+                .map(|state_file| crate::cache::warm::WarmConfig { state_file }),
             cache_budget: crate::cache::budget::BudgetConfig {
                 max_bytes: args.cache_max_bytes,
                 max_resource_bytes: args.cache_max_resource_bytes,
@@ -669,6 +682,7 @@ mod tests {
             cache: vec![],
             no_cache: vec![],
             disable_cache: false,
+            cache_state_file: None,
             cache_max_bytes: 0,
             cache_max_resource_bytes: 0,
             watch_history_window: Duration::from_secs(300),
@@ -814,6 +828,7 @@ mod tests {
             cache: vec![],
             no_cache: vec![],
             disable_cache: false,
+            cache_state_file: None,
             cache_max_bytes: 0,
             cache_max_resource_bytes: 0,
             watch_history_window: Duration::from_secs(300),

@@ -16,6 +16,7 @@ use super::fresh::{ConsistentReads, Freshness, ResyncSignal};
 use super::reflector::{Backoff, Reflector, ReflectorConfig, ReflectorStats};
 use super::resource::ResourceInfo;
 use super::store::Store;
+use super::warm::{Gvr, StateFile, StateFileError, WarmConfig, WarmUp};
 use super::writes::WriteFences;
 use crate::upstream::Upstream;
 
@@ -110,6 +111,9 @@ pub struct Registry {
     budget: Arc<ByteBudget>,
     /// Times each resource was dropped for its size, by reason (a metric).
     drops: DashMap<(String, String, &'static str), u64>,
+    /// The state file (`--cache-state-file`), set once before [`Registry::prewarm`]; a
+    /// `OnceLock` so that the constructors' many callers need not know about it.
+    warm: std::sync::OnceLock<WarmUp>,
 }
 
 impl Registry {
@@ -151,6 +155,7 @@ impl Registry {
             consistent_reads,
             writes: WriteFences::default(),
             draining: Default::default(),
+            warm: Default::default(),
         })
     }
 
@@ -195,9 +200,14 @@ impl Registry {
         let this = self.clone();
         tokio::spawn(async move {
             let (g, v, r) = &key;
-            // A `--cache` resource keeps retrying in the background, so that readiness
-            // follows the upstream's recovery without waiting for a client's request.
-            let prewarmed = this.policy.prewarm.iter().any(|p| names(p, g, r));
+            // A `--cache` or state-file resource keeps retrying in the background, so that
+            // readiness follows the upstream's recovery without waiting for a client's request.
+            let prewarmed = this.policy.prewarm.iter().any(|p| names(p, g, r))
+                || this.warm.get().is_some_and(|w| {
+                    w.resources
+                        .iter()
+                        .any(|x| x.group == *g && x.version == *v && x.resource == *r)
+                });
             let mut backoff = Backoff::default();
             loop {
                 match this.discovery.resource(g, v, r).await {
@@ -206,6 +216,10 @@ impl Registry {
                     }
                     Ok(None) => {
                         tracing::debug!(group = %g, version = %v, resource = %r, "not cacheable; forwarding");
+                        // Not served (any more): the next start must not try it again.
+                        if let Some(w) = this.warm.get() {
+                            w.file.forget(&Gvr::new(g, v, r));
+                        }
                         this.slots.insert(key, Slot::NotCacheable);
                     }
                     Err(err) if prewarmed => {
@@ -228,6 +242,17 @@ impl Registry {
     /// Starts the cache of a discovered resource and makes it the slot's.
     fn install(self: &Arc<Self>, key: Key, info: Arc<ResourceInfo>) -> Arc<ResourceCache> {
         let cache = self.start_reflector(key.clone(), info);
+        if let Some(w) = self.warm.get() {
+            // Recorded once synced: a resource that cannot be listed is never remembered.
+            // The receiver, not the cache, waits: a cache dropped meanwhile ends the wait.
+            let (file, mut synced) = (w.file.clone(), cache.synced.clone());
+            let gvr = Gvr::new(&key.0, &key.1, &key.2);
+            tokio::spawn(async move {
+                if synced.wait_for(|s| *s).await.is_ok() {
+                    file.record(gvr);
+                }
+            });
+        }
         self.slots.insert(key, Slot::Ready(cache.clone()));
         // After the insert: a drain that began meanwhile either finds the cache in
         // `shutdown_watches` or its flag is visible here (the shard lock orders the two),
@@ -284,6 +309,9 @@ impl Registry {
                 .drops
                 .entry((info.group.clone(), info.resource.clone(), why.reason()))
                 .or_default() += 1;
+            if let Some(w) = registry.warm.get() {
+                w.file.forget(&Gvr::new(&key.0, &key.1, &key.2));
+            }
             let dropped = Slot::Dropped(DroppedCache {
                 info: info.clone(),
                 why,
@@ -319,9 +347,41 @@ impl Registry {
             .collect()
     }
 
-    /// Starts the `--cache` resources. Names without a group are looked up in the core
-    /// group; `name.group` names use the group's preferred version from discovery.
+    /// Reads the state file (`--cache-state-file`): [`Registry::prewarm`] then starts its
+    /// resources too, and caches that sync from now on are recorded in it. Excluded
+    /// resources are dropped from it. Call once, before `prewarm`.
+    pub fn open_state_file(&self, cfg: &WarmConfig) -> Result<(), StateFileError> {
+        let (file, resources) = StateFile::open(cfg.state_file.clone(), |g| {
+            !self.policy.excludes(&g.group, &g.resource)
+        })?;
+        if !resources.is_empty() {
+            tracing::info!(count = resources.len(), file = %cfg.state_file.display(), "starting the caches of the cache state file");
+        }
+        let warm = WarmUp { file, resources };
+        if self.warm.set(warm).is_err() {
+            tracing::warn!("the cache state file was opened twice; the first one is kept");
+        }
+        Ok(())
+    }
+
+    /// Saves the state file now if it changed (a drain: the debounced save may not come).
+    pub async fn save_state_file(&self) {
+        if let Some(w) = self.warm.get() {
+            if let Err(e) = w.file.save().await {
+                tracing::warn!(error = %e, "the cache state file was not saved");
+            }
+        }
+    }
+
+    /// Starts the `--cache` resources and those of the state file. Names without a group
+    /// are looked up in the core group; `name.group` names use the group's preferred
+    /// version from discovery. State-file entries name their version.
     pub fn prewarm(self: &Arc<Self>) {
+        if let Some(w) = self.warm.get() {
+            for g in &w.resources {
+                self.ensure_started(&g.group, &g.version, &g.resource);
+            }
+        }
         for spec in self.policy.prewarm.clone() {
             match spec.split_once('.') {
                 None => self.ensure_started("", "v1", &spec),
