@@ -67,10 +67,15 @@ pub struct ServeArgs {
     pub disable_cache: bool,
     /// A file in which the gateway remembers the resources whose caches synced (a small
     /// JSON list, saved a second after a change), to start them again at its next start
-    /// before any client asks. Keep it on a volume that outlives the container (an
-    /// emptyDir). None by default
+    /// before any client asks; /readyz waits for them (--cache-warmup-timeout). Keep it
+    /// on a volume that outlives the container (an emptyDir). None by default
     #[arg(long, value_name = "FILE")]
     pub cache_state_file: Option<PathBuf>,
+    /// How long after start-up the resources of --cache-state-file hold readiness while
+    /// they sync; after it, one that has not synced is reported but no longer fails
+    /// /readyz (the --cache ones always count)
+    #[arg(long, default_value = "1m", value_parser = parse_duration)]
+    pub cache_warmup_timeout: Duration,
     /// The byte budget of all caches together (their objects' JSON, parsed headers and
     /// map entries; the watch histories are apart). A resource that would take the caches
     /// past it is not cached, or stops being cached, and its requests are forwarded; it is
@@ -481,10 +486,12 @@ impl GatewayConfig {
                 prewarm: args.cache.clone(),
                 exclude: args.no_cache.clone(),
             }),
-            cache_state: args
-                .cache_state_file
-                .clone()
-                .map(|state_file| crate::cache::warm::WarmConfig { state_file }),
+            cache_state: args.cache_state_file.clone().map(|state_file| {
+                crate::cache::warm::WarmConfig {
+                    state_file,
+                    timeout: args.cache_warmup_timeout,
+                }
+            }),
             cache_budget: crate::cache::budget::BudgetConfig {
                 max_bytes: args.cache_max_bytes,
                 max_resource_bytes: args.cache_max_resource_bytes,
@@ -683,6 +690,7 @@ mod tests {
             no_cache: vec![],
             disable_cache: false,
             cache_state_file: None,
+            cache_warmup_timeout: Duration::from_secs(60),
             cache_max_bytes: 0,
             cache_max_resource_bytes: 0,
             watch_history_window: Duration::from_secs(300),
@@ -829,6 +837,7 @@ mod tests {
             no_cache: vec![],
             disable_cache: false,
             cache_state_file: None,
+            cache_warmup_timeout: Duration::from_secs(60),
             cache_max_bytes: 0,
             cache_max_resource_bytes: 0,
             watch_history_window: Duration::from_secs(300),

@@ -16,7 +16,7 @@ use super::fresh::{ConsistentReads, Freshness, ResyncSignal};
 use super::reflector::{Backoff, Reflector, ReflectorConfig, ReflectorStats};
 use super::resource::ResourceInfo;
 use super::store::Store;
-use super::warm::{Gvr, StateFile, StateFileError, WarmConfig, WarmUp};
+use super::warm::{Gvr, StateFile, StateFileError, WarmConfig, WarmStatus, WarmUp};
 use super::writes::WriteFences;
 use crate::upstream::Upstream;
 
@@ -357,11 +357,38 @@ impl Registry {
         if !resources.is_empty() {
             tracing::info!(count = resources.len(), file = %cfg.state_file.display(), "starting the caches of the cache state file");
         }
-        let warm = WarmUp { file, resources };
+        let warm = WarmUp {
+            file,
+            resources,
+            deadline: tokio::time::Instant::now() + cfg.timeout,
+            timeout: cfg.timeout,
+        };
         if self.warm.set(warm).is_err() {
             tracing::warn!("the cache state file was opened twice; the first one is kept");
         }
         Ok(())
+    }
+
+    /// The state file's resources at start-up, where each stands, and the warm-up:
+    /// readiness waits for them until its end (docs/operations.md, "Readiness").
+    pub fn warm_status(&self) -> Option<(Vec<(Gvr, WarmStatus)>, &WarmUp)> {
+        let warm = self.warm.get()?;
+        let status = warm
+            .resources
+            .iter()
+            .map(|g| {
+                let key = (g.group.clone(), g.version.clone(), g.resource.clone());
+                let status = match self.slots.get(&key).as_deref() {
+                    None | Some(Slot::Starting) => WarmStatus::NotStarted,
+                    Some(Slot::Ready(c)) if c.is_synced() => WarmStatus::Synced,
+                    Some(Slot::Ready(_)) => WarmStatus::NotSynced,
+                    Some(Slot::NotCacheable) => WarmStatus::NotServed,
+                    Some(Slot::Dropped(d)) => WarmStatus::NotCached(d.why),
+                };
+                (g.clone(), status)
+            })
+            .collect();
+        Some((status, warm))
     }
 
     /// Saves the state file now if it changed (a drain: the debounced save may not come).

@@ -20,6 +20,8 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use tokio::sync::Notify;
 
+use super::budget::OverBudget;
+
 /// At most this many resources are remembered: far more resource types than a cluster
 /// serves, so only a broken or hostile upstream reaches it, and the file stays small.
 pub const MAX_RESOURCES: usize = 1000;
@@ -77,10 +79,12 @@ impl Gvr {
     }
 }
 
-/// `--cache-state-file`.
+/// `--cache-state-file` and `--cache-warmup-timeout`.
 #[derive(Debug, Clone)]
 pub struct WarmConfig {
     pub state_file: PathBuf,
+    /// How long after start-up the file's resources hold readiness while they sync.
+    pub timeout: Duration,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -360,10 +364,28 @@ async fn writer(file: Weak<StateFile>, changed: Arc<Notify>) {
     }
 }
 
-/// The state file and its resources at start-up, which the registry starts.
+/// Where a resource of the state file stands, for `/readyz`.
+#[derive(Debug, Clone)]
+pub enum WarmStatus {
+    /// Discovery has not found it yet.
+    NotStarted,
+    /// Its cache has not synced yet.
+    NotSynced,
+    Synced,
+    /// The upstream does not serve it (any more): forgotten.
+    NotServed,
+    /// It does not fit the byte budget: forwarded, forgotten.
+    NotCached(OverBudget),
+}
+
+/// The state file's resources at start-up, which readiness waits for until each is synced
+/// (or found not served, or not cacheable for its size) or the warm-up is over.
 pub struct WarmUp {
     pub file: Arc<StateFile>,
     pub resources: Vec<Gvr>,
+    /// The end of the warm-up: from then on, these resources no longer hold readiness.
+    pub deadline: tokio::time::Instant,
+    pub timeout: Duration,
 }
 
 #[cfg(test)]
