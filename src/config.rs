@@ -65,6 +65,17 @@ pub struct ServeArgs {
     /// Forward every request; serve nothing from the cache.
     #[arg(long)]
     pub disable_cache: bool,
+    /// A file in which the gateway remembers the resources whose caches synced (a small
+    /// JSON list, saved a second after a change), to start them again at its next start
+    /// before any client asks; /readyz waits for them (--cache-warmup-timeout). Keep it
+    /// on a volume that outlives the container (an emptyDir). None by default
+    #[arg(long, value_name = "FILE")]
+    pub cache_state_file: Option<PathBuf>,
+    /// How long after start-up the resources of --cache-state-file hold readiness while
+    /// they sync; after it, one that has not synced is reported but no longer fails
+    /// /readyz (the --cache ones always count)
+    #[arg(long, default_value = "1m", value_parser = parse_duration)]
+    pub cache_warmup_timeout: Duration,
     /// The byte budget of all caches together (their objects' JSON, parsed headers and
     /// map entries; the watch histories are apart). A resource that would take the caches
     /// past it is not cached, or stops being cached, and its requests are forwarded; it is
@@ -353,6 +364,8 @@ pub struct GatewayConfig {
     pub upstream_response_timeout: Duration,
     /// Which resources are cached; `None` forwards everything.
     pub cache: Option<crate::cache::registry::CachePolicy>,
+    /// The state file of the cached resources and the warm-up (`--cache-state-file`).
+    pub cache_state: Option<crate::cache::warm::WarmConfig>,
     /// How many bytes the caches may hold (`--cache-max-bytes`, `--cache-max-resource-bytes`).
     pub cache_budget: crate::cache::budget::BudgetConfig,
     /// How downstream watches are served from the cache (history window, bookmarks).
@@ -433,6 +446,7 @@ impl GatewayConfig {
             upstream_connect_timeout: Duration::from_secs(5),
             upstream_response_timeout: Duration::from_secs(70),
             cache: Some(Default::default()),
+            cache_state: None,
             cache_budget: Default::default(),
             watch: Default::default(),
             http2_max_streams: 1000,
@@ -480,6 +494,12 @@ impl GatewayConfig {
             cache: (!args.disable_cache).then(|| crate::cache::registry::CachePolicy {
                 prewarm: args.cache.clone(),
                 exclude: args.no_cache.clone(),
+            }),
+            cache_state: args.cache_state_file.clone().map(|state_file| {
+                crate::cache::warm::WarmConfig {
+                    state_file,
+                    timeout: args.cache_warmup_timeout,
+                }
             }),
             cache_budget: crate::cache::budget::BudgetConfig {
                 max_bytes: args.cache_max_bytes,
@@ -679,6 +699,8 @@ mod tests {
             cache: vec![],
             no_cache: vec![],
             disable_cache: false,
+            cache_state_file: None,
+            cache_warmup_timeout: Duration::from_secs(60),
             cache_max_bytes: 0,
             cache_max_resource_bytes: 0,
             watch_history_window: Duration::from_secs(300),
@@ -825,6 +847,8 @@ mod tests {
             cache: vec![],
             no_cache: vec![],
             disable_cache: false,
+            cache_state_file: None,
+            cache_warmup_timeout: Duration::from_secs(60),
             cache_max_bytes: 0,
             cache_max_resource_bytes: 0,
             watch_history_window: Duration::from_secs(300),

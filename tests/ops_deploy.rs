@@ -2,8 +2,11 @@
 //! kubectl's kustomize; every rendered object passes a strict schema check (unknown field
 //! names fail); the kinds the simulator serves pass `kubectl apply --dry-run=server`
 //! against it; the watchgate containers' flags parse with the binary's own flag
-//! definitions; the pods give the sum of their drain deadlines enough time; and each
-//! example's ClusterRole grants get/list/watch on exactly the resources it caches.
+//! definitions; the pods give the sum of their drain deadlines enough time; each
+//! example's ClusterRole grants get/list/watch on exactly the resources it caches; and the
+//! gateways are warm before their clients come (issue 26): a sidecar's startup probe on
+//! `/readyz` holds the app back, a shared gateway's Service routes only to ready replicas,
+//! and every gateway keeps its state file on an `emptyDir`.
 
 mod support;
 
@@ -416,6 +419,29 @@ async fn watchgate_containers_use_real_flags_probes_and_a_long_enough_grace_peri
         );
         let containers = watchgate_containers(deployment);
         let watchgates = containers.len();
+        // The pod's own application containers (not watchgates): they must not start
+        // before their gateway is warm.
+        let apps = spec["containers"]
+            .as_array()
+            .expect("containers")
+            .iter()
+            .filter(|c| !c["image"].as_str().unwrap_or("").starts_with("watchgate"))
+            .count();
+        let volume = |name: &Value| {
+            spec["volumes"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|v| &v["name"] == name)
+                .unwrap_or_else(|| panic!("{dir}: no volume {name}"))
+        };
+        let mut state_files = std::collections::BTreeSet::new();
+        if apps == 0 {
+            // A shared gateway: a rollout must not take a ready replica away before its
+            // successor is ready (warm).
+            let rolling = &deployment["spec"]["strategy"]["rollingUpdate"];
+            assert_eq!(rolling["maxUnavailable"], 0, "{dir}: maxUnavailable");
+        }
         // The kubelet stops native sidecars one after the other (reverse order) within
         // the one grace period: every watchgate's drain deadline must fit, together.
         let drains: Duration = containers
@@ -444,6 +470,61 @@ async fn watchgate_containers_use_real_flags_probes_and_a_long_enough_grace_peri
                 assert_eq!(
                     c[probe]["httpGet"]["port"], admin["name"],
                     "{dir}/{name} {probe}"
+                );
+            }
+            // Warm before the clients come: the state file on an emptyDir (it outlives the
+            // container's restarts), one file per gateway.
+            let state = serve
+                .cache_state_file
+                .as_ref()
+                .unwrap_or_else(|| panic!("{dir}/{name}: --cache-state-file"));
+            assert!(
+                state_files.insert(state.clone()),
+                "{dir}/{name}: {} is another gateway's state file too",
+                state.display()
+            );
+            let mount = c["volumeMounts"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|m| state.parent() == Some(Path::new(m["mountPath"].as_str().unwrap())))
+                .unwrap_or_else(|| {
+                    panic!(
+                        "{dir}/{name}: the directory of {} is not a mount",
+                        state.display()
+                    )
+                });
+            assert_ne!(mount["readOnly"], true, "{dir}/{name}: state mount");
+            assert!(
+                volume(&mount["name"])["emptyDir"].is_object(),
+                "{dir}/{name}: the state file's volume is not an emptyDir"
+            );
+            if apps > 0 {
+                // A native sidecar whose startup probe is /readyz: the kubelet starts the
+                // next container (the app, or the tier it serves) only once it passes.
+                assert_eq!(c["restartPolicy"], "Always", "{dir}/{name}: native sidecar");
+                assert!(
+                    spec["initContainers"]
+                        .as_array()
+                        .is_some_and(|i| i.iter().any(|x| x["name"] == name)),
+                    "{dir}/{name}: a native sidecar is an init container"
+                );
+                let startup = &c["startupProbe"];
+                assert_eq!(startup["httpGet"]["path"], "/readyz", "{dir}/{name}");
+                assert_eq!(startup["httpGet"]["port"], admin["name"], "{dir}/{name}");
+                // The kubelet's defaults: 10 s, 3 failures, a 1 s timeout.
+                let field = |k: &str, default: u64| startup[k].as_u64().unwrap_or(default);
+                let window =
+                    Duration::from_secs(field("periodSeconds", 10) * field("failureThreshold", 3));
+                assert!(
+                    window > serve.cache_warmup_timeout,
+                    "{dir}/{name}: a startup window of {window:?} restarts a gateway that is only waiting out its {:?} warm-up",
+                    serve.cache_warmup_timeout
+                );
+                // /readyz may wait 2 s for its upstream probe (src/server/probe.rs).
+                assert!(
+                    field("timeoutSeconds", 1) > 2,
+                    "{dir}/{name}: startupProbe timeoutSeconds"
                 );
             }
             assert!(

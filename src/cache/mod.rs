@@ -18,4 +18,5 @@ pub mod resource;
 pub mod serve;
 pub mod snapshots;
 pub mod store;
+pub mod warm;
 pub mod writes;

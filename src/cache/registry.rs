@@ -21,6 +21,7 @@ use super::fresh::{ConsistentReads, Freshness};
 use super::reflector::{Backoff, Reflector, ReflectorConfig, ReflectorStats};
 use super::resource::ResourceInfo;
 use super::store::Store;
+use super::warm::{Gvr, StateFile, StateFileError, WarmConfig, WarmStatus, WarmUp};
 use super::writes::WriteFences;
 use crate::upstream::Upstream;
 
@@ -119,6 +120,9 @@ pub struct Registry {
     budget: Arc<ByteBudget>,
     /// Times each resource was dropped for its size, by reason (a metric).
     drops: DashMap<(String, String, &'static str), u64>,
+    /// The state file (`--cache-state-file`), set once before [`Registry::prewarm`]; a
+    /// `OnceLock` so that the constructors' many callers need not know about it.
+    warm: std::sync::OnceLock<WarmUp>,
     /// Bumped whenever a slot changes, for requests waiting on a cold cache.
     slots_changed: watch::Sender<u64>,
     /// How long a request waits for a cache that has not synced (`--cache-sync-wait`).
@@ -179,6 +183,7 @@ impl Registry {
             draining: Default::default(),
             slots_changed: watch::channel(0).0,
             sync_wait: std::sync::atomic::AtomicU64::new(DEFAULT_SYNC_WAIT.as_millis() as u64),
+            warm: Default::default(),
         })
     }
 
@@ -314,9 +319,14 @@ impl Registry {
         let this = self.clone();
         tokio::spawn(async move {
             let (g, v, r) = &key;
-            // A `--cache` resource keeps retrying in the background, so that readiness
-            // follows the upstream's recovery without waiting for a client's request.
-            let prewarmed = this.policy.prewarm.iter().any(|p| names(p, g, r));
+            // A `--cache` or state-file resource keeps retrying in the background, so that
+            // readiness follows the upstream's recovery without waiting for a client's request.
+            let prewarmed = this.policy.prewarm.iter().any(|p| names(p, g, r))
+                || this.warm.get().is_some_and(|w| {
+                    w.resources
+                        .iter()
+                        .any(|x| x.group == *g && x.version == *v && x.resource == *r)
+                });
             let mut backoff = Backoff::default();
             loop {
                 match this.discovery.resource(g, v, r).await {
@@ -325,6 +335,10 @@ impl Registry {
                     }
                     Ok(None) => {
                         tracing::debug!(group = %g, version = %v, resource = %r, "not cacheable; forwarding");
+                        // Not served (any more): the next start must not try it again.
+                        if let Some(w) = this.warm.get() {
+                            w.file.forget(&Gvr::new(g, v, r));
+                        }
                         this.set_slot(key, Slot::NotCacheable);
                     }
                     Err(err) if prewarmed => {
@@ -347,6 +361,17 @@ impl Registry {
     /// Starts the cache of a discovered resource and makes it the slot's.
     fn install(self: &Arc<Self>, key: Key, info: Arc<ResourceInfo>) -> Arc<ResourceCache> {
         let cache = self.start_reflector(key.clone(), info);
+        if let Some(w) = self.warm.get() {
+            // Recorded once synced: a resource that cannot be listed is never remembered.
+            // The receiver, not the cache, waits: a cache dropped meanwhile ends the wait.
+            let (file, mut synced) = (w.file.clone(), cache.synced.clone());
+            let gvr = Gvr::new(&key.0, &key.1, &key.2);
+            tokio::spawn(async move {
+                if synced.wait_for(|s| *s).await.is_ok() {
+                    file.record(gvr);
+                }
+            });
+        }
         self.set_slot(key, Slot::Ready(cache.clone()));
         // After the insert: a drain that began meanwhile either finds the cache in
         // `shutdown_watches` or its flag is visible here (the shard lock orders the two),
@@ -403,6 +428,9 @@ impl Registry {
                 .drops
                 .entry((info.group.clone(), info.resource.clone(), why.reason()))
                 .or_default() += 1;
+            if let Some(w) = registry.warm.get() {
+                w.file.forget(&Gvr::new(&key.0, &key.1, &key.2));
+            }
             let dropped = Slot::Dropped(DroppedCache {
                 info: info.clone(),
                 why,
@@ -438,9 +466,68 @@ impl Registry {
             .collect()
     }
 
-    /// Starts the `--cache` resources. Names without a group are looked up in the core
-    /// group; `name.group` names use the group's preferred version from discovery.
+    /// Reads the state file (`--cache-state-file`): [`Registry::prewarm`] then starts its
+    /// resources too, and caches that sync from now on are recorded in it. Excluded
+    /// resources are dropped from it. Call once, before `prewarm`.
+    pub fn open_state_file(&self, cfg: &WarmConfig) -> Result<(), StateFileError> {
+        let (file, resources) = StateFile::open(cfg.state_file.clone(), |g| {
+            !self.policy.excludes(&g.group, &g.resource)
+        })?;
+        if !resources.is_empty() {
+            tracing::info!(count = resources.len(), file = %cfg.state_file.display(), "starting the caches of the cache state file");
+        }
+        let warm = WarmUp {
+            file,
+            resources,
+            deadline: tokio::time::Instant::now() + cfg.timeout,
+            timeout: cfg.timeout,
+        };
+        if self.warm.set(warm).is_err() {
+            tracing::warn!("the cache state file was opened twice; the first one is kept");
+        }
+        Ok(())
+    }
+
+    /// The state file's resources at start-up, where each stands, and the warm-up:
+    /// readiness waits for them until its end (docs/operations.md, "Readiness").
+    pub fn warm_status(&self) -> Option<(Vec<(Gvr, WarmStatus)>, &WarmUp)> {
+        let warm = self.warm.get()?;
+        let status = warm
+            .resources
+            .iter()
+            .map(|g| {
+                let key = (g.group.clone(), g.version.clone(), g.resource.clone());
+                let status = match self.slots.get(&key).as_deref() {
+                    None | Some(Slot::Starting) => WarmStatus::NotStarted,
+                    Some(Slot::Ready(c)) if c.is_synced() => WarmStatus::Synced,
+                    Some(Slot::Ready(_)) => WarmStatus::NotSynced,
+                    Some(Slot::NotCacheable) => WarmStatus::NotServed,
+                    Some(Slot::Dropped(d)) => WarmStatus::NotCached(d.why),
+                };
+                (g.clone(), status)
+            })
+            .collect();
+        Some((status, warm))
+    }
+
+    /// Saves the state file now if it changed (a drain: the debounced save may not come).
+    pub async fn save_state_file(&self) {
+        if let Some(w) = self.warm.get() {
+            if let Err(e) = w.file.save().await {
+                tracing::warn!(error = %e, "the cache state file was not saved");
+            }
+        }
+    }
+
+    /// Starts the `--cache` resources and those of the state file. Names without a group
+    /// are looked up in the core group; `name.group` names use the group's preferred
+    /// version from discovery. State-file entries name their version.
     pub fn prewarm(self: &Arc<Self>) {
+        if let Some(w) = self.warm.get() {
+            for g in &w.resources {
+                self.ensure_started(&g.group, &g.version, &g.resource);
+            }
+        }
         for spec in self.policy.prewarm.clone() {
             match spec.split_once('.') {
                 None => self.ensure_started("", "v1", &spec),

@@ -2,7 +2,9 @@
 //!
 //! `/readyz` follows kube-apiserver's healthz handler: a list of named checks, a plain
 //! `ok` (200) or a 500 naming what failed, and `?verbose` listing every check as
-//! `[+]name ok` / `[-]name failed: reason`, ending in `readyz check passed|failed`.
+//! `[+]name ok` / `[-]name failed: reason`, ending in `readyz check passed|failed`. A check
+//! that passes without what its name says (a state-file cache not synced after the
+//! warm-up) reads `[+]name ok (why)`.
 //! Readiness depends only on the upstream and the caches, never on a downstream client,
 //! so one misbehaving client cannot make it flap.
 
@@ -13,6 +15,7 @@ use http::{header, HeaderValue, Method, Request, Response, StatusCode};
 
 use crate::body::{self, Body};
 use crate::cache::registry::{self, Registry};
+use crate::cache::warm::{Gvr, WarmStatus};
 use crate::server::drain::DrainWatch;
 use crate::server::probe::UpstreamProbe;
 use crate::status::Status;
@@ -64,25 +67,34 @@ pub async fn handle(state: AdminState, req: Request<RequestBody>) -> Response<Bo
 struct Check {
     name: String,
     failure: Option<String>,
+    /// For a check that passes without being what its name says (a state-file resource
+    /// not synced after the warm-up): why it passes anyway, shown with `?verbose`.
+    note: Option<String>,
+}
+
+impl Check {
+    fn new(name: impl Into<String>, failure: Option<String>) -> Self {
+        Self {
+            name: name.into(),
+            failure,
+            note: None,
+        }
+    }
 }
 
 async fn checks(state: &AdminState) -> Vec<Check> {
-    let mut out = vec![Check {
-        name: "ping".into(),
-        failure: None,
-    }];
-    out.push(Check {
-        name: "shutdown".into(),
-        failure: state
+    let mut out = vec![Check::new("ping", None)];
+    out.push(Check::new(
+        "shutdown",
+        state
             .drain
             .is_draining()
             .then(|| "the gateway is draining".into()),
-    });
-    out.push(Check {
-        name: "upstream".into(),
-        failure: (!state.upstream.reached().await)
-            .then(|| "the upstream has not answered yet".into()),
-    });
+    ));
+    out.push(Check::new(
+        "upstream",
+        (!state.upstream.reached().await).then(|| "the upstream has not answered yet".into()),
+    ));
     if let Some(registry) = &state.cache {
         let caches = registry.caches();
         let dropped = registry.dropped();
@@ -105,13 +117,58 @@ async fn checks(state: &AdminState) -> Vec<Check> {
                 Some(c) if !c.is_synced() => Some("not synced".to_string()),
                 Some(_) => None,
             };
-            out.push(Check {
-                name: format!("cache-{spec}"),
-                failure,
-            });
+            out.push(Check::new(format!("cache-{spec}"), failure));
+        }
+        if let Some((status, warm)) = registry.warm_status() {
+            let over = tokio::time::Instant::now() >= warm.deadline;
+            for (gvr, status) in status {
+                // A `--cache` resource has its own check, which always counts.
+                if registry
+                    .prewarm_specs()
+                    .iter()
+                    .any(|spec| registry::names(spec, &gvr.group, &gvr.resource))
+                {
+                    continue;
+                }
+                out.push(warm_check(&gvr, status, over, warm.timeout));
+            }
         }
     }
     out
+}
+
+/// The check of one resource of the state file. It holds readiness only while it may
+/// still sync within the warm-up: one that cannot sync must not keep the gateway unready
+/// for good, and one the upstream does not serve or that does not fit the byte budget was
+/// never going to be cached (docs/operations.md, "Readiness").
+fn warm_check(
+    gvr: &Gvr,
+    status: WarmStatus,
+    warm_up_over: bool,
+    timeout: std::time::Duration,
+) -> Check {
+    let mut check = Check::new(format!("warm-{}", gvr.qualified()), None);
+    let pending = match status {
+        WarmStatus::Synced => return check,
+        WarmStatus::NotServed => {
+            check.note = Some("not served upstream; dropped from the state file".into());
+            return check;
+        }
+        WarmStatus::NotCached(why) => {
+            check.note = Some(format!("not cached: {why}; its requests are forwarded"));
+            return check;
+        }
+        WarmStatus::NotStarted => "not started",
+        WarmStatus::NotSynced => "not synced",
+    };
+    if warm_up_over {
+        check.note = Some(format!(
+            "{pending}, but the {timeout:?} warm-up is over; its requests are forwarded until it syncs"
+        ));
+    } else {
+        check.failure = Some(pending.to_string());
+    }
+    check
 }
 
 async fn readyz(state: &AdminState, verbose: bool) -> Response<Body> {
@@ -128,9 +185,10 @@ async fn readyz(state: &AdminState, verbose: bool) -> Response<Body> {
     }
     let mut text = String::new();
     for c in &checks {
-        match &c.failure {
-            None => text.push_str(&format!("[+]{} ok\n", c.name)),
-            Some(why) => text.push_str(&format!("[-]{} failed: {why}\n", c.name)),
+        match (&c.failure, &c.note) {
+            (None, None) => text.push_str(&format!("[+]{} ok\n", c.name)),
+            (None, Some(note)) => text.push_str(&format!("[+]{} ok ({note})\n", c.name)),
+            (Some(why), _) => text.push_str(&format!("[-]{} failed: {why}\n", c.name)),
         }
     }
     text.push_str(if ok {

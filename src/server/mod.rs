@@ -81,22 +81,30 @@ impl Gateway {
         if let Some(tls) = &tls {
             tokio::spawn(tls.clone().watch(drain.watcher()));
         }
-        let cache = cfg.cache.clone().map(|policy| {
-            let registry = crate::cache::registry::Registry::with_config(
-                upstream.clone(),
-                policy,
-                crate::watch::WatchConfig {
-                    record_dispatch: cfg.metrics && cfg.watch.record_dispatch,
-                    ..cfg.watch.clone()
-                },
-                cfg.reflector.clone(),
-                cfg.cache_budget,
-                cfg.consistent_reads,
-            );
-            registry.set_sync_wait(cfg.cache_sync_wait);
-            registry.prewarm();
-            registry
-        });
+        let cache = match cfg.cache.clone() {
+            Some(policy) => {
+                let registry = crate::cache::registry::Registry::with_config(
+                    upstream.clone(),
+                    policy,
+                    crate::watch::WatchConfig {
+                        record_dispatch: cfg.metrics && cfg.watch.record_dispatch,
+                        ..cfg.watch.clone()
+                    },
+                    cfg.reflector.clone(),
+                    cfg.cache_budget,
+                    cfg.consistent_reads,
+                );
+                registry.set_sync_wait(cfg.cache_sync_wait);
+                if let Some(warm) = &cfg.cache_state {
+                    registry
+                        .open_state_file(warm)
+                        .context("opening --cache-state-file")?;
+                }
+                registry.prewarm();
+                Some(registry)
+            }
+            None => None,
+        };
         let registry = cache.clone();
         if let Some(registry) = cache.clone() {
             // Watches served from the caches end at an event boundary when the drain
@@ -105,6 +113,8 @@ impl Gateway {
             tokio::spawn(async move {
                 draining.await;
                 registry.shutdown_watches();
+                // The debounced save may not come before the process exits.
+                registry.save_state_file().await;
             });
         }
         let admin_state = admin::AdminState {

@@ -1,0 +1,534 @@
+//! The warm list (`--cache-state-file`): which resources this gateway has cached, kept in a
+//! small file so that the next start begins those caches before any client asks for them.
+//!
+//! A gateway that restarts with thousands of clients connected gets their reconnections all
+//! at once; with its caches cold, each of them would reach the apiserver (docs/operations.md,
+//! "Warm before the clients come"). `--cache` names the resources an operator knows of; this
+//! file adds the ones clients turned out to read. A resource is recorded once its cache has
+//! synced (so one that cannot be listed, e.g. for lack of RBAC, is never remembered), and
+//! forgotten when discovery says the upstream no longer serves it or the byte budget drops
+//! it. Writes are debounced and atomic (a temporary file, then a rename), so a crash leaves
+//! the previous version or the new one, never half of one.
+
+use std::collections::BTreeSet;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::Notify;
+
+use super::budget::OverBudget;
+
+/// At most this many resources are remembered: far more resource types than a cluster
+/// serves, so only a broken or hostile upstream reaches it, and the file stays small.
+pub const MAX_RESOURCES: usize = 1000;
+/// A state file larger than this is not read (1,000 entries of the longest names fit).
+pub const MAX_FILE_BYTES: u64 = 1 << 20;
+/// Changes are written this long after the first of them, together: a burst of caches
+/// starting (a client's first sweep over many resources) costs one write.
+pub const DEBOUNCE: Duration = Duration::from_secs(1);
+/// The file's format; a file of another format is ignored (and replaced on the next save).
+const FORMAT: u32 = 1;
+
+/// A resource as the file names it: group (empty for the core group), version, resource.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Gvr {
+    pub group: String,
+    pub version: String,
+    pub resource: String,
+}
+
+impl Gvr {
+    pub fn new(group: &str, version: &str, resource: &str) -> Self {
+        Self {
+            group: group.to_string(),
+            version: version.to_string(),
+            resource: resource.to_string(),
+        }
+    }
+
+    /// kubectl's fully qualified form: `pods.v1`, `deployments.v1.apps`.
+    pub fn qualified(&self) -> String {
+        if self.group.is_empty() {
+            format!("{}.{}", self.resource, self.version)
+        } else {
+            format!("{}.{}.{}", self.resource, self.version, self.group)
+        }
+    }
+
+    /// Names the file may hold: the characters of DNS names, within their lengths. The
+    /// names go into discovery and list paths, so an edited or damaged file must not be
+    /// able to make the gateway request anything else.
+    fn is_valid(&self) -> bool {
+        let dns = |s: &str, max: usize| {
+            s.len() <= max
+                && s.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+                && !s.starts_with('.')
+                && !s.contains("..")
+        };
+        dns(&self.group, 253)
+            && !self.version.is_empty()
+            && dns(&self.version, 63)
+            && !self.version.contains('.')
+            && !self.resource.is_empty()
+            && dns(&self.resource, 253)
+    }
+}
+
+/// `--cache-state-file` and `--cache-warmup-timeout`.
+#[derive(Debug, Clone)]
+pub struct WarmConfig {
+    pub state_file: PathBuf,
+    /// How long after start-up the file's resources hold readiness while they sync.
+    pub timeout: Duration,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StateFileError {
+    #[error("reading the cache state file {}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("the cache state file {} is over {MAX_FILE_BYTES} bytes", path.display())]
+    TooLarge { path: PathBuf },
+    #[error("the cache state file {} is not one of watchgate's: {source}", path.display())]
+    Parse {
+        path: PathBuf,
+        source: serde_json::Error,
+    },
+    #[error("the cache state file {} has format {found}; this watchgate reads format {FORMAT}", path.display())]
+    Format { path: PathBuf, found: u32 },
+    #[error("the directory of the cache state file {} does not exist", path.display())]
+    NoDirectory { path: PathBuf },
+    #[error("writing the cache state file {}: {source}", path.display())]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// The file's contents, e.g.
+/// `{"format": 1, "resources": [{"group": "", "version": "v1", "resource": "pods"}]}`.
+#[derive(Serialize, Deserialize)]
+struct Contents {
+    format: u32,
+    resources: Vec<Gvr>,
+}
+
+/// The resources in the file at `path`; none if it does not exist.
+pub fn read(path: &Path) -> Result<Vec<Gvr>, StateFileError> {
+    use std::io::Read as _;
+    let read_err = |source| StateFileError::Read {
+        path: path.to_path_buf(),
+        source,
+    };
+    let file = match std::fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(read_err(e)),
+    };
+    let mut bytes = Vec::new();
+    file.take(MAX_FILE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(read_err)?;
+    if bytes.len() as u64 > MAX_FILE_BYTES {
+        return Err(StateFileError::TooLarge {
+            path: path.to_path_buf(),
+        });
+    }
+    let contents: Contents =
+        serde_json::from_slice(&bytes).map_err(|source| StateFileError::Parse {
+            path: path.to_path_buf(),
+            source,
+        })?;
+    if contents.format != FORMAT {
+        return Err(StateFileError::Format {
+            path: path.to_path_buf(),
+            found: contents.format,
+        });
+    }
+    Ok(contents.resources)
+}
+
+fn encode(set: &BTreeSet<Gvr>) -> Vec<u8> {
+    let contents = Contents {
+        format: FORMAT,
+        resources: set.iter().cloned().collect(),
+    };
+    let mut bytes = serde_json::to_vec_pretty(&contents).expect("plain strings serialise");
+    bytes.push(b'\n');
+    bytes
+}
+
+/// The temporary file a save writes before renaming it over `path`: in the same directory,
+/// so that the rename is atomic.
+pub fn temp_path(path: &Path) -> PathBuf {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    path.with_file_name(format!(".{name}.tmp"))
+}
+
+fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let tmp = temp_path(path);
+    let mut f = std::fs::File::create(&tmp)?;
+    f.write_all(bytes)?;
+    // On disk before the rename, or a power loss could leave the new name on an empty file.
+    f.sync_all()?;
+    drop(f);
+    std::fs::rename(&tmp, path)
+}
+
+struct Set {
+    resources: BTreeSet<Gvr>,
+    /// Bumped by every change; a save writes only when it moved past the saved one.
+    generation: u64,
+}
+
+/// The state file and what it holds now. Changes are saved by a background task.
+pub struct StateFile {
+    path: PathBuf,
+    set: Mutex<Set>,
+    /// The generation on disk (or the one the file was read at).
+    saved: tokio::sync::watch::Sender<u64>,
+    /// Wakes the writer task.
+    changed: Arc<Notify>,
+    /// One save at a time: the writer and a flush share the temporary file.
+    saving: tokio::sync::Mutex<()>,
+    /// Files written so far.
+    writes: AtomicU64,
+    full_warned: AtomicBool,
+}
+
+impl StateFile {
+    /// Reads the file at `path` and starts its writer. Keeps the entries that are valid
+    /// and that `keep` accepts (e.g. not excluded by `--no-cache`), at most
+    /// [`MAX_RESOURCES`]; if any was left out, the file is rewritten without it. A file that
+    /// is too large, not JSON or of another format is ignored with a warning (it is
+    /// replaced on the next save): it only saves work, so it must not stop a start. A
+    /// directory that does not exist or a file that cannot be read does stop it: that is
+    /// a misconfiguration, which would otherwise go unnoticed.
+    pub fn open(
+        path: PathBuf,
+        keep: impl Fn(&Gvr) -> bool,
+    ) -> Result<(Arc<Self>, Vec<Gvr>), StateFileError> {
+        let dir = match path.parent() {
+            Some(d) if d.as_os_str().is_empty() => Path::new("."),
+            Some(d) => d,
+            None => Path::new("."),
+        };
+        if !dir.is_dir() {
+            return Err(StateFileError::NoDirectory { path });
+        }
+        let read = match read(&path) {
+            Ok(r) => r,
+            Err(e @ StateFileError::Read { .. }) => return Err(e),
+            Err(e) => {
+                tracing::warn!(error = %e, "ignoring the cache state file; it is replaced on the next save");
+                Vec::new()
+            }
+        };
+        let total = read.len();
+        let mut resources = BTreeSet::new();
+        for gvr in read {
+            if resources.len() < MAX_RESOURCES && gvr.is_valid() && keep(&gvr) {
+                resources.insert(gvr);
+            } else {
+                tracing::info!(resource = %gvr.qualified(), "dropping a resource from the cache state file (invalid, excluded or over the limit)");
+            }
+        }
+        let kept: Vec<Gvr> = resources.iter().cloned().collect();
+        let changed = Arc::new(Notify::new());
+        let (saved, _) = tokio::sync::watch::channel(0);
+        let file = Arc::new(Self {
+            path,
+            set: Mutex::new(Set {
+                resources,
+                generation: 0,
+            }),
+            saved,
+            changed: changed.clone(),
+            saving: Default::default(),
+            writes: AtomicU64::new(0),
+            full_warned: AtomicBool::new(false),
+        });
+        tokio::spawn(writer(Arc::downgrade(&file), changed));
+        if kept.len() != total {
+            file.bump();
+        }
+        Ok((file, kept))
+    }
+
+    /// Remembers `gvr` (a cache of it has synced). At most [`MAX_RESOURCES`].
+    pub fn record(&self, gvr: Gvr) {
+        {
+            let mut set = self.lock();
+            if set.resources.contains(&gvr) {
+                return;
+            }
+            if set.resources.len() >= MAX_RESOURCES {
+                drop(set);
+                if !self.full_warned.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(resource = %gvr.qualified(), "the cache state file holds {MAX_RESOURCES} resources; no more are recorded");
+                }
+                return;
+            }
+            set.resources.insert(gvr);
+            set.generation += 1;
+        }
+        self.changed.notify_one();
+    }
+
+    /// Forgets `gvr` (the upstream does not serve it, or it is not cached any more).
+    pub fn forget(&self, gvr: &Gvr) {
+        {
+            let mut set = self.lock();
+            if !set.resources.remove(gvr) {
+                return;
+            }
+            set.generation += 1;
+        }
+        self.changed.notify_one();
+    }
+
+    /// A change that is not an entry: a save is due.
+    fn bump(&self) {
+        self.lock().generation += 1;
+        self.changed.notify_one();
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Set> {
+        self.set.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// What the file holds now (or will once the pending save is done).
+    pub fn resources(&self) -> Vec<Gvr> {
+        self.lock().resources.iter().cloned().collect()
+    }
+
+    /// Files written so far.
+    pub fn writes(&self) -> u64 {
+        self.writes.load(Ordering::Relaxed)
+    }
+
+    /// Writes the current set now if it changed since the last save.
+    pub async fn save(&self) -> Result<(), StateFileError> {
+        let _one = self.saving.lock().await;
+        let (bytes, generation) = {
+            let set = self.lock();
+            if set.generation == *self.saved.borrow() {
+                return Ok(());
+            }
+            (encode(&set.resources), set.generation)
+        };
+        let path = self.path.clone();
+        tokio::task::spawn_blocking(move || write_atomically(&path, &bytes))
+            .await
+            .map_err(std::io::Error::other)
+            .and_then(|r| r)
+            .map_err(|source| StateFileError::Write {
+                path: self.path.clone(),
+                source,
+            })?;
+        self.writes.fetch_add(1, Ordering::Relaxed);
+        self.saved.send_replace(generation);
+        Ok(())
+    }
+}
+
+impl Drop for StateFile {
+    fn drop(&mut self) {
+        // The writer holds a weak reference only; woken, it finds the file gone and ends.
+        self.changed.notify_one();
+    }
+}
+
+/// Saves changes [`DEBOUNCE`] after the first of them. A failed save is logged and tried
+/// again with the next change (not in a loop: a read-only volume must not flood the log).
+async fn writer(file: Weak<StateFile>, changed: Arc<Notify>) {
+    loop {
+        changed.notified().await;
+        tokio::time::sleep(DEBOUNCE).await;
+        let Some(file) = file.upgrade() else {
+            return;
+        };
+        if let Err(e) = file.save().await {
+            tracing::warn!(error = %e, "the cache state file was not saved; trying again on the next change");
+        }
+    }
+}
+
+/// Where a resource of the state file stands, for `/readyz`.
+#[derive(Debug, Clone)]
+pub enum WarmStatus {
+    /// Discovery has not found it yet.
+    NotStarted,
+    /// Its cache has not synced yet.
+    NotSynced,
+    Synced,
+    /// The upstream does not serve it (any more): forgotten.
+    NotServed,
+    /// It does not fit the byte budget: forwarded, forgotten.
+    NotCached(OverBudget),
+}
+
+/// The state file's resources at start-up, which readiness waits for until each is synced
+/// (or found not served, or not cacheable for its size) or the warm-up is over.
+pub struct WarmUp {
+    pub file: Arc<StateFile>,
+    pub resources: Vec<Gvr>,
+    /// The end of the warm-up: from then on, these resources no longer hold readiness.
+    pub deadline: tokio::time::Instant,
+    pub timeout: Duration,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gvr(g: &str, v: &str, r: &str) -> Gvr {
+        Gvr::new(g, v, r)
+    }
+
+    fn open(path: &Path) -> (Arc<StateFile>, Vec<Gvr>) {
+        StateFile::open(path.to_path_buf(), |_| true).unwrap()
+    }
+
+    #[test]
+    fn names_are_qualified_like_kubectl_and_checked_like_dns_names() {
+        assert_eq!(gvr("", "v1", "pods").qualified(), "pods.v1");
+        assert_eq!(
+            gvr("apps", "v1", "deployments").qualified(),
+            "deployments.v1.apps"
+        );
+        assert!(gvr("", "v1", "pods").is_valid());
+        assert!(gvr("networking.k8s.io", "v1beta1", "ingresses").is_valid());
+        for bad in [
+            gvr("", "", "pods"),
+            gvr("", "v1", ""),
+            gvr("", "v1", "pods/status"),
+            gvr("..", "v1", "pods"),
+            gvr("a..b", "v1", "pods"),
+            gvr("", "v1.2", "pods"),
+            gvr("", "v1", "Pods"),
+            gvr("", "v1", "pods?x=1"),
+            gvr(&"a".repeat(254), "v1", "pods"),
+        ] {
+            assert!(!bad.is_valid(), "{bad:?}");
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn changes_are_saved_together_after_the_debounce_atomically() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.json");
+        let (file, loaded) = open(&path);
+        assert!(loaded.is_empty(), "no file yet: nothing to start");
+        let mut saved = file.saved.subscribe();
+        for r in ["pods", "configmaps", "services"] {
+            file.record(gvr("", "v1", r));
+        }
+        file.record(gvr("apps", "v1", "deployments"));
+        file.record(gvr("", "v1", "pods")); // again: no change
+        file.forget(&gvr("", "v1", "services"));
+        let before = tokio::time::Instant::now();
+        saved.wait_for(|g| *g > 0).await.unwrap();
+        assert!(before.elapsed() >= DEBOUNCE, "saved before the debounce");
+        assert_eq!(file.writes(), 1, "one write for the burst");
+        let text = std::fs::read_to_string(&path).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({"format": 1, "resources": [
+                {"group": "", "version": "v1", "resource": "configmaps"},
+                {"group": "", "version": "v1", "resource": "pods"},
+                {"group": "apps", "version": "v1", "resource": "deployments"},
+            ]})
+        );
+        assert!(!temp_path(&path).exists(), "the temporary file was renamed");
+        // Nothing changed: a save writes nothing.
+        file.save().await.unwrap();
+        assert_eq!(file.writes(), 1);
+
+        // The next start reads what was saved.
+        drop(file);
+        let (_again, loaded) = open(&path);
+        assert_eq!(
+            loaded,
+            vec![
+                gvr("", "v1", "configmaps"),
+                gvr("", "v1", "pods"),
+                gvr("apps", "v1", "deployments"),
+            ]
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn entries_that_are_invalid_or_not_kept_are_dropped_and_the_file_rewritten() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.json");
+        std::fs::write(
+            &path,
+            r#"{"format": 1, "resources": [
+                {"group": "", "version": "v1", "resource": "secrets"},
+                {"group": "", "version": "v1", "resource": "../../x"},
+                {"group": "", "version": "v1", "resource": "pods"}]}"#,
+        )
+        .unwrap();
+        let (file, loaded) = StateFile::open(path.clone(), |g| g.resource != "secrets").unwrap();
+        assert_eq!(loaded, vec![gvr("", "v1", "pods")]);
+        let mut saved = file.saved.subscribe();
+        saved.wait_for(|g| *g > 0).await.unwrap();
+        assert_eq!(read(&path).unwrap(), vec![gvr("", "v1", "pods")]);
+    }
+
+    #[tokio::test]
+    async fn a_broken_file_is_ignored_and_a_missing_directory_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.json");
+        for (contents, error) in [
+            ("not json".to_string(), "is not one of watchgate's"),
+            (
+                r#"{"format": 2, "resources": []}"#.to_string(),
+                "has format 2",
+            ),
+            (" ".repeat(MAX_FILE_BYTES as usize + 1), "is over"),
+        ] {
+            std::fs::write(&path, &contents).unwrap();
+            let err = read(&path).unwrap_err().to_string();
+            assert!(err.contains(error), "{err}");
+            let (_file, loaded) = open(&path);
+            assert!(loaded.is_empty());
+        }
+        let err = StateFile::open(dir.path().join("nowhere/state.json"), |_| true)
+            .err()
+            .unwrap();
+        assert!(matches!(err, StateFileError::NoDirectory { .. }), "{err}");
+        // A directory where the file should be cannot be read: a misconfiguration too.
+        let err = StateFile::open(dir.path().to_path_buf(), |_| true)
+            .err()
+            .unwrap();
+        assert!(matches!(err, StateFileError::Read { .. }), "{err}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn at_most_max_resources_are_recorded() {
+        let dir = tempfile::tempdir().unwrap();
+        let (file, _) = open(&dir.path().join("state.json"));
+        for i in 0..MAX_RESOURCES + 10 {
+            file.record(gvr("", "v1", &format!("r{i}")));
+        }
+        assert_eq!(file.resources().len(), MAX_RESOURCES);
+        file.save().await.unwrap();
+        let bytes = std::fs::metadata(dir.path().join("state.json"))
+            .unwrap()
+            .len();
+        assert!(bytes < MAX_FILE_BYTES, "{bytes}");
+    }
+}
