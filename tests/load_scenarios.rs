@@ -440,6 +440,7 @@ async fn pool_creations_are_in_the_writers_log_for_informers_that_start_before_t
         .unwrap();
     let pool = Pool {
         run: "r1".into(),
+        resource: Default::default(),
         namespace: "watchgate-load".into(),
         size: 5,
         nodes: 1,

@@ -116,6 +116,7 @@ pub async fn execute(plan: &Plan) -> anyhow::Result<Summary> {
         nodes: plan.nodes.max(1),
         node_prefix: plan.node_prefix.clone(),
         shards: c.shards.max(1),
+        resource: Default::default(),
         object_size: c.object_size,
     });
     let probe = Probe {

@@ -691,6 +691,7 @@ pub async fn execute(a: &SoakArgs) -> anyhow::Result<SoakSummary> {
     let plan = Plan::from_scenario(&Scenario::Soak(a.clone()));
     let pool = Arc::new(Pool {
         run: run_id(),
+        resource: Default::default(),
         namespace: c.namespace.clone(),
         size: c.pool.max(1),
         nodes: plan.nodes,
