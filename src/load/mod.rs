@@ -14,6 +14,7 @@
 
 pub mod args;
 pub mod checker;
+pub mod cluster;
 pub mod encoding;
 pub mod lister;
 pub mod plan;
@@ -28,6 +29,7 @@ pub mod scan;
 pub mod soak;
 pub mod stats;
 pub mod target;
+pub mod track;
 pub mod watcher;
 pub mod writer;
 

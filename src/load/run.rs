@@ -150,6 +150,7 @@ pub async fn execute(plan: &Plan) -> anyhow::Result<Summary> {
         draining: CancellationToken::new(),
         connect_gate: Arc::new(tokio::sync::Semaphore::new(c.connect_concurrency.max(1))),
         spawned: Instant::now(),
+        track: None,
     });
     let upstream_before = probe.upstream_requests().await;
     let groups = plan.watcher_groups();

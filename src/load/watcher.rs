@@ -34,6 +34,13 @@ pub struct WatchSpec {
     /// Start with a consistent watch-list (client-go's `watchList`): its initial events,
     /// up to the `k8s.io/initial-events-end` bookmark, are the informer's list.
     pub watch_list: bool,
+    /// Start with a plain watch from `resourceVersion=0` whose initial state is this many
+    /// objects: its ADDED events at or before the start RV are that state, not changes
+    /// to check (a plain watch has no bookmark that ends them, so they are counted). The
+    /// run makes no write to the resource until every such watcher has its state; until
+    /// then a watch that ends is started again from 0, and after it resumes from its
+    /// last RV like any other.
+    pub rv0: Option<u64>,
     pub protocol: Protocol,
     /// Close and reopen the watch this often (connect/disconnect churn).
     pub reconnect_every: Option<Duration>,
@@ -85,6 +92,8 @@ pub struct Ctx {
     pub connect_gate: Arc<tokio::sync::Semaphore>,
     /// When the watchers were started: watch-list informers' sync times count from here.
     pub spawned: Instant,
+    /// Reconnects after a restart of the target, per watcher (the `restart` scenario).
+    pub track: Option<Arc<super::track::Track>>,
 }
 
 /// A watcher's state at the end of the run.
@@ -166,6 +175,8 @@ pub async fn run(
     let mut needed: Option<u64> = None;
     // A watch-list informer's initial events stand for its list, until the bookmark.
     let mut initial = spec.watch_list;
+    // An RV=0 watcher's initial events: how many are still to come.
+    let mut rv0_left = spec.rv0;
     loop {
         if ctx.stop.is_cancelled() {
             break;
@@ -180,7 +191,11 @@ pub async fn run(
             &sel,
             &mut check,
             &mut needed,
-            &mut initial,
+            Initial {
+                watch_list: &mut initial,
+                rv0_left: &mut rv0_left,
+                start_rv,
+            },
             leave_at,
         )
         .await;
@@ -201,6 +216,9 @@ pub async fn run(
             }
             StreamEnd::Expired => {
                 Stats::add(&stats.c.gone, 1);
+                if let Some(t) = &ctx.track {
+                    t.gone(id);
+                }
                 // A reflector relists and watches from the list's RV.
                 loop {
                     if ctx.stop.is_cancelled() || left(&mut check) {
@@ -220,6 +238,14 @@ pub async fn run(
     Outcome { id, group, check }
 }
 
+/// Where a watcher is in its initial state (see [`WatchSpec::watch_list`] and
+/// [`WatchSpec::rv0`]).
+struct Initial<'a> {
+    watch_list: &'a mut bool,
+    rv0_left: &'a mut Option<u64>,
+    start_rv: u64,
+}
+
 fn reached(needed: Option<u64>, check: &StreamCheck) -> bool {
     needed.is_some_and(|n| check.last_rv() >= n)
 }
@@ -233,15 +259,28 @@ async fn stream_once(
     sel: &(Option<LabelSelector>, Option<FieldSelector>),
     check: &mut StreamCheck,
     needed: &mut Option<u64>,
-    initial: &mut bool,
+    init: Initial<'_>,
     leave_at: Option<tokio::time::Instant>,
 ) -> StreamEnd {
     let stats = &ctx.stats;
+    let Initial {
+        watch_list: initial,
+        rv0_left,
+        start_rv,
+    } = init;
+    // A stream that ends before the whole initial state came is started over from 0.
+    if rv0_left.is_some() {
+        *rv0_left = spec.rv0;
+    }
     // The serializer is not Send: build the query in a block.
-    let mut q = if *initial {
+    let mut q = if rv0_left.is_some() {
+        "watch=1&resourceVersion=0&allowWatchBookmarks=true".to_string()
+    } else if *initial {
         // client-go's `watchList` request, byte for byte (reflector.go; its timeout is
         // minWatchTimeout × [1, 2), 5 to 10 minutes): no resourceVersion, a consistent
-        // read.
+        // read. Reproduced here, query and Accept (`--encoding`), because client-go
+        // itself cannot be built on this machine (no Go toolchain): the herd scenarios
+        // stand for client-go 1.36 informers through this request shape.
         let timeout = 300 + (id as u64 * 7919) % 300;
         format!("allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan&sendInitialEvents=true&timeoutSeconds={timeout}&watch=true")
     } else {
@@ -303,6 +342,14 @@ async fn stream_once(
     }
     stats.record_watch_connect(t0.elapsed().as_micros() as u64);
     Stats::add(&stats.c.watching, 1);
+    if let Some(t) = &ctx.track {
+        t.connected(id);
+    }
+    if *rv0_left == Some(0) {
+        // An empty resource: its initial state is in as soon as the watch is.
+        *rv0_left = None;
+        stats.record_sync(ctx.spawned.elapsed().as_micros() as u64);
+    }
     let _watching = Decrement(&stats.c.watching);
     let protobuf = is_protobuf(resp.headers().get(http::header::CONTENT_TYPE));
     let mut body = resp.into_body();
@@ -387,6 +434,16 @@ async fn stream_once(
                 // informer's list, not changes to check.
                 Kind::Added | Kind::Modified | Kind::Deleted if *initial => {
                     events += 1;
+                }
+                // An RV=0 watch's initial state: every object at or before the start.
+                Kind::Added if rv0_left.is_some() && ev.rv <= start_rv => {
+                    events += 1;
+                    let left = rv0_left.map_or(0, |n| n.saturating_sub(1));
+                    *rv0_left = Some(left);
+                    if left == 0 {
+                        *rv0_left = None;
+                        stats.record_sync(ctx.spawned.elapsed().as_micros() as u64);
+                    }
                 }
                 Kind::Bookmark if *initial && initial_end => {
                     bookmarks += 1;
