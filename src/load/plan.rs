@@ -41,6 +41,19 @@ fn selector_query(label: &Option<String>, field: &Option<String>) -> String {
 }
 
 impl Plan {
+    fn empty(name: &'static str, c: &Common) -> Self {
+        Plan {
+            name,
+            groups: vec![],
+            kubelets: 0,
+            kubelet_protocol_path: String::new(),
+            lists: None,
+            nodes: 10,
+            node_prefix: "load-node".into(),
+            common: c.clone(),
+        }
+    }
+
     pub fn from_scenario(s: &Scenario) -> Self {
         let ns_path = |c: &Common| format!("/api/v1/namespaces/{}/pods", c.namespace);
         match s {
@@ -132,6 +145,10 @@ impl Plan {
                 node_prefix: "load-node".into(),
                 common: a.common.clone(),
             },
+            // They run themselves (src/load/herds); a plan only names them.
+            Scenario::ColdHerd(a) => Plan::empty("cold-herd", &a.common),
+            Scenario::QuietLarge(a) => Plan::empty("quiet-large", &a.common),
+            Scenario::Restart(a) => Plan::empty("restart", &a.common),
             Scenario::Soak(a) => {
                 // The healthy watchers; the soak adds the stalled and storming ones.
                 let c = a.common.clone();
