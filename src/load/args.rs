@@ -41,7 +41,8 @@ pub enum Scenario {
     Soak(SoakArgs),
     /// A herd on a gateway that just started: RV=0 watches, watch-list informers and
     /// RV=0 lists at once on one large resource (issue 26); starts its own simulator and
-    /// gateway
+    /// gateway; --duration (the writes after the herd) defaults to 5s,
+    /// --connect-concurrency to 1000
     ///
     /// Reports the simulator's requests for the resource during the herd (by verb and
     /// shape), 429s and other failures per kind of client, the time until every client
@@ -55,7 +56,8 @@ pub enum Scenario {
     /// Consistent reads of a large resource that receives no writes while writes
     /// elsewhere move the resourceVersion (issue 26), direct to the simulator and through
     /// the gateway alternately, then a herd of watch-list informers; starts its own
-    /// simulator and gateway
+    /// simulator and gateway; --rate (writes elsewhere) defaults to 20,
+    /// --connect-concurrency to 1000
     #[command(
         mut_arg("rate", |a| a.default_value("20")),
         mut_arg("connect_concurrency", |a| a.default_value("1000"))
@@ -64,7 +66,8 @@ pub enum Scenario {
     /// Watchers through a gateway that is killed (SIGKILL) and started again on the
     /// same port (issue 26): upstream requests while they reconnect, how many resumed
     /// and how many relisted, and every stream checked across the restart; starts its
-    /// own simulator and gateway
+    /// own simulator and gateway; --objects defaults to 1000, --rate to 20, --duration
+    /// (the writes after the reconnect) to 5s, --connect-concurrency to 1000
     #[command(
         mut_arg("objects", |a| a.default_value("1000")),
         mut_arg("rate", |a| a.default_value("20")),
