@@ -329,7 +329,7 @@ pub struct HerdCommon {
     pub seed_size: usize,
     /// The longest the clients may take to get their initial state (or the reconnect,
     /// in restart); the report then says how many had it.
-    #[arg(long, default_value = "150s", value_parser = parse_duration)]
+    #[arg(long, default_value = "120s", value_parser = parse_duration)]
     pub herd_timeout: Duration,
     /// The gateway binary (default: this executable).
     #[arg(long)]

@@ -7,9 +7,10 @@
 //! checked. `--warm` runs the same herd against a gateway whose cache of the resource
 //! is already synced: the baseline the cold herd's times are compared with.
 //!
-//! The herd must not race the writes: no write reaches the resource until every
-//! client has its initial state (an RV=0 watch's state is every object at or before
-//! the start, see `WatchSpec::rv0`), or until --herd-timeout.
+//! The writes start once every client has its initial state, or at --herd-timeout;
+//! a client still without it then is reported, and its stream not checked (an RV=0
+//! watch's state is its first ADDED event of every object, see `WatchSpec::rv0`).
+//! Clients retry a 429 as client-go's reflector does, backing off from 800 ms to 30 s.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -105,11 +106,12 @@ impl ColdHerdSummary {
         }
         let _ = writeln!(
             t,
-            "  then {} writes at {}/s: {} watchers checked, {} events checked, {} stream \
-             violations",
+            "  then {} writes at {}/s: {} watchers checked ({} never had their state), {} \
+             events checked, {} stream violations",
             self.writes,
             self.write_rate,
             self.checked.watchers,
+            self.checked.without_state,
             self.checked_events,
             self.checked.violation_count
         );
@@ -138,7 +140,7 @@ pub async fn run(args: ColdHerdArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// One RV=0 list, retried (every 250 ms, as a reflector backs off) until it succeeds or
+/// One RV=0 list, retried with client-go's reflector backoff until it succeeds or
 /// `stop`; its time to state is recorded when it does.
 async fn list_client(
     target: Target,
@@ -147,6 +149,7 @@ async fn list_client(
     t0: Instant,
     stop: CancellationToken,
 ) {
+    let mut backoff = watcher::BACKOFF_FIRST;
     while !stop.is_cancelled() {
         let r = tokio::select! {
             _ = stop.cancelled() => return,
@@ -156,7 +159,10 @@ async fn list_client(
             stats.record_sync(t0.elapsed().as_micros() as u64);
             return;
         }
-        tokio::time::sleep(Duration::from_millis(250)).await;
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = watcher::back_off(&mut backoff) => {}
+        }
     }
 }
 

@@ -232,11 +232,16 @@ impl Watchers {
             }
         }
         self.stop.cancel();
+        // A watcher that never had its initial state (a herd that was not served in time)
+        // has no stream to check: it is counted apart.
+        let (outcomes, never): (Vec<Outcome>, Vec<Outcome>) =
+            outcomes.into_iter().partition(|o| o.initial_done);
         // No selectors: every watcher must see every write of the pool.
         let selectors = vec![(None, None); kinds.max(1)];
         let (violations, violation_count) = check_outcomes(&outcomes, &selectors, &log, pool);
         Ok(Checked {
             watchers: outcomes.len(),
+            without_state: never.len(),
             violations,
             violation_count,
         })
@@ -246,7 +251,10 @@ impl Watchers {
 /// The streams' check after a run.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Checked {
+    /// Watchers whose streams were checked.
     pub watchers: usize,
+    /// Watchers that never had their initial state (not checked).
+    pub without_state: usize,
     pub violations: Vec<Violation>,
     pub violation_count: u64,
 }
