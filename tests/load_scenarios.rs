@@ -440,6 +440,7 @@ async fn pool_creations_are_in_the_writers_log_for_informers_that_start_before_t
         .unwrap();
     let pool = Pool {
         run: "r1".into(),
+        resource: Default::default(),
         namespace: "watchgate-load".into(),
         size: 5,
         nodes: 1,
@@ -597,4 +598,238 @@ async fn kubelets_and_informers_in_protobuf_list_and_watch_in_protobuf() {
         s.lists
     );
     assert_eq!((s.list_items_min, s.list_items_max), (10, 10));
+}
+
+// Issue 26's scenarios, small: each starts its own simulator (seeded in its store) and
+// the `watchgate serve` binary. What they assert holds for any correct gateway, before
+// and after it learns to shield the upstream from herds: the report's structure, every
+// client served, every stream checked exactly, the simulator's counts consistent.
+
+/// Parses `watchgate load <argv>` for one of the self-contained scenarios.
+fn herd_args(argv: &[&str]) -> load::Scenario {
+    let mut all: Vec<&str> = argv.to_vec();
+    all.extend([
+        "--gateway-bin",
+        env!("CARGO_BIN_EXE_watchgate"),
+        "--no-progress",
+    ]);
+    load::parse(&all)
+        .unwrap_or_else(|e| panic!("{all:?}: {e}"))
+        .scenario
+}
+
+/// The total of `{verb: n}` equals the total of `{verb: {shape: n}}`, verb by verb.
+#[track_caller]
+fn shapes_add_up(by_verb: &serde_json::Value, by_shape: &serde_json::Value) {
+    let verbs = by_verb.as_object().expect("{verb: n}");
+    for (verb, n) in verbs {
+        let shapes: u64 = by_shape[verb]
+            .as_object()
+            .unwrap_or_else(|| panic!("no shapes for {verb}: {by_shape}"))
+            .values()
+            .map(|v| v.as_u64().unwrap())
+            .sum();
+        assert_eq!(Some(shapes), n.as_u64(), "{verb}: {by_verb} vs {by_shape}");
+    }
+    assert_eq!(verbs.len(), by_shape.as_object().unwrap().len());
+}
+
+async fn cold_herd(warm: bool) -> load::herds::cold::ColdHerdSummary {
+    let mut argv = vec![
+        "cold-herd",
+        "--objects",
+        "200",
+        "--watches",
+        "20",
+        "--informers",
+        "20",
+        "--lists",
+        "10",
+        "--pool",
+        "20",
+        "--rate",
+        "20",
+        "--duration",
+        "1s",
+        "--herd-timeout",
+        "60s",
+    ];
+    if warm {
+        argv.push("--warm");
+    }
+    let load::Scenario::ColdHerd(a) = herd_args(&argv) else {
+        panic!("not cold-herd");
+    };
+    let s = load::herds::cold::execute(&a).await.expect("cold-herd ran");
+    eprintln!("{}", s.table());
+    s
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cold_herd_serves_every_client_and_reports_what_reached_the_simulator() {
+    for warm in [false, true] {
+        let s = cold_herd(warm).await;
+        assert!(s.ok, "{}", s.table());
+        assert_eq!(s.gateway_state, if warm { "warm" } else { "cold" });
+        assert!(s.herd_complete);
+        // 200 seeded configmaps and the writer's 20, nothing else in the store.
+        assert_eq!((s.resource.as_str(), s.objects), ("configmaps", 220));
+        let kinds: Vec<(&str, usize, u64)> = s
+            .clients
+            .iter()
+            .map(|k| (k.kind.as_str(), k.clients, k.done))
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                ("RV=0 watches", 20, 20),
+                ("watch-list informers", 20, 20),
+                ("RV=0 lists", 10, 10)
+            ]
+        );
+        for k in &s.clients {
+            assert_eq!(k.time_to_state.count, k.done, "{}", k.kind);
+            assert!(k.requests >= k.clients as u64, "{}", k.kind);
+        }
+        shapes_add_up(&s.upstream_by_verb, &s.upstream_by_shape);
+        assert_eq!(
+            s.upstream_requests,
+            s.upstream_by_verb
+                .as_object()
+                .unwrap()
+                .values()
+                .map(|v| v.as_u64().unwrap())
+                .sum::<u64>()
+        );
+        if warm {
+            // A synced cache answers RV=0 reads itself: none reaches the simulator.
+            let rv0 = ["list", "watch"]
+                .iter()
+                .filter_map(|v| s.upstream_by_shape[v]["rv=0"].as_u64())
+                .sum::<u64>();
+            assert_eq!(rv0, 0, "{}", s.upstream_by_shape);
+        } else {
+            // A cold gateway has to read the resource from the upstream at least once.
+            assert!(s.upstream_requests >= 1);
+            assert!(!s.gateway_metrics.is_empty());
+        }
+        // Every one of the 40 watchers saw every write after the herd, exactly once.
+        assert!(s.writes > 0);
+        assert_eq!((s.checked.watchers, s.checked.without_state), (40, 0));
+        assert_eq!(s.checked.violation_count, 0, "{:?}", s.checked.violations);
+        assert_eq!(s.checked_events, 40 * s.writes);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quiet_large_measures_both_ways_and_counts_the_informers_upstream_requests() {
+    let load::Scenario::QuietLarge(a) = herd_args(&[
+        "quiet-large",
+        "--objects",
+        "300",
+        "--informers",
+        "20",
+        "--gets",
+        "10",
+        "--full-lists",
+        "2",
+        "--pages",
+        "3",
+        "--rounds",
+        "2",
+        "--measure-budget",
+        "20s",
+        "--pool",
+        "10",
+        "--herd-timeout",
+        "60s",
+    ]) else {
+        panic!("not quiet-large");
+    };
+    let s = load::herds::quiet::execute(&a)
+        .await
+        .expect("quiet-large ran");
+    eprintln!("{}", s.table());
+    assert!(s.ok, "{}", s.table());
+    assert_eq!(
+        (s.resource.as_str(), s.objects, s.rounds),
+        ("configmaps", 300, 2)
+    );
+    // The writer wrote pods, never the quiet configmaps.
+    assert!(s.writes_elsewhere > 0);
+    let counts: Vec<(u64, u64, u64, u64)> = s
+        .measures
+        .iter()
+        .map(|m| {
+            (
+                m.direct.count,
+                m.gateway.count,
+                m.direct_failures,
+                m.gateway_failures,
+            )
+        })
+        .collect();
+    // Every read answered, both ways, in both rounds.
+    assert_eq!(counts, [(20, 20, 0, 0), (4, 4, 0, 0), (6, 6, 0, 0)]);
+    assert_eq!(s.checks.len(), 5);
+    assert_eq!(s.pass, s.checks.iter().all(|c| c.pass));
+    // Every informer synced, with every object once.
+    assert_eq!((s.informers.clients, s.informers.done), (20, 20));
+    assert_eq!(s.informer_initial_events, 20 * 300);
+    assert_eq!(s.informer_initial_events_expected, 20 * 300);
+    shapes_add_up(
+        &s.upstream_during_informers_by_verb,
+        &s.upstream_during_informers_by_shape,
+    );
+    assert_eq!(s.checks[4].gateway, s.upstream_during_informers as f64);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restart_reconnects_every_watcher_and_loses_nothing_across_the_kill() {
+    let load::Scenario::Restart(a) = herd_args(&[
+        "restart",
+        "--objects",
+        "100",
+        "--watchers",
+        "30",
+        "--pool",
+        "20",
+        "--rate",
+        "40",
+        "--before-kill",
+        "1s",
+        "--down-for",
+        "500ms",
+        "--duration",
+        "1s",
+        "--herd-timeout",
+        "60s",
+    ]) else {
+        panic!("not restart");
+    };
+    let s = load::herds::restart::execute(&a)
+        .await
+        .expect("restart ran");
+    eprintln!("{}", s.table());
+    assert!(s.ok, "{}", s.table());
+    assert_eq!((s.watchers, s.watchers_synced, s.objects), (30, 30, 120));
+    assert!(s.down_s >= 0.5, "down {} s", s.down_s);
+    // Every watcher streams again, having resumed or relisted; each reconnect timed
+    // from the kill, so none before the gateway was back.
+    assert_eq!((s.resumed + s.relisted, s.not_reconnected), (30, 0));
+    assert_eq!(s.reconnect.count, 30);
+    assert!(s.reconnect.p50_ms >= 500.0, "{:?}", s.reconnect);
+    // Their streams broke at the kill.
+    assert!(
+        s.client.errors.contains_key("watch: stream broken")
+            || s.client.errors.contains_key("watch: connection")
+    );
+    // The restarted gateway read the resource from the upstream at least once.
+    assert!(s.upstream_requests >= 1);
+    shapes_add_up(&s.upstream_by_verb, &s.upstream_by_shape);
+    // Writes went on across the kill, and every stream has every one it must have.
+    assert!(s.writes > 40, "{} writes", s.writes);
+    assert_eq!((s.checked.watchers, s.checked.without_state), (30, 0));
+    assert_eq!(s.checked.violation_count, 0, "{:?}", s.checked.violations);
+    assert!(s.checked_events > 0 && s.checked_events <= 30 * s.writes);
 }

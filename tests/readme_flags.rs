@@ -10,13 +10,16 @@ use std::process::Command;
 const COMMANDS: [&str; 3] = ["serve", "sim", "demo"];
 
 /// The scenarios of `watchgate load`.
-const LOAD_SCENARIOS: [&str; 6] = [
+const LOAD_SCENARIOS: [&str; 9] = [
     "watch-fanout",
     "kubelets",
     "informers",
     "lists",
     "mixed",
     "soak",
+    "cold-herd",
+    "quiet-large",
+    "restart",
 ];
 
 fn help(args: &[&str]) -> String {

@@ -634,6 +634,13 @@ async fn stats_count_lists_per_resource() {
     assert_eq!(h.stats().lists("deployments.apps"), 1);
     let (_, v) = get(&h, "/debug/sim/stats").await;
     assert_eq!(v["list"]["pods"], 2);
+    // By shape: the consistent list and the limit=1 probe-like one apart.
+    let (_, v) = get(&h, "/debug/sim/stats/shapes").await;
+    assert_eq!(
+        v["list"],
+        json!({"pods": {"consistent": 1, "consistent,limit=1": 1},
+               "deployments.apps": {"consistent": 1}})
+    );
 }
 
 #[tokio::test]

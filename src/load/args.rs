@@ -6,6 +6,7 @@ use std::time::Duration;
 use clap::{Args, Subcommand};
 
 use super::encoding::Encoding;
+use super::pool::PoolResource;
 use super::target::Protocol;
 use crate::config::parse_duration;
 
@@ -38,6 +39,42 @@ pub enum Scenario {
     /// stream violation or if the gateway's RSS passes --max-rss.
     #[command(mut_arg("duration", |a| a.default_value("10m")))]
     Soak(SoakArgs),
+    /// A herd on a gateway that just started: RV=0 watches, watch-list informers and
+    /// RV=0 lists at once on one large resource (issue 26); starts its own simulator and
+    /// gateway; --duration (the writes after the herd) defaults to 5s,
+    /// --connect-concurrency to 1000
+    ///
+    /// Reports the simulator's requests for the resource during the herd (by verb and
+    /// shape), 429s and other failures per kind of client, the time until every client
+    /// has its initial state, then checks every stream over a window of writes. With
+    /// --warm, the same herd on a gateway whose cache of the resource is already synced.
+    #[command(
+        mut_arg("duration", |a| a.default_value("5s")),
+        mut_arg("connect_concurrency", |a| a.default_value("1000"))
+    )]
+    ColdHerd(ColdHerdArgs),
+    /// Consistent reads of a large resource that receives no writes while writes
+    /// elsewhere move the resourceVersion (issue 26), direct to the simulator and through
+    /// the gateway alternately, then a herd of watch-list informers; starts its own
+    /// simulator and gateway; --rate (writes elsewhere) defaults to 20,
+    /// --connect-concurrency to 1000
+    #[command(
+        mut_arg("rate", |a| a.default_value("20")),
+        mut_arg("connect_concurrency", |a| a.default_value("1000"))
+    )]
+    QuietLarge(QuietLargeArgs),
+    /// Watchers through a gateway that is killed (SIGKILL) and started again on the
+    /// same port (issue 26): upstream requests while they reconnect, how many resumed
+    /// and how many relisted, and every stream checked across the restart; starts its
+    /// own simulator and gateway; --objects defaults to 1000, --rate to 20, --duration
+    /// (the writes after the reconnect) to 5s, --connect-concurrency to 1000
+    #[command(
+        mut_arg("objects", |a| a.default_value("1000")),
+        mut_arg("rate", |a| a.default_value("20")),
+        mut_arg("duration", |a| a.default_value("5s")),
+        mut_arg("connect_concurrency", |a| a.default_value("1000"))
+    )]
+    Restart(RestartArgs),
 }
 
 /// Flags every scenario takes.
@@ -273,6 +310,102 @@ pub struct SoakArgs {
     /// The run fails if the gateway's RSS ever exceeds this.
     #[arg(long, default_value = "1Gi", value_parser = crate::config::parse_bytes)]
     pub max_rss: usize,
+}
+
+/// Flags of the scenarios that start their own simulator and gateway around one large
+/// resource (`cold-herd`, `quiet-large`, `restart`).
+#[derive(Args, Debug, Clone)]
+pub struct HerdCommon {
+    /// The resource the clients read (the writer's pool is made of it too, except in
+    /// quiet-large, whose writer writes the other one).
+    #[arg(long, value_enum, default_value_t = PoolResource::Configmaps)]
+    pub resource: PoolResource,
+    /// Objects of the resource put straight into the simulator's store before the run.
+    #[arg(long, default_value_t = 20_000)]
+    pub objects: usize,
+    /// Pad each of those objects to about this many bytes of JSON (0: their natural
+    /// size, about 450 bytes for a configmap and 3.5 KiB for a pod).
+    #[arg(long, default_value_t = 0)]
+    pub seed_size: usize,
+    /// The longest the clients may take to get their initial state (or the reconnect,
+    /// in restart); the report then says how many had it.
+    #[arg(long, default_value = "120s", value_parser = parse_duration)]
+    pub herd_timeout: Duration,
+    /// The gateway binary (default: this executable).
+    #[arg(long)]
+    pub gateway_bin: Option<PathBuf>,
+    /// Extra arguments of the gateway's `serve` (repeatable).
+    #[arg(long = "gateway-arg", allow_hyphen_values = true)]
+    pub gateway_args: Vec<String>,
+    /// Where the gateway's log goes (default: discarded).
+    #[arg(long)]
+    pub gateway_log: Option<PathBuf>,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct ColdHerdArgs {
+    #[command(flatten)]
+    pub common: Common,
+    #[command(flatten)]
+    pub herd: HerdCommon,
+    /// Plain watches from resourceVersion=0.
+    #[arg(long, default_value_t = 1000)]
+    pub watches: usize,
+    /// Informers that start with client-go 1.36's consistent watch-list.
+    #[arg(long, default_value_t = 1000)]
+    pub informers: usize,
+    /// RV=0 lists (each retried until it succeeds, as a reflector does).
+    #[arg(long, default_value_t = 200)]
+    pub lists: usize,
+    /// Sync the gateway's cache of the resource before the herd (the baseline).
+    #[arg(long)]
+    pub warm: bool,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct QuietLargeArgs {
+    #[command(flatten)]
+    pub common: Common,
+    #[command(flatten)]
+    pub herd: HerdCommon,
+    /// Rounds; each measures direct to the simulator and through the gateway, in
+    /// alternating order.
+    #[arg(long, default_value_t = 2)]
+    pub rounds: usize,
+    /// Consistent gets of one object per round and target, one at a time.
+    #[arg(long, default_value_t = 200)]
+    pub gets: usize,
+    /// Consistent full lists per round and target, one at a time.
+    #[arg(long, default_value_t = 10)]
+    pub full_lists: usize,
+    /// First pages (`limit=500`) of consistent paged lists per round and target.
+    #[arg(long, default_value_t = 50)]
+    pub pages: usize,
+    /// The longest one measurement (gets, lists or pages of one round on one target)
+    /// may take; it then stops with the requests it made.
+    #[arg(long, default_value = "15s", value_parser = parse_duration)]
+    pub measure_budget: Duration,
+    /// Watch-list informers started at once through the gateway at the end.
+    #[arg(long, default_value_t = 1000)]
+    pub informers: usize,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct RestartArgs {
+    #[command(flatten)]
+    pub common: Common,
+    #[command(flatten)]
+    pub herd: HerdCommon,
+    /// Watchers (a plain watch from resourceVersion=0, then resumed from their last RV
+    /// on every reconnect; a 410 makes them relist, as client-go's reflector does).
+    #[arg(long, default_value_t = 2000)]
+    pub watchers: usize,
+    /// Writes go on this long before the gateway is killed.
+    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    pub before_kill: Duration,
+    /// How long the gateway stays down before it is started again.
+    #[arg(long, default_value = "0s", value_parser = parse_duration)]
+    pub down_for: Duration,
 }
 
 /// `watchgate load` as a parser of its own, for tests and embedding.

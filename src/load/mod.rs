@@ -10,11 +10,14 @@
 //! [`target`] (HTTP/1.1, HTTP/2, kubeconfig), [`pool`] and [`writer`] (the churn),
 //! [`watcher`] + [`records`] + [`scan`] + [`checker`] (streams), [`lister`] (lists), [`stats`],
 //! [`probe`] (the target's CPU and RSS), [`report`] and [`plot`] (output); [`soak`] (the
-//! fault soak, which starts its own simulators and gateway).
+//! fault soak) and [`herds`] (issue 26's cold herd, quiet large resource and gateway
+//! restart), which start their own simulators and gateway ([`cluster`], [`track`]).
 
 pub mod args;
 pub mod checker;
+pub mod cluster;
 pub mod encoding;
+pub mod herds;
 pub mod lister;
 pub mod plan;
 pub mod plot;
@@ -28,6 +31,7 @@ pub mod scan;
 pub mod soak;
 pub mod stats;
 pub mod target;
+pub mod track;
 pub mod watcher;
 pub mod writer;
 

@@ -41,6 +41,19 @@ fn selector_query(label: &Option<String>, field: &Option<String>) -> String {
 }
 
 impl Plan {
+    fn empty(name: &'static str, c: &Common) -> Self {
+        Plan {
+            name,
+            groups: vec![],
+            kubelets: 0,
+            kubelet_protocol_path: String::new(),
+            lists: None,
+            nodes: 10,
+            node_prefix: "load-node".into(),
+            common: c.clone(),
+        }
+    }
+
     pub fn from_scenario(s: &Scenario) -> Self {
         let ns_path = |c: &Common| format!("/api/v1/namespaces/{}/pods", c.namespace);
         match s {
@@ -56,6 +69,7 @@ impl Plan {
                     field_selector: a.field_selector.clone(),
                     list_first: false,
                     watch_list: false,
+                    rv0: None,
                     protocol: c.protocol,
                     reconnect_every: a.reconnect_every,
                     lifetime: None,
@@ -94,6 +108,7 @@ impl Plan {
                     field_selector: None,
                     list_first: !a.watch_list,
                     watch_list: a.watch_list,
+                    rv0: None,
                     protocol: c.protocol,
                     reconnect_every: None,
                     lifetime: None,
@@ -130,6 +145,10 @@ impl Plan {
                 node_prefix: "load-node".into(),
                 common: a.common.clone(),
             },
+            // They run themselves (src/load/herds); a plan only names them.
+            Scenario::ColdHerd(a) => Plan::empty("cold-herd", &a.common),
+            Scenario::QuietLarge(a) => Plan::empty("quiet-large", &a.common),
+            Scenario::Restart(a) => Plan::empty("restart", &a.common),
             Scenario::Soak(a) => {
                 // The healthy watchers; the soak adds the stalled and storming ones.
                 let c = a.common.clone();
@@ -142,6 +161,7 @@ impl Plan {
                     reconnect_every: None,
                     lifetime: None,
                     watch_list: false,
+                    rv0: None,
                     encoding: c.encoding,
                 };
                 Plan {
@@ -166,6 +186,7 @@ impl Plan {
                             field_selector: None,
                             list_first: false,
                             watch_list: false,
+                            rv0: None,
                             protocol: c.protocol,
                             reconnect_every: None,
                             lifetime: None,
@@ -182,6 +203,7 @@ impl Plan {
                             field_selector: None,
                             list_first: true,
                             watch_list: false,
+                            rv0: None,
                             protocol: c.protocol,
                             reconnect_every: None,
                             lifetime: None,
@@ -225,6 +247,7 @@ impl Plan {
                     field_selector: Some(format!("spec.nodeName={}-{i}", self.node_prefix)),
                     list_first: false,
                     watch_list: false,
+                    rv0: None,
                     protocol: self.common.protocol,
                     reconnect_every: None,
                     lifetime: None,

@@ -2,6 +2,8 @@
 //! `<node prefix>-<i mod nodes>` and in shard `i mod shards`, so that label selectors
 //! (`load-shard=3`) and the kubelet's field selector (`spec.nodeName=load-node-7`) select
 //! known subsets; the checker evaluates the same selectors against this description.
+//! The herd scenarios (`cold-herd`, `restart`) may make the pool configmaps instead, so
+//! that the resource their clients watch is the one whose streams are checked.
 
 use serde_json::{json, Value};
 
@@ -14,9 +16,37 @@ use super::scan::STAMP_ANNOTATION;
 pub const RUN_LABEL: &str = "watchgate.io/load-run";
 pub const SHARD_LABEL: &str = "load-shard";
 
+/// What the pool's objects are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PoolResource {
+    #[default]
+    Pods,
+    Configmaps,
+}
+
+impl PoolResource {
+    /// The resource's name in paths and in the simulator's stats.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pods => "pods",
+            Self::Configmaps => "configmaps",
+        }
+    }
+
+    /// The other one (the quiet-large scenario writes to it to move the global RV).
+    pub fn other(self) -> Self {
+        match self {
+            Self::Pods => Self::Configmaps,
+            Self::Configmaps => Self::Pods,
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct Pool {
     pub run: String,
+    pub resource: PoolResource,
     pub namespace: String,
     pub size: usize,
     pub nodes: usize,
@@ -27,6 +57,20 @@ pub struct Pool {
 }
 
 impl Pool {
+    /// The pool's collection, e.g. `/api/v1/namespaces/watchgate-load/pods`.
+    pub fn collection(&self) -> String {
+        format!(
+            "/api/v1/namespaces/{}/{}",
+            self.namespace,
+            self.resource.as_str()
+        )
+    }
+
+    /// Object `i`'s path.
+    pub fn object_path(&self, i: usize) -> String {
+        format!("{}/{}", self.collection(), self.name(i))
+    }
+
     pub fn name(&self, i: usize) -> String {
         format!("load-{}-{i}", self.run)
     }
@@ -86,6 +130,9 @@ impl Pool {
 
     /// The object to create.
     pub fn object(&self, i: usize, stamp: &str) -> Value {
+        if self.resource == PoolResource::Configmaps {
+            return self.configmap(i, stamp);
+        }
         let mut pod = json!({
             "apiVersion": "v1",
             "kind": "Pod",
@@ -108,6 +155,26 @@ impl Pool {
         pod
     }
 
+    /// A configmap of the pool: no node, the padding in its data.
+    fn configmap(&self, i: usize, stamp: &str) -> Value {
+        let mut cm = json!({
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {
+                "name": self.name(i),
+                "namespace": self.namespace,
+                "labels": {RUN_LABEL: self.run, SHARD_LABEL: self.shard(i)},
+                "annotations": {STAMP_ANNOTATION: stamp},
+            },
+            "data": {"index": i.to_string()},
+        });
+        let size = serde_json::to_vec(&cm).map(|v| v.len()).unwrap_or(0);
+        if self.object_size > size + 32 {
+            cm["data"]["padding"] = json!("x".repeat(self.object_size - size - 32));
+        }
+        cm
+    }
+
     /// The merge patch of one write: a new stamp.
     pub fn stamp_patch(stamp: &str) -> Value {
         json!({"metadata": {"annotations": {STAMP_ANNOTATION: stamp}}})
@@ -122,6 +189,7 @@ mod tests {
     fn pool() -> Pool {
         Pool {
             run: "r1".into(),
+            resource: PoolResource::Pods,
             namespace: "ns".into(),
             size: 10,
             nodes: 4,
@@ -167,6 +235,19 @@ mod tests {
         let o = p.object(6, "r1/5");
         assert_eq!(o["spec"]["nodeName"], "load-node-2");
         assert_eq!(o["metadata"]["labels"][SHARD_LABEL], "0");
+        let len = serde_json::to_vec(&o).unwrap().len();
+        assert!((1900..=2100).contains(&len), "{len}");
+        let p = Pool {
+            resource: PoolResource::Configmaps,
+            ..p
+        };
+        let o = p.object(6, "r1/5");
+        assert_eq!(o["kind"], "ConfigMap");
+        assert_eq!(o["metadata"]["labels"][SHARD_LABEL], "0");
+        assert_eq!(
+            p.object_path(6),
+            "/api/v1/namespaces/ns/configmaps/load-r1-6"
+        );
         let len = serde_json::to_vec(&o).unwrap().len();
         assert!((1900..=2100).contains(&len), "{len}");
     }

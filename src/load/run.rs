@@ -24,8 +24,13 @@ use crate::selector::label::LabelSelector;
 
 /// `watchgate load <scenario>`: runs, prints, and fails on any stream violation.
 pub async fn run(args: LoadArgs) -> anyhow::Result<()> {
-    if let super::args::Scenario::Soak(a) = &args.scenario {
-        return super::soak::run(a.clone()).await;
+    use super::args::Scenario;
+    match &args.scenario {
+        Scenario::Soak(a) => return super::soak::run(a.clone()).await,
+        Scenario::ColdHerd(a) => return super::herds::cold::run(a.clone()).await,
+        Scenario::QuietLarge(a) => return super::herds::quiet::run(a.clone()).await,
+        Scenario::Restart(a) => return super::herds::restart::run(a.clone()).await,
+        _ => {}
     }
     let plan = Plan::from_scenario(&args.scenario);
     let summary = execute(&plan).await?;
@@ -111,6 +116,7 @@ pub async fn execute(plan: &Plan) -> anyhow::Result<Summary> {
     };
     let pool = Arc::new(Pool {
         run: run_id(),
+        resource: Default::default(),
         namespace: c.namespace.clone(),
         size: c.pool.max(plan.kubelets).max(1),
         nodes: plan.nodes.max(1),
@@ -149,6 +155,7 @@ pub async fn execute(plan: &Plan) -> anyhow::Result<Summary> {
         draining: CancellationToken::new(),
         connect_gate: Arc::new(tokio::sync::Semaphore::new(c.connect_concurrency.max(1))),
         spawned: Instant::now(),
+        track: None,
     });
     let upstream_before = probe.upstream_requests().await;
     let groups = plan.watcher_groups();

@@ -20,8 +20,6 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::net::SocketAddr;
-use std::path::Path;
-use std::process::Stdio;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -30,12 +28,12 @@ use anyhow::Context as _;
 use hdrhistogram::Histogram;
 use http::Method;
 use serde::Serialize;
-use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use super::args::{Scenario, SoakArgs};
 use super::checker::{Violation, WriterLog};
+use super::cluster::{gateway_bin, GatewaySpec};
 use super::plan::Plan;
 use super::plot::{write_rss_svg, write_svg, PlotData, PlotKind};
 use super::pool::Pool;
@@ -380,58 +378,6 @@ fn relist_windows(mut begins: Vec<WatchBegin>) -> Vec<(u64, u64)> {
         .collect()
 }
 
-/// The gateway, a child process (killed when dropped).
-struct Gateway {
-    child: tokio::process::Child,
-    url: String,
-    pid: u32,
-}
-
-async fn start_gateway(
-    bin: &Path,
-    upstreams: &[String],
-    extra: &[String],
-    log: Option<&Path>,
-) -> anyhow::Result<Gateway> {
-    let mut cmd = tokio::process::Command::new(bin);
-    cmd.args(["serve", "--port", "0", "--admin-port", "0", "--server"])
-        .arg(upstreams.join(","))
-        .args(extra)
-        // The soak's gateway talks to the soak's simulators only.
-        .env("KUBECONFIG", "/nonexistent")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .kill_on_drop(true);
-    cmd.stderr(match log {
-        Some(p) => Stdio::from(
-            std::fs::File::create(p).with_context(|| format!("creating {}", p.display()))?,
-        ),
-        None => Stdio::null(),
-    });
-    let mut child = cmd
-        .spawn()
-        .with_context(|| format!("starting the gateway {}", bin.display()))?;
-    let pid = child.id().context("the gateway exited at once")?;
-    let mut lines = BufReader::new(child.stdout.take().expect("piped")).lines();
-    let addr: SocketAddr = tokio::time::timeout(Duration::from_secs(60), async {
-        while let Some(line) = lines.next_line().await? {
-            if let Some(a) = line.strip_prefix("Starting to serve on ") {
-                return Ok(a.trim().parse()?);
-            }
-        }
-        anyhow::bail!("the gateway exited before it served (see --gateway-log)")
-    })
-    .await
-    .context("the gateway did not start within 60 s")??;
-    // Keep reading its stdout so that it never blocks on a full pipe.
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-    Ok(Gateway {
-        child,
-        url: format!("http://127.0.0.1:{}", addr.port()),
-        pid,
-    })
-}
-
 /// The fault schedule's shape.
 #[derive(Debug, Clone)]
 struct FaultPlan {
@@ -677,12 +623,15 @@ pub async fn execute(a: &SoakArgs) -> anyhow::Result<SoakSummary> {
     raise_fd_limit(a.watchers + a.stalled + 2 * a.storm_clients + c.write_concurrency + 64);
 
     let rep = Arc::new(Replicas::start().await?);
-    let bin = match &a.gateway_bin {
-        Some(p) => p.clone(),
-        None => std::env::current_exe().context("finding this executable")?,
-    };
     let upstreams = rep.urls();
-    let mut gw = start_gateway(&bin, &upstreams, &a.gateway_args, a.gateway_log.as_deref()).await?;
+    let mut gw = GatewaySpec {
+        bin: gateway_bin(a.gateway_bin.as_deref())?,
+        upstreams: upstreams.clone(),
+        extra: a.gateway_args.clone(),
+        log: a.gateway_log.clone(),
+    }
+    .start()
+    .await?;
     let t_gw = Instant::now();
     let rss_stop = CancellationToken::new();
     let rss_task = tokio::spawn(sample_rss(gw.pid, t_gw, rss_stop.clone()));
@@ -691,6 +640,7 @@ pub async fn execute(a: &SoakArgs) -> anyhow::Result<SoakSummary> {
     let plan = Plan::from_scenario(&Scenario::Soak(a.clone()));
     let pool = Arc::new(Pool {
         run: run_id(),
+        resource: Default::default(),
         namespace: c.namespace.clone(),
         size: c.pool.max(1),
         nodes: plan.nodes,
@@ -718,6 +668,7 @@ pub async fn execute(a: &SoakArgs) -> anyhow::Result<SoakSummary> {
             draining: draining.clone(),
             connect_gate: gate.clone(),
             spawned: Instant::now(),
+            track: None,
         })
     };
     let stats = Arc::new(Stats::new());
@@ -894,7 +845,7 @@ pub async fn execute(a: &SoakArgs) -> anyhow::Result<SoakSummary> {
     violations.truncate(100);
 
     writer::delete_pool(&target, &pool, 32).await;
-    let _ = gw.child.kill().await;
+    gw.kill().await;
     rep.stop().await;
 
     // Phases by write time: the stalled watchers are in from `stalled_joined_at` on.

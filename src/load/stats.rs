@@ -11,6 +11,9 @@ use hdrhistogram::Histogram;
 
 /// Latencies are recorded in microseconds, up to a minute.
 const MAX_US: u64 = 60_000_000;
+/// Times until a client has its initial state, up to ten minutes: a herd on a cold
+/// gateway takes longer than a minute, and a clamped figure would hide by how much.
+const MAX_SYNC_US: u64 = 600_000_000;
 const SHARDS: usize = 16;
 
 pub fn histogram() -> Histogram<u64> {
@@ -115,7 +118,9 @@ impl Stats {
             list_per_second: Mutex::new(Vec::new()),
             write_latency: Mutex::new(histogram()),
             watch_connect_latency: Mutex::new(histogram()),
-            sync_latency: Mutex::new(histogram()),
+            sync_latency: Mutex::new(
+                Histogram::new_with_bounds(1, MAX_SYNC_US, 3).expect("valid histogram bounds"),
+            ),
             errors: Mutex::new(BTreeMap::new()),
         }
     }
@@ -187,7 +192,7 @@ impl Stats {
         self.sync_latency
             .lock()
             .unwrap()
-            .saturating_record(us.clamp(1, MAX_US));
+            .saturating_record(us.clamp(1, MAX_SYNC_US));
         Self::add(&self.c.synced, 1);
     }
     pub fn sync_latency(&self) -> Histogram<u64> {

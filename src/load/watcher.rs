@@ -34,6 +34,14 @@ pub struct WatchSpec {
     /// Start with a consistent watch-list (client-go's `watchList`): its initial events,
     /// up to the `k8s.io/initial-events-end` bookmark, are the informer's list.
     pub watch_list: bool,
+    /// Start with a plain watch from `resourceVersion=0` whose initial state is this many
+    /// objects: its first that many ADDED events are that state, not changes to check (a
+    /// plain watch has no bookmark that ends them, so they are counted; the run must
+    /// only modify the resource's objects, never add or delete one, so that their number
+    /// holds). Its check starts at the newest of them. Until it has them all a watch
+    /// that ends is started again from 0; after, it resumes from its last RV like any
+    /// other.
+    pub rv0: Option<u64>,
     pub protocol: Protocol,
     /// Close and reopen the watch this often (connect/disconnect churn).
     pub reconnect_every: Option<Duration>,
@@ -85,6 +93,8 @@ pub struct Ctx {
     pub connect_gate: Arc<tokio::sync::Semaphore>,
     /// When the watchers were started: watch-list informers' sync times count from here.
     pub spawned: Instant,
+    /// Reconnects after a restart of the target, per watcher (the `restart` scenario).
+    pub track: Option<Arc<super::track::Track>>,
 }
 
 /// A watcher's state at the end of the run.
@@ -92,6 +102,10 @@ pub struct Outcome {
     pub id: usize,
     pub group: usize,
     pub check: StreamCheck,
+    /// It had its initial state (always, but for a watch-list informer before its
+    /// bookmark or an RV=0 watcher before its last initial event): a stream that never
+    /// got there has nothing to check.
+    pub initial_done: bool,
 }
 
 /// The last RV of the writer's log this watcher must receive.
@@ -152,7 +166,12 @@ pub async fn run(
     if spec.list_first {
         loop {
             if ctx.stop.is_cancelled() || left(&mut check) {
-                return Outcome { id, group, check };
+                return Outcome {
+                    id,
+                    group,
+                    check,
+                    initial_done: true,
+                };
             }
             match list_once(&ctx.target, &list_spec, stats).await {
                 Ok(rv) => {
@@ -166,6 +185,14 @@ pub async fn run(
     let mut needed: Option<u64> = None;
     // A watch-list informer's initial events stand for its list, until the bookmark.
     let mut initial = spec.watch_list;
+    // An RV=0 watcher's initial events: how many are still to come, and the highest RV
+    // among those that came.
+    let mut rv0_left = spec.rv0;
+    let mut rv0_max = 0u64;
+    // client-go's reflector backs off after a 429 (800 ms, doubling up to 30 s, with
+    // jitter: its backoffManager); a herd of clients retrying faster would measure
+    // their own retry storm.
+    let mut backoff = BACKOFF_FIRST;
     loop {
         if ctx.stop.is_cancelled() {
             break;
@@ -180,7 +207,12 @@ pub async fn run(
             &sel,
             &mut check,
             &mut needed,
-            &mut initial,
+            Initial {
+                watch_list: &mut initial,
+                rv0_left: &mut rv0_left,
+                rv0_max: &mut rv0_max,
+            },
+            &mut backoff,
             leave_at,
         )
         .await;
@@ -201,10 +233,18 @@ pub async fn run(
             }
             StreamEnd::Expired => {
                 Stats::add(&stats.c.gone, 1);
+                if let Some(t) = &ctx.track {
+                    t.gone(id);
+                }
                 // A reflector relists and watches from the list's RV.
                 loop {
                     if ctx.stop.is_cancelled() || left(&mut check) {
-                        return Outcome { id, group, check };
+                        return Outcome {
+                            id,
+                            group,
+                            check,
+                            initial_done: true,
+                        };
                     }
                     match list_once(&ctx.target, &list_spec, stats).await {
                         Ok(rv) => {
@@ -217,7 +257,30 @@ pub async fn run(
             }
         }
     }
-    Outcome { id, group, check }
+    Outcome {
+        id,
+        group,
+        check,
+        initial_done: !initial && rv0_left.is_none(),
+    }
+}
+
+/// Where a watcher is in its initial state (see [`WatchSpec::watch_list`] and
+/// [`WatchSpec::rv0`]).
+struct Initial<'a> {
+    watch_list: &'a mut bool,
+    rv0_left: &'a mut Option<u64>,
+    rv0_max: &'a mut u64,
+}
+
+/// client-go's reflector backoff after a 429 (reflector.go, `backoffManager`).
+pub const BACKOFF_FIRST: Duration = Duration::from_millis(800);
+pub const BACKOFF_MAX: Duration = Duration::from_secs(30);
+
+/// Sleeps `backoff` times a random factor in [1, 2) and doubles it (up to the cap).
+pub async fn back_off(backoff: &mut Duration) {
+    tokio::time::sleep(backoff.mul_f64(1.0 + rand::random::<f64>())).await;
+    *backoff = (*backoff * 2).min(BACKOFF_MAX);
 }
 
 fn reached(needed: Option<u64>, check: &StreamCheck) -> bool {
@@ -233,15 +296,30 @@ async fn stream_once(
     sel: &(Option<LabelSelector>, Option<FieldSelector>),
     check: &mut StreamCheck,
     needed: &mut Option<u64>,
-    initial: &mut bool,
+    init: Initial<'_>,
+    backoff: &mut Duration,
     leave_at: Option<tokio::time::Instant>,
 ) -> StreamEnd {
     let stats = &ctx.stats;
+    let Initial {
+        watch_list: initial,
+        rv0_left,
+        rv0_max,
+    } = init;
+    // A stream that ends before the whole initial state came is started over from 0.
+    if rv0_left.is_some() {
+        *rv0_left = spec.rv0;
+        *rv0_max = 0;
+    }
     // The serializer is not Send: build the query in a block.
-    let mut q = if *initial {
+    let mut q = if rv0_left.is_some() {
+        "watch=1&resourceVersion=0&allowWatchBookmarks=true".to_string()
+    } else if *initial {
         // client-go's `watchList` request, byte for byte (reflector.go; its timeout is
         // minWatchTimeout × [1, 2), 5 to 10 minutes): no resourceVersion, a consistent
-        // read.
+        // read. Reproduced here, query and Accept (`--encoding`), because client-go
+        // itself cannot be built on this machine (no Go toolchain): the herd scenarios
+        // stand for client-go 1.36 informers through this request shape.
         let timeout = 300 + (id as u64 * 7919) % 300;
         format!("allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan&sendInitialEvents=true&timeoutSeconds={timeout}&watch=true")
     } else {
@@ -296,13 +374,27 @@ async fn stream_once(
         stats.error("watch 410");
         return StreamEnd::Expired;
     }
+    if resp.status() == http::StatusCode::TOO_MANY_REQUESTS {
+        stats.error("watch 429");
+        back_off(backoff).await;
+        return StreamEnd::Reconnect;
+    }
     if !resp.status().is_success() {
         stats.error(format!("watch {}", resp.status().as_u16()));
         tokio::time::sleep(Duration::from_millis(250)).await;
         return StreamEnd::Reconnect;
     }
+    *backoff = BACKOFF_FIRST;
     stats.record_watch_connect(t0.elapsed().as_micros() as u64);
     Stats::add(&stats.c.watching, 1);
+    if let Some(t) = &ctx.track {
+        t.connected(id);
+    }
+    if *rv0_left == Some(0) {
+        // An empty resource: its initial state is in as soon as the watch is.
+        *rv0_left = None;
+        stats.record_sync(ctx.spawned.elapsed().as_micros() as u64);
+    }
     let _watching = Decrement(&stats.c.watching);
     let protobuf = is_protobuf(resp.headers().get(http::header::CONTENT_TYPE));
     let mut body = resp.into_body();
@@ -387,6 +479,20 @@ async fn stream_once(
                 // informer's list, not changes to check.
                 Kind::Added | Kind::Modified | Kind::Deleted if *initial => {
                     events += 1;
+                }
+                // An RV=0 watch's initial state: its first ADDED events, one per object
+                // (the run only modifies objects, so their number is known). Its changes
+                // come after the newest of them: that is where its check starts.
+                Kind::Added if rv0_left.is_some() => {
+                    events += 1;
+                    *rv0_max = (*rv0_max).max(ev.rv);
+                    let left = rv0_left.map_or(0, |n| n.saturating_sub(1));
+                    *rv0_left = Some(left);
+                    if left == 0 {
+                        *rv0_left = None;
+                        *check = StreamCheck::new(id, *rv0_max);
+                        stats.record_sync(ctx.spawned.elapsed().as_micros() as u64);
+                    }
                 }
                 Kind::Bookmark if *initial && initial_end => {
                     bookmarks += 1;

@@ -85,7 +85,7 @@ pub async fn create_pool(
         pool.namespace,
         String::from_utf8_lossy(&body)
     );
-    let path = format!("/api/v1/namespaces/{}/pods", pool.namespace);
+    let path = pool.collection();
     let results: Vec<(usize, anyhow::Result<u64>)> = stream::iter(0..pool.size)
         .map(|i| {
             let obj = pool.object(i, &stamp(&pool.run));
@@ -130,8 +130,8 @@ pub async fn create_pool(
 /// the target got there; a run that goes on without it is still checked correctly.
 pub async fn wait_until_seen(target: &Target, pool: &Pool, rv: u64, timeout: Duration) -> bool {
     let path = format!(
-        "/api/v1/namespaces/{}/pods?resourceVersion=0&labelSelector={}%3Dnone",
-        pool.namespace,
+        "{}?resourceVersion=0&labelSelector={}%3Dnone",
+        pool.collection(),
         super::pool::SHARD_LABEL
     );
     let deadline = Instant::now() + timeout;
@@ -156,11 +156,7 @@ pub async fn wait_until_seen(target: &Target, pool: &Pool, rv: u64, timeout: Dur
 pub async fn delete_pool(target: &Target, pool: &Pool, concurrency: usize) {
     stream::iter(0..pool.size)
         .for_each_concurrent(concurrency.max(1), |i| async move {
-            let path = format!(
-                "/api/v1/namespaces/{}/pods/{}?gracePeriodSeconds=0",
-                pool.namespace,
-                pool.name(i)
-            );
+            let path = format!("{}?gracePeriodSeconds=0", pool.object_path(i));
             let _ = target
                 .send(Method::DELETE, &path, None)
                 .await
@@ -296,11 +292,7 @@ pub async fn run(
         tasks.spawn(async move {
             let _permit = permit;
             let _settled = Settled(&unsettled, i);
-            let path = format!(
-                "/api/v1/namespaces/{}/pods/{}",
-                pool.namespace,
-                pool.name(i)
-            );
+            let path = pool.object_path(i);
             let stamped = stamp(&pool.run);
             let patch = Pool::stamp_patch(&stamped);
             let started = Instant::now();

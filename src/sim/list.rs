@@ -239,7 +239,12 @@ pub async fn handle(
     rt: &'static ResourceType,
     rp: &ResourcePath,
 ) -> Response<Body> {
-    sim.stats.record("list", &rt.group_resource().to_string());
+    sim.stats.record_request(
+        "list",
+        &rt.group_resource().to_string(),
+        &api.query,
+        headers,
+    );
     // Negotiation comes first, before the options are decoded (handlers/get.go).
     let answer = match Answer::negotiate(rt, headers, api) {
         Ok(a) => a,
@@ -401,7 +406,8 @@ pub async fn get(
     ns: &str,
     name: &str,
 ) -> Response<Body> {
-    sim.stats.record("get", &rt.group_resource().to_string());
+    sim.stats
+        .record_request("get", &rt.group_resource().to_string(), &api.query, headers);
     let answer = match Answer::negotiate(rt, headers, api) {
         Ok(a) => a,
         Err(s) => return answer::error(&s, headers, api),

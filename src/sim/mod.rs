@@ -704,6 +704,9 @@ fn path_parameters(rp: &request::ResourcePath, verb: Verb) -> Option<Status> {
 fn debug_endpoint(sim: &Arc<Sim>, method: &Method, path: &str) -> Option<Response<Body>> {
     let resp = match (method, path.trim_end_matches('/')) {
         (&Method::GET, "/debug/sim/stats") => json_response(StatusCode::OK, &sim.stats.to_json()),
+        (&Method::GET, "/debug/sim/stats/shapes") => {
+            json_response(StatusCode::OK, &sim.stats.shapes_json())
+        }
         (&Method::POST, "/debug/sim/stats/reset") => {
             sim.stats.reset();
             json_response(StatusCode::OK, &sim.stats.to_json())

@@ -367,7 +367,12 @@ pub async fn handle(
     rt: &'static ResourceType,
     rp: &ResourcePath,
 ) -> Response<Body> {
-    sim.stats.record("watch", &rt.group_resource().to_string());
+    sim.stats.record_request(
+        "watch",
+        &rt.group_resource().to_string(),
+        &api.query,
+        headers,
+    );
     // handlers/get.go ListResource: the list negotiation comes first.
     let answer = match Answer::negotiate(rt, headers, api) {
         Ok(a) => a,
