@@ -105,6 +105,9 @@ pub const LIVE_GRACE: Duration = Duration::from_millis(20);
 pub const GRACE_MISSES: u64 = 4;
 pub const GRACE_RETRY: u64 = 16;
 
+/// See [`KnownBehind`].
+pub const LONE_WINDOW: Duration = Duration::from_millis(10);
+
 /// The largest probe answer read (one object; etcd's limit is 1.5 MiB).
 const MAX_PROBE_BYTES: usize = 8 * 1024 * 1024;
 
@@ -205,6 +208,8 @@ pub struct Freshness {
     demands: Arc<Demands>,
     /// Waits for a live stream that did not bring the probe's RV, in a row.
     grace_misses: AtomicU64,
+    /// Where the last probe found a quiet cache behind (lone reads then skip the probe).
+    known_behind: KnownBehind,
     probes: Mutex<ProbeState>,
     done: watch::Sender<Option<ProbeDone>>,
     pub counters: FreshStats,
@@ -244,6 +249,7 @@ impl Freshness {
             stats,
             demands,
             grace_misses: AtomicU64::new(0),
+            known_behind: KnownBehind::default(),
             probes: Mutex::new(ProbeState::default()),
             done: watch::channel(None).0,
             counters: FreshStats::default(),
@@ -308,8 +314,9 @@ impl Freshness {
             tracing::trace!(uri = %self.probe_uri, generation, requests = served, waited = ?window, "probe");
             let result = self.probe_once().await;
             self.counters.probes.fetch_add(1, Ordering::Relaxed);
-            if result.is_err() {
+            if let Err(e) = &result {
                 self.counters.probe_errors.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(uri = %self.probe_uri, requests = served, "consistency probe failed: {e}");
             }
             let herd = served > HERD_SIZE || !window.is_zero();
             self.done.send_replace(Some(ProbeDone {
@@ -334,10 +341,14 @@ impl Freshness {
 
     /// One `limit=1` consistent list of the resource: the upstream's resourceVersion now.
     async fn probe_once(&self) -> Result<u64, String> {
-        let req = Request::get(&self.probe_uri)
+        let mut req = Request::get(&self.probe_uri)
             .header(header::ACCEPT, "application/json")
             .body(body::empty())
             .map_err(|e| e.to_string())?;
+        // The gateway's own request: it may use the connections kept back for short
+        // requests, so a pool full of forwarded watches never fails a probe (whose
+        // failure would forward every request waiting for it).
+        req.extensions_mut().insert(crate::upstream::Internal);
         let answer = async {
             let resp = self.upstream.send(req).await.map_err(|e| e.to_string())?;
             let status = resp.status();
@@ -382,6 +393,16 @@ impl Freshness {
             return Ok(Fresh {
                 rv: snapshot.resource_version,
                 snapshot,
+            });
+        }
+        // A lone get or list on a resource the last probe found behind, whose stream has
+        // not moved since: the probe would find it behind again and the read would be
+        // forwarded anyway; forward it now and spare the upstream the probe.
+        if !read.stream && self.known_behind.lone_read(self.store.resource_version()) {
+            c.forwarded.fetch_add(1, Ordering::Relaxed);
+            return Err(NotFresh::Cheaper {
+                needed: 0,
+                reached: self.store.resource_version(),
             });
         }
         let probed = match self.probe().await {
@@ -440,6 +461,7 @@ impl Freshness {
         };
         let Some(proof) = proof else {
             c.forwarded.fetch_add(1, Ordering::Relaxed);
+            self.known_behind.found_behind(now.resource_version);
             return Err(NotFresh::Cheaper {
                 needed,
                 reached: self.store.resource_version(),
@@ -491,6 +513,49 @@ impl Freshness {
     pub fn demands(&self) -> &Arc<Demands> {
         &self.demands
     }
+}
+
+/// The resourceVersion at which a probe last found the cache behind with no proof worth
+/// asking for (a lone read of a quiet large resource). While the store stays there, a
+/// probe would find the same, so lone reads are forwarded without one. Only while they
+/// stay lone: past [`HERD_SIZE`] of them in a [`LONE_WINDOW`], reads take the probe path
+/// again, whose herd detection has them share a progress watch instead. The window is
+/// short so that one client reading in a loop (one request at a time, a few hundred a
+/// second) stays lone while a herd (hundreds arriving at once) does not.
+#[derive(Debug, Default)]
+struct KnownBehind {
+    /// The store's RV when found behind, plus one (0: not known behind).
+    rv: AtomicU64,
+    /// The current window's start (process milliseconds) and the reads forwarded in it.
+    window: Mutex<(u64, u64)>,
+}
+
+impl KnownBehind {
+    fn found_behind(&self, store_rv: u64) {
+        self.rv.store(store_rv + 1, Ordering::Relaxed);
+    }
+
+    /// Whether a lone read at a store at `store_rv` may be forwarded without a probe.
+    fn lone_read(&self, store_rv: u64) -> bool {
+        if self.rv.load(Ordering::Relaxed) != store_rv + 1 {
+            return false;
+        }
+        let now = millis_now();
+        let mut w = self.window.lock().unwrap_or_else(|e| e.into_inner());
+        if now.saturating_sub(w.0) >= LONE_WINDOW.as_millis() as u64 {
+            *w = (now, 0);
+        }
+        w.1 += 1;
+        w.1 <= HERD_SIZE
+    }
+}
+
+/// Milliseconds since the first call in this process.
+fn millis_now() -> u64 {
+    static BASE: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    BASE.get_or_init(std::time::Instant::now)
+        .elapsed()
+        .as_millis() as u64
 }
 
 /// A proof of freshness the reflector is asked for.
