@@ -16,4 +16,5 @@ pub mod resource;
 pub mod serve;
 pub mod snapshots;
 pub mod store;
+pub mod token_form;
 pub mod writes;

@@ -138,6 +138,10 @@ pub struct SimConfig {
     pub http2_max_streams: u32,
     /// Authentication and authorization policy (`None`: every request is allowed).
     pub policy: Option<Arc<auth::Policy>>,
+    /// How list pages' continue tokens write their start key: `Rooted` as kube-apiserver
+    /// 1.36 pages from its watch cache (the default), `Relative` as apiservers before
+    /// `ListFromCacheSnapshot` paged from etcd3 (`codec::continue_token`).
+    pub continue_form: crate::codec::continue_token::KeyForm,
 }
 
 impl Default for SimConfig {
@@ -154,6 +158,7 @@ impl Default for SimConfig {
             bootstrap_namespaces: false,
             http2_max_streams: DEFAULT_HTTP2_MAX_STREAMS,
             policy: None,
+            continue_form: Default::default(),
         }
     }
 }
@@ -190,6 +195,7 @@ impl SimConfig {
                 .map(auth::Policy::load)
                 .transpose()?
                 .map(Arc::new),
+            continue_form: Default::default(),
         })
     }
 }
