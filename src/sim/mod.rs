@@ -12,6 +12,7 @@
 pub mod answer;
 pub mod apply;
 pub mod auth;
+pub mod bookmarks;
 pub mod churn;
 pub mod convert;
 pub mod discovery;
@@ -211,6 +212,8 @@ pub struct Sim {
     pub shutdown: tokio_watch::Receiver<bool>,
     /// The writes made, with their identities (recorded with a policy only).
     pub audit: Arc<auth::Audit>,
+    /// The watch cache's creation, from which its bookmark ticks count (`bookmarks`).
+    pub bookmark_epoch: tokio::time::Instant,
 }
 
 impl Sim {
@@ -230,6 +233,7 @@ impl Sim {
             cfg,
             shutdown: rx,
             audit: Arc::default(),
+            bookmark_epoch: tokio::time::Instant::now(),
         });
         (sim, tx)
     }
