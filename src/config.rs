@@ -51,8 +51,9 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = crate::upstream::DEFAULT_MAX_CONNECTIONS, value_parser = parse_positive)]
     pub upstream_max_connections: usize,
     /// How long a non-streaming request may wait for the upstream's response headers
-    /// (kube-apiserver answers those within its own 60 s request timeout). Watches, followed
-    /// logs and upgrades are exempt; a request's own `?timeout=` extends it.
+    /// (kube-apiserver answers those within its own 60 s request timeout). Long-running
+    /// requests (watches, logs, exec, attach, port-forward, proxy) and upgrades are exempt; a
+    /// request's own `?timeout=` extends it.
     #[arg(long, default_value = "70s", value_parser = parse_duration)]
     pub upstream_response_timeout: Duration,
     /// Resources to cache from start-up, comma-separated (e.g. `pods,nodes,deployments.apps`).
@@ -302,8 +303,9 @@ pub struct AuthArgs {
     /// other long-running requests excepted); beyond it, 429 with Retry-After. 0: no limit
     #[arg(long, default_value_t = 100)]
     pub max_requests_inflight_per_user: usize,
-    /// With --auth=delegated: watches (and followed logs, exec, attach, port-forward) one
-    /// user may have open at once; beyond it, 429 with Retry-After. 0: no limit
+    /// With --auth=delegated: watches (and the other long-running requests: logs, exec,
+    /// attach, port-forward, proxy) one user may have open at once; beyond it, 429 with
+    /// Retry-After. 0: no limit
     #[arg(long, default_value_t = 500)]
     pub max_watches_per_user: usize,
 }

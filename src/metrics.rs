@@ -205,7 +205,7 @@ fn describe() {
     );
     describe_gauge!(
         LONG_RUNNING,
-        "Long-running requests (watches, followed logs) open now, by group and resource."
+        "Long-running requests (watches, logs, exec, attach, port-forward, proxy) open now, by group and resource."
     );
     describe_counter!(
         UPSTREAM_REQUESTS_TOTAL,

@@ -302,6 +302,47 @@ fn parse_bool(v: &str) -> bool {
     !(v == "0" || v.eq_ignore_ascii_case("false"))
 }
 
+/// The subresources kube-apiserver counts as long-running whatever their parameters.
+const LONG_RUNNING_SUBRESOURCES: &[&str] = &["attach", "exec", "proxy", "log", "portforward"];
+
+/// kube-apiserver's `LongRunningRequestCheck`: k8s.io/kubernetes `pkg/controlplane/apiserver`
+/// configures `genericfilters.BasicLongRunningRequestCheck(sets.NewString("watch", "proxy"),
+/// sets.NewString("attach", "exec", "proxy", "log", "portforward"))`, which k8s.io/apiserver
+/// `pkg/server/filters/longrunning.go` applies to the RequestInfo (`requestinfo.go`):
+/// - verb `watch`: a `/watch/` path (any method), or a collection GET whose `watch`
+///   parameter `Convert_Slice_string_To_bool` reads as true: anything but `0` and `false`
+///   in any case, so a bare `?watch` and `watch=` too (not `strconv.ParseBool`);
+/// - verb `proxy`: the legacy `/api/v1/proxy/…` prefix;
+/// - those subresources, logs with or without `follow`;
+/// - a non-resource path under `/debug/pprof/`.
+///
+/// A named GET with `?watch=true` is a `get` to the apiserver, so not long-running.
+pub fn is_long_running(api: &ApiRequest) -> bool {
+    match &api.path {
+        ApiPath::NonResource(p) => p.starts_with("/debug/pprof/"),
+        ApiPath::Resource(rp) => {
+            let legacy_proxy =
+                rp.resource == "proxy" && rp.namespace.is_none() && rp.name.is_some();
+            api.verb == Verb::Watch
+                || rp.legacy_watch
+                || legacy_proxy
+                || rp
+                    .subresource
+                    .as_deref()
+                    .is_some_and(|s| LONG_RUNNING_SUBRESOURCES.contains(&s))
+        }
+    }
+}
+
+/// [`Parsed::long_running`] of a request the stack parsed; for one it did not (the
+/// gateway's own requests to the upstream), the same rule applied to its method and URI.
+pub fn long_running<B>(req: &http::Request<B>) -> bool {
+    match Parsed::of(req) {
+        Some(p) => p.long_running,
+        None => is_long_running(&parse(req.method(), req.uri())),
+    }
+}
+
 impl ApiRequest {
     pub fn resource(&self) -> Option<&ResourcePath> {
         match &self.path {
@@ -365,7 +406,9 @@ pub struct Parsed {
     /// (strconv.ParseBool), else a browser or command-line User-Agent
     /// (negotiation.isPrettyPrint: `curl`, `Wget`, `Mozilla/5.0`).
     pub pretty: bool,
-    /// Watches and followed logs: they run until a side ends them.
+    /// kube-apiserver's long-running request ([`is_long_running`]), decided once here for
+    /// every layer that asks: the upstream pool's class, the per-user limits, the metrics
+    /// and the proxy's drain.
     pub long_running: bool,
     /// `Accept-Encoding` has a `gzip` token (large answers are then gzipped).
     pub accepts_gzip: bool,
@@ -389,7 +432,7 @@ impl Parsed {
             api.query_get("pretty"),
             header(http::header::USER_AGENT).as_deref(),
         );
-        let long_running = api.verb == Verb::Watch || crate::proxy::is_long_running(uri);
+        let long_running = is_long_running(&api);
         Self {
             accept: header(http::header::ACCEPT),
             accepts_gzip: crate::codec::gzip::accepts_gzip(headers),
@@ -744,6 +787,74 @@ mod tests {
     }
     fn req(m: Method, uri: &str) -> ApiRequest {
         parse(&m, &uri.parse().unwrap())
+    }
+
+    #[test]
+    fn long_running_is_kube_apiservers_check() {
+        let long = |m: Method, u: &str| {
+            let p = Parsed::new(&m, &u.parse().unwrap(), &Default::default());
+            assert_eq!(p.long_running, is_long_running(&p.api), "{u}");
+            p.long_running
+        };
+        // `watch` as Convert_Slice_string_To_bool reads it: all but `0` and `false`.
+        for w in [
+            "watch",
+            "watch=",
+            "watch=1",
+            "watch=t",
+            "watch=T",
+            "watch=True",
+            "watch=true",
+            "watch=TRUE",
+            "watch=yes",
+            "watch=f",
+        ] {
+            assert!(long(Method::GET, &format!("/api/v1/pods?{w}")), "{w}");
+            assert!(
+                long(
+                    Method::GET,
+                    &format!("/apis/apps/v1/namespaces/a/deployments?limit=5&{w}")
+                ),
+                "{w}"
+            );
+        }
+        for w in ["watch=0", "watch=false", "watch=False", "watch=FALSE"] {
+            assert!(!long(Method::GET, &format!("/api/v1/pods?{w}")), "{w}");
+        }
+        // The first value counts, as url.Values.Get.
+        assert!(long(Method::GET, "/api/v1/pods?watch&watch=false"));
+        assert!(!long(Method::GET, "/api/v1/pods?watch=0&watch=1"));
+        // A named GET is a `get` whatever its `watch`.
+        assert!(!long(Method::GET, "/api/v1/namespaces/a/pods/p?watch"));
+        // The `/watch/` prefix makes the verb `watch` for any method.
+        assert!(long(Method::GET, "/api/v1/watch/namespaces/a/pods/p"));
+        assert!(long(Method::POST, "/api/v1/watch/pods"));
+        // The streaming subresources, logs with or without `follow`.
+        for sub in [
+            "log",
+            "log?follow=true",
+            "exec?command=ls",
+            "attach",
+            "portforward",
+            "proxy/x/y",
+        ] {
+            assert!(
+                long(Method::GET, &format!("/api/v1/namespaces/a/pods/p/{sub}")),
+                "{sub}"
+            );
+        }
+        assert!(long(
+            Method::POST,
+            "/api/v1/namespaces/a/pods/p/exec?command=ls"
+        ));
+        assert!(long(Method::GET, "/api/v1/nodes/n/proxy/metrics"));
+        assert!(!long(Method::GET, "/api/v1/namespaces/a/pods/p/status"));
+        assert!(!long(Method::POST, "/api/v1/namespaces/a/pods/p/eviction"));
+        // The legacy proxy verb, and the profiler.
+        assert!(long(Method::GET, "/api/v1/proxy/namespaces/a/pods/p"));
+        assert!(long(Method::GET, "/debug/pprof/profile?seconds=30"));
+        assert!(!long(Method::GET, "/version"));
+        assert!(!long(Method::GET, "/api/v1/namespaces/proxy/pods"));
     }
 
     #[test]

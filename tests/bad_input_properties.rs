@@ -25,7 +25,7 @@ use serde_json::{json, Value};
 
 use watchgate::cache::events::{decode_event, Decoded, LineSplitter};
 use watchgate::cache::list_page::{decode_page, BodyFormat};
-use watchgate::codec::continue_token::ContinueToken;
+use watchgate::codec::continue_token::{ContinueToken, KeyForm};
 use watchgate::request::{self, ApiPath};
 use watchgate::selector::label::{LabelDigest, Op};
 use watchgate::selector::{FieldSelector, LabelSelector};
@@ -479,7 +479,9 @@ fn continue_tokens_round_trip() {
                 start_after: key,
             };
             for p in [prefix.as_str(), ""] {
-                prop_assert_eq!(ContinueToken::decode(&t.encode(p), p), Ok(t.clone()));
+                for form in [KeyForm::Rooted, KeyForm::Relative] {
+                    prop_assert_eq!(ContinueToken::decode(&t.encode(p, form), p), Ok(t.clone()));
+                }
             }
             Ok(())
         })

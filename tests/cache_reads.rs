@@ -125,8 +125,8 @@ async fn cached_reads_match_the_simulator() {
         &format!("/api/v1/pods?resourceVersion={current}&resourceVersionMatch=NotOlderThan"),
         "/api/v1/pods?resourceVersion=0&limit=2",
         "/api/v1/namespaces/a/pods?resourceVersion=0&limit=1&resourceVersionMatch=NotOlderThan",
-        // NotOlderThan with a limit: the first page, its continue token (etcd3's format,
-        // relative to the list's prefix) and remainingItemCount, as the cacher cuts them.
+        // NotOlderThan with a limit: the first page, its continue token (kube-apiserver's
+        // format, relative to the list's prefix) and remainingItemCount, as the cacher cuts them.
         &format!("/api/v1/pods?resourceVersion={current}&resourceVersionMatch=NotOlderThan&limit=5"),
         &format!("/api/v1/namespaces/a/pods?resourceVersion={current}&resourceVersionMatch=NotOlderThan&limit=2"),
         // A page that holds everything has no token.
@@ -439,7 +439,7 @@ async fn real_clients_read_the_cache_and_see_what_the_simulator_has() {
 }
 
 /// NotOlderThan with `limit` is a first page from the cache, as kube-apiserver's cacher
-/// serves it; its continue token is etcd3's, and the pages after it come from the
+/// serves it; its continue token is the apiserver's, and the pages after it come from the
 /// snapshot the first page was cut from, as kube-apiserver 1.34+ serves them
 /// (`ListFromCacheSnapshot`; docs/cache.md, "Paged lists"), even after writes. A token the
 /// upstream issued continues from the cache too, and one the cache issued continues on
@@ -490,7 +490,7 @@ async fn paged_lists_continue_from_the_first_pages_snapshot() {
         "the second page is consistent with the first"
     );
     assert_eq!(page2.body["metadata"]["resourceVersion"], rv.to_string());
-    // The simulator (etcd3's paging) answers the same token with the same page.
+    // The simulator (the cacher's paging) answers the same token with the same page.
     let direct2 = get(&sim.url(), &next).await;
     assert_eq!(page2.body, direct2.body, "{next}");
     // Even with resourceVersion=0 ("treated as Continue Token, Exact").

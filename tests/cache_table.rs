@@ -94,6 +94,51 @@ async fn tables_of_built_in_types_match_the_simulator() {
     assert_eq!(bad.source(), Some("upstream"));
 }
 
+/// Every built-in printer's column definitions, through the cache and from the simulator,
+/// equal kube-apiserver 1.36's: printers.go `AddHandlers`, whose descriptions are the
+/// fields' OpenAPI texts (`X{}.SwaggerDoc()["field"]`, k8s.io/api release-1.36), recorded
+/// in tests/fixtures/printer-columns-1.36.json (its `source` says where each part is from).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_built_in_printers_columns_are_kube_apiserver_1_36s() {
+    use watchgate::table::builtin::Printer;
+    let fixture: Value =
+        serde_json::from_str(include_str!("fixtures/printer-columns-1.36.json")).unwrap();
+    let printers = fixture["printers"].as_array().unwrap();
+    let group_of = |path: &str| -> String {
+        match path.strip_prefix("/apis/") {
+            Some(rest) => rest.split('/').next().unwrap().to_string(),
+            None => String::new(),
+        }
+    };
+    // The fixture covers every printer watchgate has.
+    for p in Printer::ALL {
+        assert!(
+            printers.iter().any(|e| Printer::for_kind(
+                &group_of(e["path"].as_str().unwrap()),
+                e["kind"].as_str().unwrap()
+            ) == Some(p)),
+            "{p:?} has no recorded columns"
+        );
+    }
+    let env = Env::gateway().await;
+    let gw = env.url().to_string();
+    for e in printers {
+        let path = format!("{}?resourceVersion=0", e["path"].as_str().unwrap());
+        wait_until_cached(&gw, &path).await;
+        let (direct, through) = both(&env, &path, KUBECTL_TABLE).await;
+        assert_eq!(through["kind"], "Table", "{path}");
+        let expected = &e["columnDefinitions"];
+        assert_eq!(
+            direct["columnDefinitions"], *expected,
+            "{path}: the simulator's"
+        );
+        assert_eq!(
+            through["columnDefinitions"], *expected,
+            "{path}: the cache's"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn custom_resource_tables_follow_the_crd_columns() {
     let env = Env::gateway().await;

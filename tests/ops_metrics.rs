@@ -208,10 +208,11 @@ async fn open_watches_show_in_the_long_running_gauge() {
     let cms = &[("group", ""), ("resource", "configmaps")];
     let base = sample(&scrape(&gw).await, "watchgate_long_running_requests", cms);
 
+    // However `watch` is spelt: kube-apiserver reads all but `0` and `false` as true.
     let mut watches = Vec::new();
-    for _ in 0..3 {
+    for w in ["watch", "watch=", "watch=True"] {
         watches.push(
-            http.watch("/api/v1/namespaces/default/configmaps?watch=true")
+            http.watch(&format!("/api/v1/namespaces/default/configmaps?{w}"))
                 .await,
         );
     }

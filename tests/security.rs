@@ -384,6 +384,38 @@ async fn each_user_has_its_own_watch_limit() {
     .await;
 }
 
+/// A watch however `watch` is spelt is long-running to the per-user limits, as to
+/// kube-apiserver's max-in-flight filter: it counts against the watch limit, never the
+/// in-flight one (here 1, which a second open "short" request would exceed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_spelling_of_watch_counts_against_the_watch_limit() {
+    let env = Secure::start_with(SecurityConfig {
+        max_in_flight_per_user: 1,
+        max_watches_per_user: 3,
+        ..Default::default()
+    })
+    .await;
+    warm(&env, ADMIN, "/api/v1/pods?resourceVersion=0").await;
+    let bob = env.http(Some(BOB));
+    let path = |w: &str| format!("/api/v1/namespaces/team-b/pods?resourceVersion=0&{w}");
+    let mut open = Vec::new();
+    for w in ["watch", "watch=", "watch=t"] {
+        let watch = bob.watch_any(&path(w)).await;
+        assert_eq!(watch.status, 200, "{w}");
+        open.push(watch);
+    }
+    // The fourth watch is over the watch limit.
+    let r = bob.get(&path("watch=True")).await;
+    assert_eq!(r.status, 429);
+    // Short requests still have their own place.
+    assert_eq!(
+        bob.get("/api/v1/namespaces/team-b/pods?resourceVersion=0")
+            .await
+            .status,
+        200
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_answer_carries_an_audit_id() {
     let env = Secure::start().await;

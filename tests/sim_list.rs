@@ -153,7 +153,7 @@ async fn first_page(h: &watchgate::sim::SimHandle) -> String {
 }
 
 /// The token's bytes, decoded: clients treat it as opaque, but the cache issues first pages
-/// whose continuations the upstream resumes, so the format must be etcd3's exactly.
+/// whose continuations the upstream resumes, and the bytes must be kube-apiserver's.
 fn token_json(t: &str) -> String {
     use base64::Engine;
     String::from_utf8(
@@ -165,23 +165,47 @@ fn token_json(t: &str) -> String {
 }
 
 #[tokio::test]
-async fn continue_tokens_are_etcd3s_relative_to_the_list_prefix() {
+async fn continue_tokens_are_the_1_36_watch_caches_rooted_keys() {
+    // kube-apiserver 1.36 pages from its watch cache, whose GetList trims the request's
+    // key (`/pods/ns1`, `/pods`: no trailing slash) from the object's key
+    // (k8s.io/apiserver pkg/storage/cacher/cacher.go `GetList` →
+    // storage.PrepareContinueToken → EncodeContinue): the start key keeps its slash.
     let h = fixture().await;
-    // In a namespace: relative to /registry/pods/ns1/.
+    // In a namespace: relative to /registry/pods/ns1.
     let cont = first_page(&h).await;
     assert_eq!(
         token_json(&cont),
-        r#"{"v":"meta.k8s.io/v1","rv":5,"start":"a\u0000"}"#
+        r#"{"v":"meta.k8s.io/v1","rv":5,"start":"/a\u0000"}"#
     );
-    // Over all namespaces: relative to /registry/pods/.
+    // Over all namespaces: relative to /registry/pods.
     let (code, v) = get(&h, "/api/v1/pods?limit=1").await;
     assert_eq!(code, StatusCode::OK, "{v}");
     let cont = v["metadata"]["continue"].as_str().unwrap();
     assert_eq!(
         token_json(cont),
-        r#"{"v":"meta.k8s.io/v1","rv":5,"start":"ns1/a\u0000"}"#
+        r#"{"v":"meta.k8s.io/v1","rv":5,"start":"/ns1/a\u0000"}"#
     );
     let (_, v) = get(&h, &format!("/api/v1/pods?limit=5&continue={cont}")).await;
+    assert_eq!(names(&v), ["b", "c"]);
+}
+
+#[tokio::test]
+async fn an_etcd3_token_without_the_slash_resumes_too() {
+    // What apiservers before `ListFromCacheSnapshot` (and 1.36's etcd3 store) write:
+    // DecodeContinue roots the key, so it names the same place.
+    use base64::Engine;
+    let h = fixture().await;
+    let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    let relative = b64.encode(r#"{"v":"meta.k8s.io/v1","rv":5,"start":"a\u0000"}"#);
+    let v = ok(&h, &format!("limit=1&continue={relative}")).await;
+    assert_eq!(names(&v), ["b"]);
+    // The next token is in the simulator's (1.36's) form again.
+    assert_eq!(
+        token_json(v["metadata"]["continue"].as_str().unwrap()),
+        r#"{"v":"meta.k8s.io/v1","rv":5,"start":"/b\u0000"}"#
+    );
+    let all = b64.encode(r#"{"v":"meta.k8s.io/v1","rv":5,"start":"ns1/a\u0000"}"#);
+    let (_, v) = get(&h, &format!("/api/v1/pods?limit=5&continue={all}")).await;
     assert_eq!(names(&v), ["b", "c"]);
 }
 
@@ -454,6 +478,12 @@ async fn a_continue_token_expires_with_the_compaction_of_its_revision() {
         .as_str()
         .expect("new token")
         .to_string();
+    // Written by etcd3's store (the cacher has no snapshot below a compaction), whose
+    // key prefix ends in a slash: the start key is relative.
+    assert_eq!(
+        token_json(&fresh),
+        r#"{"v":"meta.k8s.io/v1","rv":-1,"start":"a\u0000"}"#
+    );
     let v = ok(&h, &format!("limit=5&continue={fresh}")).await;
     assert_eq!(names(&v), ["b", "c", "d"]);
 }

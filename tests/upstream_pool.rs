@@ -24,13 +24,21 @@ use support::wait::within;
 use support::{wait_until, Http};
 use watchgate::config::GatewayConfig;
 
-/// What the stub upstream answers: an endless watch for every `watch=true`, a namespace
-/// for anything else. Counts the watches it has been sent.
+/// Whether kube-apiserver reads the query as a watch: its first `watch` parameter, by
+/// `Convert_Slice_string_To_bool` (all but `0` and `false`, a bare `watch` included).
+fn is_watch(query: &str) -> bool {
+    form_urlencoded::parse(query.as_bytes())
+        .find(|(k, _)| k == "watch")
+        .is_some_and(|(_, v)| !(v == "0" || v.eq_ignore_ascii_case("false")))
+}
+
+/// What the stub upstream answers: an endless watch for every watch, a namespace for
+/// anything else. Counts the watches it has been sent.
 fn apiserver(watches: Arc<AtomicUsize>) -> support::stub::StubHandler {
     handler(move |req: Request<Incoming>| {
         let watches = watches.clone();
         async move {
-            if req.uri().query().is_some_and(|q| q.contains("watch=true")) {
+            if req.uri().query().is_some_and(is_watch) {
                 watches.fetch_add(1, Ordering::SeqCst);
                 return Response::builder()
                     .header("content-type", "application/json")
@@ -135,6 +143,51 @@ async fn a_get_answers_while_a_thousand_forwarded_watches_hold_the_upstream() {
         11,
         "10 long-running + 1 short connections"
     );
+    drop(open);
+}
+
+/// A watch however `watch` is spelt (`?watch`, `watch=`, `watch=t`, …: kube-apiserver reads
+/// all but `0` and `false` as true) is long-running to the pool: it goes on the
+/// connections for streams, never on the one kept for short requests.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_spelling_of_watch_is_long_running_to_the_pool() {
+    let watches = Arc::new(AtomicUsize::new(0));
+    let stub = TlsStub::start(apiserver(watches.clone()), 100).await;
+    let mut cfg = GatewayConfig::for_upstream(stub.kube_config());
+    cfg.cache = None;
+    let gw = start_gateway_with(cfg).await;
+    let addr = gw.handle().addr();
+    let conn = h2(addr).await;
+    let spellings = ["watch", "watch=", "watch=t", "watch=True", "watch=yes"];
+    let sends = spellings.iter().map(|w| {
+        let mut conn = conn.clone();
+        let req = Request::get(format!("http://{addr}/api/v1/namespaces/a/configmaps?{w}"))
+            .body(watchgate::body::empty())
+            .unwrap();
+        async move { conn.send_request(req).await.expect("a response head") }
+    });
+    let open = within(
+        "the watches get their response heads",
+        Duration::from_secs(30),
+        futures_util::future::join_all(sends),
+    )
+    .await;
+    assert!(open.iter().all(|w| w.status() == 200));
+    assert_eq!(watches.load(Ordering::SeqCst), spellings.len());
+    let endpoint = format!("127.0.0.1:{}", stub.addr.port());
+    let text = scrape(&gw).await;
+    let at = |name: &str, class: &str| {
+        sample(
+            &text,
+            name,
+            &[("class", class), ("endpoint", endpoint.as_str())],
+        )
+    };
+    assert_eq!(
+        at("watchgate_upstream_streams", "long_running"),
+        spellings.len() as f64
+    );
+    assert_eq!(at("watchgate_upstream_streams", "short"), 0.0);
     drop(open);
 }
 

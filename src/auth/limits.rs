@@ -1,5 +1,6 @@
 //! Fair limits per user: at most N requests in flight and M long-running requests
-//! (watches, followed logs, exec/attach/port-forward) open per user at once; beyond that
+//! (watches, logs, exec/attach/port-forward, proxy: `request::is_long_running`) open per
+//! user at once; beyond that
 //! a 429 with `Retry-After`, as kube-apiserver's max-in-flight filter answers (APF
 //! answers the same way when a flow's queue is full). Per user rather than global, so that
 //! one tenant cannot take the gateway from the others: what APF's per-user flow

@@ -232,6 +232,10 @@ struct ProbeList {
 struct ProbeMeta {
     #[serde(rename = "resourceVersion", default)]
     resource_version: String,
+    /// A client's first page's token, when the resource has two objects or more: the
+    /// form the cache's tokens copy (`cache::token_form`).
+    #[serde(rename = "continue", default)]
+    continue_token: String,
 }
 
 impl Freshness {
@@ -365,6 +369,7 @@ impl Freshness {
             }
             let list: ProbeList = serde_json::from_slice(&bytes)
                 .map_err(|e| format!("the probe's answer is not a list: {e}"))?;
+            self.store.token_form().learn(&list.metadata.continue_token);
             list.metadata.resource_version.parse::<u64>().map_err(|_| {
                 format!(
                     "the probe's resourceVersion {:?} is not a number",

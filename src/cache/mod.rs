@@ -18,5 +18,6 @@ pub mod resource;
 pub mod serve;
 pub mod snapshots;
 pub mod store;
+pub mod token_form;
 pub mod warm;
 pub mod writes;

@@ -946,7 +946,11 @@ impl Reflector {
             // Every page of a paged list is served at the first page's resourceVersion.
             snapshot.resource_version = page.resource_version;
             match page.continue_token {
-                Some(c) => cont = Some(c),
+                Some(c) => {
+                    // The upstream's own token: the form the cache's pages copy.
+                    self.store.token_form().learn(&c);
+                    cont = Some(c)
+                }
                 None => return Ok((snapshot, endpoint)),
             }
         }

@@ -85,8 +85,8 @@ pub async fn try_serve(registry: &Arc<Registry>, req: &Parsed) -> Result<Respons
     let (read, limit) = cacheable(&opts, req.api.verb).ok_or(Forward::Options)?;
     let (read, after) = match read {
         Cacheable::Read(r) => (r, None),
-        // The token names the state (its first page's RV) and where the page starts, in
-        // etcd3's format relative to the list's key prefix.
+        // The token names the state (its first page's RV) and where the page starts,
+        // relative to the list's key prefix, in either of kube-apiserver's forms.
         Cacheable::Continue(token) => {
             let prefix = rp
                 .namespace
@@ -225,7 +225,7 @@ fn cacheable(opts: &ListOptions, verb: Verb) -> Option<(Cacheable, Option<usize>
         (_, 0) if limit.is_some() => None,
         (_, 0) => Some((R(Read::Any), None)),
         // NotOlderThan with a limit: the cacher serves the first page from its cache and
-        // issues an etcd-format continue token at the page's resourceVersion.
+        // issues a continue token at the page's resourceVersion.
         (Some(RvMatch::NotOlderThan), n) => Some((R(Read::NotOlderThan(n)), limit)),
         // Legacy semantics: RV=N with a limit is an exact read.
         (None, n) if limit.is_some() => Some((R(Read::Exact(n)), limit)),
@@ -508,8 +508,8 @@ async fn list(
         .and_then(|l| page(&snapshot, namespace, filter.as_ref(), after, l));
     let (continue_token, remaining_item_count) = match &page {
         Some(end) => {
-            // etcd3's format, relative to the list's prefix, at the snapshot's RV: any
-            // apiserver resumes it at exactly that revision, and the cache serves the
+            // kube-apiserver's format, relative to the list's prefix, at the snapshot's
+            // RV: any apiserver resumes it at exactly that revision, and the cache serves the
             // next page from this snapshot, which it keeps (`cache::snapshots`).
             cache.store.retain(&snapshot);
             let token = ContinueToken {
@@ -518,7 +518,9 @@ async fn list(
             };
             let prefix = namespace.map(|ns| format!("{ns}/")).unwrap_or_default();
             let remaining = filter.is_none().then_some(end.remaining as u64);
-            (Some(token.encode(&prefix)), remaining)
+            // In the form the upstream's own tokens take (`cache::token_form`).
+            let form = cache.store.token_form().get();
+            (Some(token.encode(&prefix, form)), remaining)
         }
         None => (None, None),
     };

@@ -124,6 +124,10 @@ pub struct Store {
     /// States before this resourceVersion cannot be rebuilt from the history: a relist
     /// replaced the state there, telling the result but not the steps to it.
     exact_floor: AtomicU64,
+    /// The form of the upstream's continue tokens for this resource: kept here because
+    /// everything that reads the upstream's lists of it (reflector, probes) and everything
+    /// that mints tokens (`cache::serve`) holds the store.
+    token_form: super::token_form::TokenForm,
 }
 
 impl Default for Store {
@@ -170,7 +174,13 @@ impl Store {
             hub,
             retained: Retained::default(),
             exact_floor: AtomicU64::new(0),
+            token_form: Default::default(),
         }
+    }
+
+    /// The form of the upstream's continue tokens for this resource.
+    pub fn token_form(&self) -> &super::token_form::TokenForm {
+        &self.token_form
     }
 
     /// The current snapshot, in O(1).

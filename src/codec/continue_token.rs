@@ -3,18 +3,61 @@
 //! which issues first pages whose continuations the upstream resumes.
 //!
 //! A token is base64url (no padding) of `{"v":"meta.k8s.io/v1","rv":N,"start":"<key>\u0000"}`,
-//! where `<key>` is the last returned object's storage key relative to the list's key
-//! prefix: `namespace/name` for a list over all namespaces (prefix `/registry/pods/`),
-//! `name` for a list in one namespace (prefix `/registry/pods/<ns>/`). The trailing NUL
-//! makes the next range start strictly after that key. Because the cache writes exactly
-//! what etcd3's store writes, any apiserver-compatible upstream can resume a first page the
-//! cache served.
+//! where `<key>` is the last returned object's storage key with the list's key prefix
+//! trimmed (`EncodeContinue(key+"\x00", keyPrefix, rv)`: `strings.TrimPrefix(key,
+//! keyPrefix)`). The trailing NUL makes the next range start strictly after that key.
+//!
+//! kube-apiserver has two key prefixes, hence two forms of the same token ([`KeyForm`]):
+//!
+//! - its watch cache (`pkg/storage/cacher/cacher.go` `GetList`, release-1.36) passes the
+//!   request's key as it came, `/pods/<ns>` or `/pods`, with no trailing slash, so the
+//!   start key keeps a leading slash: `"start":"/p-2\u0000"` ([`KeyForm::Rooted`]). Since
+//!   `ListFromCacheSnapshot` (on by default from 1.34) the cache serves paged lists and
+//!   their continuations, so this is what 1.36 issues;
+//! - its etcd3 store (`pkg/storage/etcd3/store.go` `GetList`) passes `storage.PrepareKey`'s
+//!   key, to which a recursive list adds the trailing slash, so the start key is relative:
+//!   `"start":"p-2\u0000"` ([`KeyForm::Relative`]). Apiservers before the cache served
+//!   pages issue this form, and so does 1.36 for what it delegates to etcd (a page older
+//!   than its cache's snapshots, and the `rv:-1` token of `handleCompactedErrorForPaging`).
+//!
+//! `DecodeContinue` roots a start key without its slash before it cleans it, so both forms
+//! name the same key and every apiserver resumes either; [`ContinueToken::decode`] does too.
 
 use base64::Engine;
 use serde::{Deserialize, Serialize};
 
 /// kube-apiserver's `ErrGenericInvalidKey` and friends (`continue.go`).
 const NOT_VALID: &str = "continue key is not valid";
+
+/// How a token writes its start key (see the module docs): the same key either way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum KeyForm {
+    /// `"start":"/p-2\u0000"`: kube-apiserver's watch cache, which 1.36 pages from.
+    #[default]
+    Rooted,
+    /// `"start":"p-2\u0000"`: kube-apiserver's etcd3 store.
+    Relative,
+}
+
+impl KeyForm {
+    /// The form of a token an upstream issued, or `None` if it tells nothing: not a
+    /// token, or an `rv` of -1 or less, which only etcd3's compaction path writes
+    /// (whatever form the upstream's pages take).
+    pub fn of(token: &str) -> Option<Self> {
+        let data = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(token)
+            .ok()?;
+        let wire: Wire = serde_json::from_slice(&data).ok()?;
+        if wire.version != "meta.k8s.io/v1" || wire.rv <= 0 || wire.start.is_empty() {
+            return None;
+        }
+        Some(if wire.start.starts_with('/') {
+            KeyForm::Rooted
+        } else {
+            KeyForm::Relative
+        })
+    }
+}
 
 /// A decoded continue token.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,16 +83,20 @@ struct Wire {
 
 impl ContinueToken {
     /// The token for a list whose keys start with `prefix` (`""` for all namespaces or
-    /// a cluster-scoped type, `"<ns>/"` for one namespace).
-    pub fn encode(&self, prefix: &str) -> String {
+    /// a cluster-scoped type, `"<ns>/"` for one namespace), its start key in `form`.
+    pub fn encode(&self, prefix: &str, form: KeyForm) -> String {
         let relative = self
             .start_after
             .strip_prefix(prefix)
             .unwrap_or(&self.start_after);
+        let root = match form {
+            KeyForm::Rooted => "/",
+            KeyForm::Relative => "",
+        };
         let wire = Wire {
             version: "meta.k8s.io/v1".into(),
             rv: self.rv,
-            start: format!("{relative}\u{0}"),
+            start: format!("{root}{relative}\u{0}"),
         };
         let json = serde_json::to_vec(&wire).expect("a token serialises");
         base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(json)
@@ -155,38 +202,99 @@ mod tests {
     }
 
     #[test]
-    fn the_bytes_are_etcd3s() {
+    fn the_watch_caches_bytes_keep_the_leading_slash() {
+        // kube-apiserver 1.36's cacher: EncodeContinue(key+"\x00", "/pods/default", rv).
         let t = ContinueToken {
             rv: 42,
             start_after: "default/pod-a".into(),
         };
-        // All namespaces: the key relative to /registry/pods/.
+        // All namespaces: relative to /registry/pods.
         assert_eq!(
-            t.encode(""),
+            t.encode("", KeyForm::Rooted),
+            raw(r#"{"v":"meta.k8s.io/v1","rv":42,"start":"/default/pod-a\u0000"}"#)
+        );
+        // One namespace: relative to /registry/pods/default.
+        assert_eq!(
+            t.encode("default/", KeyForm::Rooted),
+            raw(r#"{"v":"meta.k8s.io/v1","rv":42,"start":"/pod-a\u0000"}"#)
+        );
+        // A cluster-scoped type: relative to /registry/namespaces.
+        let ns = ContinueToken {
+            rv: 7,
+            start_after: "kube-system".into(),
+        };
+        assert_eq!(
+            ns.encode("", KeyForm::Rooted),
+            raw(r#"{"v":"meta.k8s.io/v1","rv":7,"start":"/kube-system\u0000"}"#)
+        );
+        assert_eq!(
+            KeyForm::of(&t.encode("", KeyForm::Rooted)),
+            Some(KeyForm::Rooted)
+        );
+    }
+
+    #[test]
+    fn etcd3s_bytes_are_relative() {
+        // The etcd3 store: EncodeContinue(key+"\x00", "/registry/pods/default/", rv).
+        let t = ContinueToken {
+            rv: 42,
+            start_after: "default/pod-a".into(),
+        };
+        assert_eq!(
+            t.encode("", KeyForm::Relative),
             raw(r#"{"v":"meta.k8s.io/v1","rv":42,"start":"default/pod-a\u0000"}"#)
         );
-        // One namespace: relative to /registry/pods/default/.
         assert_eq!(
-            t.encode("default/"),
+            t.encode("default/", KeyForm::Relative),
             raw(r#"{"v":"meta.k8s.io/v1","rv":42,"start":"pod-a\u0000"}"#)
         );
-        assert_eq!(ContinueToken::decode(&t.encode(""), ""), Ok(t.clone()));
         assert_eq!(
-            ContinueToken::decode(&t.encode("default/"), "default/"),
-            Ok(t)
+            KeyForm::of(&t.encode("default/", KeyForm::Relative)),
+            Some(KeyForm::Relative)
         );
-        // A leading slash (how some apiservers relativise) means the same key.
-        let slash = raw(r#"{"v":"meta.k8s.io/v1","rv":7,"start":"/pod-b\u0000"}"#);
-        assert_eq!(
-            ContinueToken::decode(&slash, "ns/").unwrap().start_after,
-            "ns/pod-b"
-        );
+    }
+
+    #[test]
+    fn both_forms_decode_to_the_same_key() {
+        let t = ContinueToken {
+            rv: 42,
+            start_after: "default/pod-a".into(),
+        };
+        for form in [KeyForm::Rooted, KeyForm::Relative] {
+            for prefix in ["", "default/"] {
+                assert_eq!(
+                    ContinueToken::decode(&t.encode(prefix, form), prefix),
+                    Ok(t.clone()),
+                    "{form:?} {prefix:?}"
+                );
+            }
+        }
+        // Hand-written, as each server writes them, in a namespace.
+        for start in ["/pod-b", "pod-b"] {
+            let tok = raw(&format!(
+                r#"{{"v":"meta.k8s.io/v1","rv":7,"start":"{start}\u0000"}}"#
+            ));
+            assert_eq!(
+                ContinueToken::decode(&tok, "ns/").unwrap().start_after,
+                "ns/pod-b"
+            );
+        }
         // After a compaction etcd3 continues at the latest revision.
         let latest = ContinueToken {
             rv: -1,
             start_after: "a/b".into(),
         };
-        assert_eq!(ContinueToken::decode(&latest.encode(""), ""), Ok(latest));
+        let tok = latest.encode("", KeyForm::Relative);
+        assert_eq!(ContinueToken::decode(&tok, ""), Ok(latest));
+    }
+
+    #[test]
+    fn only_a_real_pages_token_tells_the_form() {
+        let latest = raw(r#"{"v":"meta.k8s.io/v1","rv":-1,"start":"/a\u0000"}"#);
+        assert_eq!(KeyForm::of(&latest), None, "etcd3's compaction token");
+        assert_eq!(KeyForm::of("%%%"), None);
+        assert_eq!(KeyForm::of(&raw("{}")), None);
+        assert_eq!(KeyForm::of(&raw(r#"{"v":"v2","rv":3,"start":"/a"}"#)), None);
     }
 
     #[test]

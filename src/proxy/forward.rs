@@ -53,8 +53,9 @@ impl Proxy {
             return upgrade::forward(&self.upstream, &self.drain, req).await;
         }
 
-        let long_running = is_long_running(req.uri());
-        // Watches and followed logs legitimately wait for their first bytes.
+        let long_running = crate::request::long_running(&req);
+        // Long-running requests (watches, logs, exec…) legitimately wait for their first
+        // bytes.
         let head_deadline =
             (!long_running).then(|| self.response_timeout.max(requested_timeout(req.uri())));
         // The gateway's own Statuses (upstream down, timed out, at its bound) are written
@@ -122,11 +123,6 @@ impl Proxy {
     }
 }
 
-/// Watches and followed logs run until the client or the server ends them; these are
-/// the responses a drain must end instead of waiting for. One definition, the upstream
-/// pool's (it keeps the same requests off the short requests' connections).
-pub(crate) use crate::upstream::class::is_long_running;
-
 /// A request's own `?timeout=` (kube-apiserver honours it for non-streaming requests), plus
 /// slack for the apiserver's answer to travel; zero when absent or unparsable.
 fn requested_timeout(uri: &http::Uri) -> Duration {
@@ -156,27 +152,5 @@ mod tests {
         assert_eq!(t("/api/v1/pods?timeout=120s"), Duration::from_secs(130));
         assert_eq!(t("/api/v1/pods?limit=1"), Duration::ZERO);
         assert_eq!(t("/api/v1/pods?timeout=bogus"), Duration::ZERO);
-    }
-
-    #[test]
-    fn long_running_requests_are_recognised() {
-        for yes in [
-            "/api/v1/pods?watch=true",
-            "/api/v1/namespaces/a/pods?labelSelector=x&watch=1",
-            "/api/v1/watch/pods",
-            "/apis/apps/v1/watch/deployments",
-            "/api/v1/namespaces/a/pods/p/log?follow=true",
-        ] {
-            assert!(is_long_running(&yes.parse().unwrap()), "{yes}");
-        }
-        for no in [
-            "/api/v1/pods",
-            "/api/v1/pods?watch=false",
-            "/api/v1/namespaces/watch/pods",
-            "/api/v1/namespaces/a/pods/p/log",
-            "/apis/apps/v1/namespaces/watch",
-        ] {
-            assert!(!is_long_running(&no.parse().unwrap()), "{no}");
-        }
     }
 }

@@ -6,6 +6,5 @@ pub mod headers;
 mod stream;
 mod upgrade;
 
-pub(crate) use forward::is_long_running;
 pub use forward::Proxy;
 pub use stream::DrainingBody;

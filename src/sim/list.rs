@@ -15,7 +15,7 @@ use serde_json::{json, Value};
 use std::sync::Arc;
 
 use crate::body::{self, Body};
-use crate::codec::continue_token::ContinueToken;
+use crate::codec::continue_token::{ContinueToken, KeyForm};
 use crate::codec::gzip;
 use crate::request::{parse_resource_version, ApiRequest, ListOptions, ResourcePath, RvMatch};
 use crate::selector::field::field_value;
@@ -169,7 +169,9 @@ pub fn plan(
         }
         // etcd3's tokens expire when their revision is compacted (every 5 minutes by
         // default); the Status carries a token that continues at the latest revision,
-        // as `handleCompactedErrorForPaging` does.
+        // as `handleCompactedErrorForPaging` does. 1.36's cacher drops its snapshots
+        // below a compaction (`watchCache.Compact`) and delegates such a page to etcd3,
+        // whose key prefix ends in a slash: that token's start key is relative.
         if (t.rv as u64) < compacted {
             let mut s = Status::expired(INCONSISTENT_CONTINUE);
             s.list_continue = Some(
@@ -177,7 +179,7 @@ pub fn plan(
                     rv: -1,
                     start_after: t.start_after.clone(),
                 }
-                .encode(prefix),
+                .encode(prefix, KeyForm::Relative),
             );
             return Err(s);
         }
@@ -268,7 +270,7 @@ async fn list(
     let opts = api.list_options()?;
     check_field_labels(rt, &opts.field_selector)?;
     // Keys are `namespace/name`; a namespaced list's tokens are relative to its namespace,
-    // as etcd3's are relative to `/registry/<resource>/<namespace>/`.
+    // as kube-apiserver's are relative to `/registry/<resource>/<namespace>`.
     let prefix = match rp.namespace.as_deref() {
         Some(ns) if !ns.is_empty() => format!("{ns}/"),
         _ => String::new(),
@@ -332,7 +334,13 @@ async fn list(
             rv: snap.rv as i64,
             start_after: snap.items[last_idx - 1].0.clone(),
         };
-        meta.insert("continue".into(), json!(token.encode(&prefix)));
+        // kube-apiserver 1.36 serves pages from its watch cache's snapshots
+        // (`ListFromCacheSnapshot`), whose `GetList` trims the request's key (`/pods/ns`,
+        // no trailing slash) from the object's: the start key keeps its leading slash
+        // (k8s.io/apiserver pkg/storage/cacher/cacher.go, storage/continue.go). An older
+        // apiserver, paging from etcd3, is one `continue_form` away.
+        let form = sim.cfg.continue_form;
+        meta.insert("continue".into(), json!(token.encode(&prefix, form)));
         if !selecting {
             meta.insert("remainingItemCount".into(), json!(remaining));
         }

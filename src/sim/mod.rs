@@ -12,6 +12,7 @@
 pub mod answer;
 pub mod apply;
 pub mod auth;
+pub mod bookmarks;
 pub mod churn;
 pub mod convert;
 pub mod discovery;
@@ -138,6 +139,10 @@ pub struct SimConfig {
     pub http2_max_streams: u32,
     /// Authentication and authorization policy (`None`: every request is allowed).
     pub policy: Option<Arc<auth::Policy>>,
+    /// How list pages' continue tokens write their start key: `Rooted` as kube-apiserver
+    /// 1.36 pages from its watch cache (the default), `Relative` as apiservers before
+    /// `ListFromCacheSnapshot` paged from etcd3 (`codec::continue_token`).
+    pub continue_form: crate::codec::continue_token::KeyForm,
 }
 
 impl Default for SimConfig {
@@ -154,6 +159,7 @@ impl Default for SimConfig {
             bootstrap_namespaces: false,
             http2_max_streams: DEFAULT_HTTP2_MAX_STREAMS,
             policy: None,
+            continue_form: Default::default(),
         }
     }
 }
@@ -190,6 +196,7 @@ impl SimConfig {
                 .map(auth::Policy::load)
                 .transpose()?
                 .map(Arc::new),
+            continue_form: Default::default(),
         })
     }
 }
@@ -205,6 +212,8 @@ pub struct Sim {
     pub shutdown: tokio_watch::Receiver<bool>,
     /// The writes made, with their identities (recorded with a policy only).
     pub audit: Arc<auth::Audit>,
+    /// The watch cache's creation, from which its bookmark ticks count (`bookmarks`).
+    pub bookmark_epoch: tokio::time::Instant,
 }
 
 impl Sim {
@@ -224,6 +233,7 @@ impl Sim {
             cfg,
             shutdown: rx,
             audit: Arc::default(),
+            bookmark_epoch: tokio::time::Instant::now(),
         });
         (sim, tx)
     }

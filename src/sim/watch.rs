@@ -37,6 +37,7 @@ use crate::body::{self, Body, BoxError};
 use crate::negotiate::Encoding;
 use crate::request::{parse_resource_version, ApiRequest, ListOptions, ResourcePath, WatchTimeout};
 use crate::sim::answer::{self, Answer};
+use crate::sim::bookmarks::Schedule;
 use crate::sim::convert::Events;
 use crate::sim::list::{check_field_labels, matches, wait_for_rv};
 use crate::sim::protobuf;
@@ -50,9 +51,6 @@ pub use crate::watch::event::{value_line as event_line, INITIAL_EVENTS_END};
 
 /// Without timeoutSeconds the apiserver picks minRequestTimeout (1800 s) × [1, 2).
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(1800);
-
-/// How long before a watch's deadline its last bookmark is sent.
-const PRE_TIMEOUT_BOOKMARK: Duration = Duration::from_secs(2);
 
 /// Events read from history per lock acquisition.
 const BATCH: usize = 256;
@@ -192,13 +190,17 @@ impl Watcher {
         // A frozen server (a lagging apiserver) delivers nothing past its frozen RV.
         let mut frozen_rx = self.sim.faults.frozen_signal();
         frozen_rx.borrow_and_update();
-        let bookmark_every = self.sim.cfg.bookmark_interval;
-        let mut next_bookmark = started + bookmark_every;
-        // The last bookmark comes 2 s before the deadline, so the client can resume from
-        // it (cache_watcher.go nextBookmarkTime).
-        let mut pre_timeout = deadline
-            .checked_sub(PRE_TIMEOUT_BOOKMARK)
-            .filter(|t| *t > started && self.opts.allow_watch_bookmarks);
+        // The watch cache's schedule (`sim::bookmarks`): a heartbeat each bookmark
+        // interval and one about 2 s before the deadline, at its timer's ticks. Only
+        // watchers that allow bookmarks are queued for them.
+        let schedule = Schedule::new(
+            self.sim.bookmark_epoch,
+            self.sim.cfg.bookmark_interval,
+            deadline,
+        );
+        let mut next_bookmark = schedule
+            .first(started)
+            .filter(|_| self.opts.allow_watch_bookmarks);
 
         let mut cursor = match start {
             Start::After(rv) => rv,
@@ -224,7 +226,7 @@ impl Watcher {
                     {
                         return;
                     }
-                    next_bookmark = Instant::now() + bookmark_every;
+                    next_bookmark = schedule.next(Instant::now());
                 }
                 snap.rv
             }
@@ -288,11 +290,9 @@ impl Watcher {
                     // Under constant churn the wait below is always cut short by a
                     // write, so a due bookmark is sent here too.
                     let now = Instant::now();
-                    if self.opts.allow_watch_bookmarks
-                        && (now >= next_bookmark || pre_timeout.is_some_and(|p| now >= p))
-                    {
-                        next_bookmark = now + bookmark_every;
-                        pre_timeout = pre_timeout.filter(|p| now < *p);
+                    if next_bookmark.is_some_and(|t| now >= t) {
+                        // Requeued as `finishDispatching` does, once it went out.
+                        next_bookmark = schedule.next(now);
                         if !self
                             .send("BOOKMARK", &bookmark(self.rt, cursor, false))
                             .await
@@ -306,20 +306,17 @@ impl Watcher {
                 }
             }
             // Caught up: wait for a write, the next bookmark, the end, or a fault.
-            let mut wake = deadline.min(next_bookmark);
-            for t in [drop_at, pre_timeout].into_iter().flatten() {
+            let mut wake = deadline;
+            for t in [drop_at, next_bookmark].into_iter().flatten() {
                 wake = wake.min(t);
             }
             tokio::select! {
                 r = rv_rx.changed() => { if r.is_err() { return; } }
                 _ = tokio::time::sleep_until(wake) => {
                     let now = Instant::now();
-                    if now >= next_bookmark || pre_timeout.is_some_and(|p| now >= p) {
-                        next_bookmark = now + bookmark_every;
-                        pre_timeout = pre_timeout.filter(|p| now < *p);
-                        if self.opts.allow_watch_bookmarks
-                            && !self.send("BOOKMARK", &bookmark(self.rt, cursor, false)).await
-                        {
+                    if next_bookmark.is_some_and(|t| now >= t) {
+                        next_bookmark = schedule.next(now);
+                        if !self.send("BOOKMARK", &bookmark(self.rt, cursor, false)).await {
                             return;
                         }
                     }
@@ -529,6 +526,110 @@ mod tests {
             .await
             .expect("the dropped watch ends, not at its timeout");
         assert!(ended.is_ok());
+    }
+
+    /// A watch's events as (time since `t0`, type, resourceVersion), until it ends.
+    async fn timeline(sim: &Arc<Sim>, query: &str, t0: Instant) -> Vec<(Duration, String, u64)> {
+        let uri: http::Uri = format!("/api/v1/configmaps?{query}").parse().unwrap();
+        let api = crate::request::parse(&http::Method::GET, &uri);
+        let crate::request::ApiPath::Resource(rp) = api.path.clone() else {
+            panic!("a resource path: {:?}", api.path)
+        };
+        let rt = crate::sim::resources::find("", "v1", "configmaps").unwrap();
+        let mut body = handle(sim, &api, &HeaderMap::new(), rt, &rp)
+            .await
+            .into_body();
+        let mut out = Vec::new();
+        while let Some(frame) = body.frame().await {
+            let Ok(data) = frame.unwrap().into_data() else {
+                continue;
+            };
+            let e: Value = serde_json::from_slice(&data).unwrap();
+            let rv = e["object"]["metadata"]["resourceVersion"].as_str().unwrap();
+            out.push((
+                Instant::now() - t0,
+                e["type"].as_str().unwrap().to_string(),
+                rv.parse().unwrap(),
+            ));
+        }
+        out.push((Instant::now() - t0, "END".into(), 0));
+        out
+    }
+
+    fn put_pod(sim: &Sim, name: &str) -> u64 {
+        let rt = crate::sim::resources::find("", "v1", "pods").unwrap();
+        let obj = json!({"kind": "Pod", "apiVersion": "v1",
+            "metadata": {"name": name, "namespace": "other"}});
+        sim.store
+            .mutate(rt, "other", name, |_| Ok(crate::sim::Mutation::Put(obj)))
+            .unwrap();
+        sim.store.current_rv()
+    }
+
+    /// The pre-timeout bookmark's schedule is kube-apiserver 1.36's watch cache's
+    /// (k8s.io/apiserver pkg/storage/cacher: cache_watcher.go `nextBookmarkTime` asks for
+    /// it 2 s before the deadline; cacher.go `watcherBookmarkTimeBuckets` files it under
+    /// that time's whole second from the cacher's creation and pops it at the first tick
+    /// of the dispatch loop's 1 s bookmark timer at or after that second's start, then
+    /// `finishDispatching` queues it again while it is not yet past due). Paused time, so
+    /// the instants are exact: the simulator's ticks are not jittered (docs/simulator.md).
+    #[tokio::test(start_paused = true)]
+    async fn the_pre_timeout_bookmark_follows_the_watch_caches_ticks() {
+        let (sim, _shutdown) = Sim::new(crate::sim::SimConfig::default());
+        let epoch = sim.bookmark_epoch;
+        put_pod(&sim, "a");
+        // Half a second into the watch cache's second.
+        tokio::time::sleep_until(epoch + Duration::from_millis(500)).await;
+        let t0 = Instant::now();
+        let from = sim.store.current_rv();
+        // Writes to another resource while the watch is open: they move the global
+        // resourceVersion, which the bookmark carries.
+        let writer = {
+            let sim = sim.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                let a = put_pod(&sim, "b");
+                tokio::time::sleep(Duration::from_millis(1000)).await;
+                let b = put_pod(&sim, "c");
+                (a, b)
+            })
+        };
+        let q = format!("watch=1&allowWatchBookmarks=true&timeoutSeconds=3&resourceVersion={from}");
+        let events = timeline(&sim, &q, t0).await;
+        let (a, b) = writer.await.unwrap();
+        let ms = Duration::from_millis;
+        assert_eq!(
+            events,
+            [
+                // Due at 1.5 s, in the bucket of the cacher's second 1, popped at its tick
+                // (0.5 s into the watch), which is before it is due: queued again, popped
+                // at the tick of second 2 (1.5 s into the watch).
+                (ms(500), "BOOKMARK".to_string(), a),
+                (ms(1500), "BOOKMARK".to_string(), b),
+                (ms(3000), "END".to_string(), 0),
+            ],
+            "writes at {a} and {b}"
+        );
+        // Every write before a bookmark is at or below its resourceVersion: the
+        // simulator's current one when it went out.
+        assert!(from < a && a < b);
+
+        // timeoutSeconds=2: its pre-timeout time has passed when it is queued; no
+        // bookmark at all (the heartbeat is a minute away).
+        let t0 = Instant::now();
+        let now = sim.store.current_rv();
+        let q = format!("watch=1&allowWatchBookmarks=true&timeoutSeconds=2&resourceVersion={now}");
+        assert_eq!(
+            timeline(&sim, &q, t0).await,
+            [(ms(2000), "END".to_string(), 0)]
+        );
+        // Without allowWatchBookmarks: none either.
+        let t0 = Instant::now();
+        let q = format!("watch=1&timeoutSeconds=3&resourceVersion={now}");
+        assert_eq!(
+            timeline(&sim, &q, t0).await,
+            [(ms(3000), "END".to_string(), 0)]
+        );
     }
 
     #[test]

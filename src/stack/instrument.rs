@@ -83,7 +83,7 @@ pub struct RequestLabels {
 }
 
 impl RequestLabels {
-    /// Watches and followed logs: not counted in flight, not timed.
+    /// Long-running requests (`request::is_long_running`): not counted in flight, not timed.
     pub fn long_running(&self) -> bool {
         self.long_running
     }

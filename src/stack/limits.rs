@@ -38,18 +38,6 @@ pub struct Limit<S> {
     security: Arc<Security>,
 }
 
-/// kube-apiserver's long-running requests: watches and followed logs (the typed request
-/// says which), and the streaming subresources.
-fn long_running(parsed: &Parsed) -> bool {
-    parsed.long_running
-        || parsed.resource().is_some_and(|rp| {
-            matches!(
-                rp.subresource.as_deref(),
-                Some("exec" | "attach" | "portforward" | "proxy")
-            )
-        })
-}
-
 impl<S, B> Service<Request<B>> for Limit<S>
 where
     S: Service<Request<B>, Response = Response<Body>, Error = Infallible> + Clone + Send + 'static,
@@ -70,7 +58,9 @@ where
             req.extensions().get::<Arc<Parsed>>(),
         ) {
             (Some(user), Some(parsed)) => {
-                match self.security.limits.admit(user, long_running(parsed)) {
+                // Long-running requests have their own budget, as kube-apiserver's
+                // max-in-flight filter leaves them out (`request::is_long_running`).
+                match self.security.limits.admit(user, parsed.long_running) {
                     Some(permit) => permit,
                     None => {
                         tracing::debug!(user = user.name(), uri = %req.uri(), "per-user limit reached");

@@ -9,6 +9,7 @@ use jiff::Timestamp;
 use serde_json::{json, Value};
 
 use super::format::{human_duration, parse_time, seconds_between, since};
+use super::swagger as sw;
 use super::{col, Column, Row, AGE_DESC, NAME};
 
 /// A kind with a printer in `printers.go` that watchgate has ported.
@@ -27,6 +28,20 @@ pub enum Printer {
 }
 
 impl Printer {
+    /// Every ported printer (tests check each against kube-apiserver's columns).
+    pub const ALL: [Printer; 10] = [
+        Printer::Pod,
+        Printer::Node,
+        Printer::Namespace,
+        Printer::ConfigMap,
+        Printer::Secret,
+        Printer::Service,
+        Printer::Endpoints,
+        Printer::Event,
+        Printer::Deployment,
+        Printer::EndpointSlice,
+    ];
+
     /// The printer for a group and kind, if watchgate has ported it.
     pub fn for_kind(group: &str, kind: &str) -> Option<Printer> {
         Some(match (group, kind) {
@@ -46,6 +61,8 @@ impl Printer {
 
     /// The columns this printer defines (the wide form: priority-1 columns included).
     pub fn columns(self) -> Vec<Column> {
+        // Each printer's `ColumnDefinitions` in printers.go `AddHandlers`; the
+        // descriptions that are `X{}.SwaggerDoc()["field"]` there are `sw::X_FIELD` here.
         match self {
         Printer::Pod => vec![
             NAME,
@@ -53,81 +70,75 @@ impl Printer {
             col("Status", "string", 0, "The aggregate status of the containers in this pod."),
             col("Restarts", "string", 0, "The number of times the containers in this pod have been restarted and when the last container in this pod has restarted."),
             AGE,
-            col("IP", "string", 1, "podIP address allocated to the pod. Routable at least within the cluster. Empty if not yet allocated."),
-            col("Node", "string", 1, "NodeName indicates in which node this pod is scheduled. If empty, this pod is a candidate for scheduling by the scheduler defined in schedulerName. Once this field is set, the kubelet for this node becomes responsible for the lifecycle of this pod. This field should not be used to express a desire for the pod to be scheduled on a specific node. https://kubernetes.io/docs/concepts/scheduling-eviction/assign-pod-node/#nodename"),
-            col("Nominated Node", "string", 1, "nominatedNodeName is set only when this pod preempts other pods on the node, but it cannot be scheduled right away as preemption victims receive their graceful termination periods. This field does not guarantee that the pod will be scheduled on this node. Scheduler may decide to place the pod elsewhere if other nodes become available sooner. Scheduler may also decide to give the resources on this node to a higher priority pod that is created after preemption. As a result, this field may be different than PodSpec.nodeName when the pod is scheduled."),
-            col("Readiness Gates", "string", 1, "If specified, all readiness gates will be evaluated for pod readiness. A pod is ready when all its containers are ready AND all conditions specified in the readiness gates have status equal to \"True\" More info: https://git.k8s.io/enhancements/keps/sig-network/580-pod-readiness-gates"),
+            col("IP", "string", 1, sw::POD_STATUS_POD_IP),
+            col("Node", "string", 1, sw::POD_SPEC_NODE_NAME),
+            col("Nominated Node", "string", 1, sw::POD_STATUS_NOMINATED_NODE_NAME),
+            col("Readiness Gates", "string", 1, sw::POD_SPEC_READINESS_GATES),
         ],
         Printer::Node => vec![
             NAME,
             col("Status", "string", 0, "The status of the node"),
             col("Roles", "string", 0, "The roles of the node"),
             AGE,
-            col("Version", "string", 0, "Kubelet Version reported by the node."),
-            col("Internal-IP", "string", 1, "List of addresses reachable to the node. Queried from cloud provider, if available. More info: https://kubernetes.io/docs/reference/node/node-status/#addresses"),
-            col("External-IP", "string", 1, "List of addresses reachable to the node. Queried from cloud provider, if available. More info: https://kubernetes.io/docs/reference/node/node-status/#addresses"),
-            col("OS-Image", "string", 1, "OS Image reported by the node from /etc/os-release (e.g. Debian GNU/Linux 7 (wheezy))."),
-            col("Kernel-Version", "string", 1, "Kernel Version reported by the node from 'uname -r' (e.g. 3.16.0-0.bpo.4-amd64)."),
-            col("Container-Runtime", "string", 1, "ContainerRuntime Version reported by the node through runtime remote API (e.g. containerd://1.4.2)."),
+            col("Version", "string", 0, sw::NODE_SYSTEM_INFO_KUBELET_VERSION),
+            col("Internal-IP", "string", 1, sw::NODE_STATUS_ADDRESSES),
+            col("External-IP", "string", 1, sw::NODE_STATUS_ADDRESSES),
+            col("OS-Image", "string", 1, sw::NODE_SYSTEM_INFO_OS_IMAGE),
+            col("Kernel-Version", "string", 1, sw::NODE_SYSTEM_INFO_KERNEL_VERSION),
+            col("Container-Runtime", "string", 1, sw::NODE_SYSTEM_INFO_CONTAINER_RUNTIME_VERSION),
         ],
         Printer::Namespace => vec![
             NAME,
             col("Status", "string", 0, "The status of the namespace"),
             AGE,
         ],
-        Printer::ConfigMap => vec![
-            NAME,
-            col("Data", "string", 0, "Data contains the configuration data. Each key must consist of alphanumeric characters, '-', '_' or '.'. Values with non-UTF-8 byte sequences must use the BinaryData field. The keys stored in Data must not overlap with the keys in the BinaryData field, this is enforced during validation process."),
-            AGE,
-        ],
+        Printer::ConfigMap => vec![NAME, col("Data", "string", 0, sw::CONFIG_MAP_DATA), AGE],
         Printer::Secret => vec![
             NAME,
-            col("Type", "string", 0, "Used to facilitate programmatic handling of secret data. More info: https://kubernetes.io/docs/concepts/configuration/secret/#secret-types"),
-            col("Data", "string", 0, "Data contains the secret data. Each key must consist of alphanumeric characters, '-', '_' or '.'. The serialized form of the secret data is a base64 encoded string, representing the arbitrary (possibly non-string) data value here. Described in https://tools.ietf.org/html/rfc4648#section-4"),
+            col("Type", "string", 0, sw::SECRET_TYPE),
+            col("Data", "string", 0, sw::SECRET_DATA),
             AGE,
         ],
         Printer::Service => vec![
             NAME,
-            col("Type", "string", 0, "type determines how the Service is exposed. Defaults to ClusterIP. Valid options are ExternalName, ClusterIP, NodePort, and LoadBalancer."),
-            col("Cluster-IP", "string", 0, "clusterIP is the IP address of the service and is usually assigned randomly."),
-            col("External-IP", "string", 0, "externalIPs is a list of IP addresses for which nodes in the cluster will also accept traffic for this service."),
-            col("Port(s)", "string", 0, "The list of ports that are exposed by this service. More info: https://kubernetes.io/docs/concepts/services-networking/service/#virtual-ips-and-service-proxies"),
+            col("Type", "string", 0, sw::SERVICE_SPEC_TYPE),
+            col("Cluster-IP", "string", 0, sw::SERVICE_SPEC_CLUSTER_IP),
+            col("External-IP", "string", 0, sw::SERVICE_SPEC_EXTERNAL_IPS),
+            col("Port(s)", "string", 0, sw::SERVICE_SPEC_PORTS),
             AGE,
-            col("Selector", "string", 1, "Route service traffic to pods with label keys and values matching this selector. If empty or not present, the service is assumed to have an external process managing its endpoints, which Kubernetes will not modify."),
+            col("Selector", "string", 1, sw::SERVICE_SPEC_SELECTOR),
         ],
-        Printer::Endpoints => vec![
-            NAME,
-            col("Endpoints", "string", 0, "The set of all endpoints is the union of all subsets. Addresses are placed into subsets according to the IPs they share. A single address with multiple ports, some of which are ready and some of which are not (because they come from different containers) will result in the address being displayed in different subsets for the different ports. No address will appear in both Addresses and NotReadyAddresses in the same subset. Sets of addresses and ports that comprise a service."),
-            AGE,
-        ],
+        Printer::Endpoints => vec![NAME, col("Endpoints", "string", 0, sw::ENDPOINTS_SUBSETS), AGE],
         Printer::Event => vec![
-            col("Last Seen", "string", 0, "The time at which the most recent occurrence of this event was recorded."),
-            col("Type", "string", 0, "Type of this event (Normal, Warning), new types could be added in the future"),
-            col("Reason", "string", 0, "This should be a short, machine understandable string that gives the reason for the transition into the object's current status."),
-            col("Object", "string", 0, "The object that this event is about."),
-            col("Subobject", "string", 1, "If referring to a piece of an object instead of an entire object, this string should contain a valid JSON/Go field access statement, such as desiredState.manifest.containers[2]."),
-            col("Source", "string", 1, "The component reporting this event. Should be a short machine understandable string."),
-            col("Message", "string", 0, "A human-readable description of the status of this operation."),
-            col("First Seen", "string", 1, "The time at which the event was first recorded. (Time of server receipt is in TypeMeta.)"),
-            col("Count", "string", 1, "The number of times this event has occurred."),
+            col("Last Seen", "string", 0, sw::EVENT_LAST_TIMESTAMP),
+            col("Type", "string", 0, sw::EVENT_TYPE),
+            col("Reason", "string", 0, sw::EVENT_REASON),
+            col("Object", "string", 0, sw::EVENT_INVOLVED_OBJECT),
+            col("Subobject", "string", 1, sw::OBJECT_REFERENCE_FIELD_PATH),
+            col("Source", "string", 1, sw::EVENT_SOURCE),
+            col("Message", "string", 0, sw::EVENT_MESSAGE),
+            col("First Seen", "string", 1, sw::EVENT_FIRST_TIMESTAMP),
+            col("Count", "string", 1, sw::EVENT_COUNT),
             Column { priority: 1, ..NAME },
         ],
+        // printers.go describes these with extensions/v1beta1's DeploymentStatus and
+        // DeploymentSpec, whose `selector` text is shorter than apps/v1's.
         Printer::Deployment => vec![
             NAME,
             col("Ready", "string", 0, "Number of the pod with ready state"),
-            col("Up-to-date", "string", 0, "Total number of non-terminating pods targeted by this deployment that have the desired template spec."),
-            col("Available", "string", 0, "Total number of available non-terminating pods (ready for at least minReadySeconds) targeted by this deployment."),
+            col("Up-to-date", "string", 0, sw::EXTENSIONS_DEPLOYMENT_STATUS_UPDATED_REPLICAS),
+            col("Available", "string", 0, sw::EXTENSIONS_DEPLOYMENT_STATUS_AVAILABLE_REPLICAS),
             AGE,
             CONTAINERS,
             IMAGES,
-            col("Selector", "string", 1, "Label selector for pods. Existing ReplicaSets whose pods are selected by this will be the ones affected by this deployment. It must match the pod template's labels."),
+            col("Selector", "string", 1, sw::EXTENSIONS_DEPLOYMENT_SPEC_SELECTOR),
         ],
         // printers.go takes these descriptions from discovery/v1beta1's SwaggerDoc.
         Printer::EndpointSlice => vec![
             NAME,
-            col("AddressType", "string", 0, "addressType specifies the type of address carried by this EndpointSlice. All addresses in this slice must be the same type. This field is immutable after creation. The following address types are currently supported: * IPv4: Represents an IPv4 Address. * IPv6: Represents an IPv6 Address. * FQDN: Represents a Fully Qualified Domain Name."),
-            col("Ports", "string", 0, "ports specifies the list of network ports exposed by each endpoint in this slice. Each port must have a unique name. When ports is empty, it indicates that there are no defined ports. When a port is defined with a nil port value, it indicates \"all ports\". Each slice may include a maximum of 100 ports."),
-            col("Endpoints", "string", 0, "endpoints is a list of unique endpoints in this slice. Each slice may include a maximum of 1000 endpoints."),
+            col("AddressType", "string", 0, sw::DISCOVERY_V1BETA1_ENDPOINT_SLICE_ADDRESS_TYPE),
+            col("Ports", "string", 0, sw::DISCOVERY_V1BETA1_ENDPOINT_SLICE_PORTS),
+            col("Endpoints", "string", 0, sw::DISCOVERY_V1BETA1_ENDPOINT_SLICE_ENDPOINTS),
             AGE,
         ],
     }

@@ -22,6 +22,7 @@ pub mod builtin;
 pub mod custom;
 pub mod format;
 pub mod jsonpath;
+mod swagger;
 
 use std::borrow::Cow;
 

@@ -9,7 +9,8 @@ use http::Request;
 pub enum Class {
     /// Everything that answers and ends: gets, lists, writes, discovery.
     Short,
-    /// Watches, followed logs and upgraded tunnels: they hold their stream (or, over
+    /// Watches, logs, exec and the other long-running requests kube-apiserver names
+    /// (`request::is_long_running`), and upgraded tunnels: they hold their stream (or, over
     /// HTTP/1.1, their connection) until the client or the server ends them.
     LongRunning,
 }
@@ -32,9 +33,10 @@ impl Class {
         }
     }
 
-    /// The class of a request about to be sent upstream.
+    /// The class of a request about to be sent upstream: kube-apiserver's long-running
+    /// requests, as the request parser decided (`request::is_long_running`).
     pub fn of<B>(req: &Request<B>) -> Class {
-        if is_long_running(req.uri()) {
+        if crate::request::long_running(req) {
             Class::LongRunning
         } else {
             Class::Short
@@ -49,52 +51,52 @@ impl Class {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Internal;
 
-/// Watches (`watch=true`, `/watch/` paths) and followed logs run until the client or the
-/// server ends them: the apiserver's long-running check for the verbs that stream.
-/// The proxy's drain and the metrics ask the same question through this function.
-pub fn is_long_running(uri: &http::Uri) -> bool {
-    let path = uri.path();
-    if path.starts_with("/api/v1/watch/")
-        || path == "/api/v1/watch"
-        || path.starts_with("/apis/") && path.split('/').nth(4) == Some("watch")
-    {
-        return true;
-    }
-    uri.query().is_some_and(|q| {
-        form_urlencoded::parse(q.as_bytes())
-            .any(|(k, v)| (k == "watch" || k == "follow") && parse_go_bool(&v))
-    })
-}
-
-/// strconv.ParseBool's true values.
-fn parse_go_bool(v: &str) -> bool {
-    matches!(v, "1" | "t" | "T" | "true" | "TRUE" | "True")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn watches_and_follows_are_long_running() {
-        let class = |u: &str| Class::of(&Request::get(u).body(()).unwrap());
+    fn the_class_is_the_parsers_long_running() {
+        // The gateway's own requests carry no parsed request: the same rule on the URI.
+        let bare = |u: &str| Class::of(&Request::get(u).body(()).unwrap());
+        // A client's request, as the stack parsed it.
+        let parsed = |u: &str| {
+            let mut req = Request::get(u).body(()).unwrap();
+            let p = crate::request::Parsed::new(req.method(), req.uri(), req.headers());
+            req.extensions_mut().insert(std::sync::Arc::new(p));
+            Class::of(&req)
+        };
         for yes in [
+            // Every spelling `Convert_Slice_string_To_bool` reads as true.
+            "/api/v1/pods?watch",
+            "/api/v1/pods?watch=",
+            "/api/v1/pods?watch=1",
+            "/api/v1/pods?watch=t",
+            "/api/v1/pods?watch=True",
             "/api/v1/pods?watch=true",
-            "/api/v1/namespaces/a/pods?labelSelector=x&watch=1",
+            "/api/v1/pods?watch=yes",
+            "/api/v1/namespaces/a/pods?labelSelector=x&watch",
             "/api/v1/watch/pods",
             "/apis/apps/v1/watch/deployments",
             "/api/v1/namespaces/a/pods/p/log?follow=true",
+            "/api/v1/namespaces/a/pods/p/log",
+            "/api/v1/namespaces/a/pods/p/exec?command=ls",
+            "/api/v1/namespaces/a/services/s:80/proxy/x",
         ] {
-            assert_eq!(class(yes), Class::LongRunning, "{yes}");
+            assert_eq!(bare(yes), Class::LongRunning, "{yes}");
+            assert_eq!(parsed(yes), Class::LongRunning, "{yes}");
         }
         for no in [
             "/api/v1/pods",
             "/api/v1/pods?watch=false",
+            "/api/v1/pods?watch=FALSE",
+            "/api/v1/pods?watch=0",
             "/api/v1/namespaces/watch/pods",
-            "/api/v1/namespaces/a/pods/p/log",
+            "/api/v1/namespaces/a/pods/p?watch=true",
             "/version",
         ] {
-            assert_eq!(class(no), Class::Short, "{no}");
+            assert_eq!(bare(no), Class::Short, "{no}");
+            assert_eq!(parsed(no), Class::Short, "{no}");
         }
     }
 }

@@ -192,8 +192,9 @@ impl Upstream {
         }
     }
 
-    /// Send a regular request; only `path_and_query` of its URI is used. Watches and
-    /// followed logs go on long-running connections, everything else on short ones; a
+    /// Send a regular request; only `path_and_query` of its URI is used. Long-running
+    /// requests (`request::is_long_running`) go on long-running connections, everything else
+    /// on short ones; a
     /// request that finds no room at `--upstream-max-connections` fails at once with
     /// [`UpstreamError::TooManyRequests`].
     pub fn send(&self, req: Request<Body>) -> ResponseFuture {
