@@ -65,7 +65,9 @@ async fn watch_events_arrive_through_the_gateway_within_100ms_in_order() {
     )
     .await;
     assert_eq!(resp.status(), 200);
-    assert_eq!(resp.headers()["x-watchgate-source"], "upstream");
+    // The first watch of configmaps joins its cache's first sync (docs/cache.md, "A cold
+    // cache") and is served by the fan-out.
+    assert_eq!(resp.headers()["x-watchgate-source"], "cache");
     let mut stream = resp.into_body();
     let mut buf = BytesMut::new();
 
