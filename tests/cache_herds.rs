@@ -467,3 +467,36 @@ async fn a_read_security_leaves_unauthorized_is_forwarded_for_that_reason() {
     );
     assert_eq!(forwarded(&admin, "not_authorized").await, before + 1.0);
 }
+
+/// An upstream replaced behind the gateway (etcd restored from a backup, an endpoint now
+/// serving a rebuilt cluster): its resourceVersions start again below the cache's. A
+/// consistent read is then never answered from the cache built on the old one (issue 27).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_consistent_read_is_never_answered_by_a_cache_ahead_of_its_upstream() {
+    let old = start_sim_with(cluster_config()).await;
+    seed_configmaps(old.handle(), 50);
+    let addr: std::net::SocketAddr = old.url().trim_start_matches("http://").parse().unwrap();
+    let gw = start_gateway_with(GatewayConfig::for_upstream_url(old.url()).unwrap()).await;
+    let admin = admin_of(&gw);
+    let path = "/api/v1/namespaces/default/configmaps";
+    wait_until_cached(gw.url(), &format!("{path}?resourceVersion=0")).await;
+    old.kill().await;
+
+    // A new cluster on the same address, with fewer writes behind it.
+    let mut cfg = cluster_config();
+    cfg.addr = addr;
+    let new = start_sim_with(cfg).await;
+    seed_configmaps(new.handle(), 2);
+    let before = forwarded(&admin, "upstream_went_back").await;
+    let direct = Http::new(new.url()).get(path).await;
+    let r = Http::new(gw.url()).get(path).await;
+    assert_eq!(
+        (r.status.as_u16(), r.source()),
+        (200, Some("upstream")),
+        "{}",
+        r.text()
+    );
+    assert_eq!(r.json()["items"], direct.json()["items"]);
+    assert_eq!(r.json()["items"].as_array().unwrap().len(), 2);
+    assert_eq!(forwarded(&admin, "upstream_went_back").await, before + 1.0);
+}

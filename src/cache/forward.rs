@@ -61,6 +61,11 @@ pub enum Forward {
     /// The probe of the upstream's current resourceVersion failed.
     #[error("the upstream's resourceVersion could not be read")]
     ProbeFailed,
+    /// A consistent read whose probe answered a resourceVersion below one the cache had
+    /// already seen: the upstream went back (etcd restored, another cluster behind the
+    /// same address). The cache is not the upstream's any more.
+    #[error("the upstream's resourceVersion went back below the cache's")]
+    UpstreamWentBack,
     /// A resourceVersion (or a write's fence) the cache did not reach in time.
     #[error("the cache did not reach the resourceVersion in time")]
     Behind,
@@ -74,7 +79,7 @@ pub enum Forward {
 
 impl Forward {
     /// Every reason, for the metric's zero series and the tests.
-    pub const ALL: [Forward; 18] = [
+    pub const ALL: [Forward; 19] = [
         Forward::NotARead,
         Forward::NoCache,
         Forward::NotAuthorized,
@@ -90,6 +95,7 @@ impl Forward {
         Forward::ConsistentUpstream,
         Forward::NotFresh,
         Forward::ProbeFailed,
+        Forward::UpstreamWentBack,
         Forward::Behind,
         Forward::PastState,
         Forward::ContinueToken,
@@ -113,6 +119,7 @@ impl Forward {
             Forward::ConsistentUpstream => "consistent_reads_upstream",
             Forward::NotFresh => "not_fresh",
             Forward::ProbeFailed => "probe_failed",
+            Forward::UpstreamWentBack => "upstream_went_back",
             Forward::Behind => "behind",
             Forward::PastState => "past_state",
             Forward::ContinueToken => "continue_token",

@@ -120,6 +120,8 @@ pub enum NotFresh {
     Behind { needed: u64, reached: u64 },
     #[error("the cache is at {reached}, behind {needed}, and forwarding this read is cheaper than proving it")]
     Cheaper { needed: u64, reached: u64 },
+    #[error("the upstream's resourceVersion {upstream} is below the cache's {cache}: the upstream went back")]
+    WentBack { upstream: u64, cache: u64 },
 }
 
 impl NotFresh {
@@ -128,6 +130,7 @@ impl NotFresh {
         match self {
             NotFresh::Probe(_) => Forward::ProbeFailed,
             NotFresh::Behind { .. } | NotFresh::Cheaper { .. } => Forward::NotFresh,
+            NotFresh::WentBack { .. } => Forward::UpstreamWentBack,
         }
     }
 }
@@ -178,6 +181,8 @@ pub struct FreshStats {
     pub forwarded: AtomicU64,
     pub resyncs_requested: AtomicU64,
     pub progress_requested: AtomicU64,
+    /// Probes that answered a resourceVersion below one the cache had already seen.
+    pub went_back: AtomicU64,
 }
 
 #[derive(Debug, Default)]
@@ -410,6 +415,10 @@ impl Freshness {
                 reached: self.store.resource_version(),
             });
         }
+        // Read before the probe is sent: a consistent read sent after the cache saw this
+        // resourceVersion can never answer a smaller one, unless the upstream went back
+        // (etcd restored from a backup, or the endpoint now serves another cluster).
+        let seen = self.store.resource_version();
         let probed = match self.probe().await {
             Ok(p) => p,
             Err(e) => {
@@ -417,6 +426,15 @@ impl Freshness {
                 return Err(e);
             }
         };
+        if probed.rv < seen {
+            c.forwarded.fetch_add(1, Ordering::Relaxed);
+            c.went_back.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(uri = %self.probe_uri, upstream = probed.rv, cache = seen, "the upstream's resourceVersion went back below the cache's (a restored or replaced cluster?); consistent reads are forwarded");
+            return Err(NotFresh::WentBack {
+                upstream: probed.rv,
+                cache: seen,
+            });
+        }
         let snapshot = self.snapshot_at_least(probed, read).await?;
         Ok(Fresh {
             rv: probed.rv,
