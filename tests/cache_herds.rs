@@ -230,6 +230,15 @@ async fn a_lone_consistent_get_on_a_quiet_large_resource_is_forwarded_at_once() 
     // No proof was asked for: no re-sync, no progress watch.
     assert_eq!(stats.watches("pods"), watches);
     assert_eq!(progress_watches(&admin, "pods").await, progress);
+    // The stream has not moved since the probe found it behind: the next lone reads are
+    // forwarded without a probe.
+    let (lists, lone) = (stats.lists("pods"), forwarded(&admin, "lone_read").await);
+    for _ in 0..3 {
+        let r = Http::new(gw.url()).get(path).await;
+        assert_eq!((r.status.as_u16(), r.source()), (200, Some("upstream")));
+    }
+    assert_eq!(forwarded(&admin, "lone_read").await, lone + 3.0);
+    assert_eq!(stats.lists("pods"), lists, "no probe");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -58,6 +58,10 @@ pub enum Forward {
     /// cost more than forwarding it: a lone get on a quiet resource).
     #[error("the cache could not be proven fresh in time")]
     NotFresh,
+    /// A lone consistent read of a resource the last probe found behind, with no event
+    /// since: forwarding it is cheaper than a probe and a proof (docs/consistency.md).
+    #[error("a lone consistent read of a cache known to be behind")]
+    LoneRead,
     /// The probe of the upstream's current resourceVersion failed.
     #[error("the upstream's resourceVersion could not be read")]
     ProbeFailed,
@@ -79,7 +83,7 @@ pub enum Forward {
 
 impl Forward {
     /// Every reason, for the metric's zero series and the tests.
-    pub const ALL: [Forward; 19] = [
+    pub const ALL: [Forward; 20] = [
         Forward::NotARead,
         Forward::NoCache,
         Forward::NotAuthorized,
@@ -94,6 +98,7 @@ impl Forward {
         Forward::FieldSelector,
         Forward::ConsistentUpstream,
         Forward::NotFresh,
+        Forward::LoneRead,
         Forward::ProbeFailed,
         Forward::UpstreamWentBack,
         Forward::Behind,
@@ -118,6 +123,7 @@ impl Forward {
             Forward::FieldSelector => "field_selector",
             Forward::ConsistentUpstream => "consistent_reads_upstream",
             Forward::NotFresh => "not_fresh",
+            Forward::LoneRead => "lone_read",
             Forward::ProbeFailed => "probe_failed",
             Forward::UpstreamWentBack => "upstream_went_back",
             Forward::Behind => "behind",

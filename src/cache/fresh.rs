@@ -105,9 +105,6 @@ pub const LIVE_GRACE: Duration = Duration::from_millis(20);
 pub const GRACE_MISSES: u64 = 4;
 pub const GRACE_RETRY: u64 = 16;
 
-/// See [`KnownBehind`].
-pub const LONE_WINDOW: Duration = Duration::from_millis(10);
-
 /// The largest probe answer read (one object; etcd's limit is 1.5 MiB).
 const MAX_PROBE_BYTES: usize = 8 * 1024 * 1024;
 
@@ -122,6 +119,8 @@ pub enum NotFresh {
     Cheaper { needed: u64, reached: u64 },
     #[error("the upstream's resourceVersion {upstream} is below the cache's {cache}: the upstream went back")]
     WentBack { upstream: u64, cache: u64 },
+    #[error("the last probe found the cache behind at {reached} and it has not moved since: a lone read is forwarded without a probe")]
+    Lone { reached: u64 },
 }
 
 impl NotFresh {
@@ -131,6 +130,7 @@ impl NotFresh {
             NotFresh::Probe(_) => Forward::ProbeFailed,
             NotFresh::Behind { .. } | NotFresh::Cheaper { .. } => Forward::NotFresh,
             NotFresh::WentBack { .. } => Forward::UpstreamWentBack,
+            NotFresh::Lone { .. } => Forward::LoneRead,
         }
     }
 }
@@ -410,8 +410,7 @@ impl Freshness {
         // forwarded anyway; forward it now and spare the upstream the probe.
         if !read.stream && self.known_behind.lone_read(self.store.resource_version()) {
             c.forwarded.fetch_add(1, Ordering::Relaxed);
-            return Err(NotFresh::Cheaper {
-                needed: 0,
+            return Err(NotFresh::Lone {
                 reached: self.store.resource_version(),
             });
         }
@@ -532,6 +531,15 @@ impl Freshness {
         (read.stream || probed.herd).then_some(Proof::Progress)
     }
 
+    /// A read forwarded as [`Forward::LoneRead`] has its answer: it no longer counts as in
+    /// flight.
+    pub fn lone_read_done(&self) {
+        let _ =
+            self.known_behind
+                .in_flight
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
+    }
+
     /// The demands the reflector answers (re-syncs, progress watches).
     pub fn demands(&self) -> &Arc<Demands> {
         &self.demands
@@ -540,17 +548,17 @@ impl Freshness {
 
 /// The resourceVersion at which a probe last found the cache behind with no proof worth
 /// asking for (a lone read of a quiet large resource). While the store stays there, a
-/// probe would find the same, so lone reads are forwarded without one. Only while they
-/// stay lone: past [`HERD_SIZE`] of them in a [`LONE_WINDOW`], reads take the probe path
-/// again, whose herd detection has them share a progress watch instead. The window is
-/// short so that one client reading in a loop (one request at a time, a few hundred a
-/// second) stays lone while a herd (hundreds arriving at once) does not.
+/// probe would find the same, so lone reads are forwarded without one
+/// ([`Forward::LoneRead`]). Only while they stay lone: with [`HERD_SIZE`] of them being
+/// forwarded at once, reads take the probe path again, whose herd detection has them share
+/// a progress watch. One client reading in a loop has one in flight at a time, however
+/// fast; a herd has many.
 #[derive(Debug, Default)]
 struct KnownBehind {
     /// The store's RV when found behind, plus one (0: not known behind).
     rv: AtomicU64,
-    /// The current window's start (process milliseconds) and the reads forwarded in it.
-    window: Mutex<(u64, u64)>,
+    /// Lone reads being forwarded now (the router says when each has its answer).
+    in_flight: AtomicU64,
 }
 
 impl KnownBehind {
@@ -558,27 +566,18 @@ impl KnownBehind {
         self.rv.store(store_rv + 1, Ordering::Relaxed);
     }
 
-    /// Whether a lone read at a store at `store_rv` may be forwarded without a probe.
+    /// Whether a lone read at a store at `store_rv` may be forwarded without a probe; if
+    /// so it is counted in flight until [`Freshness::lone_read_done`].
     fn lone_read(&self, store_rv: u64) -> bool {
         if self.rv.load(Ordering::Relaxed) != store_rv + 1 {
             return false;
         }
-        let now = millis_now();
-        let mut w = self.window.lock().unwrap_or_else(|e| e.into_inner());
-        if now.saturating_sub(w.0) >= LONE_WINDOW.as_millis() as u64 {
-            *w = (now, 0);
-        }
-        w.1 += 1;
-        w.1 <= HERD_SIZE
+        self.in_flight
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < HERD_SIZE).then_some(n + 1)
+            })
+            .is_ok()
     }
-}
-
-/// Milliseconds since the first call in this process.
-fn millis_now() -> u64 {
-    static BASE: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
-    BASE.get_or_init(std::time::Instant::now)
-        .elapsed()
-        .as_millis() as u64
 }
 
 /// A proof of freshness the reflector is asked for.

@@ -222,6 +222,15 @@ impl Registry {
         }
     }
 
+    /// A read forwarded as a lone read (`cache::fresh`) has its answer.
+    pub fn lone_read_done(&self, req: &crate::request::Parsed) {
+        if let crate::request::ApiPath::Resource(rp) = &req.api.path {
+            if let Some(c) = self.get(&rp.group, &rp.version, &rp.resource) {
+                c.fresh.lone_read_done();
+            }
+        }
+    }
+
     /// The synced cache of a resource, starting it if needed and waiting for its sync up
     /// to `bound` (shared by every request that arrives meanwhile), or why the request is
     /// forwarded instead: excluded, not cacheable, over the byte budget, or not synced in

@@ -66,6 +66,12 @@ impl Router {
         };
         forwarded(why, &req);
         let resp = self.proxy.forward(req).await;
+        if why == Forward::LoneRead {
+            // Its answer is here: it no longer counts as a lone read in flight.
+            if let (Some(cache), Some(parsed)) = (&self.cache, &parsed) {
+                cache.lone_read_done(parsed);
+            }
+        }
         match (&self.cache, &parsed) {
             // Read-your-writes: a write's resourceVersion becomes its resource's fence
             // before the answer leaves (`cache::writes`).
