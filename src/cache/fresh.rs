@@ -98,12 +98,8 @@ pub const LIVE_STREAM: Duration = Duration::from_millis(250);
 /// How long a read waits for a live stream before it asks for a proof or is forwarded.
 pub const LIVE_GRACE: Duration = Duration::from_millis(20);
 
-/// After this many waits in a row in which a live stream did not bring the probe's
-/// resourceVersion (a resource written now and then while others are written more
-/// often), reads stop waiting for it, but for one in [`GRACE_RETRY`], which finds out
-/// whether waiting pays again.
-pub const GRACE_MISSES: u64 = 4;
-pub const GRACE_RETRY: u64 = 16;
+/// The longest wait for a small resource's stream before it is re-synced.
+pub const SMALL_GRACE: Duration = Duration::from_millis(250);
 
 /// The largest probe answer read (one object; etcd's limit is 1.5 MiB).
 const MAX_PROBE_BYTES: usize = 8 * 1024 * 1024;
@@ -211,8 +207,6 @@ pub struct Freshness {
     store: Arc<Store>,
     stats: Arc<ReflectorStats>,
     demands: Arc<Demands>,
-    /// Waits for a live stream that did not bring the probe's RV, in a row.
-    grace_misses: AtomicU64,
     /// Where the last probe found a quiet cache behind (lone reads then skip the probe).
     known_behind: KnownBehind,
     probes: Mutex<ProbeState>,
@@ -257,7 +251,6 @@ impl Freshness {
             store,
             stats,
             demands,
-            grace_misses: AtomicU64::new(0),
             known_behind: KnownBehind::default(),
             probes: Mutex::new(ProbeState::default()),
             done: watch::channel(None).0,
@@ -458,21 +451,26 @@ impl Freshness {
         }
         let deadline = Instant::now() + FRESH_WAIT;
         // A live stream is likely to bring the RV in a moment: worth a short wait that
-        // costs the upstream nothing. A silent one is not, nor one whose last waits failed.
+        // costs the upstream nothing. So is any stream of a small resource, whose
+        // alternative is a re-read: it may be about to bring a write made just before the
+        // read (as long as a sync takes, at least LIVE_GRACE, at most SMALL_GRACE). A
+        // silent stream of a large resource is not waited for: its read is forwarded or
+        // proven.
         let live = self
             .stats
             .since_last_event()
             .is_some_and(|d| d <= LIVE_STREAM);
-        let misses = self.grace_misses.load(Ordering::Relaxed);
-        if live && (misses < GRACE_MISSES || misses % GRACE_RETRY == 0) {
-            if let Some(s) = self.store.wait_for(needed, LIVE_GRACE).await {
-                self.grace_misses.store(0, Ordering::Relaxed);
+        let grace = if now.len() <= SMALL_RESOURCE {
+            let last_sync = Duration::from_millis(self.stats.sync_millis.load(Ordering::Relaxed));
+            Some(last_sync.clamp(LIVE_GRACE, SMALL_GRACE))
+        } else {
+            live.then_some(LIVE_GRACE)
+        };
+        if let Some(grace) = grace {
+            if let Some(s) = self.store.wait_for(needed, grace).await {
                 c.waited.fetch_add(1, Ordering::Relaxed);
                 return Ok(s);
             }
-        }
-        if live {
-            self.grace_misses.fetch_add(1, Ordering::Relaxed);
         }
         // A reflector backing off after a failure answers no request soon.
         let able = self.stats.backing_off.load(Ordering::Relaxed) == 0;
