@@ -50,6 +50,7 @@ pub const CACHE_BUDGET_USED: &str = "watchgate_cache_budget_used_bytes";
 pub const CACHE_BUDGET_LIMIT: &str = "watchgate_cache_budget_limit_bytes";
 pub const CACHE_OVER_BUDGET: &str = "watchgate_cache_over_budget";
 pub const CACHE_DROPPED_TOTAL: &str = "watchgate_cache_dropped_total";
+pub const UPSTREAM_RESETS_TOTAL: &str = "watchgate_upstream_resets_total";
 pub const CACHE_PROTOBUF_UNAVAILABLE: &str = "watchgate_cache_protobuf_unavailable";
 pub const CACHE_DERIVED_BYTES: &str = "watchgate_cache_derived_bytes";
 pub const REFLECTOR_LISTS_TOTAL: &str = "watchgate_reflector_lists_total";
@@ -190,6 +191,11 @@ fn describe() {
     for why in crate::cache::forward::Forward::ALL {
         counter!(FORWARDED_TOTAL, "reason" => why.label()).absolute(0);
     }
+    describe_counter!(
+        UPSTREAM_RESETS_TOTAL,
+        "Times the upstream's resourceVersions went back (a restored or replaced cluster) and every cache was dropped and rebuilt, its watches ended with 410."
+    );
+    counter!(UPSTREAM_RESETS_TOTAL).absolute(0);
     describe_counter!(
         REQUESTS_TOTAL,
         "Requests served, by verb, group, resource, scope, HTTP code and source (cache, upstream, or gateway for a Status it made itself). Group and resource are empty until the resource has had a 2xx answer."
@@ -376,6 +382,7 @@ fn refresh_cache_metrics(registry: &Registry) {
         gauge!(CACHE_OVER_BUDGET, "group" => g.clone(), "resource" => r.clone()).set(1.0);
         gauge!(CACHE_BUDGET_USED, "group" => g, "resource" => r).set(0.0);
     }
+    counter!(UPSTREAM_RESETS_TOTAL).absolute(registry.resets());
     for ((g, r, reason), n) in registry.drop_counts() {
         counter!(CACHE_DROPPED_TOTAL, "group" => g, "resource" => r, "reason" => reason)
             .absolute(n);

@@ -509,3 +509,98 @@ async fn a_consistent_read_is_never_answered_by_a_cache_ahead_of_its_upstream() 
     assert_eq!(r.json()["items"].as_array().unwrap().len(), 2);
     assert_eq!(forwarded(&admin, "upstream_went_back").await, before + 1.0);
 }
+
+/// Issue 27 item 2: an upstream whose resourceVersions went back (etcd restored, another
+/// cluster behind the same address) has every cache dropped and rebuilt, as
+/// kube-apiserver's would be after a restore. A watch served from the old cache ends with
+/// an ERROR 410 Expired (its client relists), and from then on nothing the gateway
+/// answers holds an object of the old cluster: every cache is the new cluster's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_that_went_back_rebuilds_every_cache_and_ends_its_watches_with_410() {
+    let old = start_sim_with(cluster_config()).await;
+    seed_configmaps(old.handle(), 50);
+    for i in 0..5 {
+        put_pod(
+            old.handle(),
+            "default",
+            &format!("old-{i}"),
+            json!({}),
+            "n1",
+            "Running",
+        );
+    }
+    let addr: std::net::SocketAddr = old.url().trim_start_matches("http://").parse().unwrap();
+    let gw = start_gateway_with(GatewayConfig::for_upstream_url(old.url()).unwrap()).await;
+    let admin = admin_of(&gw);
+    let cms = "/api/v1/namespaces/default/configmaps";
+    let pods = "/api/v1/namespaces/default/pods";
+    wait_until_cached(gw.url(), &format!("{cms}?resourceVersion=0")).await;
+    wait_until_cached(gw.url(), &format!("{pods}?resourceVersion=0")).await;
+    let mut cm_watch = open_ok(gw.url(), &format!("{cms}?watch=true&resourceVersion=0")).await;
+    cm_watch.assert_from_cache();
+    assert_eq!(cm_watch.take(50, "the old configmaps").await.len(), 50);
+    let mut pod_watch = open_ok(gw.url(), &format!("{pods}?watch=true&resourceVersion=0")).await;
+    pod_watch.assert_from_cache();
+    pod_watch.take(5, "the old pods").await;
+    old.kill().await;
+
+    // A new cluster on the same address, with fewer writes behind it.
+    let mut cfg = cluster_config();
+    cfg.addr = addr;
+    let new = start_sim_with(cfg).await;
+    seed_configmaps(new.handle(), 2);
+    put_pod(new.handle(), "default", "new-0", json!({}), "n1", "Running");
+    // The registry's own count: the metrics recorder is the process's, shared by tests.
+    let registry = gw.handle().cache().unwrap().clone();
+    let resets = || registry.resets();
+    assert_eq!(resets(), 0);
+
+    // The consistent read that notices is forwarded, and resets every cache.
+    let r = Http::new(gw.url()).get(cms).await;
+    assert_eq!((r.status.as_u16(), r.source()), (200, Some("upstream")));
+    assert_eq!(r.json()["items"].as_array().unwrap().len(), 2);
+    assert_eq!(resets(), 1, "one reset for every cache");
+    assert!(
+        sample(
+            &metrics(&admin).await,
+            "watchgate_upstream_resets_total",
+            &[]
+        ) >= 1.0
+    );
+
+    // Both watches (the noticing resource's and the other's) end with 410 Expired.
+    for w in [&mut cm_watch, &mut pod_watch] {
+        let e = w.next("the ERROR event of the reset").await;
+        assert_eq!(e.ty(), "ERROR", "{e:?}");
+        assert_eq!(e.object()["code"], 410, "{e:?}");
+        assert_eq!(e.object()["reason"], "Expired", "{e:?}");
+        w.expect_end(Duration::from_secs(5)).await;
+    }
+
+    // The new caches are the new cluster's: lists and watches from them equal its own.
+    for path in [cms, pods] {
+        let cached = wait_until_cached(gw.url(), &format!("{path}?resourceVersion=0")).await;
+        let direct = Http::new(new.url())
+            .get(&format!("{path}?resourceVersion=0"))
+            .await;
+        assert_eq!(cached.json()["items"], direct.json()["items"], "{path}");
+        assert_eq!(
+            cached.json()["metadata"]["resourceVersion"],
+            direct.json()["metadata"]["resourceVersion"],
+            "{path}"
+        );
+        let q = format!("{path}?resourceVersion=0&{WATCH_LIST}");
+        let mut from_sim = open_ok(new.url(), &q).await;
+        let mut from_gw = open_ok(gw.url(), &q).await;
+        from_gw.assert_from_cache();
+        let (sim_events, sim_end) = from_sim.initial_events().await;
+        let (gw_events, gw_end) = from_gw.initial_events().await;
+        assert_same_events(path, &sim_events, &gw_events);
+        assert_eq!(sim_end.rv(), gw_end.rv(), "{path}");
+    }
+    let cached_pods = Http::new(gw.url())
+        .get(&format!("{pods}?resourceVersion=0"))
+        .await;
+    assert_eq!(cached_pods.json()["items"].as_array().unwrap().len(), 1);
+    assert_eq!(resets(), 1, "the new caches do not reset again");
+}

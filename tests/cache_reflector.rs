@@ -242,3 +242,105 @@ async fn a_relist_older_than_the_cache_is_not_installed() {
     assert!(stats.behind.load(Ordering::Relaxed) >= 1);
     watch.expect_quiet(Duration::from_millis(300)).await;
 }
+
+/// Issue 27 item 2, the reflector's side: with a single `--server` endpoint, a relist
+/// answered by a state older than the cache three times in a row is an upstream whose
+/// resourceVersions went back (a restore), not a lagging one: every cache is dropped and
+/// rebuilt, its watches end with an ERROR 410, and the new cache holds the new state.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn older_relists_from_a_lone_upstream_reset_the_caches() {
+    let lists = Arc::new(AtomicUsize::new(0));
+    let go = Arc::new(tokio::sync::Notify::new());
+    let watches = Arc::new(AtomicUsize::new(0));
+    let (l, w, g) = (lists.clone(), watches.clone(), go.clone());
+    let stub = Stub::start(handler(move |req| {
+        let (lists, watches, go) = (l.clone(), w.clone(), g.clone());
+        async move {
+            let q = req.uri().query().unwrap_or("").to_string();
+            match req.uri().path() {
+                "/api/v1" => pods_only_discovery(),
+                "/api/v1/pods" if q.contains("watch=true") => {
+                    let n = watches.fetch_add(1, Ordering::SeqCst);
+                    let (tx, body) = channel_body(8);
+                    tokio::spawn(async move {
+                        if n == 0 {
+                            // Once the test's watch is open: the restored etcd compacted.
+                            go.notified().await;
+                            let gone = json!({"type": "ERROR", "object": {"kind": "Status", "apiVersion": "v1",
+                                "status": "Failure", "message": "too old resource version: 10 (12)",
+                                "reason": "Expired", "code": 410}});
+                            let _ = tx.send(format!("{gone}\n").into()).await;
+                            return;
+                        }
+                        tx.closed().await;
+                    });
+                    let mut r = Response::new(body);
+                    r.headers_mut()
+                        .insert("content-type", "application/json".parse().unwrap());
+                    r
+                }
+                "/api/v1/pods" => {
+                    let n = lists.fetch_add(1, Ordering::SeqCst);
+                    let (rv, items) = match n {
+                        0 => ("10", json!([stub_pod("a", 5), stub_pod("b", 6)])),
+                        // The restored cluster, behind the cache's 10 for good.
+                        _ => ("8", json!([stub_pod("x", 3)])),
+                    };
+                    json_response(StatusCode::OK, json!({"kind": "PodList", "apiVersion": "v1",
+                                         "metadata": {"resourceVersion": rv}, "items": items}))
+                }
+                _ => {
+                    let mut r = Response::new(body::empty());
+                    *r.status_mut() = StatusCode::NOT_FOUND;
+                    r
+                }
+            }
+        }
+    }))
+    .await;
+    let mut cfg = GatewayConfig::for_upstream_url(&stub.url()).unwrap();
+    cfg.reflector.watch_list = WatchListMode::Off;
+    cfg.cache = Some(watchgate::cache::registry::CachePolicy {
+        prewarm: vec!["pods".into()],
+        exclude: vec![],
+    });
+    let gw = Gateway::start(cfg).await.expect("gateway starts");
+    support::watch::wait_until_cached(&gw.url(), "/api/v1/pods?resourceVersion=0").await;
+    let mut watch =
+        support::watch::open_ok(&gw.url(), "/api/v1/pods?watch=true&resourceVersion=0").await;
+    watch.assert_from_cache();
+    watch.take(2, "the old cluster's pods").await;
+    go.notify_one();
+
+    // Three older relists (about 1 to 1.5 s apart), then the reset.
+    let e = support::wait::within(
+        "the reset's ERROR event",
+        Duration::from_secs(20),
+        watch.next_within(Duration::from_secs(20)),
+    )
+    .await
+    .expect("an ERROR event, not the end of the stream");
+    assert_eq!(e.ty(), "ERROR", "{e:?}");
+    assert_eq!(e.object()["code"], 410, "{e:?}");
+    assert_eq!(e.object()["reason"], "Expired", "{e:?}");
+    watch.expect_end(Duration::from_secs(5)).await;
+    let registry = gw.cache().unwrap();
+    assert_eq!(registry.resets(), 1);
+
+    let r = support::watch::wait_until_cached(&gw.url(), "/api/v1/pods?resourceVersion=0").await;
+    let list = r.json();
+    let names: Vec<&str> = list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["metadata"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["x"], "only the restored cluster's objects");
+    assert_eq!(r.json()["metadata"]["resourceVersion"], "8");
+    assert_eq!(registry.resets(), 1);
+    assert_eq!(
+        lists.load(Ordering::SeqCst),
+        1 + 3 + 1,
+        "the first list, three older ones, the new cache's"
+    );
+}

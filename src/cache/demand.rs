@@ -61,8 +61,12 @@ impl Demand {
     }
 }
 
+/// What the registry does when a resource finds its upstream went back (a restored or
+/// replaced cluster): drop and rebuild every cache (`Registry::reset`).
+pub type OnWentBack = std::sync::Arc<dyn Fn() + Send + Sync>;
+
 /// The link between a resource's consistent reads and its reflector.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct Demands {
     /// Re-read the whole resource.
     pub resync: Demand,
@@ -71,9 +75,37 @@ pub struct Demands {
     /// When the consistent request whose state the store holds was sent (`None`: the
     /// state came from a request with a resourceVersion, or there is none yet).
     state_sent: Mutex<Option<Instant>>,
+    /// Called when a consistent answer proves the upstream went back; `None` in tests
+    /// of a lone reflector.
+    went_back: Option<OnWentBack>,
+}
+
+impl std::fmt::Debug for Demands {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Demands")
+            .field("resync", &self.resync)
+            .field("progress", &self.progress)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Demands {
+    /// Demands whose went-back signal reaches `on_went_back`.
+    pub fn with_went_back(on_went_back: OnWentBack) -> Self {
+        Self {
+            went_back: Some(on_went_back),
+            ..Self::default()
+        }
+    }
+
+    /// A consistent answer was older than a state the cache had seen: the upstream's
+    /// resourceVersions went back, and the cache (every cache) must be rebuilt.
+    pub fn upstream_went_back(&self) {
+        if let Some(f) = &self.went_back {
+            f();
+        }
+    }
+
     /// The reflector installed a state read with a consistent request sent at `sent`.
     /// Called *after* the store holds it: a reader that sees this time then takes a
     /// snapshot gets that state or a newer one.

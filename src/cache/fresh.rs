@@ -422,6 +422,11 @@ impl Freshness {
             c.forwarded.fetch_add(1, Ordering::Relaxed);
             c.went_back.fetch_add(1, Ordering::Relaxed);
             tracing::warn!(uri = %self.probe_uri, upstream = probed.rv, cache = seen, "the upstream's resourceVersion went back below the cache's (a restored or replaced cluster?); consistent reads are forwarded");
+            // With several endpoints a lagging one could answer so; with one, only an
+            // upstream that went back can: every cache is dropped and rebuilt.
+            if self.upstream.endpoints().len() == 1 {
+                self.demands.upstream_went_back();
+            }
             return Err(NotFresh::WentBack {
                 upstream: probed.rv,
                 cache: seen,

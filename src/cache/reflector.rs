@@ -61,7 +61,7 @@
 //! that is only a delay.)
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -463,7 +463,15 @@ pub struct Reflector {
     on_drop: Option<OnDrop>,
     /// Re-sync and progress requests from consistent reads (`None`: never asked).
     demands: Option<Arc<Demands>>,
+    /// Consistent states older than the cache's, in a row (see `older_than_cache`).
+    older_in_a_row: AtomicU32,
 }
+
+/// Consistent states older than the cache's, in a row, from a lone `--server` endpoint,
+/// after which the upstream is taken to have gone back (a restored or replaced cluster)
+/// rather than to lag: a consistent read is never older than one seen before unless the
+/// resourceVersions themselves went back. A few, not one, to be sure.
+const WENT_BACK_AFTER: u32 = 3;
 
 /// The reflector's end of the consistent reads' requests: wakes when one is made.
 struct DemandRx {
@@ -528,6 +536,7 @@ impl Reflector {
             held: AtomicUsize::new(0),
             on_drop: None,
             demands: None,
+            older_in_a_row: AtomicU32::new(0),
         }
     }
 
@@ -678,9 +687,23 @@ impl Reflector {
     /// A new state older than the one the cache already has can only come from a lagging
     /// endpoint (a consistent read is never older than what was seen before): installing
     /// it would end every downstream watch. `None` when the state may be installed.
+    /// With one endpoint, the same answer [`WENT_BACK_AFTER`] times in a row means the
+    /// upstream went back: the registry is told, and drops and rebuilds every cache.
     fn older_than_cache(&self, snapshot: &Snapshot, endpoint: Option<usize>) -> Option<Behind> {
         let have = self.store.resource_version();
-        (have > 0 && snapshot.resource_version < have).then(|| Behind {
+        let older = have > 0 && snapshot.resource_version < have;
+        if !older {
+            self.older_in_a_row.store(0, Ordering::Relaxed);
+        } else if self.upstream.endpoints().len() == 1 {
+            let n = self.older_in_a_row.fetch_add(1, Ordering::Relaxed) + 1;
+            if n >= WENT_BACK_AFTER {
+                if let Some(d) = &self.demands {
+                    tracing::warn!(resource = %self.info.resource, upstream = snapshot.resource_version, cache = have, "consistent reads of the only upstream are older than the cache, {n} times in a row: its resourceVersions went back");
+                    d.upstream_went_back();
+                }
+            }
+        }
+        older.then(|| Behind {
             endpoint,
             retry_after: Duration::from_secs(1),
             what: format!(

@@ -127,6 +127,8 @@ pub struct Registry {
     slots_changed: watch::Sender<u64>,
     /// How long a request waits for a cache that has not synced (`--cache-sync-wait`).
     sync_wait: std::sync::atomic::AtomicU64,
+    /// Times every cache was dropped because the upstream went back (a metric).
+    resets: std::sync::atomic::AtomicU64,
 }
 
 /// The default of `--cache-sync-wait`: long enough for the first sync of a large resource
@@ -184,6 +186,7 @@ impl Registry {
             slots_changed: watch::channel(0).0,
             sync_wait: std::sync::atomic::AtomicU64::new(DEFAULT_SYNC_WAIT.as_millis() as u64),
             warm: Default::default(),
+            resets: Default::default(),
         })
     }
 
@@ -395,7 +398,7 @@ impl Registry {
         let store = Arc::new(Store::for_resource(&info, self.watch.clone()));
         let stats = Arc::new(ReflectorStats::default());
         let (synced_tx, synced) = watch::channel(false);
-        let demands = Arc::new(Demands::default());
+        let demands = Arc::new(Demands::with_went_back(self.on_went_back(&store)));
         let fresh = Arc::new(Freshness::new(
             self.upstream.clone(),
             &info.collection_path(),
@@ -449,6 +452,74 @@ impl Registry {
             let old = registry.set_slot(key.clone(), dropped);
             drop(old);
         })
+    }
+
+    /// What a cache calls when its upstream's resourceVersions went back (a restored
+    /// etcd, another cluster behind the same address): a restore affects every resource,
+    /// so every cache is reset, once; a signal from a cache already replaced is ignored.
+    fn on_went_back(self: &Arc<Self>, store: &Arc<Store>) -> super::demand::OnWentBack {
+        let (registry, store) = (Arc::downgrade(self), Arc::downgrade(store));
+        Arc::new(move || {
+            if let (Some(registry), Some(store)) = (registry.upgrade(), store.upgrade()) {
+                registry.reset(&store);
+            }
+        })
+    }
+
+    /// Drops every cache and starts it again, as kube-apiserver's caches would be rebuilt
+    /// after a restore: each old cache's watches end with an ERROR 410 (their clients
+    /// relist), its reflector stops, and requests wait for the new cache's first sync
+    /// (`cache_for`) or are forwarded, never answered from the old cluster's objects.
+    /// `noticed_by` is the store of the cache that noticed; none if it is gone already.
+    fn reset(self: &Arc<Self>, noticed_by: &Arc<Store>) {
+        let still_current = self
+            .slots
+            .iter()
+            .any(|e| matches!(e.value(), Slot::Ready(c) if Arc::ptr_eq(&c.store, noticed_by)));
+        if !still_current {
+            return;
+        }
+        let keys: Vec<Key> = self
+            .slots
+            .iter()
+            .filter(|e| matches!(e.value(), Slot::Ready(_)))
+            .map(|e| e.key().clone())
+            .collect();
+        let mut old = Vec::with_capacity(keys.len());
+        for key in &keys {
+            // Removed one by one, each under its shard's lock: a cache installed meanwhile
+            // is new, and stays.
+            if let Some((_, Slot::Ready(c))) = self
+                .slots
+                .remove_if(key, |_, s| matches!(s, Slot::Ready(_)))
+            {
+                old.push(c);
+            }
+        }
+        if old.is_empty() {
+            return;
+        }
+        self.resets
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        // The old cluster's writes must not fence reads of the new one.
+        self.writes.clear();
+        tracing::warn!(
+            caches = old.len(),
+            "the upstream's resourceVersions went back (a restored or replaced cluster): every cache is dropped and rebuilt, and its watches end with 410"
+        );
+        for c in &old {
+            c.task.abort();
+            c.store.hub().reset();
+        }
+        self.slots_changed.send_modify(|n| *n += 1);
+        for (g, v, r) in keys {
+            self.ensure_started(&g, &v, &r);
+        }
+    }
+
+    /// How many times every cache was dropped because the upstream went back.
+    pub fn resets(&self) -> u64 {
+        self.resets.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The caches' byte budget.

@@ -98,6 +98,13 @@ impl WriteFences {
         }
     }
 
+    /// Forgets every fence: the upstream went back, and the old cluster's resourceVersions
+    /// say nothing about the new one's (they would hold every read off the cache until the
+    /// new cluster passed them).
+    pub fn clear(&self) {
+        self.fences.clear();
+    }
+
     /// The resourceVersion a cached read of this resource must not be older than: the
     /// newest write acknowledged through the gateway. When some write's RV is unknown, a
     /// probe sent now (after the read arrived, so after that write's answer) supplies it.

@@ -252,6 +252,14 @@ impl WatchBody {
     /// Ends the stream whose end the hub has already counted.
     fn end_counted(&mut self, reason: EndReason) {
         crate::logging::end_of_stream(&self.span, self.started.elapsed(), Some(reason.as_str()));
+        if reason == EndReason::UpstreamReset {
+            // kube-apiserver's answer to a watch whose resourceVersion is no longer valid:
+            // client-go relists on it.
+            let status = crate::status::Status::expired(
+                "the upstream's resourceVersions went back (a restored or replaced cluster); list again",
+            );
+            self.pending.push_back(self.shared.encoding.error(&status));
+        }
         self.phase = Phase::Done;
         self.rx = None;
         self.store.hub().unregister(&self.shared);
@@ -311,6 +319,10 @@ impl WatchBody {
         }
         if self.store.hub().is_shutting_down() {
             self.end(EndReason::Shutdown);
+            return;
+        }
+        if self.store.hub().is_reset() {
+            self.end(EndReason::UpstreamReset);
             return;
         }
         let Phase::Initial { after, cursor, .. } = &mut self.phase else {
@@ -380,6 +392,10 @@ impl WatchBody {
         let hub = store.hub();
         if hub.is_shutting_down() {
             self.end(EndReason::Shutdown);
+            return;
+        }
+        if hub.is_reset() {
+            self.end(EndReason::UpstreamReset);
             return;
         }
         match hub.catch_up(&self.shared, cursor, BATCH, BATCH_BYTES) {

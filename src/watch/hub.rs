@@ -86,6 +86,7 @@ impl WatcherShared {
     pub fn closed_reason(&self) -> EndReason {
         match self.closed_by.load(Ordering::Acquire) {
             1 => EndReason::Relist,
+            2 => EndReason::UpstreamReset,
             _ => EndReason::Shutdown,
         }
     }
@@ -294,6 +295,8 @@ pub struct Hub {
     epoch: AtomicU64,
     /// Set once the gateway drains: every stream ends at its next event boundary.
     shutting_down: AtomicBool,
+    /// Set when the cache is dropped because the upstream went back ([`Hub::reset`]).
+    reset: AtomicBool,
     pub stats: FanoutStats,
     dispatch_seconds: metrics::Histogram,
     /// The task that sends periodic bookmarks (`watch::bookmarks`).
@@ -340,6 +343,7 @@ impl Hub {
             head_rv: AtomicU64::new(0),
             epoch: AtomicU64::new(0),
             shutting_down: AtomicBool::new(false),
+            reset: AtomicBool::new(false),
             stats: FanoutStats::default(),
             dispatch_seconds,
             ticker: Ticker::default(),
@@ -577,6 +581,11 @@ impl Hub {
             // Draining: the queue is born closed and the stream ends (reason: shutdown).
             return rx;
         }
+        if self.is_reset() {
+            // The cache was dropped: the stream ends with its 410.
+            shared.closed_by.store(2, Ordering::Release);
+            return rx;
+        }
         let key = shared.filter.index_key(&self.indexed);
         st.index.insert(key.clone(), shared.id);
         st.watchers.insert(
@@ -755,6 +764,23 @@ impl Hub {
         // 0, which reads as `EndReason::Shutdown`.
         st.watchers.clear();
         st.index = Index::default();
+    }
+
+    /// The cache is dropped because the upstream's resourceVersions went back (a restored
+    /// or replaced cluster): every stream ends with an ERROR 410 Expired, at once for the
+    /// live ones and at their next step for the others, so that each client relists from
+    /// the new cluster instead of waiting for resourceVersions it will never see again.
+    pub fn reset(&self) {
+        let mut st = self.lock();
+        self.reset.store(true, Ordering::Release);
+        for (_, e) in st.watchers.drain() {
+            e.shared.closed_by.store(2, Ordering::Release);
+        }
+        st.index = Index::default();
+    }
+
+    pub fn is_reset(&self) -> bool {
+        self.reset.load(Ordering::Acquire)
     }
 
     pub fn is_shutting_down(&self) -> bool {

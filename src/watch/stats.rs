@@ -16,15 +16,19 @@ pub enum EndReason {
     Relist,
     /// The gateway is shutting down.
     Shutdown,
+    /// The upstream's resourceVersions went back (a restored or replaced cluster): the
+    /// cache was dropped, and the stream ended with an ERROR 410 so that its client relists.
+    UpstreamReset,
 }
 
 impl EndReason {
-    pub const ALL: [EndReason; 5] = [
+    pub const ALL: [EndReason; 6] = [
         EndReason::Slow,
         EndReason::Timeout,
         EndReason::ClientGone,
         EndReason::Relist,
         EndReason::Shutdown,
+        EndReason::UpstreamReset,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -34,6 +38,7 @@ impl EndReason {
             EndReason::ClientGone => "client_gone",
             EndReason::Relist => "relist",
             EndReason::Shutdown => "shutdown",
+            EndReason::UpstreamReset => "upstream_reset",
         }
     }
 }
@@ -53,7 +58,7 @@ pub struct FanoutStats {
     /// Of `bookmarks`, the periodic ones the hub's tick wrote straight to an idle
     /// HTTP/1.1 connection (`watch::bookmarks`).
     pub bookmarks_written_directly: AtomicU64,
-    terminated: [AtomicU64; 5],
+    terminated: [AtomicU64; 6],
 }
 
 impl FanoutStats {
