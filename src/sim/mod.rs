@@ -46,7 +46,7 @@ use http::{header, HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use serde_json::json;
+use serde_json::{json, Value};
 use tokio::net::TcpListener;
 use tokio::sync::watch as tokio_watch;
 use tokio_util::sync::CancellationToken;
@@ -501,7 +501,7 @@ async fn route(sim: Arc<Sim>, req: Request<Incoming>) -> Response<Body> {
     }
     let rp = match &api.path {
         ApiPath::NonResource(path) => {
-            if let Some(resp) = debug_endpoint(&sim, req.method(), path) {
+            if let Some(resp) = debug_endpoint(&sim, req.method(), path, req.uri().query()) {
                 return resp;
             }
             let (parts, _) = req.into_parts();
@@ -710,8 +710,70 @@ fn path_parameters(rp: &request::ResourcePath, verb: Verb) -> Option<Status> {
     None
 }
 
+/// `POST /debug/sim/faults/unwatched-write?group=&version=v1&resource=configmaps&namespace=ns-0&name=cm-0[&delete=true]`:
+/// changes one object (a `watchgate.dev/unwatched-write` annotation counting up), or
+/// deletes it, with an event no watch delivers ([`store::Store::mutate_unwatched`]).
+fn unwatched_write(sim: &Arc<Sim>, query: Option<&str>) -> Response<Body> {
+    let q: std::collections::HashMap<String, String> =
+        form_urlencoded::parse(query.unwrap_or("").as_bytes())
+            .into_owned()
+            .collect();
+    let arg = |k: &str| q.get(k).map(String::as_str).unwrap_or("");
+    let version = match arg("version") {
+        "" => "v1",
+        v => v,
+    };
+    let Some(rt) = resources::find(arg("group"), version, arg("resource")) else {
+        return json_response(
+            StatusCode::BAD_REQUEST,
+            &json!({"error": "no such resource: give group, version and resource"}),
+        );
+    };
+    let delete = arg("delete") == "true";
+    let written = sim
+        .store
+        .mutate_unwatched(rt, arg("namespace"), arg("name"), |cur| {
+            let Some(cur) = cur else {
+                return Ok(store::Mutation::NoOp);
+            };
+            if delete {
+                return Ok(store::Mutation::Delete);
+            }
+            let mut v = cur.as_ref().clone();
+            let annotations = v
+                .pointer_mut("/metadata")
+                .and_then(Value::as_object_mut)
+                .map(|m| m.entry("annotations").or_insert_with(|| json!({})));
+            if let Some(Value::Object(a)) = annotations {
+                let n = a
+                    .get("watchgate.dev/unwatched-write")
+                    .and_then(Value::as_str)
+                    .and_then(|s| s.parse::<u64>().ok())
+                    .unwrap_or(0);
+                a.insert(
+                    "watchgate.dev/unwatched-write".into(),
+                    json!((n + 1).to_string()),
+                );
+            }
+            Ok(store::Mutation::Put(v))
+        });
+    match written {
+        Ok(Some(obj)) => json_response(
+            StatusCode::OK,
+            &json!({"resourceVersion": obj.pointer("/metadata/resourceVersion"), "deleted": delete}),
+        ),
+        Ok(None) => json_response(StatusCode::NOT_FOUND, &json!({"error": "no such object"})),
+        Err(st) => json_response(StatusCode::BAD_REQUEST, &json!({"error": st.message})),
+    }
+}
+
 /// `/debug/sim/*`: stats and fault controls (documented in docs/simulator.md).
-fn debug_endpoint(sim: &Arc<Sim>, method: &Method, path: &str) -> Option<Response<Body>> {
+fn debug_endpoint(
+    sim: &Arc<Sim>,
+    method: &Method,
+    path: &str,
+    query: Option<&str>,
+) -> Option<Response<Body>> {
     let resp = match (method, path.trim_end_matches('/')) {
         (&Method::GET, "/debug/sim/stats") => json_response(StatusCode::OK, &sim.stats.to_json()),
         (&Method::GET, "/debug/sim/stats/shapes") => {
@@ -750,6 +812,7 @@ fn debug_endpoint(sim: &Arc<Sim>, method: &Method, path: &str) -> Option<Respons
             sim.faults.unfreeze();
             json_response(StatusCode::OK, &sim.faults.to_json())
         }
+        (&Method::POST, "/debug/sim/faults/unwatched-write") => unwatched_write(sim, query),
         _ => return None,
     };
     Some(resp)

@@ -107,6 +107,9 @@ pub struct Event {
     /// lists at older RVs use it to undo this event.
     pub prev: Option<Arc<Value>>,
     pub at: Instant,
+    /// A write no watch delivers (`Store::mutate_unwatched`, a test fault): lists at any
+    /// resourceVersion see it, watches skip it, as if a cache had lost the event.
+    pub unwatched: bool,
     /// `object` serialised once, on first use, and shared by every watcher.
     encoded: OnceLock<Bytes>,
     /// `object`'s protobuf envelope, likewise (`None`: it has none, e.g. the custom
@@ -323,6 +326,31 @@ impl Store {
         name: &str,
         f: impl FnOnce(Option<&Arc<Value>>) -> Result<Mutation, Status>,
     ) -> Result<Option<Arc<Value>>, Status> {
+        self.mutate_with(rt, ns, name, f, false)
+    }
+
+    /// [`Store::mutate`] whose event no watch delivers: the object changes, lists (at
+    /// every resourceVersion from the write's on) show it, and every watch skips it. A
+    /// fault for tests of the gateway's consistency check: a cache fed only by its watch
+    /// can notice the change only by comparing itself with a list.
+    pub fn mutate_unwatched(
+        &self,
+        rt: &ResourceType,
+        ns: &str,
+        name: &str,
+        f: impl FnOnce(Option<&Arc<Value>>) -> Result<Mutation, Status>,
+    ) -> Result<Option<Arc<Value>>, Status> {
+        self.mutate_with(rt, ns, name, f, true)
+    }
+
+    fn mutate_with(
+        &self,
+        rt: &ResourceType,
+        ns: &str,
+        name: &str,
+        f: impl FnOnce(Option<&Arc<Value>>) -> Result<Mutation, Status>,
+        unwatched: bool,
+    ) -> Result<Option<Arc<Value>>, Status> {
         let tk = type_key(rt);
         let key = object_key(ns, name);
         let mut guard = self.write();
@@ -385,6 +413,7 @@ impl Store {
             object: object.clone(),
             prev: current,
             at: Instant::now(),
+            unwatched,
             encoded: OnceLock::new(),
             envelope: OnceLock::new(),
         }));
@@ -552,7 +581,7 @@ impl Store {
                 break;
             }
             cursor = ev.rv;
-            if ev.type_key == tk {
+            if ev.type_key == tk && !ev.unwatched {
                 out.push(ev.clone());
             }
         }
