@@ -131,6 +131,12 @@ pub struct ServeArgs {
     /// at once
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     pub cache_sync_wait: Duration,
+    /// How often each cache is compared with the upstream at one resourceVersion (a
+    /// metadata-only list, as kube-apiserver checks its watch cache against etcd), plus up
+    /// to half of it as jitter; a difference re-syncs the resource. 0 turns the periodic
+    /// check off (docs/consistency.md, "The consistency check")
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    pub cache_consistency_check_interval: Duration,
     #[command(flatten)]
     pub tls: TlsArgs,
     #[command(flatten)]
@@ -383,6 +389,9 @@ pub struct GatewayConfig {
     pub consistent_reads: crate::cache::fresh::ConsistentReads,
     /// How long a request waits for a cold cache (`--cache-sync-wait`).
     pub cache_sync_wait: Duration,
+    /// How often each cache is compared with the upstream; zero: never
+    /// (`--cache-consistency-check-interval`).
+    pub cache_consistency_check_interval: Duration,
     /// Client authentication, authorization and per-user limits (`None`: `--auth=none`).
     pub security: Option<crate::auth::SecurityConfig>,
     /// HTTPS on the API listener (`None`: plain HTTP).
@@ -456,6 +465,7 @@ impl GatewayConfig {
             reflector: Default::default(),
             consistent_reads: Default::default(),
             cache_sync_wait: crate::cache::registry::DEFAULT_SYNC_WAIT,
+            cache_consistency_check_interval: crate::cache::consistency::DEFAULT_INTERVAL,
             security: None,
             tls: None,
             metrics: true,
@@ -524,6 +534,7 @@ impl GatewayConfig {
             },
             consistent_reads: args.consistent_reads,
             cache_sync_wait: args.cache_sync_wait,
+            cache_consistency_check_interval: args.cache_consistency_check_interval,
             security,
             tls,
             metrics: true,
@@ -714,6 +725,7 @@ mod tests {
             upstream_watch_list: Default::default(),
             consistent_reads: Default::default(),
             cache_sync_wait: Duration::from_secs(10),
+            cache_consistency_check_interval: Duration::from_secs(300),
             tls: Default::default(),
             auth: Default::default(),
         };
@@ -862,6 +874,7 @@ mod tests {
             upstream_watch_list: Default::default(),
             consistent_reads: Default::default(),
             cache_sync_wait: Duration::from_secs(10),
+            cache_consistency_check_interval: Duration::from_secs(300),
             tls: Default::default(),
             auth: Default::default(),
         };

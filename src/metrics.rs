@@ -62,6 +62,7 @@ pub const REFLECTOR_PROGRESS_WATCHES_TOTAL: &str = "watchgate_reflector_progress
 // Consistent reads and retained snapshots, per resource (docs/consistency.md).
 pub const CONSISTENT_READS_TOTAL: &str = "watchgate_consistent_reads_total";
 pub const CONSISTENCY_PROBES_TOTAL: &str = "watchgate_consistency_probes_total";
+pub const CACHE_CONSISTENCY_CHECKS_TOTAL: &str = "watchgate_cache_consistency_checks_total";
 pub const CACHE_SNAPSHOTS: &str = "watchgate_cache_snapshots";
 pub const CACHE_SNAPSHOT_BYTES: &str = "watchgate_cache_snapshot_bytes";
 pub const CACHE_SNAPSHOT_READS_TOTAL: &str = "watchgate_cache_snapshot_reads_total";
@@ -105,6 +106,10 @@ pub mod labels {
     pub const CONSISTENT_READS: &[&str] = &["group", "resource", "result"];
     /// result: ok, error.
     pub const CONSISTENCY_PROBES: &[&str] = &["group", "resource", "result"];
+    /// result: success (the same keys at the same resourceVersions), failure (they
+    /// differ, or the upstream went back), error (no comparison was possible): the values
+    /// of kube-apiserver's `storage_consistency_checks_total`.
+    pub const CACHE_CONSISTENCY_CHECKS: &[&str] = &["group", "resource", "result"];
     /// `CACHE_SNAPSHOTS`, `CACHE_SNAPSHOT_BYTES`.
     pub const SNAPSHOTS: &[&str] = &["group", "resource"];
     /// result: retained (served from a kept snapshot), rebuilt (from the history), missed
@@ -315,6 +320,10 @@ fn describe() {
         CONSISTENCY_PROBES_TOTAL,
         "limit=1 lists sent upstream to learn its current resourceVersion for consistent reads (shared by every read that arrived before it was sent), by result."
     );
+    describe_counter!(
+        CACHE_CONSISTENCY_CHECKS_TOTAL,
+        "Comparisons of a cache with the upstream at one resourceVersion (--cache-consistency-check-interval, or an operator's POST /cache/consistency-check), by result: success, failure (they differed: the resource is re-synced; or the upstream went back), error (no comparison was possible)."
+    );
     describe_gauge!(
         CACHE_SNAPSHOTS,
         "Past states of a resource kept for continue tokens and Exact lists."
@@ -440,6 +449,15 @@ fn refresh_cache_metrics(registry: &Registry) {
             .absolute(load(&f.probes).saturating_sub(errors));
         counter!(CONSISTENCY_PROBES_TOTAL, "group" => g.clone(), "resource" => r.clone(), "result" => "error")
             .absolute(errors);
+        let k = &c.consistency.counters;
+        for (result, n) in [
+            ("success", &k.success),
+            ("failure", &k.failure),
+            ("error", &k.error),
+        ] {
+            counter!(CACHE_CONSISTENCY_CHECKS_TOTAL, "group" => g.clone(), "resource" => r.clone(), "result" => result)
+                .absolute(load(n));
+        }
         let (kept, kept_bytes) = c.store.retained_usage();
         gauge!(CACHE_SNAPSHOTS, "group" => g.clone(), "resource" => r.clone()).set(kept as f64);
         gauge!(CACHE_SNAPSHOT_BYTES, "group" => g.clone(), "resource" => r.clone())

@@ -137,7 +137,8 @@ async fn a_restarted_gateway_starts_the_caches_of_its_state_file_before_any_clie
     let text = admin.get("/readyz?verbose").await.text();
     assert_eq!(
         text,
-        "[+]ping ok\n[+]shutdown ok\n[+]upstream ok\n[+]warm-configmaps.v1 ok\nreadyz check passed\n"
+        "[+]ping ok\n[+]shutdown ok\n[+]upstream ok\n[+]warm-configmaps.v1 ok\n\
+         [+]consistency-configmaps.v1 ok (not checked yet)\nreadyz check passed\n"
     );
     // The first client is answered from the cache.
     let resp = Http::new(gw.url())
@@ -180,6 +181,7 @@ async fn the_state_file_forgets_what_the_upstream_does_not_serve_and_never_holds
         "[+]ping ok\n[+]shutdown ok\n[+]upstream ok\n\
          [+]warm-configmaps.v1 ok\n\
          [+]warm-gizmos.v1.nothing.example ok (not served upstream; dropped from the state file)\n\
+         [+]consistency-configmaps.v1 ok (not checked yet)\n\
          readyz check passed\n"
     );
     let stats = sim.handle().stats();

@@ -75,6 +75,9 @@ pub struct Demands {
     /// When the consistent request whose state the store holds was sent (`None`: the
     /// state came from a request with a resourceVersion, or there is none yet).
     state_sent: Mutex<Option<Instant>>,
+    /// When a consistency check last found the state different from the upstream's, if
+    /// no state read after that has been installed since (`cache::consistency`).
+    inconsistent_since: Mutex<Option<Instant>>,
     /// Called when a consistent answer proves the upstream went back; `None` in tests
     /// of a lone reflector.
     went_back: Option<OnWentBack>,
@@ -112,15 +115,48 @@ impl Demands {
     pub fn consistent_state(&self, sent: Instant) {
         let mut s = self.state_sent.lock().unwrap_or_else(|e| e.into_inner());
         *s = Some(s.map_or(sent, |old| old.max(sent)));
+        drop(s);
+        // A state read after the check found the old one wrong repairs it; one whose read
+        // was sent before (a re-sync already under way) may hold the same mistake.
+        let mut bad = self
+            .inconsistent_since
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if bad.is_some_and(|found| sent >= found) {
+            *bad = None;
+        }
+    }
+
+    /// A consistency check found the state different from the upstream's at `found`:
+    /// consistent reads are forwarded until a state read after `found` is installed, and
+    /// the reflector is asked for one.
+    pub fn found_inconsistent(&self, found: Instant) {
+        *self
+            .inconsistent_since
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(found);
+        self.resync.request();
+    }
+
+    /// Whether the state is known to differ from the upstream's (see
+    /// [`Demands::found_inconsistent`]).
+    pub fn inconsistent(&self) -> bool {
+        self.inconsistent_since
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some()
     }
 
     /// Whether the store's state (taken after this call) reflects every write the upstream
-    /// acknowledged before `arrived`: its consistent request was sent at or after it.
+    /// acknowledged before `arrived`: its consistent request was sent at or after it, and
+    /// no consistency check has found it wrong since.
     pub fn covers(&self, arrived: Instant) -> bool {
-        self.state_sent
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .is_some_and(|sent| sent >= arrived)
+        !self.inconsistent()
+            && self
+                .state_sent
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .is_some_and(|sent| sent >= arrived)
     }
 }
 
@@ -144,6 +180,26 @@ mod tests {
             s.pending(),
             "a request after the work began needs the next one"
         );
+    }
+
+    #[test]
+    fn an_inconsistent_state_is_repaired_only_by_a_state_read_after_the_finding() {
+        let d = Demands::default();
+        let mut rx = d.resync.subscribe();
+        let early = Instant::now();
+        d.consistent_state(early);
+        let found = Instant::now() + std::time::Duration::from_millis(1);
+        d.found_inconsistent(found);
+        assert!(d.inconsistent());
+        assert!(d.resync.pending(), "the finding asks for a re-sync");
+        assert!(!d.covers(early), "a wrong state covers nothing");
+        // A re-sync whose read was sent before the finding may hold the same mistake.
+        d.consistent_state(early);
+        assert!(d.inconsistent());
+        d.resync.starting(&mut rx);
+        d.consistent_state(found + std::time::Duration::from_millis(1));
+        assert!(!d.inconsistent());
+        assert!(d.covers(found));
     }
 
     #[test]

@@ -70,6 +70,11 @@ pub enum Forward {
     /// same address). The cache is not the upstream's any more.
     #[error("the upstream's resourceVersion went back below the cache's")]
     UpstreamWentBack,
+    /// A consistent read of a resource whose last consistency check found the cache
+    /// different from the upstream, before the re-sync that repairs it is in
+    /// (`cache::consistency`).
+    #[error("the consistency check found the cache different from the upstream")]
+    Inconsistent,
     /// A resourceVersion (or a write's fence) the cache did not reach in time.
     #[error("the cache did not reach the resourceVersion in time")]
     Behind,
@@ -83,7 +88,7 @@ pub enum Forward {
 
 impl Forward {
     /// Every reason, for the metric's zero series and the tests.
-    pub const ALL: [Forward; 20] = [
+    pub const ALL: [Forward; 21] = [
         Forward::NotARead,
         Forward::NoCache,
         Forward::NotAuthorized,
@@ -101,6 +106,7 @@ impl Forward {
         Forward::LoneRead,
         Forward::ProbeFailed,
         Forward::UpstreamWentBack,
+        Forward::Inconsistent,
         Forward::Behind,
         Forward::PastState,
         Forward::ContinueToken,
@@ -126,6 +132,7 @@ impl Forward {
             Forward::LoneRead => "lone_read",
             Forward::ProbeFailed => "probe_failed",
             Forward::UpstreamWentBack => "upstream_went_back",
+            Forward::Inconsistent => "inconsistent",
             Forward::Behind => "behind",
             Forward::PastState => "past_state",
             Forward::ContinueToken => "continue_token",

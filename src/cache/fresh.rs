@@ -117,6 +117,8 @@ pub enum NotFresh {
     WentBack { upstream: u64, cache: u64 },
     #[error("the last probe found the cache behind at {reached} and it has not moved since: a lone read is forwarded without a probe")]
     Lone { reached: u64 },
+    #[error("a consistency check found the cache different from the upstream; the re-sync that repairs it is not in yet")]
+    Inconsistent,
 }
 
 impl NotFresh {
@@ -127,6 +129,7 @@ impl NotFresh {
             NotFresh::Behind { .. } | NotFresh::Cheaper { .. } => Forward::NotFresh,
             NotFresh::WentBack { .. } => Forward::UpstreamWentBack,
             NotFresh::Lone { .. } => Forward::LoneRead,
+            NotFresh::Inconsistent => Forward::Inconsistent,
         }
     }
 }
@@ -388,6 +391,12 @@ impl Freshness {
         read: ConsistentRead,
     ) -> Result<Fresh, NotFresh> {
         let c = &self.counters;
+        // Known wrong (a consistency check found it so): no proof of freshness can make
+        // it right; the re-sync that repairs it is under way.
+        if self.demands.inconsistent() {
+            c.forwarded.fetch_add(1, Ordering::Relaxed);
+            return Err(NotFresh::Inconsistent);
+        }
         // The state's own consistent read was sent after the request arrived (the cache
         // was cold, or re-syncing): it is proof enough. Read before the snapshot.
         if self.demands.covers(read.arrived) {

@@ -2,12 +2,14 @@
 //! from which RV="0" and NotOlderThan reads are answered. See docs/cache.md.
 
 pub mod budget;
+pub mod consistency;
 pub mod demand;
 pub mod discovery;
 pub mod events;
 mod fields;
 pub mod forward;
 pub mod fresh;
+pub mod identity;
 pub mod list_page;
 pub mod object;
 pub mod proto_form;

@@ -75,6 +75,7 @@ use tokio::sync::watch;
 use super::budget::{ByteBudget, OverBudget};
 use super::demand::Demands;
 use super::events::{decode_event, Decoded, ErrorStatus, LineSplitter, MalformedEvent, RawEvent};
+use super::identity::{ClusterIdentity, Verdict};
 use super::list_page::{decode_page, BodyFormat};
 use super::object::CachedObject;
 use super::resource::ResourceInfo;
@@ -465,6 +466,9 @@ pub struct Reflector {
     demands: Option<Arc<Demands>>,
     /// Consistent states older than the cache's, in a row (see `older_than_cache`).
     older_in_a_row: AtomicU32,
+    /// The cluster the cache was built from, verified before the stream resumes or the
+    /// resource is relisted (`None`: never checked).
+    identity: Option<Arc<ClusterIdentity>>,
 }
 
 /// Consistent states older than the cache's, in a row, from a lone `--server` endpoint,
@@ -537,6 +541,32 @@ impl Reflector {
             on_drop: None,
             demands: None,
             older_in_a_row: AtomicU32::new(0),
+            identity: None,
+        }
+    }
+
+    /// Verifies that the upstream is still this cluster before resuming or relisting.
+    pub fn with_identity(mut self, identity: Arc<ClusterIdentity>) -> Self {
+        self.identity = Some(identity);
+        self
+    }
+
+    /// Whether the upstream is still the cluster the cache was built from, as of a read
+    /// sent after `since`. Another cluster is an upstream that went back: the registry is
+    /// told, and drops and rebuilds every cache (this reflector's task with it).
+    async fn same_cluster(&self, since: Instant) -> bool {
+        let Some(identity) = &self.identity else {
+            return true;
+        };
+        match identity.verify(since).await {
+            Verdict::Changed { was, now } => {
+                tracing::warn!(resource = %self.info.resource, %was, %now, "the upstream's kube-system namespace has another uid: it is another cluster");
+                if let Some(d) = &self.demands {
+                    d.upstream_went_back();
+                }
+                false
+            }
+            Verdict::Same | Verdict::Unknown => true,
         }
     }
 
@@ -747,7 +777,10 @@ impl Reflector {
         self.commit(snapshot.heap)?;
         let (n, rv) = (snapshot.len(), snapshot.resource_version);
         let bytes = snapshot.bytes;
-        self.store.replace(snapshot);
+        // A state replacing one a consistency check found wrong: streams it cannot
+        // continue end with 410, so that their clients relist rather than resume.
+        let repair = self.demands.as_ref().is_some_and(|d| d.inconsistent());
+        self.store.replace_with(snapshot, repair);
         // Every state is read with a consistent request (a watch-list or a list with no
         // resourceVersion) sent after `started`; said after the store holds it.
         if let Some(d) = &self.demands {
@@ -832,9 +865,15 @@ impl Reflector {
         backoff: &mut Backoff,
         demands: &Option<DemandRx>,
     ) -> Step {
+        let ended = Instant::now();
         match end {
             WatchEnd::Closed(reason) => {
                 self.stats.watch_restarts.fetch_add(1, Ordering::Relaxed);
+                // A stream that ended may end because the apiserver behind it was
+                // replaced: resuming would mix two clusters' objects.
+                if !self.same_cluster(ended).await {
+                    return Step::Sync(SyncCause::Start);
+                }
                 let rv = self.store.resource_version();
                 backoff.reset();
                 if DemandRx::progress_pending(demands) {
@@ -861,6 +900,11 @@ impl Reflector {
                 self.stats
                     .relists_after_expired
                     .fetch_add(1, Ordering::Relaxed);
+                // Another cluster answers 410 to the old one's resourceVersions too; its
+                // state must not be told to the watchers as the old one's next events.
+                if !self.same_cluster(ended).await {
+                    return Step::Sync(SyncCause::Start);
+                }
                 Step::Sync(SyncCause::Relist {
                     reason: format!("the watch expired ({msg})"),
                     anomaly: false,
@@ -881,6 +925,9 @@ impl Reflector {
                 let delay = backoff.next_delay();
                 tracing::warn!(resource = %self.info.resource, "watch failed ({msg}); resuming in {delay:.1?}");
                 self.stats.back_off(delay).await;
+                if !self.same_cluster(ended).await {
+                    return Step::Sync(SyncCause::Start);
+                }
                 Step::Watch(self.store.resource_version(), WatchKind::Long)
             }
             WatchEnd::Behind(behind) => {

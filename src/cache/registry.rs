@@ -14,10 +14,12 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use super::budget::{BudgetConfig, ByteBudget, OverBudget};
+use super::consistency::ConsistencyCheck;
 use super::demand::Demands;
 use super::discovery::Discovery;
 use super::forward::Forward;
 use super::fresh::{ConsistentReads, Freshness};
+use super::identity::ClusterIdentity;
 use super::reflector::{Backoff, Reflector, ReflectorConfig, ReflectorStats};
 use super::resource::ResourceInfo;
 use super::store::Store;
@@ -57,8 +59,12 @@ pub struct ResourceCache {
     pub stats: Arc<ReflectorStats>,
     /// Consistent reads: the probes and re-syncs that prove this cache fresh.
     pub fresh: Arc<Freshness>,
+    /// The periodic (and on-demand) comparison with the upstream.
+    pub consistency: Arc<ConsistencyCheck>,
     synced: watch::Receiver<bool>,
     task: JoinHandle<()>,
+    /// The periodic consistency check (`None`: `--cache-consistency-check-interval=0`).
+    checker: Option<JoinHandle<()>>,
 }
 
 impl ResourceCache {
@@ -73,9 +79,19 @@ impl ResourceCache {
     }
 }
 
+impl ResourceCache {
+    /// Stops the reflector and the consistency check.
+    fn stop(&self) {
+        self.task.abort();
+        if let Some(c) = &self.checker {
+            c.abort();
+        }
+    }
+}
+
 impl Drop for ResourceCache {
     fn drop(&mut self) {
-        self.task.abort();
+        self.stop();
     }
 }
 
@@ -129,6 +145,11 @@ pub struct Registry {
     sync_wait: std::sync::atomic::AtomicU64,
     /// Times every cache was dropped because the upstream went back (a metric).
     resets: std::sync::atomic::AtomicU64,
+    /// How often each cache is compared with the upstream, in milliseconds; 0 never
+    /// (`--cache-consistency-check-interval`). Read when a cache starts.
+    consistency_interval: std::sync::atomic::AtomicU64,
+    /// The cluster the caches are built from (`kube-system`'s uid).
+    identity: Arc<ClusterIdentity>,
 }
 
 /// The default of `--cache-sync-wait`: long enough for the first sync of a large resource
@@ -175,6 +196,7 @@ impl Registry {
             budget: Arc::new(ByteBudget::new(budget)),
             drops: DashMap::new(),
             discovery: Discovery::new(upstream.clone()),
+            identity: Arc::new(ClusterIdentity::new(upstream.clone())),
             upstream,
             policy,
             watch,
@@ -187,7 +209,20 @@ impl Registry {
             sync_wait: std::sync::atomic::AtomicU64::new(DEFAULT_SYNC_WAIT.as_millis() as u64),
             warm: Default::default(),
             resets: Default::default(),
+            consistency_interval: std::sync::atomic::AtomicU64::new(
+                super::consistency::DEFAULT_INTERVAL.as_millis() as u64,
+            ),
         })
+    }
+
+    /// How often each cache started from now on is compared with the upstream
+    /// (`--cache-consistency-check-interval`; zero turns the periodic check off, an
+    /// operator's check still runs).
+    pub fn set_consistency_interval(&self, every: std::time::Duration) {
+        self.consistency_interval.store(
+            every.as_millis() as u64,
+            std::sync::atomic::Ordering::Relaxed,
+        );
     }
 
     /// How long a request waits for a cache that has not synced yet, before it is
@@ -328,6 +363,8 @@ impl Registry {
                 v.insert(Slot::Starting);
             }
         }
+        let identity = self.identity.clone();
+        tokio::spawn(async move { identity.learn().await });
         let this = self.clone();
         tokio::spawn(async move {
             let (g, v, r) = &key;
@@ -415,16 +452,37 @@ impl Registry {
         )
         .with_config(self.reflector.clone())
         .with_demands(demands)
+        .with_identity(self.identity.clone())
         .with_budget(self.budget.clone(), self.on_drop(key, info.clone()));
         let task = tokio::spawn(reflector.run());
+        let consistency = Arc::new(ConsistencyCheck::new(
+            self.upstream.clone(),
+            info.clone(),
+            store.clone(),
+            fresh.clone(),
+            synced.clone(),
+            self.identity.clone(),
+        ));
+        let every = self
+            .consistency_interval
+            .load(std::sync::atomic::Ordering::Relaxed);
+        let checker = (every > 0).then(|| {
+            tokio::spawn(
+                consistency
+                    .clone()
+                    .run_every(std::time::Duration::from_millis(every)),
+            )
+        });
         Arc::new(ResourceCache {
             proto: Arc::new(super::proto_form::ProtoForm::of(&info)),
             info,
             store,
             stats,
             fresh,
+            consistency,
             synced,
             task,
+            checker,
         })
     }
 
@@ -501,14 +559,16 @@ impl Registry {
         }
         self.resets
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        // The old cluster's writes must not fence reads of the new one.
+        // The old cluster's writes must not fence reads of the new one, and the new
+        // caches' identity is whichever cluster answers now.
         self.writes.clear();
+        self.identity.forget();
         tracing::warn!(
             caches = old.len(),
             "the upstream's resourceVersions went back (a restored or replaced cluster): every cache is dropped and rebuilt, and its watches end with 410"
         );
         for c in &old {
-            c.task.abort();
+            c.stop();
             c.store.hub().reset();
         }
         self.slots_changed.send_modify(|n| *n += 1);

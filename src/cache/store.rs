@@ -20,6 +20,7 @@ use super::snapshots::Retained;
 use crate::watch::event::{Change as EventChange, Encoder};
 use crate::watch::filter::WatchFilter;
 use crate::watch::hub::{Hub, HubState, Registration, Start, TooOld};
+use crate::watch::stats::EndReason;
 use crate::watch::{relist, RelistMode, WatchConfig};
 
 /// A consistent view of the cache at one resourceVersion.
@@ -261,6 +262,18 @@ impl Store {
     /// difference as ordinary events (watch::relist); when there is none to tell, their
     /// streams end.
     pub fn replace(&self, snapshot: Snapshot) {
+        self.replace_with(snapshot, false);
+    }
+
+    /// [`Store::replace`]; `repair` when the state replaces one a consistency check found
+    /// wrong: if its difference cannot be told as events, the streams end with an ERROR
+    /// 410 instead of quietly, so that no client resumes from the wrong state.
+    pub fn replace_with(&self, snapshot: Snapshot, repair: bool) {
+        let why = if repair {
+            EndReason::Inconsistent
+        } else {
+            EndReason::Relist
+        };
         let mut hub = self.hub.lock();
         let old = self.snapshot();
         let rv = snapshot.resource_version;
@@ -289,19 +302,25 @@ impl Store {
                 }
             }
             (true, _) => {
-                self.hub.restart(&mut hub, rv);
+                self.hub.restart(&mut hub, rv, EndReason::Relist);
                 self.retained.clear();
                 self.exact_floor.fetch_max(rv, Ordering::AcqRel);
             }
             (false, None) => {
-                if self.hub.cfg.relist == RelistMode::Diff {
+                if repair {
+                    tracing::warn!(
+                        from = old.resource_version,
+                        to = rv,
+                        "the re-sync after a failed consistency check cannot be told as events; every watch of this resource ends with 410"
+                    );
+                } else if self.hub.cfg.relist == RelistMode::Diff {
                     tracing::warn!(
                         from = old.resource_version,
                         to = rv,
                         "relist contradicts the cache; ending every watch of this resource"
                     );
                 }
-                self.hub.restart(&mut hub, rv);
+                self.hub.restart(&mut hub, rv, why);
                 self.retained.clear();
                 self.exact_floor.fetch_max(rv, Ordering::AcqRel);
             }

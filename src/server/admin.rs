@@ -33,6 +33,17 @@ pub struct AdminState {
 
 pub async fn handle(state: AdminState, req: Request<RequestBody>) -> Response<Body> {
     let path = req.uri().path();
+    if path == CONSISTENCY_CHECK {
+        if *req.method() != Method::POST {
+            return Status::new(405, "MethodNotAllowed", "only POST is allowed").into_response();
+        }
+        let only = req.uri().query().and_then(|q| {
+            form_urlencoded::parse(q.as_bytes())
+                .find(|(k, _)| k == "resource")
+                .map(|(_, v)| v.into_owned())
+        });
+        return consistency_check(&state, only.as_deref()).await;
+    }
     if !matches!(path, "/healthz" | "/livez" | "/readyz" | "/metrics") {
         return Status::path_not_found().into_response();
     }
@@ -61,6 +72,53 @@ pub async fn handle(state: AdminState, req: Request<RequestBody>) -> Response<Bo
         }
         _ => text_response(StatusCode::OK, "ok".into(), "text/plain; charset=utf-8"),
     }
+}
+
+/// An operator's consistency check of every synced cache (or of `?resource=`, named as
+/// `--cache` names it: `pods`, `deployments.apps`), now (docs/operations.md).
+const CONSISTENCY_CHECK: &str = "/cache/consistency-check";
+
+/// Runs the checks one after another (each is one paged metadata list upstream) and
+/// answers one line per cache, like `/readyz?verbose`: 200 when every cache matched the
+/// upstream, 500 naming the ones that did not or could not be compared.
+async fn consistency_check(state: &AdminState, only: Option<&str>) -> Response<Body> {
+    let Some(registry) = &state.cache else {
+        return Status::new(404, "NotFound", "caching is off in this gateway").into_response();
+    };
+    let mut caches: Vec<_> = registry
+        .caches()
+        .into_iter()
+        .filter(|c| c.is_synced())
+        .filter(|c| only.is_none_or(|spec| registry::names(spec, &c.info.group, &c.info.resource)))
+        .collect();
+    caches.sort_by_key(|c| qualified(&c.info));
+    if caches.is_empty() {
+        return Status::new(404, "NotFound", "no synced cache to check").into_response();
+    }
+    let (mut text, mut ok) = (String::new(), true);
+    for c in caches {
+        let report = c.consistency.check().await;
+        let passed = report.result() == "success";
+        ok &= passed;
+        let mark = if passed { '+' } else { '-' };
+        text.push_str(&format!("[{mark}]{} {report}\n", qualified(&c.info)));
+    }
+    text.push_str(if ok {
+        "consistency check passed\n"
+    } else {
+        "consistency check failed\n"
+    });
+    let code = if ok {
+        StatusCode::OK
+    } else {
+        StatusCode::INTERNAL_SERVER_ERROR
+    };
+    text_response(code, text, "text/plain; charset=utf-8")
+}
+
+/// A resource as `--cache` names it: `pods`, `deployments.apps`.
+fn qualified(info: &crate::cache::resource::ResourceInfo) -> String {
+    Gvr::new(&info.group, &info.version, &info.resource).qualified()
 }
 
 /// One readiness check's outcome: its name and, when it failed, why.
@@ -132,6 +190,19 @@ async fn checks(state: &AdminState) -> Vec<Check> {
                 }
                 out.push(warm_check(&gvr, status, over, warm.timeout));
             }
+        }
+        // What each cache's last consistency check found. Informational: a difference is
+        // being repaired by a re-sync (consistent reads are forwarded meanwhile), and one
+        // resource must not take the whole gateway out of service.
+        let mut by_name: Vec<_> = caches.iter().map(|c| (qualified(&c.info), c)).collect();
+        by_name.sort_by(|a, b| a.0.cmp(&b.0));
+        for (name, c) in by_name {
+            let mut check = Check::new(format!("consistency-{name}"), None);
+            check.note = Some(match c.consistency.counters.last() {
+                Some((at, report)) => format!("{report}, {:.0?} ago", at.elapsed()),
+                None => "not checked yet".into(),
+            });
+            out.push(check);
         }
     }
     out

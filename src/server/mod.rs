@@ -95,6 +95,7 @@ impl Gateway {
                     cfg.consistent_reads,
                 );
                 registry.set_sync_wait(cfg.cache_sync_wait);
+                registry.set_consistency_interval(cfg.cache_consistency_check_interval);
                 if let Some(warm) = &cfg.cache_state {
                     registry
                         .open_state_file(warm)

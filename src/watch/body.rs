@@ -252,12 +252,19 @@ impl WatchBody {
     /// Ends the stream whose end the hub has already counted.
     fn end_counted(&mut self, reason: EndReason) {
         crate::logging::end_of_stream(&self.span, self.started.elapsed(), Some(reason.as_str()));
-        if reason == EndReason::UpstreamReset {
-            // kube-apiserver's answer to a watch whose resourceVersion is no longer valid:
-            // client-go relists on it.
-            let status = crate::status::Status::expired(
+        // kube-apiserver's answer to a watch whose resourceVersion is no longer valid:
+        // client-go relists on it.
+        let expired = match reason {
+            EndReason::UpstreamReset => Some(
                 "the upstream's resourceVersions went back (a restored or replaced cluster); list again",
-            );
+            ),
+            EndReason::Inconsistent => Some(
+                "the cache was re-synced after a consistency check found it different from the upstream; list again",
+            ),
+            _ => None,
+        };
+        if let Some(message) = expired {
+            let status = crate::status::Status::expired(message);
             self.pending.push_back(self.shared.encoding.error(&status));
         }
         self.phase = Phase::Done;
@@ -314,7 +321,7 @@ impl WatchBody {
         if self.store.hub().restarted_since(&self.shared) {
             // The snapshot is a state the history no longer continues from: stop sending
             // it at once rather than after the last batch.
-            self.end(EndReason::Relist);
+            self.end(self.store.hub().restart_reason());
             return;
         }
         if self.store.hub().is_shutting_down() {

@@ -87,6 +87,7 @@ impl WatcherShared {
         match self.closed_by.load(Ordering::Acquire) {
             1 => EndReason::Relist,
             2 => EndReason::UpstreamReset,
+            3 => EndReason::Inconsistent,
             _ => EndReason::Shutdown,
         }
     }
@@ -297,6 +298,9 @@ pub struct Hub {
     shutting_down: AtomicBool,
     /// Set when the cache is dropped because the upstream went back ([`Hub::reset`]).
     reset: AtomicBool,
+    /// Why the history last restarted ([`Hub::restart`]), as `closed_by` codes it: what a
+    /// watcher of an older epoch ends with.
+    restart_reason: AtomicU8,
     pub stats: FanoutStats,
     dispatch_seconds: metrics::Histogram,
     /// The task that sends periodic bookmarks (`watch::bookmarks`).
@@ -344,6 +348,7 @@ impl Hub {
             epoch: AtomicU64::new(0),
             shutting_down: AtomicBool::new(false),
             reset: AtomicBool::new(false),
+            restart_reason: AtomicU8::new(1),
             stats: FanoutStats::default(),
             dispatch_seconds,
             ticker: Ticker::default(),
@@ -364,6 +369,14 @@ impl Hub {
     /// not be continued.
     pub fn restarted_since(&self, shared: &WatcherShared) -> bool {
         self.epoch.load(Ordering::Acquire) != shared.epoch
+    }
+
+    /// Why the history last restarted: how the streams it could not continue end.
+    pub fn restart_reason(&self) -> EndReason {
+        match self.restart_reason.load(Ordering::Acquire) {
+            3 => EndReason::Inconsistent,
+            _ => EndReason::Relist,
+        }
     }
 
     /// Appends one change and hands it to every live watcher it concerns. Events for
@@ -612,7 +625,7 @@ impl Hub {
         // Checked first: a watcher registered just before a restart, with no event
         // published since, holds exactly the new history's first position.
         if shared.epoch != st.epoch {
-            return CatchUp::Expired(EndReason::Relist);
+            return CatchUp::Expired(self.restart_reason());
         }
         if cursor < st.first_seq {
             return CatchUp::Expired(EndReason::Slow);
@@ -736,11 +749,20 @@ impl Hub {
     /// reading the history at its own pace, would otherwise carry on from a state the new
     /// history does not continue. The live ones are closed here; the others learn it from
     /// the new epoch when they next read (`catch_up`, `restarted_since`).
-    pub fn restart(&self, st: &mut HubState, list_rv: u64) {
+    ///
+    /// `why` is [`EndReason::Relist`], or [`EndReason::Inconsistent`] for the re-sync
+    /// after a failed consistency check: its streams end with an ERROR 410, because a
+    /// client that resumed would carry on from a state the cache got wrong.
+    pub fn restart(&self, st: &mut HubState, list_rv: u64, why: EndReason) {
+        let code = match why {
+            EndReason::Inconsistent => 3,
+            _ => 1,
+        };
         st.epoch += 1;
+        self.restart_reason.store(code, Ordering::Release);
         self.epoch.store(st.epoch, Ordering::Release);
         for (_, e) in st.watchers.drain() {
-            e.shared.closed_by.store(1, Ordering::Release);
+            e.shared.closed_by.store(code, Ordering::Release);
         }
         st.index = Index::default();
         st.first_seq += st.events.len() as u64;

@@ -19,16 +19,22 @@ pub enum EndReason {
     /// The upstream's resourceVersions went back (a restored or replaced cluster): the
     /// cache was dropped, and the stream ended with an ERROR 410 so that its client relists.
     UpstreamReset,
+    /// A consistency check found the cache different from the upstream, and the re-sync's
+    /// difference could not be sent as ordinary events (a change the stream lost lies
+    /// before what the client has seen): the stream ended with an ERROR 410 so that its
+    /// client relists (`cache::consistency`).
+    Inconsistent,
 }
 
 impl EndReason {
-    pub const ALL: [EndReason; 6] = [
+    pub const ALL: [EndReason; 7] = [
         EndReason::Slow,
         EndReason::Timeout,
         EndReason::ClientGone,
         EndReason::Relist,
         EndReason::Shutdown,
         EndReason::UpstreamReset,
+        EndReason::Inconsistent,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -39,6 +45,7 @@ impl EndReason {
             EndReason::Relist => "relist",
             EndReason::Shutdown => "shutdown",
             EndReason::UpstreamReset => "upstream_reset",
+            EndReason::Inconsistent => "inconsistent",
         }
     }
 }
@@ -58,7 +65,7 @@ pub struct FanoutStats {
     /// Of `bookmarks`, the periodic ones the hub's tick wrote straight to an idle
     /// HTTP/1.1 connection (`watch::bookmarks`).
     pub bookmarks_written_directly: AtomicU64,
-    terminated: [AtomicU64; 6],
+    terminated: [AtomicU64; EndReason::ALL.len()],
 }
 
 impl FanoutStats {

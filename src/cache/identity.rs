@@ -1,0 +1,163 @@
+//! Which cluster the caches were built from: the `kube-system` namespace's uid, the
+//! customary cluster identity (it is created once, with the cluster, and a restore from
+//! a backup keeps it; a rebuilt cluster has a new one).
+//!
+//! resourceVersions alone cannot tell a replaced cluster whose resourceVersions happen to
+//! be *above* the cache's: a reflector resuming its watch there would receive the new
+//! cluster's events on top of the old cluster's objects. So the identity is verified
+//! before a reflector resumes after its stream ended or broke, before it relists, and at
+//! each consistency check. An upstream can only be replaced while connections break, and
+//! every check shares one request with every other that asked before it was sent (the
+//! [`Demand`](super::demand::Demand) argument): a restart of the apiserver behind the
+//! gateway costs one GET, however many caches resume.
+//!
+//! A changed uid is handled as an upstream that went back: every cache is dropped and
+//! rebuilt, every watch ends with 410 (`Registry::reset`). An upstream without
+//! `kube-system` (not a Kubernetes cluster, or an empty simulator) has no identity to
+//! check: the resourceVersion checks are all there is.
+
+use std::time::{Duration, Instant};
+
+use http::{header, Request, StatusCode};
+use http_body_util::{BodyExt, Limited};
+use serde::Deserialize;
+use tokio::sync::Mutex;
+
+use crate::body;
+use crate::upstream::{Internal, Upstream};
+
+/// The object whose uid names the cluster.
+const IDENTITY_PATH: &str = "/api/v1/namespaces/kube-system";
+
+/// A namespace is small; the bound keeps a broken upstream from holding memory.
+const MAX_BYTES: usize = 1 << 20;
+
+/// How long one identity read may take before the caller carries on without it.
+const TIMEOUT: Duration = Duration::from_secs(5);
+
+/// What a verification found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// The cluster the caches were built from (or the first one seen).
+    Same,
+    /// Another cluster: its `kube-system` uid is not the one recorded.
+    Changed { was: String, now: String },
+    /// No identity could be read (no `kube-system`, an error, a timeout).
+    Unknown,
+}
+
+/// The upstream cluster's identity, shared by every cache of a registry.
+pub struct ClusterIdentity {
+    upstream: Upstream,
+    /// The uid the caches were built with, once read.
+    uid: std::sync::Mutex<Option<String>>,
+    /// When the last read was sent, and what it found.
+    last: std::sync::Mutex<Option<(Instant, Verdict)>>,
+    /// One read at a time: the callers that wait for it reuse its verdict.
+    reading: Mutex<()>,
+}
+
+impl ClusterIdentity {
+    pub fn new(upstream: Upstream) -> Self {
+        Self {
+            upstream,
+            uid: Default::default(),
+            last: Default::default(),
+            reading: Mutex::new(()),
+        }
+    }
+
+    /// Whether the upstream is still the cluster the caches were built from, as of a
+    /// read sent at or after `since` (when the caller's stream ended, say). A read sent
+    /// after `since` by someone else is reused; otherwise one is sent now. The first
+    /// identity read is recorded as the caches' own.
+    pub async fn verify(&self, since: Instant) -> Verdict {
+        let _one = self.reading.lock().await;
+        self.verify_locked(since).await
+    }
+
+    /// [`ClusterIdentity::verify`], with `reading` held.
+    async fn verify_locked(&self, since: Instant) -> Verdict {
+        if let Some((sent, verdict)) = &*lock(&self.last) {
+            if *sent >= since {
+                return verdict.clone();
+            }
+        }
+        let sent = Instant::now();
+        let read = tokio::time::timeout(TIMEOUT, self.read_uid()).await;
+        let verdict = match read {
+            Ok(Some(now)) => {
+                let mut uid = lock(&self.uid);
+                match &*uid {
+                    None => {
+                        *uid = Some(now);
+                        Verdict::Same
+                    }
+                    Some(was) if *was == now => Verdict::Same,
+                    Some(was) => Verdict::Changed {
+                        was: was.clone(),
+                        now,
+                    },
+                }
+            }
+            _ => Verdict::Unknown,
+        };
+        *lock(&self.last) = Some((sent, verdict.clone()));
+        verdict
+    }
+
+    /// Records the identity if none is yet: called as each cache starts, so that the
+    /// caches' cluster is known before the first stream could end.
+    pub async fn learn(&self) {
+        if lock(&self.uid).is_some() {
+            return;
+        }
+        // Caches starting together wait for the first one's read, then find it done.
+        let _one = self.reading.lock().await;
+        if lock(&self.uid).is_none() {
+            self.verify_locked(Instant::now()).await;
+        }
+    }
+
+    /// Forgets the recorded identity: the caches are being rebuilt from whatever cluster
+    /// answers now, whose identity the next read records.
+    pub fn forget(&self) {
+        *lock(&self.uid) = None;
+        *lock(&self.last) = None;
+    }
+
+    async fn read_uid(&self) -> Option<String> {
+        let mut req = Request::get(IDENTITY_PATH)
+            .header(header::ACCEPT, "application/json")
+            .body(body::empty())
+            .ok()?;
+        req.extensions_mut().insert(Internal);
+        let resp = self.upstream.send(req).await.ok()?;
+        if resp.status() != StatusCode::OK {
+            return None;
+        }
+        let bytes = Limited::new(resp.into_body(), MAX_BYTES)
+            .collect()
+            .await
+            .ok()?
+            .to_bytes();
+        let ns: Namespace = serde_json::from_slice(&bytes).ok()?;
+        Some(ns.metadata.uid).filter(|u| !u.is_empty())
+    }
+}
+
+fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // Every critical section is an assignment: a poisoned lock is still consistent.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+#[derive(Deserialize)]
+struct Namespace {
+    metadata: Meta,
+}
+
+#[derive(Deserialize)]
+struct Meta {
+    #[serde(default)]
+    uid: String,
+}
