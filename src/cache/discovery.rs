@@ -55,6 +55,12 @@ impl Discovery {
         }
     }
 
+    /// Forgets every answer: the upstream is another cluster (or a restored one), whose
+    /// resources (CRDs, scopes, kinds) are asked again.
+    pub fn forget(&self) {
+        self.entries.clear();
+    }
+
     /// The cacheable resource `resource` of `group/version`, if the upstream serves it with
     /// `list` and `watch`. `Ok(None)` means "not cacheable"; `Err` means discovery failed.
     pub async fn resource(

@@ -563,6 +563,12 @@ impl Registry {
         // caches' identity is whichever cluster answers now.
         self.writes.clear();
         self.identity.forget();
+        // What was learnt of the old cluster's resources goes too: its discovery, which
+        // resources it did not serve, which did not fit the budget. Their next request
+        // asks the new one.
+        self.discovery.forget();
+        self.slots
+            .retain(|_, s| !matches!(s, Slot::NotCacheable | Slot::Dropped(_)));
         tracing::warn!(
             caches = old.len(),
             "the upstream's resourceVersions went back (a restored or replaced cluster): every cache is dropped and rebuilt, and its watches end with 410"
