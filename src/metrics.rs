@@ -13,13 +13,10 @@
 //! [`install`]. Tests start many gateways in one process, so every counter is cumulative
 //! for the process and tests assert deltas.
 
-use std::sync::atomic::Ordering;
 use std::sync::OnceLock;
 
-use ::metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge, Unit};
+use ::metrics::{counter, describe_counter, describe_gauge, describe_histogram, Unit};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
-
-use crate::cache::registry::Registry;
 
 // Requests (the downstream API listener).
 pub const REQUESTS_TOTAL: &str = "watchgate_requests_total";
@@ -192,10 +189,6 @@ fn describe() {
         FORWARDED_TOTAL,
         "Requests sent to the upstream instead of being answered by the cache or the fan-out, by reason (docs/operations.md, \"Why a request was forwarded\")."
     );
-    // Every reason's series exists from the start, so that a rate over it is defined.
-    for why in crate::cache::forward::Forward::ALL {
-        counter!(FORWARDED_TOTAL, "reason" => why.label()).absolute(0);
-    }
     describe_counter!(
         UPSTREAM_RESETS_TOTAL,
         "Times the upstream's resourceVersions went back (a restored or replaced cluster) and every cache was dropped and rebuilt, its watches ended with 410."
@@ -351,136 +344,30 @@ fn describe() {
     );
 }
 
-/// Renders the Prometheus text exposition, after refreshing `registry`'s gauges. Empty
-/// when the recorder could not be installed.
-/// Counts one forwarded request under its reason (`cache::forward`).
-pub fn forwarded(why: crate::cache::forward::Forward) {
-    counter!(FORWARDED_TOTAL, "reason" => why.label()).increment(1);
+/// Counts one forwarded request under its reason (`cache::forward`'s label).
+pub fn forwarded(reason: &'static str) {
+    counter!(FORWARDED_TOTAL, "reason" => reason).increment(1);
 }
 
-pub fn render(registry: Option<&Registry>) -> String {
+/// Creates every forward reason's series at zero, so that a rate over it is defined from
+/// the start.
+pub fn forward_reasons(reasons: impl IntoIterator<Item = &'static str>) {
+    for reason in reasons {
+        counter!(FORWARDED_TOTAL, "reason" => reason).absolute(0);
+    }
+}
+
+/// Renders the Prometheus text exposition. Empty when the recorder could not be
+/// installed. The caches' gauges are copied in first by whoever holds them
+/// (`cache::export::refresh_metrics`): this module only names and renders.
+pub fn render() -> String {
     let Some(handle) = install() else {
         return String::new();
     };
-    if let Some(registry) = registry {
-        refresh_cache_metrics(registry);
-        refresh_fanout_metrics(registry);
-    }
     if let Some(process) = PROCESS.get() {
         process.collect();
     }
     handle.render()
-}
-
-/// Copies the caches' state and the reflectors' atomics into the recorder. Done at scrape
-/// time so that the reflectors' and the request path's hot loops never touch a metric.
-/// The counters are set to the reflectors' own totals with `absolute`, which the
-/// exporter's atomic counter implements as `fetch_max`: a scrape never double-counts, and
-/// a counter never goes backwards. With two gateways caching the same resource in one
-/// process (tests) a counter shows the larger of their totals, and a gauge whatever the
-/// last refresh set: such tests give each gateway its own resource.
-fn refresh_cache_metrics(registry: &Registry) {
-    for (r, n) in crate::cache::object::derived_totals() {
-        gauge!(CACHE_DERIVED_BYTES, "representation" => r.as_str()).set(n as f64);
-    }
-    let budget = registry.budget();
-    gauge!(CACHE_BUDGET_LIMIT, "scope" => "total").set(budget.config.max_bytes as f64);
-    gauge!(CACHE_BUDGET_LIMIT, "scope" => "resource").set(budget.config.max_resource_bytes as f64);
-    for d in registry.dropped() {
-        let (g, r) = (d.info.group.clone(), d.info.resource.clone());
-        gauge!(CACHE_OVER_BUDGET, "group" => g.clone(), "resource" => r.clone()).set(1.0);
-        gauge!(CACHE_BUDGET_USED, "group" => g, "resource" => r).set(0.0);
-    }
-    counter!(UPSTREAM_RESETS_TOTAL).absolute(registry.resets());
-    for ((g, r, reason), n) in registry.drop_counts() {
-        counter!(CACHE_DROPPED_TOTAL, "group" => g, "resource" => r, "reason" => reason)
-            .absolute(n);
-    }
-    for c in registry.caches() {
-        let g = c.info.group.clone();
-        let r = c.info.resource.clone();
-        let s = &c.stats;
-        let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
-        gauge!(UPSTREAM_WATCHES, "group" => g.clone(), "resource" => r.clone())
-            .set(load(&s.watches_open) as f64);
-        let snapshot = c.store.snapshot();
-        gauge!(CACHE_OBJECTS, "group" => g.clone(), "resource" => r.clone())
-            .set(snapshot.len() as f64);
-        gauge!(CACHE_BYTES, "group" => g.clone(), "resource" => r.clone())
-            .set(snapshot.bytes as f64);
-        gauge!(CACHE_BUDGET_USED, "group" => g.clone(), "resource" => r.clone())
-            .set(snapshot.heap as f64);
-        gauge!(CACHE_OVER_BUDGET, "group" => g.clone(), "resource" => r.clone()).set(0.0);
-        gauge!(CACHE_RESOURCE_VERSION, "group" => g.clone(), "resource" => r.clone())
-            .set(c.store.resource_version() as f64);
-        gauge!(CACHE_SYNCED, "group" => g.clone(), "resource" => r.clone()).set(if c.is_synced() {
-            1.0
-        } else {
-            0.0
-        });
-        let sync_millis = load(&s.sync_millis);
-        if sync_millis > 0 {
-            gauge!(CACHE_SYNC_DURATION, "group" => g.clone(), "resource" => r.clone())
-                .set(sync_millis as f64 / 1e3);
-        }
-        counter!(CACHE_EVENTS_TOTAL, "group" => g.clone(), "resource" => r.clone())
-            .absolute(load(&s.events));
-        counter!(REFLECTOR_LISTS_TOTAL, "group" => g.clone(), "resource" => r.clone())
-            .absolute(load(&s.lists));
-        counter!(REFLECTOR_RELISTS_TOTAL, "group" => g.clone(), "resource" => r.clone(), "reason" => "expired")
-            .absolute(load(&s.relists_after_expired));
-        counter!(REFLECTOR_RELISTS_TOTAL, "group" => g.clone(), "resource" => r.clone(), "reason" => "consistent_read")
-            .absolute(load(&s.consistent_resyncs));
-        counter!(REFLECTOR_PROGRESS_WATCHES_TOTAL, "group" => g.clone(), "resource" => r.clone())
-            .absolute(load(&s.progress_watches));
-        let f = &c.fresh.counters;
-        for (result, n) in [
-            ("fresh", &f.fresh),
-            ("synced", &f.synced),
-            ("waited", &f.waited),
-            ("resynced", &f.resynced),
-            ("forwarded", &f.forwarded),
-        ] {
-            counter!(CONSISTENT_READS_TOTAL, "group" => g.clone(), "resource" => r.clone(), "result" => result)
-                .absolute(load(n));
-        }
-        let errors = load(&f.probe_errors);
-        counter!(CONSISTENCY_PROBES_TOTAL, "group" => g.clone(), "resource" => r.clone(), "result" => "ok")
-            .absolute(load(&f.probes).saturating_sub(errors));
-        counter!(CONSISTENCY_PROBES_TOTAL, "group" => g.clone(), "resource" => r.clone(), "result" => "error")
-            .absolute(errors);
-        let k = &c.consistency.counters;
-        for (result, n) in [
-            ("success", &k.success),
-            ("failure", &k.failure),
-            ("error", &k.error),
-        ] {
-            counter!(CACHE_CONSISTENCY_CHECKS_TOTAL, "group" => g.clone(), "resource" => r.clone(), "result" => result)
-                .absolute(load(n));
-        }
-        let (kept, kept_bytes) = c.store.retained_usage();
-        gauge!(CACHE_SNAPSHOTS, "group" => g.clone(), "resource" => r.clone()).set(kept as f64);
-        gauge!(CACHE_SNAPSHOT_BYTES, "group" => g.clone(), "resource" => r.clone())
-            .set(kept_bytes as f64);
-        let rs = c.store.retained_stats();
-        for (result, n) in [
-            ("retained", &rs.hits),
-            ("rebuilt", &rs.rebuilt),
-            ("missed", &rs.misses),
-            ("evicted", &rs.evicted),
-        ] {
-            counter!(CACHE_SNAPSHOT_READS_TOTAL, "group" => g.clone(), "resource" => r.clone(), "result" => result)
-                .absolute(load(n));
-        }
-        counter!(REFLECTOR_RESTARTS_TOTAL, "group" => g.clone(), "resource" => r.clone(), "reason" => "stream_end")
-            .absolute(load(&s.watch_restarts));
-        counter!(REFLECTOR_RESTARTS_TOTAL, "group" => g.clone(), "resource" => r.clone(), "reason" => "error")
-            .absolute(load(&s.errors));
-        counter!(REFLECTOR_RESTARTS_TOTAL, "group" => g.clone(), "resource" => r.clone(), "reason" => "upstream_behind")
-            .absolute(load(&s.behind));
-        counter!(REFLECTOR_MALFORMED_TOTAL, "group" => g, "resource" => r)
-            .absolute(load(&s.malformed_objects));
-    }
 }
 
 fn describe_fanout() {
@@ -536,40 +423,4 @@ fn describe_fanout() {
         Unit::Seconds,
         "Age of the oldest event in a resource's watch history."
     );
-}
-
-/// Copies the hubs' atomics and history sizes into the recorder, at scrape time.
-fn refresh_fanout_metrics(registry: &Registry) {
-    use crate::watch::stats::EndReason;
-    for c in registry.caches() {
-        let g = c.info.group.clone();
-        let r = c.info.resource.clone();
-        let hub = c.store.hub();
-        let s = &hub.stats;
-        gauge!(WATCHERS, "group" => g.clone(), "resource" => r.clone())
-            .set(s.watchers.load(Ordering::Relaxed) as f64);
-        gauge!(WATCHERS_LAGGING, "group" => g.clone(), "resource" => r.clone())
-            .set(s.lagging.load(Ordering::Relaxed) as f64);
-        counter!(WATCH_EVENTS_DELIVERED_TOTAL, "group" => g.clone(), "resource" => r.clone())
-            .absolute(s.delivered.load(Ordering::Relaxed));
-        counter!(WATCH_EVENTS_WRITTEN_DIRECTLY_TOTAL, "group" => g.clone(), "resource" => r.clone())
-            .absolute(s.written_directly.load(Ordering::Relaxed));
-        counter!(WATCH_BYTES_WRITTEN_TOTAL, "group" => g.clone(), "resource" => r.clone())
-            .absolute(s.bytes.load(Ordering::Relaxed));
-        counter!(WATCH_BOOKMARKS_TOTAL, "group" => g.clone(), "resource" => r.clone())
-            .absolute(s.bookmarks.load(Ordering::Relaxed));
-        counter!(WATCH_BOOKMARKS_WRITTEN_DIRECTLY_TOTAL, "group" => g.clone(), "resource" => r.clone())
-            .absolute(s.bookmarks_written_directly.load(Ordering::Relaxed));
-        for reason in EndReason::ALL {
-            counter!(TERMINATED_WATCHERS_TOTAL, "group" => g.clone(), "resource" => r.clone(), "reason" => reason.as_str())
-                .absolute(s.terminated(reason));
-        }
-        let h = hub.history_stats();
-        gauge!(WATCH_HISTORY_EVENTS, "group" => g.clone(), "resource" => r.clone())
-            .set(h.events as f64);
-        gauge!(WATCH_HISTORY_BYTES, "group" => g.clone(), "resource" => r.clone())
-            .set(h.bytes as f64);
-        gauge!(WATCH_HISTORY_OLDEST_AGE, "group" => g, "resource" => r)
-            .set(h.oldest_age.as_secs_f64());
-    }
 }

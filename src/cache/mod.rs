@@ -6,6 +6,7 @@ pub mod consistency;
 pub mod demand;
 pub mod discovery;
 pub mod events;
+pub mod export;
 mod fields;
 pub mod forward;
 pub mod fresh;

@@ -63,7 +63,10 @@ pub async fn handle(state: AdminState, req: Request<RequestBody>) -> Response<Bo
             Status::new(404, "NotFound", "metrics are disabled in this gateway").into_response()
         }
         "/metrics" => {
-            let text = crate::metrics::render(state.cache.as_deref());
+            if let Some(registry) = &state.cache {
+                crate::cache::export::refresh_metrics(registry);
+            }
+            let text = crate::metrics::render();
             text_response(
                 StatusCode::OK,
                 text,

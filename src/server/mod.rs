@@ -74,8 +74,12 @@ impl Gateway {
 
         // Installed before the caches (their stores bind the dispatch histogram when they
         // are created) and the first request, so that no early series is lost.
-        if cfg.metrics {
-            crate::metrics::install();
+        if cfg.metrics && crate::metrics::install().is_some() {
+            crate::metrics::forward_reasons(
+                crate::cache::forward::Forward::ALL
+                    .iter()
+                    .map(|why| why.label()),
+            );
         }
         let drain = Drain::new();
         if let Some(tls) = &tls {

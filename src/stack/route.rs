@@ -110,7 +110,7 @@ impl Router {
 /// Records why a request goes upstream: a debug line and
 /// `watchgate_forwarded_requests_total{reason}`.
 fn forwarded<B>(why: Forward, req: &Request<B>) {
-    crate::metrics::forwarded(why);
+    crate::metrics::forwarded(why.label());
     tracing::debug!(reason = why.label(), method = %req.method(), uri = %req.uri(), "forwarded: {why}");
 }
 
