@@ -119,7 +119,8 @@ pub struct Store {
     // building a list, so contention is a few nanoseconds per access.
     current: RwLock<Arc<Snapshot>>,
     rv_tx: watch::Sender<u64>,
-    hub: Hub,
+    /// Shared with the watch streams, which need the fan-out and nothing else of the store.
+    hub: Arc<Hub>,
     /// Past states kept for continue tokens and Exact lists (`cache::snapshots`).
     retained: Retained,
     /// States before this resourceVersion cannot be rebuilt from the history: a relist
@@ -172,7 +173,7 @@ impl Store {
         Self {
             current: RwLock::new(Arc::new(Snapshot::default())),
             rv_tx: watch::channel(0).0,
-            hub,
+            hub: Arc::new(hub),
             retained: Retained::default(),
             exact_floor: AtomicU64::new(0),
             token_form: Default::default(),
@@ -193,7 +194,7 @@ impl Store {
         *self.rv_tx.borrow()
     }
 
-    pub fn hub(&self) -> &Hub {
+    pub fn hub(&self) -> &Arc<Hub> {
         &self.hub
     }
 

@@ -40,10 +40,9 @@ use http_body::{Body, Frame, SizeHint};
 use tokio::time::{Instant, Sleep};
 
 use super::encoding::AddedFrames;
-use super::hub::{CatchUp, Item, Registration, SnapshotLease, WatcherShared};
+use super::hub::{CatchUp, Hub, Item, Registration, SnapshotLease, WatcherShared};
 use super::queue;
 use super::stats::EndReason;
-use crate::cache::store::Store;
 use crate::server::express::Lane;
 
 /// Objects or history events handled per step, so one watcher never holds the hub's lock
@@ -99,7 +98,8 @@ pub struct WatchParams {
 }
 
 pub struct WatchBody {
-    store: Arc<Store>,
+    /// The resource's fan-out: all a stream needs of the cache.
+    hub: Arc<Hub>,
     shared: Arc<WatcherShared>,
     phase: Phase,
     rx: Option<queue::Receiver<Item>>,
@@ -132,7 +132,7 @@ pub struct WatchBody {
 }
 
 impl WatchBody {
-    pub fn new(store: Arc<Store>, reg: Registration, params: WatchParams) -> Self {
+    pub fn new(hub: Arc<Hub>, reg: Registration, params: WatchParams) -> Self {
         let now = Instant::now();
         let deadline = deadline_after(now, params.timeout);
         let pre_timeout = deadline
@@ -148,7 +148,7 @@ impl WatchBody {
             (None, false) => Phase::CatchUp(reg.cursor),
         };
         let mut body = Self {
-            store,
+            hub,
             shared: reg.shared,
             phase,
             rx: reg.live,
@@ -179,7 +179,7 @@ impl WatchBody {
         body.arm_timer();
         if let Some(until) = pre_timeout {
             // kube-apiserver: none when the deadline is less than 2 s away.
-            store_bookmarks(&body.store, &body.shared, until);
+            schedule_bookmarks(&body.hub, &body.shared, until);
         }
         body
     }
@@ -245,7 +245,7 @@ impl WatchBody {
         };
         self.end_counted(reason);
         if !counted_by_hub {
-            self.store.hub().count_end(reason);
+            self.hub.count_end(reason);
         }
     }
 
@@ -269,7 +269,7 @@ impl WatchBody {
         }
         self.phase = Phase::Done;
         self.rx = None;
-        self.store.hub().unregister(&self.shared);
+        self.hub.unregister(&self.shared);
     }
 
     /// The hub counts a watcher as lagging the moment its queue overflows (even if its
@@ -277,16 +277,12 @@ impl WatchBody {
     /// live again or gone.
     fn stop_lagging(&mut self) {
         if std::mem::take(&mut self.lagging) {
-            self.store
-                .hub()
-                .stats
-                .lagging
-                .fetch_sub(1, Ordering::Relaxed);
+            self.hub.stats.lagging.fetch_sub(1, Ordering::Relaxed);
         }
     }
 
     fn flush_counters(&mut self) {
-        let stats = &self.store.hub().stats;
+        let stats = &self.hub.stats;
         if self.unflushed_events > 0 {
             stats
                 .delivered
@@ -318,17 +314,17 @@ impl WatchBody {
             self.end_counted(EndReason::Slow);
             return;
         };
-        if self.store.hub().restarted_since(&self.shared) {
+        if self.hub.restarted_since(&self.shared) {
             // The snapshot is a state the history no longer continues from: stop sending
             // it at once rather than after the last batch.
-            self.end(self.store.hub().restart_reason());
+            self.end(self.hub.restart_reason());
             return;
         }
-        if self.store.hub().is_shutting_down() {
+        if self.hub.is_shutting_down() {
             self.end(EndReason::Shutdown);
             return;
         }
-        if self.store.hub().is_reset() {
+        if self.hub.is_reset() {
             self.end(EndReason::UpstreamReset);
             return;
         }
@@ -347,7 +343,7 @@ impl WatchBody {
             Some(e) => Bound::Excluded(e),
             None => Bound::Unbounded,
         };
-        let enc = &self.store.hub().enc;
+        let enc = &self.hub.enc;
         let mut seen = 0;
         let mut bytes = 0;
         let mut last = None;
@@ -379,24 +375,19 @@ impl WatchBody {
         if self.params.initial_events_end && self.params.allow_bookmarks {
             self.pending
                 .push_back(self.shared.encoding.bookmark(enc, rv, true));
-            self.store
-                .hub()
-                .stats
-                .bookmarks
-                .fetch_add(1, Ordering::Relaxed);
+            self.hub.stats.bookmarks.fetch_add(1, Ordering::Relaxed);
             // The next periodic one counts from this one; one due meanwhile is void.
             self.shared.bookmark_due.store(false, Ordering::SeqCst);
             self.bookmark_due = false;
             if let Some(until) = self.pre_timeout {
-                self.store.hub().schedule_bookmarks(&self.shared, until);
+                self.hub.schedule_bookmarks(&self.shared, until);
             }
         }
         self.phase = Phase::CatchUp(cursor);
     }
 
     fn step_catch_up(&mut self, cursor: u64) {
-        let store = self.store.clone();
-        let hub = store.hub();
+        let hub = self.hub.clone();
         if hub.is_shutting_down() {
             self.end(EndReason::Shutdown);
             return;
@@ -487,7 +478,7 @@ impl WatchBody {
         }
         // Read the head before looking at the queue: the hub publishes the head after
         // queueing, so an empty queue now means every event up to `head` was taken.
-        let head = self.store.hub().head_rv();
+        let head = self.hub.head_rv();
         // The hub queues an event before it publishes the new head, so this stream may
         // already hold an event newer than `head`: a bookmark must never go behind it.
         let mut head = head.max(self.last_rv);
@@ -510,16 +501,9 @@ impl WatchBody {
         self.bookmark_due = false;
         if head >= self.params.min_rv && head > 0 {
             self.last_rv = head;
-            self.pending.push_back(self.shared.encoding.bookmark(
-                &self.store.hub().enc,
-                head,
-                false,
-            ));
-            self.store
-                .hub()
-                .stats
-                .bookmarks
-                .fetch_add(1, Ordering::Relaxed);
+            self.pending
+                .push_back(self.shared.encoding.bookmark(&self.hub.enc, head, false));
+            self.hub.stats.bookmarks.fetch_add(1, Ordering::Relaxed);
             return true;
         }
         false
@@ -612,16 +596,12 @@ impl Drop for WatchBody {
         }
         self.stop_lagging();
         self.flush_counters();
-        self.store
-            .hub()
-            .stats
-            .watchers
-            .fetch_sub(1, Ordering::Relaxed);
+        self.hub.stats.watchers.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
 /// Puts a new watcher in its hub's bookmark schedule, starting the hub's tick if need be.
-fn store_bookmarks(store: &Arc<Store>, shared: &Arc<WatcherShared>, until: Instant) {
-    super::bookmarks::start(store);
-    store.hub().schedule_bookmarks(shared, until);
+fn schedule_bookmarks(hub: &Arc<Hub>, shared: &Arc<WatcherShared>, until: Instant) {
+    super::bookmarks::start(hub);
+    hub.schedule_bookmarks(shared, until);
 }

@@ -44,9 +44,8 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use super::hub::WatcherShared;
+use super::hub::{Hub, WatcherShared};
 use super::index::WatcherId;
-use crate::cache::store::Store;
 
 /// Watchers handled per step of a tick, before the task yields its thread.
 pub const BATCH: usize = 512;
@@ -206,20 +205,20 @@ impl Drop for Ticker {
     }
 }
 
-/// Starts `store`'s tick task once (it needs a tokio runtime: watches are served on one).
-pub fn start(store: &Arc<Store>) {
-    let ticker = &store.hub().ticker;
+/// Starts `hub`'s tick task once (it needs a tokio runtime: watches are served on one).
+pub fn start(hub: &Arc<Hub>) {
+    let ticker = &hub.ticker;
     if ticker.started.swap(true, Ordering::AcqRel) {
         return;
     }
     let wake = ticker.wake.clone();
-    tokio::spawn(run(Arc::downgrade(store), wake));
+    tokio::spawn(run(Arc::downgrade(hub), wake));
 }
 
-async fn run(store: Weak<Store>, wake: Arc<Notify>) {
+async fn run(hub: Weak<Hub>, wake: Arc<Notify>) {
     loop {
-        let next = match store.upgrade() {
-            Some(s) => s.hub().next_bookmark_tick(),
+        let next = match hub.upgrade() {
+            Some(h) => h.next_bookmark_tick(),
             None => return,
         };
         match next {
@@ -236,11 +235,11 @@ async fn run(store: Weak<Store>, wake: Arc<Notify>) {
             }
         }
         loop {
-            let Some(s) = store.upgrade() else {
+            let Some(h) = hub.upgrade() else {
                 return;
             };
-            let more = s.hub().send_due_bookmarks(Instant::now());
-            drop(s);
+            let more = h.send_due_bookmarks(Instant::now());
+            drop(h);
             if !more {
                 break;
             }

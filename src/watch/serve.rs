@@ -197,7 +197,7 @@ pub async fn try_watch(registry: &Arc<Registry>, req: &Parsed) -> Result<Respons
         initial_events_end,
         timeout: watch_timeout(opts.watch_timeout()),
     };
-    let body = WatchBody::new(cache.store.clone(), reg, params);
+    let body = WatchBody::new(cache.store.hub().clone(), reg, params);
     let lane = Some(body.lane());
     let mut resp = stream_response(body::boxed(body), content_type);
     // Over HTTP/1.1 the connection streams it outside hyper (server/h1.rs), and the hub

@@ -60,7 +60,7 @@ fn open(s: &Arc<Store>, filter: WatchFilter, start: Start, p: WatchParams) -> Wa
     let reg = s
         .watch(filter, crate::watch::encoding::WatchEncoding::Json, start)
         .expect("registered");
-    WatchBody::new(s.clone(), reg, p)
+    WatchBody::new(s.hub().clone(), reg, p)
 }
 
 /// Reads whole event lines until `n` have arrived (bounded), as (type, name, rv).
