@@ -20,9 +20,9 @@ use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughpu
 use http_body_util::BodyExt;
 
 use watchgate::cache::events::{LineSplitter, RawEvent};
-use watchgate::cache::object::CachedObject;
-use watchgate::cache::store::Snapshot;
 use watchgate::codec::list::{ListBody, ListHead};
+use watchgate::model::object::CachedObject;
+use watchgate::model::snapshot::Snapshot;
 use watchgate::selector::field::FieldSelector;
 use watchgate::selector::label::LabelSelector;
 use watchgate::sim::resources::RESOURCES;

@@ -53,10 +53,10 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::runtime::Runtime;
 
-use watchgate::cache::object::CachedObject;
 use watchgate::cache::registry::CachePolicy;
 use watchgate::cache::store::{Change, Store};
 use watchgate::config::GatewayConfig;
+use watchgate::model::object::CachedObject;
 use watchgate::server::{Gateway, GatewayHandle};
 use watchgate::sim::{start, SimConfig};
 

@@ -91,7 +91,7 @@ pub fn handler(path: &str) -> Handler {
     match path.strip_prefix("/apis/") {
         Some(rest) => {
             let group = rest.split('/').next().unwrap_or("");
-            if !group.is_empty() && crate::cache::resource::is_builtin_group(group) {
+            if !group.is_empty() && crate::model::resource::is_builtin_group(group) {
                 Handler::Restful
             } else {
                 Handler::CustomResources

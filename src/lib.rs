@@ -19,6 +19,7 @@ pub mod error_response;
 pub mod load;
 pub mod logging;
 pub mod metrics;
+pub mod model;
 pub mod negotiate;
 pub mod partial_metadata;
 pub mod proto;

@@ -16,10 +16,10 @@ use support::wait::wait_until;
 use support::watch::{put_object, put_pod, resource, wait_until_cached};
 use support::{Http, EVENT_TIMEOUT};
 use watchgate::cache::budget::BudgetConfig;
-use watchgate::cache::object::CachedObject;
 use watchgate::cache::registry::CachePolicy;
-use watchgate::cache::store::Snapshot;
 use watchgate::config::GatewayConfig;
+use watchgate::model::object::CachedObject;
+use watchgate::model::snapshot::Snapshot;
 
 #[path = "support/counting_alloc.rs"]
 mod counting_alloc;

@@ -38,9 +38,10 @@ use tokio::sync::watch;
 use super::events::ErrorStatus;
 use super::fresh::Freshness;
 use super::identity::{ClusterIdentity, Verdict};
-use super::resource::ResourceInfo;
-use super::store::{Snapshot, Store};
+use super::store::Store;
 use crate::body;
+use crate::model::resource::ResourceInfo;
+use crate::model::snapshot::Snapshot;
 use crate::upstream::{Internal, Upstream};
 
 /// The default interval: kube-apiserver's `ConsistencyCheckPeriod` ("5 minutes were
@@ -512,7 +513,7 @@ struct ItemMeta {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cache::object::CachedObject;
+    use crate::model::object::CachedObject;
 
     fn obj(ns: &str, name: &str, rv: u64) -> Arc<CachedObject> {
         let raw = serde_json::json!({

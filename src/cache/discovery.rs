@@ -10,8 +10,8 @@ use http::{Method, Request};
 use http_body_util::{BodyExt, Limited};
 use serde::Deserialize;
 
-use super::resource::ResourceInfo;
 use crate::body;
+use crate::model::resource::ResourceInfo;
 use crate::upstream::Upstream;
 
 /// How long a group/version's discovery answer is trusted before it is fetched again.

@@ -7,7 +7,7 @@ use bytes::{Buf, Bytes, BytesMut};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use super::object::{CachedObject, ObjectError};
+use crate::model::object::{CachedObject, ObjectError};
 
 /// The longest single event accepted. kube-apiserver limits objects to about 1.5 MiB in
 /// etcd; anything far beyond that is a broken stream, and the bound keeps memory bounded.

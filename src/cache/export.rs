@@ -24,7 +24,7 @@ pub fn refresh_metrics(registry: &Registry) {
 /// process (tests) a counter shows the larger of their totals, and a gauge whatever the
 /// last refresh set: such tests give each gateway its own resource.
 fn refresh_cache_metrics(registry: &Registry) {
-    for (r, n) in crate::cache::object::derived_totals() {
+    for (r, n) in crate::model::object::derived_totals() {
         gauge!(CACHE_DERIVED_BYTES, "representation" => r.as_str()).set(n as f64);
     }
     let budget = registry.budget();

@@ -44,8 +44,9 @@ use tokio::time::Instant;
 use super::demand::Demands;
 use super::forward::Forward;
 use super::reflector::ReflectorStats;
-use super::store::{Snapshot, Store};
+use super::store::Store;
 use crate::body;
+use crate::model::snapshot::Snapshot;
 use crate::upstream::Upstream;
 
 /// `--consistent-reads`: where reads with no resourceVersion are answered.

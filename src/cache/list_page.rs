@@ -11,7 +11,7 @@ use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use super::object::{CachedObject, ObjectError};
+use crate::model::object::{CachedObject, ObjectError};
 
 /// The encodings an upstream list page can come in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

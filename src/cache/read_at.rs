@@ -9,7 +9,7 @@ use super::forward::Forward;
 use super::fresh::{ConsistentRead, ConsistentReads, Fresh};
 use super::registry::{Registry, ResourceCache};
 use super::serve::CATCH_UP_WAIT;
-use super::store::Snapshot;
+use crate::model::snapshot::Snapshot;
 
 /// The state a read asks for.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -77,10 +77,11 @@ use super::demand::Demands;
 use super::events::{decode_event, Decoded, ErrorStatus, LineSplitter, MalformedEvent, RawEvent};
 use super::identity::{ClusterIdentity, Verdict};
 use super::list_page::{decode_page, BodyFormat};
-use super::object::CachedObject;
-use super::resource::ResourceInfo;
-use super::store::{entry_bytes, Change, Snapshot, Store};
+use super::store::{Change, Store};
 use crate::body;
+use crate::model::object::CachedObject;
+use crate::model::resource::ResourceInfo;
+use crate::model::snapshot::{entry_bytes, Snapshot};
 use crate::upstream::{Internal, Served, Upstream, UpstreamBody};
 
 /// Page size of upstream lists, as client-go's reflector uses.

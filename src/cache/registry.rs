@@ -21,10 +21,10 @@ use super::forward::Forward;
 use super::fresh::{ConsistentReads, Freshness};
 use super::identity::ClusterIdentity;
 use super::reflector::{Backoff, Reflector, ReflectorConfig, ReflectorStats};
-use super::resource::ResourceInfo;
 use super::store::Store;
 use super::warm::{Gvr, StateFile, StateFileError, WarmConfig, WarmStatus, WarmUp};
 use super::writes::WriteFences;
+use crate::model::resource::ResourceInfo;
 use crate::upstream::Upstream;
 
 /// Which resources may be cached.
@@ -54,7 +54,7 @@ pub fn names(spec: &str, group: &str, resource: &str) -> bool {
 pub struct ResourceCache {
     pub info: Arc<ResourceInfo>,
     /// The type's protobuf messages, and whether its objects encode.
-    pub proto: Arc<super::proto_form::ProtoForm>,
+    pub proto: Arc<crate::model::proto_form::ProtoForm>,
     pub store: Arc<Store>,
     pub stats: Arc<ReflectorStats>,
     /// Consistent reads: the probes and re-syncs that prove this cache fresh.
@@ -474,7 +474,7 @@ impl Registry {
             )
         });
         Arc::new(ResourceCache {
-            proto: Arc::new(super::proto_form::ProtoForm::of(&info)),
+            proto: Arc::new(crate::model::proto_form::ProtoForm::of(&info)),
             info,
             store,
             stats,

@@ -17,18 +17,18 @@ use http::{header, HeaderValue, Method, Response, StatusCode};
 
 use super::forward::Forward;
 use super::fresh::ConsistentRead;
-use super::object::CachedObject;
-use super::proto_form::metadata_list_type;
 use super::read_at::{self, Read};
 use super::registry::{Registry, ResourceCache};
-use super::resource::ResourceInfo;
-use super::store::Snapshot;
 use crate::body::{self, Body};
 use crate::codec::continue_token::ContinueToken;
 use crate::codec::gzip;
 use crate::codec::list::{page, selected, Filter, ItemForm, ListBody, ListHead};
 use crate::codec::meta;
 use crate::codec::proto_list::{framed_len, ProtoListBody};
+use crate::model::object::CachedObject;
+use crate::model::proto_form::metadata_list_type;
+use crate::model::resource::ResourceInfo;
+use crate::model::snapshot::Snapshot;
 use crate::negotiate::{negotiate, Conversion, Encoding, MetaVersion, Negotiated};
 use crate::proto::{self, MessageType};
 use crate::proxy::headers::SOURCE_HEADER;
@@ -116,7 +116,7 @@ pub async fn try_serve(registry: &Arc<Registry>, req: &Parsed) -> Result<Respons
     };
     // An answer the cache never produces (YAML, a refusal) is forwarded before any wait
     // for a cold cache: the type's endpoint follows from its group alone.
-    let endpoint = if super::resource::is_builtin_group(&rp.group) {
+    let endpoint = if crate::model::resource::is_builtin_group(&rp.group) {
         crate::negotiate::Endpoint::BUILTIN
     } else {
         crate::negotiate::Endpoint::CUSTOM
@@ -808,7 +808,7 @@ mod tests {
 
     #[test]
     fn json_metadata_and_tables_are_served_the_rest_is_forwarded() {
-        use crate::cache::resource::ResourceInfo;
+        use crate::model::resource::ResourceInfo;
         let repr = |accept: Option<&str>, group: &str, path: &str| {
             let mut headers = http::HeaderMap::new();
             if let Some(a) = accept {

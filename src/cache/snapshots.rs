@@ -29,7 +29,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::store::Snapshot;
+use crate::model::snapshot::Snapshot;
 
 /// Snapshots retained per resource at most.
 pub const MAX_RETAINED: usize = 64;

@@ -13,9 +13,9 @@ use bytes::Bytes;
 use http_body::{Frame, SizeHint};
 
 use crate::body::BoxError;
-use crate::cache::object::CachedObject;
-use crate::cache::store::Snapshot;
 use crate::codec::gzip::ChunkSource;
+use crate::model::object::CachedObject;
+use crate::model::snapshot::Snapshot;
 
 /// Target size of one body chunk. Large enough that per-chunk costs (a poll, a chunk
 /// header, a syscall) vanish next to the copy; small enough to stay in L2.

@@ -120,7 +120,7 @@ async fn consistency_check(state: &AdminState, only: Option<&str>) -> Response<B
 }
 
 /// A resource as `--cache` names it: `pods`, `deployments.apps`.
-fn qualified(info: &crate::cache::resource::ResourceInfo) -> String {
+fn qualified(info: &crate::model::resource::ResourceInfo) -> String {
     Gvr::new(&info.group, &info.version, &info.resource).qualified()
 }
 

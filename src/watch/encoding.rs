@@ -22,9 +22,9 @@ use bytes::Bytes;
 use serde_json::Value;
 
 use super::event::{Delivery, EncodedBytes, Encoder, Event, ExtraLine};
-use crate::cache::object::CachedObject;
-use crate::cache::proto_form::ProtoForm;
 use crate::codec::meta;
+use crate::model::object::CachedObject;
+use crate::model::proto_form::ProtoForm;
 use crate::negotiate::MetaVersion;
 use crate::proto::{self, MessageType};
 use crate::table::{Convertor, TableOptions};

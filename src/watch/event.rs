@@ -13,7 +13,7 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use crate::bookmark::BookmarkObject;
-use crate::cache::object::CachedObject;
+use crate::model::object::CachedObject;
 
 /// What happened to the object, as the upstream (or a relist diff) reported it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

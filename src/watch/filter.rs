@@ -1,6 +1,6 @@
 //! What one watcher wants, and which index bucket finds it.
 
-use crate::cache::object::CachedObject;
+use crate::model::object::CachedObject;
 use crate::selector::field::FieldSelector;
 use crate::selector::label::LabelSelector;
 

@@ -25,8 +25,8 @@ use super::index::{Index, WatcherId};
 use super::queue::{self, BookmarkSent, Delivered, Offered, SendError};
 use super::stats::{EndReason, FanoutStats};
 use super::WatchConfig;
-use crate::cache::object::CachedObject;
-use crate::cache::store::Snapshot;
+use crate::model::object::CachedObject;
+use crate::model::snapshot::Snapshot;
 
 /// Events a live watcher may have queued before it is switched to reading the history.
 /// Small on purpose: the history already holds every event, so a longer queue would only

@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use rustc_hash::FxHashSet;
 
 use super::filter::{field_of, IndexKey};
-use crate::cache::object::CachedObject;
+use crate::model::object::CachedObject;
 
 pub type WatcherId = u64;
 

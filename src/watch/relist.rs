@@ -38,8 +38,8 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use super::event::Change;
-use crate::cache::object::CachedObject;
-use crate::cache::store::Snapshot;
+use crate::model::object::CachedObject;
+use crate::model::snapshot::Snapshot;
 
 /// One change of a relist diff.
 pub type DiffEvent = (Change, Arc<CachedObject>, Option<Arc<CachedObject>>);

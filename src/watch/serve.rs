@@ -88,7 +88,7 @@ pub async fn try_watch(registry: &Arc<Registry>, req: &Parsed) -> Result<Respons
         _ => 0,
     };
     // A stream the cache never writes is forwarded before any wait for a cold cache.
-    let endpoint = if crate::cache::resource::is_builtin_group(&rp.group) {
+    let endpoint = if crate::model::resource::is_builtin_group(&rp.group) {
         crate::negotiate::Endpoint::BUILTIN
     } else {
         crate::negotiate::Endpoint::CUSTOM

@@ -14,9 +14,10 @@ use super::filter::WatchFilter;
 use super::hub::{Start, TooOld, QUEUE_LEN};
 use super::stats::EndReason;
 use super::WatchConfig;
-use crate::cache::object::CachedObject;
-use crate::cache::resource::ResourceInfo;
-use crate::cache::store::{Change, Snapshot, Store};
+use crate::cache::store::{Change, Store};
+use crate::model::object::CachedObject;
+use crate::model::resource::ResourceInfo;
+use crate::model::snapshot::Snapshot;
 
 fn info() -> ResourceInfo {
     ResourceInfo {

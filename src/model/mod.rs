@@ -1,0 +1,11 @@
+//! The object model, the floor the rest builds on: a cached object (the upstream's JSON
+//! bytes and the fields read from them once), its field values, a snapshot of a
+//! resource's objects at one resourceVersion, and what is known of a resource type
+//! (`ResourceInfo`, its protobuf form). `codec`, `watch` and `cache` all build on it; it
+//! imports none of them.
+
+pub mod fields;
+pub mod object;
+pub mod proto_form;
+pub mod resource;
+pub mod snapshot;
