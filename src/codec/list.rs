@@ -83,7 +83,7 @@ pub enum ItemForm {
     /// added to objects stored without it.
     Typed(Vec<u8>),
     /// `PartialObjectMetadata` items of a `PartialObjectMetadataList`: the item head
-    /// (`codec::meta::partial_head`), then the object's metadata (`unstructured`: rebuilt
+    /// (`model::meta::partial_head`), then the object's metadata (`unstructured`: rebuilt
     /// in Go order, see `CachedObject::metadata_json`).
     Metadata {
         head: &'static [u8],

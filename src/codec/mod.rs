@@ -5,5 +5,4 @@ pub mod continue_token;
 pub mod go_json;
 pub mod gzip;
 pub mod list;
-pub mod meta;
 pub mod proto_list;

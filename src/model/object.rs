@@ -244,16 +244,16 @@ impl CachedObject {
     }
 
     /// The object's `metadata` as `PartialObjectMetadata` carries it in JSON
-    /// (`codec::meta`): a slice of the cached bytes for built-in types; for custom
+    /// (`model::meta`): a slice of the cached bytes for built-in types; for custom
     /// resources (`unstructured`), `ObjectMeta` rebuilt in Go field order, as the
     /// apiserver rebuilds it. Built once, then shared.
     pub fn metadata_json(&self, unstructured: bool) -> Option<Bytes> {
         self.derived
             .metadata_json
             .get_or_init(|| {
-                let span = crate::codec::meta::metadata_span(&self.raw)?;
+                let span = crate::model::meta::metadata_span(&self.raw)?;
                 if unstructured {
-                    crate::codec::meta::object_meta_go_order(&self.raw[span])
+                    crate::model::meta::object_meta_go_order(&self.raw[span])
                         .ok()
                         .map(|b| counted(Representation::MetadataJson, exact(b), None))
                 } else {

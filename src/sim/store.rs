@@ -219,7 +219,7 @@ fn order_metadata(v: &mut Value) {
         return;
     };
     let mut ordered = serde_json::Map::with_capacity(meta.len());
-    for key in &crate::codec::meta::OBJECT_META_ORDER {
+    for key in &crate::model::meta::OBJECT_META_ORDER {
         if let Some(x) = meta.remove(*key) {
             ordered.insert((*key).to_string(), x);
         }

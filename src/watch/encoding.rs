@@ -22,7 +22,7 @@ use bytes::Bytes;
 use serde_json::Value;
 
 use super::event::{Delivery, EncodedBytes, Encoder, Event, ExtraLine};
-use crate::codec::meta;
+use crate::model::meta;
 use crate::model::object::CachedObject;
 use crate::model::proto_form::ProtoForm;
 use crate::negotiate::MetaVersion;
