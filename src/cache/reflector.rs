@@ -77,7 +77,7 @@ use super::demand::Demands;
 use super::events::{decode_event, Decoded, ErrorStatus, LineSplitter, MalformedEvent, RawEvent};
 use super::identity::{ClusterIdentity, Verdict};
 use super::list_page::{decode_page, BodyFormat};
-use super::store::{Change, Store};
+use super::store::{Change, StoreWriter};
 use crate::body;
 use crate::model::object::CachedObject;
 use crate::model::resource::ResourceInfo;
@@ -455,7 +455,8 @@ impl Drop for EventStream {
 pub struct Reflector {
     info: Arc<ResourceInfo>,
     upstream: Upstream,
-    store: Arc<Store>,
+    /// The only handle that writes the cache (readers hold `Arc<Store>`).
+    store: StoreWriter,
     synced: watch::Sender<bool>,
     stats: Arc<ReflectorStats>,
     config: ReflectorConfig,
@@ -526,7 +527,7 @@ impl Reflector {
     pub fn new(
         info: Arc<ResourceInfo>,
         upstream: Upstream,
-        store: Arc<Store>,
+        store: StoreWriter,
         synced: watch::Sender<bool>,
         stats: Arc<ReflectorStats>,
     ) -> Self {

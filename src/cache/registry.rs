@@ -432,7 +432,9 @@ impl Registry {
     }
 
     fn start_reflector(self: &Arc<Self>, key: Key, info: Arc<ResourceInfo>) -> Arc<ResourceCache> {
-        let store = Arc::new(Store::for_resource(&info, self.watch.clone()));
+        // The writer goes to the reflector alone; everyone else reads.
+        let writer = Store::for_resource(&info, self.watch.clone());
+        let store = writer.reader().clone();
         let stats = Arc::new(ReflectorStats::default());
         let (synced_tx, synced) = watch::channel(false);
         let demands = Arc::new(Demands::with_went_back(self.on_went_back(&store)));
@@ -446,7 +448,7 @@ impl Registry {
         let reflector = Reflector::new(
             info.clone(),
             self.upstream.clone(),
-            store.clone(),
+            writer,
             synced_tx,
             stats.clone(),
         )

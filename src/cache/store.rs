@@ -53,15 +53,48 @@ pub struct Store {
     token_form: super::token_form::TokenForm,
 }
 
-impl Default for Store {
-    fn default() -> Self {
-        Self::new()
+/// The one handle that changes a store, as kube-runtime's `Writer`: the resource's
+/// reflector holds it, everything else reads through an `Arc<Store>` (`reader`), whose
+/// methods cannot write. It reads as its store too (`Deref`).
+#[derive(Debug)]
+pub struct StoreWriter {
+    store: Arc<Store>,
+}
+
+impl StoreWriter {
+    /// Applies one change (see `Store::apply`).
+    pub fn apply(&self, change: Change) {
+        self.store.apply(change)
+    }
+
+    /// Replaces the whole state (see `Store::replace_with`).
+    pub fn replace(&self, snapshot: Snapshot) {
+        self.store.replace_with(snapshot, false)
+    }
+
+    /// Replaces the whole state after a failed consistency check (see
+    /// `Store::replace_with`).
+    pub fn replace_with(&self, snapshot: Snapshot, repair: bool) {
+        self.store.replace_with(snapshot, repair)
+    }
+
+    /// The read-only handle, for everyone but the writer.
+    pub fn reader(&self) -> &Arc<Store> {
+        &self.store
+    }
+}
+
+impl std::ops::Deref for StoreWriter {
+    type Target = Store;
+
+    fn deref(&self) -> &Store {
+        &self.store
     }
 }
 
 impl Store {
-    /// A store with no type information (unit tests).
-    pub fn new() -> Self {
+    /// A store with no type information (unit tests), and its writer.
+    pub fn untyped() -> StoreWriter {
         Self::with_hub(Hub::new(
             Encoder::new("", ""),
             WatchConfig::default(),
@@ -70,8 +103,9 @@ impl Store {
         ))
     }
 
-    /// The store of one resource type, with its watch fan-out.
-    pub fn for_resource(info: &ResourceInfo, cfg: WatchConfig) -> Self {
+    /// The store of one resource type, with its watch fan-out: the writer, for the
+    /// reflector, from which readers take `reader()`.
+    pub fn for_resource(info: &ResourceInfo, cfg: WatchConfig) -> StoreWriter {
         let labels: Vec<&'static str> = info.field_labels.iter().map(|(l, _)| *l).collect();
         let dispatch = if cfg.record_dispatch {
             metrics::histogram!(
@@ -90,14 +124,17 @@ impl Store {
         ))
     }
 
-    fn with_hub(hub: Hub) -> Self {
-        Self {
+    fn with_hub(hub: Hub) -> StoreWriter {
+        let store = Self {
             current: RwLock::new(Arc::new(Snapshot::default())),
             rv_tx: watch::channel(0).0,
             hub: Arc::new(hub),
             retained: Retained::default(),
             exact_floor: AtomicU64::new(0),
             token_form: Default::default(),
+        };
+        StoreWriter {
+            store: Arc::new(store),
         }
     }
 
@@ -113,6 +150,16 @@ impl Store {
 
     pub fn resource_version(&self) -> u64 {
         *self.rv_tx.borrow()
+    }
+
+    /// A second writer beside the reflector's, for `benches/lone_delivery.rs` alone: it
+    /// feeds a live gateway's store directly (its simulator stays quiet) to time the
+    /// fan-out without the upstream. Anything else writing would race the reflector.
+    #[doc(hidden)]
+    pub fn writer_for_benchmarks(self: &Arc<Self>) -> StoreWriter {
+        StoreWriter {
+            store: self.clone(),
+        }
     }
 
     pub fn hub(&self) -> &Arc<Hub> {
@@ -135,7 +182,7 @@ impl Store {
     /// watchers. Changes older than the store's resourceVersion are ignored: the upstream
     /// never sends them on a healthy stream, and applying one would move the cache
     /// backwards.
-    pub fn apply(&self, change: Change) {
+    fn apply(&self, change: Change) {
         // The hub's lock orders writers and watcher registrations: a watcher registered
         // under it sees either the state before this change (and then gets the event) or
         // the state after it (and does not).
@@ -182,15 +229,10 @@ impl Store {
     /// Replaces the whole state at once (after an initial list or a relist), so readers
     /// see either the old state or the new one, never a mix. Watchers receive the
     /// difference as ordinary events (watch::relist); when there is none to tell, their
-    /// streams end.
-    pub fn replace(&self, snapshot: Snapshot) {
-        self.replace_with(snapshot, false);
-    }
-
-    /// [`Store::replace`]; `repair` when the state replaces one a consistency check found
-    /// wrong: if its difference cannot be told as events, the streams end with an ERROR
-    /// 410 instead of quietly, so that no client resumes from the wrong state.
-    pub fn replace_with(&self, snapshot: Snapshot, repair: bool) {
+    /// streams end. `repair` when the state replaces one a consistency check found wrong:
+    /// if its difference cannot be told as events, the streams end with an ERROR 410
+    /// instead of quietly, so that no client resumes from the wrong state.
+    fn replace_with(&self, snapshot: Snapshot, repair: bool) {
         let why = if repair {
             EndReason::Inconsistent
         } else {
@@ -378,7 +420,7 @@ mod tests {
 
     #[test]
     fn snapshots_are_isolated_from_later_writes() {
-        let store = Store::new();
+        let store = Store::untyped();
         store.apply(Change::Upsert(obj("a", "x", 1)));
         let before = store.snapshot();
         store.apply(Change::Upsert(obj("a", "y", 2)));
@@ -392,7 +434,7 @@ mod tests {
 
     #[test]
     fn lists_in_etcd_key_order_and_scopes_namespaces() {
-        let store = Store::new();
+        let store = Store::untyped();
         let mut rv = 0;
         for (ns, name) in [
             ("a-b", "z"),
@@ -419,7 +461,7 @@ mod tests {
 
     #[test]
     fn stale_changes_do_not_move_the_store_backwards() {
-        let store = Store::new();
+        let store = Store::untyped();
         store.apply(Change::Upsert(obj("", "n1", 5)));
         store.apply(Change::Upsert(obj("", "n1", 4)));
         store.apply(Change::Progress(3));
@@ -431,7 +473,7 @@ mod tests {
 
     #[test]
     fn bytes_follow_inserts_replacements_and_removals() {
-        let store = Store::new();
+        let store = Store::untyped();
         let a1 = obj("a", "x", 1);
         let a2 = obj("a", "x", 12);
         let b = obj("a", "y", 13);
@@ -446,7 +488,7 @@ mod tests {
 
     #[test]
     fn past_states_are_rebuilt_from_the_history_until_a_gap() {
-        let store = Store::new();
+        let store = Store::untyped();
         store.replace(Snapshot {
             resource_version: 10,
             ..Default::default()
@@ -494,7 +536,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn wait_for_returns_when_the_rv_arrives_or_times_out() {
-        let store = Arc::new(Store::new());
+        let store = Arc::new(Store::untyped());
         store.apply(Change::Progress(10));
         assert!(store.wait_for(10, Duration::from_secs(3)).await.is_some());
         assert!(store.wait_for(11, Duration::from_secs(3)).await.is_none());

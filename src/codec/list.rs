@@ -412,7 +412,7 @@ mod tests {
 
     #[tokio::test]
     async fn streams_a_large_list_in_bounded_chunks() {
-        let store = Store::new();
+        let store = Store::untyped();
         for i in 0..2_000u64 {
             store.apply(Change::Upsert(pod(
                 &format!("ns-{}", i % 7),
@@ -450,7 +450,7 @@ mod tests {
 
     #[tokio::test]
     async fn scopes_to_a_namespace_and_filters() {
-        let store = Store::new();
+        let store = Store::untyped();
         store.apply(Change::Upsert(pod("a", "x", 1, 0)));
         store.apply(Change::Upsert(pod("a", "y", 2, 0)));
         store.apply(Change::Upsert(pod("ab", "z", 3, 0)));
@@ -468,7 +468,7 @@ mod tests {
     }
     #[tokio::test]
     async fn a_first_page_ends_at_its_last_item_and_its_head_says_how_to_go_on() {
-        let store = Store::new();
+        let store = Store::untyped();
         for (i, (ns, name)) in [("a", "x"), ("a", "y"), ("a", "z"), ("ab", "w")]
             .into_iter()
             .enumerate()

@@ -14,7 +14,7 @@ use super::filter::WatchFilter;
 use super::hub::{Start, TooOld, QUEUE_LEN};
 use super::stats::EndReason;
 use super::WatchConfig;
-use crate::cache::store::{Change, Store};
+use crate::cache::store::{Change, Store, StoreWriter};
 use crate::model::object::CachedObject;
 use crate::model::resource::ResourceInfo;
 use crate::model::snapshot::Snapshot;
@@ -37,7 +37,7 @@ fn pod(name: &str, rv: u64, node: &str) -> Arc<CachedObject> {
     Arc::new(CachedObject::parse(Bytes::from(raw), &[("spec.nodeName", "spec.nodeName")]).unwrap())
 }
 
-fn store(cfg: WatchConfig, objs: &[Arc<CachedObject>], rv: u64) -> Arc<Store> {
+fn store(cfg: WatchConfig, objs: &[Arc<CachedObject>], rv: u64) -> Arc<StoreWriter> {
     let s = Arc::new(Store::for_resource(&info(), cfg));
     let mut snap = Snapshot::default();
     for o in objs {
@@ -57,7 +57,7 @@ fn params(min_rv: u64) -> WatchParams {
     }
 }
 
-fn open(s: &Arc<Store>, filter: WatchFilter, start: Start, p: WatchParams) -> WatchBody {
+fn open(s: &Store, filter: WatchFilter, start: Start, p: WatchParams) -> WatchBody {
     let reg = s
         .watch(filter, crate::watch::encoding::WatchEncoding::Json, start)
         .expect("registered");
@@ -594,7 +594,7 @@ async fn a_watcher_stalled_in_its_initial_state_gives_its_snapshot_back() {
     let s = store(cfg, &objs, 10);
     let pinned = s.snapshot();
     let mut rv = 10;
-    let mut churn = |s: &Store| {
+    let mut churn = |s: &StoreWriter| {
         rv += 1;
         s.apply(Change::Upsert(pod(&format!("p{:03}", rv % 600), rv, "n")));
     };
