@@ -16,6 +16,7 @@ pub mod codec;
 pub mod config;
 pub mod demo;
 pub mod error_response;
+pub mod lane;
 pub mod load;
 pub mod logging;
 pub mod metrics;
