@@ -64,17 +64,6 @@ const KNOWN_TO_BE_REMOVED: &[&[&str]] = &[&[
     "watch/relist.rs",
 ]];
 
-/// Cycles this branch removes, one commit each (issue 28, the small cycles); an entry
-/// goes with the commit that removes its cycle, and the list with the last one.
-const BEING_REMOVED: &[&[&str]] = &[&[
-    "load/herds/cold.rs",
-    "load/herds/mod.rs",
-    "load/herds/quiet.rs",
-    "load/herds/restart.rs",
-    "load/run.rs",
-    "load/soak.rs",
-]];
-
 #[test]
 fn no_import_cycle_spans_two_folders_and_only_allowed_ones_inside_one() {
     let graph = Graph::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("src").as_path());
@@ -82,10 +71,7 @@ fn no_import_cycle_spans_two_folders_and_only_allowed_ones_inside_one() {
     let mut unexpected = Vec::new();
     for cycle in &cycles {
         let names: Vec<&str> = cycle.iter().map(String::as_str).collect();
-        let known = KNOWN_TO_BE_REMOVED
-            .iter()
-            .chain(BEING_REMOVED)
-            .any(|k| *k == names.as_slice());
+        let known = KNOWN_TO_BE_REMOVED.iter().any(|k| *k == names.as_slice());
         let allowed = ALLOWED.iter().any(|(files, _)| *files == names.as_slice());
         let folders: BTreeSet<&str> = cycle.iter().map(|f| folder(f)).collect();
         if known || (allowed && folders.len() == 1) {
@@ -99,7 +85,6 @@ fn no_import_cycle_spans_two_folders_and_only_allowed_ones_inside_one() {
         .iter()
         .map(|(files, _)| *files)
         .chain(KNOWN_TO_BE_REMOVED.iter().copied())
-        .chain(BEING_REMOVED.iter().copied())
         .filter(|files| {
             !cycles
                 .iter()
