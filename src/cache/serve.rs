@@ -11,7 +11,6 @@
 //! its own Status), and any resource whose cache has not synced yet.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use http::{header, HeaderValue, Method, Response, StatusCode};
 
@@ -35,18 +34,6 @@ use crate::proxy::headers::SOURCE_HEADER;
 use crate::request::{self, ApiPath, ListOptions, Parsed, RvMatch, Verb};
 use crate::status::{GroupResource, Status};
 use crate::table::{Convertor, TableOptions};
-
-/// How long a read asking for a resourceVersion newer than the cache waits for the cache's
-/// own watch to bring it, before it is forwarded instead.
-///
-/// kube-apiserver's watch cache waits up to 3 s (`blockTimeout`) but, while it waits, asks
-/// etcd for a progress notification, so an RV that belongs to another resource's write (RVs
-/// are global) is confirmed at once. An apiserver offers its clients no such request: after
-/// this short wait the cache cannot tell "my resource has not changed since" from "my watch
-/// is behind", so it lets the upstream answer. A client that wrote through watchgate and
-/// reads its own write finds it here within milliseconds; an RV that never comes gets the
-/// upstream's own 504 Too large resource version after its 3 s.
-pub const CATCH_UP_WAIT: Duration = Duration::from_millis(250);
 
 /// What a cacheable read needs, decided before touching the cache.
 struct Plan<'a> {

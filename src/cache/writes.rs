@@ -5,7 +5,7 @@
 //! cache answers for that resource (any resourceVersion semantics but Exact, which names
 //! its state) is served from a state at w or later, waiting the few milliseconds the
 //! write's own event takes to arrive on the cache's stream (or forwarded, past
-//! `cache::serve::CATCH_UP_WAIT`). No upstream request is needed: the answer told the RV.
+//! `cache::read_at::CATCH_UP_WAIT`). No upstream request is needed: the answer told the RV.
 //!
 //! The fence is per resource, for every client: the gateway cannot tell one client from
 //! another (no client authentication yet, and `kubectl apply` then `kubectl get` are two

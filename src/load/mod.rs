@@ -9,7 +9,9 @@
 //! Modules: [`args`] (flags), [`plan`] (scenarios → watcher groups and list workers),
 //! [`target`] (HTTP/1.1, HTTP/2, kubeconfig), [`pool`] and [`writer`] (the churn),
 //! [`watcher`] + [`records`] + [`scan`] + [`checker`] (streams), [`lister`] (lists), [`stats`],
-//! [`probe`] (the target's CPU and RSS), [`report`] and [`plot`] (output); [`soak`] (the
+//! [`probe`] (the target's CPU and RSS), [`report`] and [`plot`] (output), [`harness`] (what
+//! every scenario's run shares); [`run`] (the watch and list scenarios; it dispatches the
+//! others), [`soak`] (the
 //! fault soak) and [`herds`] (issue 26's cold herd, quiet large resource and gateway
 //! restart), which start their own simulators and gateway ([`cluster`], [`track`]).
 
@@ -17,6 +19,7 @@ pub mod args;
 pub mod checker;
 pub mod cluster;
 pub mod encoding;
+pub mod harness;
 pub mod herds;
 pub mod lister;
 pub mod plan;

@@ -4,12 +4,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use http::Method;
-use http_body_util::BodyExt;
+use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use super::args::LoadArgs;
-use super::checker::{Violation, WriterLog};
+use super::checker::WriterLog;
+use super::harness::{check_outcomes, progress_bar, raise_fd_limit, run_id, warm_up};
 use super::plan::Plan;
 use super::plot::{write_svg, PlotData, PlotKind};
 use super::pool::Pool;
@@ -17,10 +17,8 @@ use super::probe::{Probe, Sample};
 use super::report::{Latency, LoadCost, Summary, TargetCost};
 use super::stats::Stats;
 use super::target::Target;
-use super::watcher::{self, Ctx};
+use super::watcher::{self, Ctx, WatchSpec};
 use super::{lister, writer};
-use crate::selector::field::FieldSelector;
-use crate::selector::label::LabelSelector;
 
 /// `watchgate load <scenario>`: runs, prints, and fails on any stream violation.
 pub async fn run(args: LoadArgs) -> anyhow::Result<()> {
@@ -53,55 +51,35 @@ pub async fn run(args: LoadArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Raises the soft open-files limit to the hard one: every watcher is a socket.
-pub(super) fn raise_fd_limit(wanted: usize) {
-    match rlimit::increase_nofile_limit(u64::MAX) {
-        Ok(n) if (n as usize) < wanted + 64 => eprintln!(
-            "warning: the open-files limit is {n}, below the {wanted} sockets this run needs \
-             (raise the hard limit: ulimit -Hn)"
-        ),
-        Ok(_) => {}
-        Err(e) => eprintln!("warning: could not raise the open-files limit: {e}"),
-    }
-}
-
-/// Starts the target's cache for pods (its first cacheable read does) and waits, bounded,
-/// until lists come from the cache: watchers then start from an RV the cache has seen.
-/// A target that is not a watchgate never sends the header; that ends the wait at once.
-pub(super) async fn warm_up(target: &Target, path: &str) {
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while Instant::now() < deadline {
-        let Ok(resp) = target
-            .send(
-                Method::GET,
-                &format!("{path}?resourceVersion=0&limit=1"),
-                None,
-            )
-            .await
-        else {
-            return;
-        };
-        let source = resp
-            .headers()
-            .get("x-watchgate-source")
-            .map(|v| v.as_bytes().to_vec());
-        let _ = resp.into_body().collect().await;
-        match source.as_deref() {
-            None | Some(b"cache") => return,
-            _ => tokio::time::sleep(Duration::from_millis(100)).await,
-        }
-    }
-}
-
-pub(super) fn run_id() -> String {
-    format!("{:08x}", rand::random::<u32>())
-}
-
+/// A watch or list scenario, in its phases: [`set_up`] (targets, the writer's pool),
+/// [`connect`] (every watcher connected and synced before the clock starts), [`drive`]
+/// (the measured window: writes and lists at their rates), [`drain`] (every watcher gets
+/// the last write it must see) and [`report`] (every stream checked, the summary).
 pub async fn execute(plan: &Plan) -> anyhow::Result<Summary> {
+    let setup = set_up(plan).await?;
+    let mut connected = connect(plan, &setup).await;
+    let window = drive(plan, &setup, &connected).await;
+    let (final_log, outcomes) = drain(plan, &setup, &mut connected).await?;
+    report(plan, &setup, &connected, &window, &final_log, outcomes).await
+}
+
+/// What [`set_up`] prepared: the targets, the writer's pool (created, and seen by the
+/// target's lists), and the target's memory before any watcher.
+struct Setup {
+    target: Target,
+    write_target: Target,
+    pool: Arc<Pool>,
+    probe: Probe,
+    stats: Arc<Stats>,
+    log: Arc<Mutex<WriterLog>>,
+    start_rv: u64,
+    before: Sample,
+}
+
+async fn set_up(plan: &Plan) -> anyhow::Result<Setup> {
     let c = &plan.common;
     anyhow::ensure!(c.rate.is_finite() && c.rate >= 0.0, "--rate must be >= 0");
-    let total_watchers = plan.watchers();
-    raise_fd_limit(total_watchers + c.write_concurrency + 16);
+    raise_fd_limit(plan.watchers() + c.write_concurrency + 16);
 
     let target = Target::resolve(
         c.server.as_deref(),
@@ -143,8 +121,46 @@ pub async fn execute(plan: &Plan) -> anyhow::Result<Summary> {
     }
     // After the pool: its objects in the target's cache are not watcher memory.
     let before = probe.sample().await;
+    Ok(Setup {
+        target,
+        write_target,
+        pool,
+        probe,
+        stats,
+        log,
+        start_rv,
+        before,
+    })
+}
 
-    // Watchers connect before the clock starts.
+/// The watchers, once [`connect`] has connected them (or given up at its deadline).
+struct Connected {
+    stop: CancellationToken,
+    ctx: Arc<Ctx>,
+    groups: Vec<(Arc<WatchSpec>, usize)>,
+    watchers: JoinSet<watcher::Outcome>,
+    progress: indicatif::ProgressBar,
+    /// Watchers connected by the deadline.
+    connected: usize,
+    /// Watch-list informers among them, and the upstream requests while they synced.
+    watch_lists: usize,
+    upstream_during_sync: Option<f64>,
+    /// The target with every watcher idle.
+    idle: Sample,
+}
+
+/// Watchers connect before the clock starts.
+async fn connect(plan: &Plan, setup: &Setup) -> Connected {
+    let c = &plan.common;
+    let total_watchers = plan.watchers();
+    let Setup {
+        target,
+        pool,
+        probe,
+        stats,
+        start_rv,
+        ..
+    } = setup;
     let stop = CancellationToken::new();
     let ctx = Arc::new(Ctx {
         target: target.clone(),
@@ -159,11 +175,11 @@ pub async fn execute(plan: &Plan) -> anyhow::Result<Summary> {
     });
     let upstream_before = probe.upstream_requests().await;
     let groups = plan.watcher_groups();
-    let mut watchers = tokio::task::JoinSet::new();
+    let mut watchers = JoinSet::new();
     let mut id = 0usize;
     for (gi, (spec, n)) in groups.iter().enumerate() {
         for _ in 0..*n {
-            watchers.spawn(watcher::run(ctx.clone(), id, gi, spec.clone(), start_rv));
+            watchers.spawn(watcher::run(ctx.clone(), id, gi, spec.clone(), *start_rv));
             id += 1;
         }
     }
@@ -199,8 +215,45 @@ pub async fn execute(plan: &Plan) -> anyhow::Result<Summary> {
         _ => None,
     };
     let idle = probe.sample().await;
+    Connected {
+        stop,
+        ctx,
+        groups,
+        watchers,
+        progress,
+        connected,
+        watch_lists,
+        upstream_during_sync,
+        idle,
+    }
+}
 
-    // The measured window.
+/// What [`drive`] measured over its window.
+struct Window {
+    window: Duration,
+    events_in_window: u64,
+    /// The target's CPU and RSS at the window's ends, and samples in between.
+    cpu0: Sample,
+    cpu1: Sample,
+    samples: Vec<Sample>,
+    /// The load tool's own CPU at the window's ends.
+    own0: Option<(f64, f64)>,
+    own1: Option<(f64, f64)>,
+}
+
+/// The measured window: the writer (and the list workers) at their rates for --duration.
+async fn drive(plan: &Plan, setup: &Setup, connected: &Connected) -> Window {
+    let c = &plan.common;
+    let Setup {
+        target,
+        write_target,
+        pool,
+        probe,
+        stats,
+        log,
+        ..
+    } = setup;
+    let progress = &connected.progress;
     let writer_stop = CancellationToken::new();
     let started = Instant::now();
     stats.mark_start();
@@ -267,17 +320,36 @@ pub async fn execute(plan: &Plan) -> anyhow::Result<Summary> {
         Some(t) => t.await.unwrap_or_default(),
         None => Vec::new(),
     };
+    Window {
+        window,
+        events_in_window,
+        cpu0,
+        cpu1,
+        samples,
+        own0,
+        own1,
+    }
+}
 
-    // Drain: every watcher receives the last write it must see, or the timeout ends it.
-    let final_log = Arc::new(log.lock().unwrap().clone());
-    let _ = ctx.drain_log.set(final_log.clone());
-    ctx.draining.cancel();
-    progress.set_message("draining: waiting for the last writes to arrive");
-    let mut outcomes = Vec::with_capacity(total_watchers);
-    let drain_deadline = tokio::time::Instant::now() + c.drain_timeout;
+/// Every watcher receives the last write it must see, or the drain timeout ends it: the
+/// writer's final log and every watcher's outcome.
+async fn drain(
+    plan: &Plan,
+    setup: &Setup,
+    connected: &mut Connected,
+) -> anyhow::Result<(Arc<WriterLog>, Vec<watcher::Outcome>)> {
+    let final_log = Arc::new(setup.log.lock().unwrap().clone());
+    let _ = connected.ctx.drain_log.set(final_log.clone());
+    connected.ctx.draining.cancel();
+    connected
+        .progress
+        .set_message("draining: waiting for the last writes to arrive");
+    let stop = &connected.stop;
+    let mut outcomes = Vec::with_capacity(plan.watchers());
+    let drain_deadline = tokio::time::Instant::now() + plan.common.drain_timeout;
     loop {
         tokio::select! {
-            r = watchers.join_next() => match r {
+            r = connected.watchers.join_next() => match r {
                 Some(Ok(o)) => outcomes.push(o),
                 Some(Err(e)) => anyhow::bail!("a watcher panicked: {e}"),
                 None => break,
@@ -286,27 +358,58 @@ pub async fn execute(plan: &Plan) -> anyhow::Result<Summary> {
         }
     }
     stop.cancel();
-    progress.finish_and_clear();
+    connected.progress.finish_and_clear();
+    Ok((final_log, outcomes))
+}
 
-    // Check every stream against the writer's log.
+/// Every stream checked against the writer's log, the pool deleted, the summary (and the
+/// plot) made.
+async fn report(
+    plan: &Plan,
+    setup: &Setup,
+    connected: &Connected,
+    w: &Window,
+    final_log: &WriterLog,
+    outcomes: Vec<watcher::Outcome>,
+) -> anyhow::Result<Summary> {
+    let c = &plan.common;
+    let total_watchers = plan.watchers();
+    let Setup {
+        target,
+        write_target,
+        pool,
+        stats,
+        before,
+        ..
+    } = setup;
+    let Connected {
+        groups,
+        connected,
+        watch_lists,
+        upstream_during_sync,
+        idle,
+        ..
+    } = connected;
+    let (connected, watch_lists) = (*connected, *watch_lists);
     let selectors: Vec<_> = groups
         .iter()
         .map(|(s, _)| s.selectors())
         .collect::<anyhow::Result<_>>()?;
-    let (violations, violation_count) = check_outcomes(&outcomes, &selectors, &final_log, &pool);
+    let (violations, violation_count) = check_outcomes(&outcomes, &selectors, final_log, pool);
 
     if !c.keep_objects {
-        writer::delete_pool(&write_target, &pool, 32).await;
+        writer::delete_pool(write_target, pool, 32).await;
     }
 
-    let secs = window.as_secs_f64();
+    let secs = w.window.as_secs_f64();
+    let events_in_window = w.events_in_window;
     let writes = Stats::get(&stats.c.writes);
     let cost = target_cost(
-        &before,
-        &idle,
-        &cpu0,
-        &cpu1,
-        &samples,
+        before,
+        idle,
+        &w.cpu0,
+        &w.cpu1,
+        &w.samples,
         events_in_window,
         writes,
         connected,
@@ -345,15 +448,15 @@ pub async fn execute(plan: &Plan) -> anyhow::Result<Summary> {
         watch_list_informers: watch_lists,
         synced: Stats::get(&stats.c.synced),
         sync_latency: Latency::of(&stats.sync_latency()),
-        upstream_requests_during_sync: upstream_during_sync,
+        upstream_requests_during_sync: *upstream_during_sync,
         errors: stats.errors(),
         watchers_terminated: Stats::get(&stats.c.terminated),
         gone_410: Stats::get(&stats.c.gone),
         violations,
         violation_count,
         target_cost: cost,
-        load_cost: load_cost(own0, own1, events_in_window),
-        target_samples: samples,
+        load_cost: load_cost(w.own0, w.own1, events_in_window),
+        target_samples: w.samples.clone(),
         ok: violation_count == 0
             && connected >= total_watchers
             && Stats::get(&stats.c.synced) as usize >= watch_lists,
@@ -390,30 +493,6 @@ pub async fn execute(plan: &Plan) -> anyhow::Result<Summary> {
         write_svg(path, &data).with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(summary)
-}
-
-/// Checks every watcher's stream against the writer's log (`selectors` by watcher group):
-/// the first 100 violations, and how many there were in all.
-pub fn check_outcomes(
-    outcomes: &[watcher::Outcome],
-    selectors: &[(Option<LabelSelector>, Option<FieldSelector>)],
-    log: &WriterLog,
-    pool: &Pool,
-) -> (Vec<Violation>, u64) {
-    let mut violations = Vec::new();
-    let mut violation_count = 0u64;
-    for o in outcomes {
-        let (l, f) = &selectors[o.group];
-        let v = o
-            .check
-            .verify(log, |r| pool.matches(r, l.as_ref(), f.as_ref()));
-        violation_count += v.len() as u64 + o.check.dropped_violations();
-        if violations.len() < 100 {
-            violations.extend(v);
-        }
-    }
-    violations.truncate(100);
-    (violations, violation_count)
 }
 
 /// The load tool's own CPU over the window (from /proc/self, like `--target-pid`).
@@ -462,20 +541,4 @@ fn target_cost(
             _ => None,
         },
     }
-}
-
-pub(super) fn progress_bar(hidden: bool, watchers: usize) -> indicatif::ProgressBar {
-    let pb = if hidden {
-        indicatif::ProgressBar::hidden()
-    } else {
-        indicatif::ProgressBar::new(1)
-    };
-    pb.set_style(
-        indicatif::ProgressStyle::with_template("{elapsed:>4} [{bar:30}] {msg}")
-            .expect("a valid template")
-            .progress_chars("=> "),
-    );
-    pb.set_message(format!("connecting {watchers} watchers"));
-    pb.enable_steady_tick(Duration::from_millis(250));
-    pb
 }

@@ -33,13 +33,13 @@ use tokio_util::sync::CancellationToken;
 
 use super::args::{Scenario, SoakArgs};
 use super::checker::{Violation, WriterLog};
-use super::cluster::{gateway_bin, GatewaySpec};
+use super::cluster::{gateway_bin, Gateway, GatewaySpec};
+use super::harness::{check_outcomes, progress_bar, raise_fd_limit, run_id, warm_up};
 use super::plan::Plan;
 use super::plot::{write_rss_svg, write_svg, PlotData, PlotKind};
 use super::pool::Pool;
 use super::probe::proc_sample;
 use super::report::Latency;
-use super::run::{check_outcomes, progress_bar, raise_fd_limit, run_id, warm_up};
 use super::stats::{histogram, Stats};
 use super::target::Target;
 use super::watcher::{self, Ctx, Outcome, WatchSpec};
@@ -611,6 +611,11 @@ fn merged(per_second: &[Histogram<u64>], from: usize, to: usize) -> Histogram<u6
     h
 }
 
+/// The soak, in its phases: [`set_up`] (two simulator replicas, the gateway, the
+/// writer's pool), [`connect`] (the healthy watchers, before the clock starts), [`drive`]
+/// (the measured window: writes, every fault, storms, the stalled watchers joining
+/// halfway), [`drain`] (every watcher gets the last write it must see, against a healthy
+/// cluster) and [`report`] (every stream checked, the cluster stopped, the summary).
 pub async fn execute(a: &SoakArgs) -> anyhow::Result<SoakSummary> {
     let c = &a.common;
     anyhow::ensure!(
@@ -622,9 +627,34 @@ pub async fn execute(a: &SoakArgs) -> anyhow::Result<SoakSummary> {
     anyhow::ensure!(!a.fault_cycle.is_zero(), "--fault-cycle must be > 0");
     raise_fd_limit(a.watchers + a.stalled + 2 * a.storm_clients + c.write_concurrency + 64);
 
+    let mut setup = set_up(a).await?;
+    let mut watchers = connect(a, &setup).await;
+    let window = drive(a, &setup, &watchers).await?;
+    let drained = drain(a, &mut setup, &mut watchers, window).await?;
+    report(a, setup, watchers, drained).await
+}
+
+/// What [`set_up`] started and prepared.
+struct SoakSetup {
+    rep: Arc<Replicas>,
+    upstreams: Vec<String>,
+    gw: Gateway,
+    /// When the gateway started: the RSS samples' clock.
+    t_gw: Instant,
+    rss_stop: CancellationToken,
+    rss_task: Option<tokio::task::JoinHandle<Vec<(f64, f64)>>>,
+    target: Target,
+    plan: Plan,
+    pool: Arc<Pool>,
+    log: Arc<Mutex<WriterLog>>,
+    start_rv: u64,
+}
+
+async fn set_up(a: &SoakArgs) -> anyhow::Result<SoakSetup> {
+    let c = &a.common;
     let rep = Arc::new(Replicas::start().await?);
     let upstreams = rep.urls();
-    let mut gw = GatewaySpec {
+    let gw = GatewaySpec {
         bin: gateway_bin(a.gateway_bin.as_deref())?,
         upstreams: upstreams.clone(),
         extra: a.gateway_args.clone(),
@@ -655,6 +685,51 @@ pub async fn execute(a: &SoakArgs) -> anyhow::Result<SoakSummary> {
         .context("creating the writer's pool")?;
     writer::wait_until_seen(&target, &pool, start_rv, Duration::from_secs(15)).await;
 
+    Ok(SoakSetup {
+        rep,
+        upstreams,
+        gw,
+        t_gw,
+        rss_stop,
+        rss_task: Some(rss_task),
+        target,
+        plan,
+        pool,
+        log,
+        start_rv,
+    })
+}
+
+/// The healthy watchers, once [`connect`] has connected them (or given up at its
+/// deadline), and the contexts the storm clients use.
+struct SoakWatchers {
+    stop: CancellationToken,
+    draining: CancellationToken,
+    stats: Arc<Stats>,
+    storm_stats: Arc<Stats>,
+    ctx: Arc<Ctx>,
+    storm_ctx: Arc<Ctx>,
+    spec: Arc<WatchSpec>,
+    /// Healthy watchers, and how many connected.
+    n: usize,
+    connected: usize,
+    watchers: JoinSet<Outcome>,
+    progress: indicatif::ProgressBar,
+    rss_connected: Option<f64>,
+}
+
+/// Healthy watchers connect before the clock starts.
+async fn connect(a: &SoakArgs, setup: &SoakSetup) -> SoakWatchers {
+    let c = &a.common;
+    let SoakSetup {
+        gw,
+        target,
+        plan,
+        pool,
+        start_rv,
+        ..
+    } = setup;
+    let start_rv = *start_rv;
     let stop = CancellationToken::new();
     let draining = CancellationToken::new();
     let gate = Arc::new(tokio::sync::Semaphore::new(c.connect_concurrency.max(1)));
@@ -695,6 +770,59 @@ pub async fn execute(a: &SoakArgs) -> anyhow::Result<SoakSummary> {
     let connected = Stats::get(&stats.c.watching) as usize;
     let rss_connected = proc_sample(gw.pid).map(|s| s.1);
 
+    SoakWatchers {
+        stop,
+        draining,
+        stats,
+        storm_stats,
+        ctx,
+        storm_ctx,
+        spec,
+        n,
+        connected,
+        watchers,
+        progress,
+        rss_connected,
+    }
+}
+
+/// What [`drive`] measured, and what is still running when it ends (the storms, the
+/// stalled watchers).
+struct SoakWindow {
+    window: Duration,
+    window_start_s: f64,
+    flog: Arc<FaultLog>,
+    /// Taken by [`drain`], which waits for the storms' outcomes.
+    storm_task: Option<tokio::task::JoinHandle<Vec<Outcome>>>,
+    storm_spawned: Arc<AtomicU64>,
+    stalled_connected: Arc<AtomicU64>,
+    stalled_set: JoinSet<()>,
+    stalled_joined_at: Option<f64>,
+}
+
+/// The measured window: the writer, every fault, connect/disconnect storms, and the
+/// stalled watchers joining halfway.
+async fn drive(a: &SoakArgs, setup: &SoakSetup, w: &SoakWatchers) -> anyhow::Result<SoakWindow> {
+    let c = &a.common;
+    let SoakSetup {
+        rep,
+        t_gw,
+        target,
+        pool,
+        log,
+        start_rv,
+        ..
+    } = setup;
+    let start_rv = *start_rv;
+    let SoakWatchers {
+        stop,
+        stats,
+        storm_stats,
+        storm_ctx,
+        spec,
+        progress,
+        ..
+    } = w;
     // The measured window.
     let started = Instant::now();
     let window_start_s = t_gw.elapsed().as_secs_f64();
@@ -735,7 +863,7 @@ pub async fn execute(a: &SoakArgs) -> anyhow::Result<SoakSummary> {
         storm_ctx.clone(),
         WatchSpec {
             list_first: true,
-            ..(*spec).clone()
+            ..(**spec).clone()
         },
         StormPlan {
             clients: a.storm_clients,
@@ -794,6 +922,53 @@ pub async fn execute(a: &SoakArgs) -> anyhow::Result<SoakSummary> {
     cycle_task.await.context("the fault schedule panicked")??;
     let window = started.elapsed();
 
+    Ok(SoakWindow {
+        window,
+        window_start_s,
+        flog,
+        storm_task: Some(storm_task),
+        storm_spawned,
+        stalled_connected,
+        stalled_set,
+        stalled_joined_at,
+    })
+}
+
+/// What [`drain`] collected.
+struct Drained {
+    window: SoakWindow,
+    final_log: Arc<WriterLog>,
+    outcomes: Vec<Outcome>,
+    storm_outcomes: Vec<Outcome>,
+    rss_end: Option<f64>,
+    rss_samples: Vec<(f64, f64)>,
+}
+
+/// Drain against a healthy cluster: every watcher receives the last write it must see.
+async fn drain(
+    a: &SoakArgs,
+    setup: &mut SoakSetup,
+    w: &mut SoakWatchers,
+    mut window: SoakWindow,
+) -> anyhow::Result<Drained> {
+    let c = &a.common;
+    let SoakWatchers {
+        stop,
+        draining,
+        ctx,
+        storm_ctx,
+        n,
+        watchers,
+        progress,
+        ..
+    } = w;
+    let n = *n;
+    let log = &setup.log;
+    let gw = &setup.gw;
+    let rss_stop = &setup.rss_stop;
+    let rss_task = setup.rss_task.take().expect("drained once");
+    let storm_task = window.storm_task.take().expect("drained once");
+    let stalled_set = &mut window.stalled_set;
     // Drain against a healthy cluster: every watcher receives the last write it must see.
     let final_log = Arc::new(log.lock().unwrap().clone());
     let _ = ctx.drain_log.set(final_log.clone());
@@ -826,6 +1001,59 @@ pub async fn execute(a: &SoakArgs) -> anyhow::Result<SoakSummary> {
     rss_stop.cancel();
     let rss_samples = rss_task.await.unwrap_or_default();
 
+    Ok(Drained {
+        window,
+        final_log,
+        outcomes,
+        storm_outcomes,
+        rss_end,
+        rss_samples,
+    })
+}
+
+/// Every stream checked against what it must have received, the cluster stopped, the
+/// summary and the plots made.
+async fn report(
+    a: &SoakArgs,
+    setup: SoakSetup,
+    w: SoakWatchers,
+    drained: Drained,
+) -> anyhow::Result<SoakSummary> {
+    let c = &a.common;
+    let SoakSetup {
+        rep,
+        upstreams,
+        mut gw,
+        target,
+        pool,
+        ..
+    } = setup;
+    let SoakWatchers {
+        stats,
+        storm_stats,
+        spec,
+        n,
+        connected,
+        rss_connected,
+        ..
+    } = w;
+    let Drained {
+        window:
+            SoakWindow {
+                window,
+                window_start_s,
+                flog,
+                storm_spawned,
+                stalled_connected,
+                stalled_joined_at,
+                ..
+            },
+        final_log,
+        outcomes,
+        storm_outcomes,
+        rss_end,
+        rss_samples,
+    } = drained;
     // What watchers must have received: the writer's log less the writes a relist of the
     // gateway's reflector superseded (docs/reliability.md, "What is a violation").
     let windows_410 = rep.relist_windows();

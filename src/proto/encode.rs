@@ -34,28 +34,9 @@ pub fn encode(ty: MessageType, json: &[u8]) -> Result<Vec<u8>, ProtoError> {
     with_scratch(ty, json, <[u8]>::to_vec)
 }
 
-/// The watch frame of an event whose object is `json`, encoded as message `ty` of
-/// `api_version`/`kind` (the bytes of [`super::object_watch_frame`] of [`encode`]'s
-/// message), and where that message lies in the frame.
-///
-/// Why: a kubelet's pod event reaches one watcher, so the message is encoded for that one
-/// frame. Writing the frame straight from the scratch buffer costs one allocation and one
-/// copy of the message instead of two of each (an exact-size message, then the frame);
-/// the cache keeps the message as a slice of this frame.
-pub fn encode_watch_frame(
-    ty: MessageType,
-    json: &[u8],
-    event_type: &str,
-    api_version: &str,
-    kind: &str,
-) -> Result<(Vec<u8>, std::ops::Range<usize>), ProtoError> {
-    with_scratch(ty, json, |msg| {
-        super::envelope::object_watch_frame_at(event_type, api_version, kind, msg)
-    })
-}
-
-/// Encode `json` into the thread's scratch buffer and hand the message to `f`.
-fn with_scratch<T>(
+/// Encode `json` into the thread's scratch buffer and hand the message to `f`
+/// (`envelope::encode_watch_frame` writes its frame straight from it).
+pub(super) fn with_scratch<T>(
     ty: MessageType,
     json: &[u8],
     f: impl FnOnce(&[u8]) -> T,

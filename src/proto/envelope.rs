@@ -18,7 +18,7 @@
 //!   RawExtension{Raw}}` and writes that with the stream (raw) serializer through the
 //!   framer. One frame = `len(4, BE)` + `0a <type> 12 <RawExtension{0a <envelope>}>`.
 
-use super::encode::encode_value;
+use super::encode::{encode_value, with_scratch};
 use super::json::{Doc, Val};
 use super::schema::{lookup, MessageType};
 use super::wire::{
@@ -287,8 +287,8 @@ pub fn object_watch_frame(
 
 /// [`object_watch_frame`], and where `message` lies in the frame: the cache keeps the
 /// object's message as a slice of the first frame it was encoded for
-/// ([`super::encode_watch_frame`]).
-pub(crate) fn object_watch_frame_at(
+/// ([`encode_watch_frame`]).
+fn object_watch_frame_at(
     event_type: &str,
     api_version: &str,
     kind: &str,
@@ -323,6 +323,29 @@ pub(crate) fn object_watch_frame_at(
     let len = (out.len() - 4) as u32;
     out[..4].copy_from_slice(&len.to_be_bytes());
     (out, at..at + message.len())
+}
+
+/// The watch frame of an event whose object is `json`, encoded as message `ty` of
+/// `api_version`/`kind` (the bytes of [`object_watch_frame`] of [`super::encode`]'s
+/// message), and where that message lies in the frame.
+///
+/// Here, above the encoder, rather than in it: the envelope builds on the encoder, not
+/// the other way round.
+///
+/// Why: a kubelet's pod event reaches one watcher, so the message is encoded for that one
+/// frame. Writing the frame straight from the scratch buffer costs one allocation and one
+/// copy of the message instead of two of each (an exact-size message, then the frame);
+/// the cache keeps the message as a slice of this frame.
+pub fn encode_watch_frame(
+    ty: MessageType,
+    json: &[u8],
+    event_type: &str,
+    api_version: &str,
+    kind: &str,
+) -> Result<(Vec<u8>, std::ops::Range<usize>), ProtoError> {
+    with_scratch(ty, json, |msg| {
+        object_watch_frame_at(event_type, api_version, kind, msg)
+    })
 }
 
 /// A complete frame's payload (a WatchEvent) and the bytes after it.

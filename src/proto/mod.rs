@@ -27,12 +27,12 @@ mod special;
 mod wire;
 
 pub use decode::decode;
-pub use encode::{encode, encode_watch_frame};
+pub use encode::encode;
 pub use envelope::{
-    decode_object, decode_unknown, encode_object, encode_status, encode_unknown, item_frame_len,
-    object_watch_frame, parse_watch_event, partial_object_metadata, split_frame, type_of,
-    watch_event, watch_frame, ListEnvelope, ListMeta, Unknown, CONTENT_TYPE, MAGIC,
-    WATCH_CONTENT_TYPE,
+    decode_object, decode_unknown, encode_object, encode_status, encode_unknown,
+    encode_watch_frame, item_frame_len, object_watch_frame, parse_watch_event,
+    partial_object_metadata, split_frame, type_of, watch_event, watch_frame, ListEnvelope,
+    ListMeta, Unknown, CONTENT_TYPE, MAGIC, WATCH_CONTENT_TYPE,
 };
 pub use prune::prune_unknown;
 pub use schema::{is_served, lookup, served_kinds, MessageType};

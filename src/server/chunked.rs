@@ -19,9 +19,10 @@ use bytes::Bytes;
 use http_body::Body as _;
 use tokio::io::{AsyncRead, AsyncWrite};
 
-use super::express::{Sent, Sink, TryWrite};
+use super::express::TryWrite;
 use super::rewind::Rewind;
 use crate::body::Body;
+use crate::lane::{Sent, Sink};
 
 /// At most this many frames go into one write, like hyper's writer (16 buffers per
 /// `writev`): a long backlog streams out in bounded writes.
@@ -587,7 +588,7 @@ mod tests {
         }
     }
 
-    use crate::server::express::Sent as Express;
+    use crate::lane::Sent as Express;
 
     /// A shared socket for the express lane that takes at most `limit` bytes per write.
     #[derive(Default)]

@@ -39,21 +39,14 @@ use tokio::sync::oneshot;
 
 use super::chunked::{self, ChunkSink, End};
 use super::drain::DrainWatch;
-use super::express::{DirectWrite, Lane};
-use super::listener::Handler;
+use super::express::DirectWrite;
+use super::handler::Handler;
 use super::rewind::Rewind;
 use super::stall::StallState;
 use super::upgrade::{self, OnUpgrade, Upgraded};
 use crate::auth::x509::PeerCert;
 use crate::body::{self, Body, BoxError};
-
-/// Marks a response whose body the connection may stream outside hyper over HTTP/1.1: a
-/// long-lived stream of small frames (a cached watch). With a lane, the body's producer
-/// may write its frames itself while the connection is idle (`express.rs`).
-#[derive(Debug, Clone, Default)]
-pub struct Detachable {
-    pub lane: Option<Arc<Lane>>,
-}
+use crate::lane::{Detachable, Lane};
 
 /// What the service, the placeholder body and the socket wrapper share with the task.
 #[derive(Default)]

@@ -35,13 +35,12 @@ use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::coalesce::{Coalesced, Flusher, TRIM_PERIOD};
 use super::drain::DrainWatch;
-use super::express::{Sent, Sink};
-use super::listener::{Handler, HandlerFuture};
+use super::handler::{Handler, HandlerFuture};
 use super::rewind::Rewind;
 use super::stall::StallState;
-use super::Detachable;
 use crate::auth::x509::PeerCert;
 use crate::body::{Body, H2RequestBody, ReadActivity, RequestBody};
+use crate::lane::{Detachable, Sent, Sink};
 
 /// hyper's defaults for its HTTP/2 server (`hyper::proto::h2::server::Config`), so that
 /// the SETTINGS a client sees are the ones it saw before this server was written.

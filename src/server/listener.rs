@@ -2,14 +2,10 @@
 //! knowledge (h2c) on one port, told apart by the HTTP/2 client preface; drain-aware.
 //! With TLS (`tls.rs`) the protocol is the one ALPN negotiated.
 
-use std::future::Future;
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::body::RequestBody;
-use http::{Request, Response};
 use hyper::server::conn::http1;
 use hyper_util::rt::TokioTimer;
 use tokio::io::{AsyncRead, AsyncReadExt};
@@ -18,17 +14,11 @@ use tokio::net::{TcpListener, TcpStream};
 use super::coalesce::{self, H2_PREFACE};
 use super::drain::DrainWatch;
 use super::h1;
+use super::handler::Handler;
 use super::http2;
 use super::rewind::Rewind;
 use super::stall::StallGuard;
 use super::tls::TlsServing;
-use crate::body::Body;
-
-/// What a listener serves: one request in, one response out (errors are responses too).
-pub type Handler = Arc<dyn Fn(Request<RequestBody>) -> HandlerFuture + Send + Sync>;
-
-/// A [`Handler`]'s answer to come.
-pub type HandlerFuture = Pin<Box<dyn Future<Output = Response<Body>> + Send>>;
 
 /// A client gets this long to send its request head: bounds slow-loris connections.
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
@@ -239,7 +229,7 @@ mod tests {
         let (stream, peer) = listener.accept().await.unwrap();
         let drain = Drain::new();
         let handler: Handler =
-            Arc::new(|_| Box::pin(async { Response::new(crate::body::empty()) }));
+            Arc::new(|_| Box::pin(async { http::Response::new(crate::body::empty()) }));
         let task = serve(
             StallGuard::new(stream, None),
             peer,

@@ -8,6 +8,7 @@ mod coalesce;
 pub mod drain;
 pub mod express;
 mod h1;
+mod handler;
 mod http2;
 mod listener;
 mod probe;
@@ -27,10 +28,9 @@ use crate::config::{self, GatewayConfig, ServeArgs};
 use crate::proxy::Proxy;
 use crate::upstream::{Upstream, UpstreamOptions};
 use drain::{Drain, DrainOutcome};
-use listener::Handler;
+use handler::Handler;
 
 pub use drain::DrainWatch;
-pub use h1::Detachable;
 
 /// The gateway: an API listener forwarding to the upstream, and an admin listener.
 pub struct Gateway;

@@ -19,7 +19,8 @@
 //! - `/healthz`, `/livez`, `/readyz` answer `ok`, and with `?verbose` the per-check list
 //!   (`k8s.io/apiserver/pkg/server/healthz`).
 //!
-//! OpenAPI documents live in [`super::openapi`]; [`handle`] routes to them too.
+//! OpenAPI documents live in `super::openapi`, built from these tables; the router asks
+//! it after [`handle`].
 // metav1.Status is the crate's error type (large by design; see status.rs).
 #![allow(clippy::result_large_err)]
 
@@ -464,8 +465,8 @@ fn health(uri: &Uri, endpoint: &str, check: Option<&str>) -> Option<Response<Bod
     Some(resp)
 }
 
-/// Answers discovery, version, health and openapi requests; None for any other path
-/// (the router then answers 404).
+/// Answers discovery, version and health requests; None for any other path (the router
+/// then tries the OpenAPI documents, then answers 404).
 pub fn handle(head: &http::request::Parts, _api: &ApiRequest) -> Option<Response<Body>> {
     respond(&head.method, &head.uri, &head.headers)
 }
@@ -512,7 +513,6 @@ pub fn respond(method: &Method, uri: &Uri, headers: &HeaderMap) -> Option<Respon
             let check = rest.join("/");
             health(uri, ep, Some(&check))
         }
-        ["openapi", ..] => super::openapi::respond(uri, headers),
         _ => None,
     }
 }

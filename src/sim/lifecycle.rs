@@ -50,7 +50,7 @@ pub fn spawn_pod_start(sim: Arc<Sim>, ns: String, name: String, uid: String) {
             })
             .unwrap_or_else(|| DEFAULT_NODE.to_string());
         // Bind (the scheduler's pods/binding write).
-        let now = crate::sim::write::now_rfc3339();
+        let now = objects::now_rfc3339();
         let bound = sim.store.mutate(pods, &ns, &name, |cur| {
             let Some(cur) = cur.filter(|c| same_pod(c, &uid)) else {
                 return Ok(Mutation::NoOp);
@@ -73,7 +73,7 @@ pub fn spawn_pod_start(sim: Arc<Sim>, ns: String, name: String, uid: String) {
         }
         tokio::task::yield_now().await;
         // Start (the kubelet's status update).
-        let now = crate::sim::write::now_rfc3339();
+        let now = objects::now_rfc3339();
         let _ = sim.store.mutate(pods, &ns, &name, |cur| {
             let Some(cur) = cur.filter(|c| same_pod(c, &uid)) else {
                 return Ok(Mutation::NoOp);

@@ -309,7 +309,7 @@ pub async fn start(cfg: SimConfig) -> anyhow::Result<SimHandle> {
         seed::bootstrap_crds(&sim.store);
     }
     seed::seed(&sim);
-    seed::spawn_churn(sim.clone());
+    churn::spawn_churn(sim.clone());
     listen(listener, sim, shutdown_tx)
 }
 
@@ -510,14 +510,16 @@ async fn route(sim: Arc<Sim>, req: Request<Incoming>) -> Response<Body> {
             if parts.uri.path().starts_with("//") {
                 return page_not_found();
             }
-            return discovery::handle(&parts, &api).unwrap_or_else(|| {
-                // The OpenAPI handlers' own 404 is kept as the simulator always wrote it.
-                if parts.uri.path().starts_with("/openapi/") {
-                    Status::path_not_found().into_response()
-                } else {
-                    not_found(parts.uri.path())
-                }
-            });
+            return discovery::handle(&parts, &api)
+                .or_else(|| openapi::handle(&parts))
+                .unwrap_or_else(|| {
+                    // The OpenAPI handlers' own 404 is kept as the simulator always wrote it.
+                    if parts.uri.path().starts_with("/openapi/") {
+                        Status::path_not_found().into_response()
+                    } else {
+                        not_found(parts.uri.path())
+                    }
+                });
         }
         ApiPath::Resource(rp) => rp.clone(),
     };
@@ -584,7 +586,7 @@ async fn route(sim: Arc<Sim>, req: Request<Incoming>) -> Response<Body> {
                 .into_response()
         }
         _ => {
-            // Writes (and GET on the scale subresource) belong to write.rs.
+            // Writes (and GET on the scale subresource) belong to write/.
             let (parts, incoming) = req.into_parts();
             let bytes = match Limited::new(incoming, MAX_BODY_BYTES).collect().await {
                 Ok(c) => c.to_bytes(),

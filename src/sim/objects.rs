@@ -10,6 +10,14 @@ use serde_json::{json, Map, Value};
 
 use crate::sim::resources::ResourceType;
 
+/// `metav1.Time` as the apiserver writes it (RFC 3339, seconds, UTC): the writes' and the
+/// lifecycle's timestamps (here, below both, so that neither imports the other for it).
+pub fn now_rfc3339() -> String {
+    jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string()
+}
+
 /// Whether the type has a `status` subresource, so the main resource ignores status
 /// changes (`PrepareForUpdate` copies the old status) and `/status` ignores the rest.
 pub fn has_status_subresource(rt: &ResourceType) -> bool {

@@ -671,6 +671,26 @@ fn accepts_json(accept: Option<&str>) -> bool {
 }
 
 /// Serves `/openapi/v2`, `/openapi/v3` and `/openapi/v3/{api/v1|apis/g/v}`.
+/// Answers GET and HEAD requests under `/openapi`; None for any other. The simulator's
+/// router asks it after discovery: the documents are built from discovery's tables, so
+/// discovery does not route to them (it would import this module back).
+pub fn handle(head: &http::request::Parts) -> Option<Response<Body>> {
+    if head.method != http::Method::GET && head.method != http::Method::HEAD {
+        return None;
+    }
+    // The segments as discovery splits them: one trailing slash is no segment.
+    let path = head.uri.path();
+    let path = if path.len() > 1 {
+        path.trim_end_matches('/')
+    } else {
+        path
+    };
+    if path.trim_start_matches('/').split('/').next() != Some("openapi") {
+        return None;
+    }
+    respond(&head.uri, &head.headers)
+}
+
 pub fn respond(uri: &Uri, headers: &HeaderMap) -> Option<Response<Body>> {
     let path = uri.path().trim_end_matches('/');
     let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());

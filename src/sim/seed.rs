@@ -703,8 +703,6 @@ pub fn seed(sim: &Arc<Sim>) {
     seed_store(&sim.store, &spec);
 }
 
-pub use super::churn::spawn_churn;
-
 #[cfg(test)]
 mod tests {
     use super::*;

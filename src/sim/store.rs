@@ -200,7 +200,7 @@ pub const INITIAL_RV: u64 = 1;
 ///   `encoding/json` writes maps.
 ///
 /// Fields the Go struct lacks are dropped by the API's write path (`sim::protobuf::prune`
-/// in write.rs), not here: an object put straight into the store with such fields (tests
+/// in write/), not here: an object put straight into the store with such fields (tests
 /// do, with ad-hoc payloads) cannot take the round trip and keeps its writer's order, with
 /// only `metadata` put in `ObjectMeta` order — as does a value of the wrong JSON type.
 fn normalize_order(v: &mut Value, rt: &ResourceType) {

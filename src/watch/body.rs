@@ -43,7 +43,7 @@ use super::encoding::AddedFrames;
 use super::hub::{CatchUp, Hub, Item, Registration, SnapshotLease, WatcherShared};
 use super::queue;
 use super::stats::EndReason;
-use crate::server::express::Lane;
+use crate::lane::Lane;
 
 /// Objects or history events handled per step, so one watcher never holds the hub's lock
 /// (or the executor) for long.
@@ -120,7 +120,7 @@ pub struct WatchBody {
     unflushed_events: u64,
     unflushed_bytes: u64,
     /// The express lane to this watch's connection, once the connection offers it
-    /// (`server::express`): the hub then writes lone events itself while the queue is
+    /// (`crate::lane`): the hub then writes lone events itself while the queue is
     /// empty and the connection idle.
     lane: Arc<Lane>,
     /// Whether the current queue has been armed with the lane's sink.
@@ -185,14 +185,14 @@ impl WatchBody {
     }
 
     /// The lane a connection that streams this body itself may connect its sink to
-    /// (`server::Detachable`).
+    /// (`crate::lane::Detachable`).
     pub fn lane(&self) -> Arc<Lane> {
         self.lane.clone()
     }
 
     /// Live and idle: once the connection has connected its sink, lets the hub write
     /// events through it while the queue is empty (the connection's side decides whether
-    /// it is idle; see `server::express`).
+    /// it is idle; see `crate::lane`).
     fn arm_express(&mut self) {
         if self.armed {
             return;

@@ -13,7 +13,7 @@ use std::task::{Context, Poll};
 use futures_util::task::AtomicWaker;
 
 use super::hub::Item;
-use crate::server::express::{Sent, Sink};
+use crate::lane::{Sent, Sink};
 
 /// Capacity kept after a burst has been drained; larger buffers are released.
 const KEEP_CAPACITY: usize = 4;
@@ -29,7 +29,7 @@ struct State<T> {
     closed: bool,
     /// Set by the body once its connection offers the express lane: while the queue is
     /// empty, the producer hands an event to the sink, which writes it if the connection
-    /// is idle (`server::express`).
+    /// is idle (`crate::lane`).
     express: Option<Express>,
     /// The newest resourceVersion this watcher has been given: written through the lane
     /// (events and bookmarks), or taken by the body before it last went idle. No bookmark

@@ -6,7 +6,7 @@
 //! when N is older than it; a wait when N is newer, as api-concepts allows: "the API
 //! server may wait indefinitely"), `sendInitialEvents=true` with NotOlderThan and RV
 //! set (initial events, then the `k8s.io/initial-events-end` bookmark; an RV the cache
-//! has not reached within `CATCH_UP_WAIT` is forwarded: see `cache::serve`), and
+//! has not reached within `CATCH_UP_WAIT` is forwarded: see `cache::read_at`), and
 //! resourceVersion unset ("Get State and Start at Most Recent", client-go's watch-list)
 //! once the cache is proven fresh (`cache::fresh`; forwarded when it cannot be in time).
 //! Which state each needs is `cache::read_at`.
@@ -151,7 +151,7 @@ pub async fn try_watch(registry: &Arc<Registry>, req: &Parsed) -> Result<Respons
         Some(true) => {
             // The state at N or later (and at the newest write made through the
             // gateway): as for lists, a short wait for the cache's own watch, then the
-            // upstream answers (cache::serve::CATCH_UP_WAIT).
+            // upstream answers (cache::read_at::CATCH_UP_WAIT).
             read_at::at_least(registry, &cache, rv).await?;
             (Start::Initial, 0, true)
         }
@@ -203,7 +203,7 @@ pub async fn try_watch(registry: &Arc<Registry>, req: &Parsed) -> Result<Respons
     // Over HTTP/1.1 the connection streams it outside hyper (server/h1.rs), and the hub
     // may write lone events to it itself (server/express.rs).
     resp.extensions_mut()
-        .insert(crate::server::Detachable { lane });
+        .insert(crate::lane::Detachable { lane });
     Ok(resp)
 }
 

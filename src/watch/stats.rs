@@ -58,7 +58,7 @@ pub struct FanoutStats {
     pub lagging: AtomicI64,
     pub delivered: AtomicU64,
     /// Of `delivered`, the events the dispatch wrote straight to an idle HTTP/1.1
-    /// connection (the express lane, `server::express`).
+    /// connection (the express lane, `crate::lane`).
     pub written_directly: AtomicU64,
     pub bytes: AtomicU64,
     pub bookmarks: AtomicU64,

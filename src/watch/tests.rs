@@ -739,19 +739,19 @@ async fn a_watcher_whose_snapshot_was_taken_back_is_counted_once() {
 /// handed (and when), and answers as told, as `server::chunked::ChunkSink` does for an
 /// idle connection (`All`) or a full socket (`Nothing`).
 struct LaneSink {
-    answer: std::sync::Mutex<crate::server::express::Sent>,
+    answer: std::sync::Mutex<crate::lane::Sent>,
     got: std::sync::Mutex<Vec<(tokio::time::Instant, Bytes)>>,
 }
 
 impl LaneSink {
     fn new() -> Arc<Self> {
         Arc::new(Self {
-            answer: std::sync::Mutex::new(crate::server::express::Sent::All),
+            answer: std::sync::Mutex::new(crate::lane::Sent::All),
             got: std::sync::Mutex::default(),
         })
     }
 
-    fn answer(&self, a: crate::server::express::Sent) {
+    fn answer(&self, a: crate::lane::Sent) {
         *self.answer.lock().unwrap() = a;
     }
 
@@ -782,10 +782,10 @@ impl LaneSink {
     }
 }
 
-impl crate::server::express::Sink for LaneSink {
-    fn try_send(&self, frame: &bytes::Bytes) -> crate::server::express::Sent {
+impl crate::lane::Sink for LaneSink {
+    fn try_send(&self, frame: &bytes::Bytes) -> crate::lane::Sent {
         let a = *self.answer.lock().unwrap();
-        if a != crate::server::express::Sent::Nothing {
+        if a != crate::lane::Sent::Nothing {
             self.got
                 .lock()
                 .unwrap()
@@ -899,7 +899,7 @@ async fn idle_lane_watchers_get_periodic_bookmarks_from_the_tick_without_a_wake_
 /// then the bookmark, carrying that event's RV.
 #[tokio::test(start_paused = true)]
 async fn a_due_bookmark_never_overtakes_a_queued_event() {
-    use crate::server::express::Sent;
+    use crate::lane::Sent;
     let cfg = WatchConfig {
         bookmark_interval: Duration::from_secs(60),
         ..Default::default()
@@ -935,7 +935,7 @@ async fn a_due_bookmark_never_overtakes_a_queued_event() {
 /// woken and sends it, as an event's write falls back to the connection's task.
 #[tokio::test(start_paused = true)]
 async fn a_bookmark_the_socket_cannot_take_goes_through_the_body() {
-    use crate::server::express::Sent;
+    use crate::lane::Sent;
     let cfg = WatchConfig {
         bookmark_interval: Duration::from_secs(60),
         ..Default::default()
@@ -1042,10 +1042,10 @@ struct GroupSink {
     log: Arc<std::sync::Mutex<Vec<u64>>>,
 }
 
-impl crate::server::express::Sink for GroupSink {
-    fn try_send(&self, _frame: &bytes::Bytes) -> crate::server::express::Sent {
+impl crate::lane::Sink for GroupSink {
+    fn try_send(&self, _frame: &bytes::Bytes) -> crate::lane::Sent {
         self.log.lock().unwrap().push(self.group);
-        crate::server::express::Sent::All
+        crate::lane::Sent::All
     }
 
     fn group(&self) -> u64 {

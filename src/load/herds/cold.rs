@@ -22,13 +22,13 @@ use serde::Serialize;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use super::{metric_deltas, shapes_lines, verbs_line, wait_until, Checked, KindReport, Watchers};
+use super::{metrics_lines, upstream_lines, wait_until, Checked, KindReport, Watchers, WindowCost};
 use crate::load::args::ColdHerdArgs;
 use crate::load::checker::WriterLog;
 use crate::load::cluster::{self, gateway_bin, GatewaySpec};
+use crate::load::harness::{progress_bar, raise_fd_limit, run_id, warm_up};
 use crate::load::lister::{list_once, ListSpec};
 use crate::load::pool::Pool;
-use crate::load::run::{progress_bar, raise_fd_limit, run_id, warm_up};
 use crate::load::stats::Stats;
 use crate::load::target::Target;
 use crate::load::watcher::{self, WatchSpec};
@@ -81,14 +81,14 @@ impl ColdHerdSummary {
                 " (NOT every client had its state by --herd-timeout)"
             }
         );
-        let _ = writeln!(
-            t,
-            "  upstream requests for {} during the herd: {} ({})",
-            self.resource,
+        upstream_lines(
+            &mut t,
+            &self.resource,
+            "the herd",
             self.upstream_requests,
-            verbs_line(&self.upstream_by_verb)
+            &self.upstream_by_verb,
+            &self.upstream_by_shape,
         );
-        t.push_str(&shapes_lines(&self.upstream_by_shape));
         let _ = writeln!(t, "{}", KindReport::header());
         for k in &self.clients {
             let _ = writeln!(t, "{}", k.row());
@@ -98,12 +98,11 @@ impl ColdHerdSummary {
                 let _ = writeln!(t, "  {}: {e}: {n}", k.kind);
             }
         }
-        if !self.gateway_metrics.is_empty() {
-            let _ = writeln!(t, "  gateway metrics, change over the herd:");
-            for (k, v) in &self.gateway_metrics {
-                let _ = writeln!(t, "    {k} {v}");
-            }
-        }
+        metrics_lines(
+            &mut t,
+            "gateway metrics, change over the herd",
+            &self.gateway_metrics,
+        );
         let _ = writeln!(
             t,
             "  then {} writes at {}/s: {} watchers checked ({} never had their state), {} \
@@ -308,8 +307,7 @@ pub async fn execute(a: &ColdHerdArgs) -> anyhow::Result<ColdHerdSummary> {
     let herd_s = t0.elapsed().as_secs_f64();
     list_stop.cancel();
     while lists.join_next().await.is_some() {}
-    let (by_verb, by_shape) = cluster::sim_requests(&sim, res);
-    let metrics_after = gw.metrics().await.unwrap_or_default();
+    let cost = WindowCost::measure(&sim, &gw, res, &metrics_before).await;
     let clients: Vec<KindReport> = kinds
         .iter()
         .zip(&stats)
@@ -351,11 +349,11 @@ pub async fn execute(a: &ColdHerdArgs) -> anyhow::Result<ColdHerdSummary> {
         gateway: gw.url.clone(),
         herd_s,
         herd_complete: complete,
-        upstream_requests: cluster::total(&by_verb),
-        upstream_by_verb: by_verb,
-        upstream_by_shape: by_shape,
+        upstream_requests: cost.upstream_requests,
+        upstream_by_verb: cost.by_verb,
+        upstream_by_shape: cost.by_shape,
         clients,
-        gateway_metrics: metric_deltas(&metrics_before, &metrics_after, res),
+        gateway_metrics: cost.gateway_metrics,
         writes: Stats::get(&writer_stats.c.writes),
         write_rate: c.rate,
         checked_events,

@@ -13,6 +13,7 @@ pub mod quiet;
 pub mod restart;
 
 use std::collections::BTreeMap;
+use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -21,13 +22,15 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use super::checker::{Violation, WriterLog};
+use super::cluster::{self, Gateway};
+use super::harness::check_outcomes;
 use super::pool::Pool;
 use super::report::Latency;
-use super::run::check_outcomes;
 use super::stats::Stats;
 use super::target::Target;
 use super::track::Track;
 use super::watcher::{Ctx, Outcome};
+use crate::sim::SimHandle;
 
 /// What one kind of client (RV=0 watches, watch-list informers, lists) got.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -275,6 +278,66 @@ pub async fn wait_until(
         }
         progress.set_message(msg());
         tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// What a herd's window cost the simulator and changed in the gateway, as every herd
+/// reports it: the simulator's requests for the resource since its counters were reset
+/// (`GET /debug/sim/stats/shapes`: `{verb: n}` and `{verb: {shape: n}}`), and the gateway's
+/// metrics that moved over the window ([`metric_deltas`]).
+pub struct WindowCost {
+    pub upstream_requests: u64,
+    pub by_verb: serde_json::Value,
+    pub by_shape: serde_json::Value,
+    pub gateway_metrics: BTreeMap<String, f64>,
+}
+
+impl WindowCost {
+    /// Reads both now. `metrics_before` is the gateway's metrics at the window's start
+    /// (empty for a gateway that started within it: its counters start at zero).
+    pub async fn measure(
+        sim: &SimHandle,
+        gw: &Gateway,
+        resource: &str,
+        metrics_before: &str,
+    ) -> WindowCost {
+        let (by_verb, by_shape) = cluster::sim_requests(sim, resource);
+        let metrics_after = gw.metrics().await.unwrap_or_default();
+        WindowCost {
+            upstream_requests: cluster::total(&by_verb),
+            by_verb,
+            by_shape,
+            gateway_metrics: metric_deltas(metrics_before, &metrics_after, resource),
+        }
+    }
+}
+
+/// The report's lines of a window's upstream requests: their count by verb, then by shape.
+pub fn upstream_lines(
+    t: &mut String,
+    resource: &str,
+    during: &str,
+    n: u64,
+    by_verb: &serde_json::Value,
+    by_shape: &serde_json::Value,
+) {
+    let _ = writeln!(
+        t,
+        "  upstream requests for {resource} during {during}: {n} ({})",
+        verbs_line(by_verb)
+    );
+    t.push_str(&shapes_lines(by_shape));
+}
+
+/// The report's lines of the gateway's metrics over a window, under `title`; none when no
+/// metric moved (or the gateway gave none).
+pub fn metrics_lines(t: &mut String, title: &str, metrics: &BTreeMap<String, f64>) {
+    if metrics.is_empty() {
+        return;
+    }
+    let _ = writeln!(t, "  {title}:");
+    for (k, v) in metrics {
+        let _ = writeln!(t, "    {k} {v}");
     }
 }
 

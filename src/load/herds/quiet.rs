@@ -20,13 +20,16 @@ use serde::Serialize;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use super::{metric_deltas, shapes_lines, verbs_line, wait_until, KindReport, Watchers};
+use super::{
+    metric_deltas, metrics_lines, shapes_lines, verbs_line, wait_until, KindReport, Watchers,
+    WindowCost,
+};
 use crate::load::args::QuietLargeArgs;
 use crate::load::checker::WriterLog;
 use crate::load::cluster::{self, gateway_bin, GatewaySpec};
+use crate::load::harness::{progress_bar, raise_fd_limit, run_id, warm_up};
 use crate::load::pool::{Pool, PoolResource};
 use crate::load::report::Latency;
-use crate::load::run::{progress_bar, raise_fd_limit, run_id, warm_up};
 use crate::load::stats::{histogram, Stats};
 use crate::load::target::Target;
 use crate::load::watcher::{self, WatchSpec};
@@ -132,12 +135,11 @@ impl QuietLargeSummary {
         for (k, n) in &self.upstream_during_gateway_reads {
             let _ = writeln!(t, "      {k}: {n}");
         }
-        if !self.gateway_metrics_reads.is_empty() {
-            let _ = writeln!(t, "  gateway metrics, change over its reads:");
-            for (k, v) in &self.gateway_metrics_reads {
-                let _ = writeln!(t, "    {k} {v}");
-            }
-        }
+        metrics_lines(
+            &mut t,
+            "gateway metrics, change over its reads",
+            &self.gateway_metrics_reads,
+        );
         let _ = writeln!(
             t,
             "  {} watch-list informers at once through the gateway: {} upstream requests for \
@@ -155,12 +157,11 @@ impl QuietLargeSummary {
         for (e, n) in &self.informers.errors {
             let _ = writeln!(t, "  informers: {e}: {n}");
         }
-        if !self.gateway_metrics_informers.is_empty() {
-            let _ = writeln!(t, "  gateway metrics, change over the informers' herd:");
-            for (k, v) in &self.gateway_metrics_informers {
-                let _ = writeln!(t, "    {k} {v}");
-            }
-        }
+        metrics_lines(
+            &mut t,
+            "gateway metrics, change over the informers' herd",
+            &self.gateway_metrics_informers,
+        );
         let _ = writeln!(t, "  issue 26's targets:");
         for c in &self.checks {
             let _ = writeln!(
@@ -417,8 +418,7 @@ pub async fn execute(a: &QuietLargeArgs) -> anyhow::Result<QuietLargeSummary> {
         },
     )
     .await;
-    let (by_verb, by_shape) = cluster::sim_requests(&sim, res);
-    let metrics2 = gw.metrics().await.unwrap_or_default();
+    let cost = WindowCost::measure(&sim, &gw, res, &metrics1).await;
     w.stop.cancel();
     while w.set.join_next().await.is_some() {}
     writer_stop.cancel();
@@ -428,7 +428,7 @@ pub async fn execute(a: &QuietLargeArgs) -> anyhow::Result<QuietLargeSummary> {
     sim.shutdown().await;
 
     let informers = KindReport::of("watch-list informers", a.informers, &stats);
-    let upstream_informers = cluster::total(&by_verb);
+    let upstream_informers = cost.upstream_requests;
     let m = |i: usize| &measures[i];
     let check = |what: &str, d: f64, g: f64, limit: f64| Check {
         what: what.into(),
@@ -489,8 +489,8 @@ pub async fn execute(a: &QuietLargeArgs) -> anyhow::Result<QuietLargeSummary> {
         informer_initial_events_expected: a.informers as u64 * objects,
         informers,
         upstream_during_informers: upstream_informers,
-        upstream_during_informers_by_verb: by_verb,
-        upstream_during_informers_by_shape: by_shape,
-        gateway_metrics_informers: metric_deltas(&metrics1, &metrics2, res),
+        upstream_during_informers_by_verb: cost.by_verb,
+        upstream_during_informers_by_shape: cost.by_shape,
+        gateway_metrics_informers: cost.gateway_metrics,
     })
 }

@@ -18,13 +18,13 @@ use serde::Serialize;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use super::{metric_deltas, shapes_lines, verbs_line, wait_until, Checked, KindReport, Watchers};
+use super::{metrics_lines, upstream_lines, wait_until, Checked, KindReport, Watchers, WindowCost};
 use crate::load::args::RestartArgs;
 use crate::load::checker::WriterLog;
 use crate::load::cluster::{self, gateway_bin, GatewaySpec};
+use crate::load::harness::{progress_bar, raise_fd_limit, run_id, warm_up};
 use crate::load::pool::Pool;
 use crate::load::report::Latency;
-use crate::load::run::{progress_bar, raise_fd_limit, run_id, warm_up};
 use crate::load::stats::{histogram, Stats};
 use crate::load::target::Target;
 use crate::load::track::Track;
@@ -106,23 +106,22 @@ impl RestartSummary {
             self.resumed, self.relisted, self.not_reconnected
         );
         let _ = writeln!(t, "  reconnect time: {}", l(&self.reconnect));
-        let _ = writeln!(
-            t,
-            "  upstream requests for {} during the reconnect: {} ({})",
-            self.resource,
+        upstream_lines(
+            &mut t,
+            &self.resource,
+            "the reconnect",
             self.upstream_requests,
-            verbs_line(&self.upstream_by_verb)
+            &self.upstream_by_verb,
+            &self.upstream_by_shape,
         );
-        t.push_str(&shapes_lines(&self.upstream_by_shape));
         for (e, n) in &self.client.errors {
             let _ = writeln!(t, "  watchers: {e}: {n}");
         }
-        if !self.gateway_metrics.is_empty() {
-            let _ = writeln!(t, "  the restarted gateway's metrics at the window's end:");
-            for (k, v) in &self.gateway_metrics {
-                let _ = writeln!(t, "    {k} {v}");
-            }
-        }
+        metrics_lines(
+            &mut t,
+            "the restarted gateway's metrics at the window's end",
+            &self.gateway_metrics,
+        );
         let _ = writeln!(
             t,
             "  {} writes at {}/s across the restart: {} watchers checked, {} events checked, \
@@ -277,8 +276,8 @@ pub async fn execute(a: &RestartArgs) -> anyhow::Result<RestartSummary> {
     )
     .await;
     let window_s = killed.elapsed().as_secs_f64();
-    let (by_verb, by_shape) = cluster::sim_requests(&sim, res);
-    let metrics = gw.metrics().await.unwrap_or_default();
+    // The restarted gateway's counters start at zero: all of them are the window's.
+    let cost = WindowCost::measure(&sim, &gw, res, "").await;
     let r = track.reconnects();
     let mut hist = histogram();
     for us in &r.times_us {
@@ -315,10 +314,10 @@ pub async fn execute(a: &RestartArgs) -> anyhow::Result<RestartSummary> {
         relisted: r.relisted,
         not_reconnected: r.missing,
         reconnect: Latency::of(&hist),
-        upstream_requests: cluster::total(&by_verb),
-        upstream_by_verb: by_verb,
-        upstream_by_shape: by_shape,
-        gateway_metrics: metric_deltas("", &metrics, res),
+        upstream_requests: cost.upstream_requests,
+        upstream_by_verb: cost.by_verb,
+        upstream_by_shape: cost.by_shape,
+        gateway_metrics: cost.gateway_metrics,
         client: KindReport::of("watchers", a.watchers, &stats),
         writes: Stats::get(&writer_stats.c.writes),
         write_rate: c.rate,
