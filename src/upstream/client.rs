@@ -351,7 +351,11 @@ async fn dispatch(
     let upgrade = req.extensions_mut().remove::<Upgrade>().is_some();
     let internal = req.extensions().get::<Internal>().is_some();
     let pinned = req.extensions_mut().remove::<Pinned>().map(|p| p.0);
-    let class = Class::of(&req);
+    // The gateway's own requests say their class; a client's is the parser's decision.
+    let class = match req.extensions_mut().remove::<Class>() {
+        Some(c) => c,
+        None => Class::of(&req),
+    };
     let order = match pinned {
         Some(i) => vec![i],
         None => endpoints.order(),
