@@ -8,6 +8,8 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
+pub use crate::duration::{parse_duration, DurationError};
+
 use anyhow::Context as _;
 use clap::Args;
 use kube::config::{KubeConfigOptions, Kubeconfig};
@@ -611,53 +613,46 @@ pub fn is_exposed(addr: &SocketAddr) -> bool {
     !addr.ip().is_loopback()
 }
 
-/// Durations the way Go flags spell them: `30s`, `500ms`, `2m`, `1h`, or bare seconds.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let split = s
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let value: f64 = num.parse().map_err(|_| format!("invalid duration {s:?}"))?;
-    let secs = match unit {
-        "" | "s" => value,
-        "ms" => value / 1000.0,
-        "m" => value * 60.0,
-        "h" => value * 3600.0,
-        _ => {
-            return Err(format!(
-                "invalid duration unit in {s:?} (use ms, s, m or h)"
-            ))
-        }
-    };
-    // `try_`: a duration past what `Duration` holds is an error, not a panic.
-    Duration::try_from_secs_f64(secs).map_err(|_| format!("invalid duration {s:?}"))
-}
+/// A count flag below one, or not a number.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0:?} is not a whole number of at least 1")]
+pub struct NotPositive(String);
 
 /// A count of at least one.
-pub fn parse_positive(s: &str) -> Result<usize, String> {
+pub fn parse_positive(s: &str) -> Result<usize, NotPositive> {
     match s.trim().parse::<usize>() {
         Ok(n) if n >= 1 => Ok(n),
-        _ => Err(format!("{s:?} is not a whole number of at least 1")),
+        _ => Err(NotPositive(s.to_string())),
     }
 }
 
+/// A byte-size flag that is not one.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SizeError {
+    #[error("invalid size {0:?}")]
+    Invalid(String),
+    #[error("invalid size unit in {0:?} (use Ki, Mi or Gi)")]
+    Unit(String),
+    #[error("size {0:?} is too large")]
+    TooLarge(String),
+}
+
 /// A byte size: a plain number, or one with a Ki, Mi or Gi suffix.
-pub fn parse_bytes(s: &str) -> Result<usize, String> {
+pub fn parse_bytes(s: &str) -> Result<usize, SizeError> {
     let s = s.trim();
     let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
     let (num, unit) = s.split_at(split);
-    let value: usize = num.parse().map_err(|_| format!("invalid size {s:?}"))?;
+    let value: usize = num.parse().map_err(|_| SizeError::Invalid(s.to_string()))?;
     let scale: usize = match unit {
         "" => 1,
         "Ki" => 1 << 10,
         "Mi" => 1 << 20,
         "Gi" => 1 << 30,
-        _ => return Err(format!("invalid size unit in {s:?} (use Ki, Mi or Gi)")),
+        _ => return Err(SizeError::Unit(s.to_string())),
     };
     value
         .checked_mul(scale)
-        .ok_or_else(|| format!("size {s:?} is too large"))
+        .ok_or_else(|| SizeError::TooLarge(s.to_string()))
 }
 
 #[cfg(test)]

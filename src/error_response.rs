@@ -13,7 +13,14 @@ use crate::status::Status;
 
 /// `status` in the encoding `accept` (the request's first `Accept` header) negotiates.
 pub fn negotiated(status: Status, accept: Option<&str>) -> Response<Body> {
-    match negotiate_error(accept) {
+    negotiated_as(status, negotiate_error(accept))
+}
+
+/// `status` in the form the request's Accept header negotiated for errors, worked out when
+/// it was parsed (`request::Parsed::accept`, `Accept::for_errors`): `None` when nothing in
+/// it is acceptable.
+pub fn negotiated_as(status: Status, form: Option<crate::negotiate::Negotiated>) -> Response<Body> {
+    match form {
         Some(n) if n.encoding == Encoding::Protobuf => {
             match crate::proto::encode_status(&status.to_bytes()) {
                 Ok(bytes) => {

@@ -26,6 +26,7 @@
 //! - [`partial_metadata`]: PartialObjectMetadata(List) from objects' JSON.
 //! - [`bookmark`]: the object of a BOOKMARK watch event.
 //! - [`body`]: the one request and response body type.
+//! - [`duration`]: durations as Go flags spell them (flags, `?timeout=`).
 //! - [`lane`]: the express lane: a watch's producer writing to its idle connection.
 //!
 //! **Watch**
@@ -63,6 +64,7 @@ pub mod cache;
 pub mod codec;
 pub mod config;
 pub mod demo;
+pub mod duration;
 pub mod error_response;
 pub mod lane;
 pub mod load;

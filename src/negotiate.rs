@@ -328,6 +328,73 @@ pub fn is_pretty_print(pretty_param: Option<&str>, user_agent: Option<&str>) -> 
     }
 }
 
+/// A request's `Accept` header in its negotiated form, worked out once when the request
+/// is parsed (`request::Parsed`): for each kind of endpoint (the cache's answers depend
+/// only on whether the type has protobuf) and for an error Status. The gateway's handlers
+/// and its forwarder read these instead of parsing the header again.
+#[derive(Debug, Clone)]
+pub struct Accept {
+    /// The first `Accept` header, as Go's `Header.Get` reads it (None when absent or not
+    /// visible ASCII).
+    pub raw: Option<String>,
+    builtin: Result<Negotiated, NotAcceptable>,
+    custom: Result<Negotiated, NotAcceptable>,
+    error: Option<Negotiated>,
+}
+
+impl Accept {
+    pub fn new(raw: Option<String>) -> Self {
+        let clauses = match raw.as_deref() {
+            None | Some("") => Vec::new(),
+            Some(h) => parse_accept(h),
+        };
+        let empty = raw.as_deref().unwrap_or("").is_empty();
+        let scope = |endpoint: Endpoint| {
+            if empty {
+                return Ok(Negotiated::JSON);
+            }
+            negotiate_parsed(&clauses, Restrictions::Scope(endpoint)).map_err(|()| NotAcceptable {
+                accepted: endpoint.accepted_media_types(false),
+            })
+        };
+        let error = if empty {
+            Some(Negotiated::JSON)
+        } else {
+            negotiate_parsed(&clauses, Restrictions::Default).ok()
+        };
+        Self {
+            builtin: scope(Endpoint::BUILTIN),
+            custom: scope(Endpoint::CUSTOM),
+            error,
+            raw,
+        }
+    }
+
+    /// [`negotiate`] for `endpoint`.
+    pub fn negotiate(&self, endpoint: Endpoint) -> Result<Negotiated, NotAcceptable> {
+        if endpoint.protobuf {
+            self.builtin.clone()
+        } else {
+            self.custom.clone()
+        }
+    }
+
+    /// [`negotiate_stream`] for `endpoint`.
+    pub fn negotiate_stream(&self, endpoint: Endpoint) -> Result<Negotiated, NotAcceptable> {
+        match self.negotiate(endpoint) {
+            Ok(n) if n.encoding.streams() => Ok(n),
+            _ => Err(NotAcceptable {
+                accepted: endpoint.accepted_media_types(true),
+            }),
+        }
+    }
+
+    /// [`negotiate_error`]: how an error Status is written to this client.
+    pub fn for_errors(&self) -> Option<Negotiated> {
+        self.error
+    }
+}
+
 /// Whose restrictions a negotiation applies.
 #[derive(Debug, Clone, Copy)]
 enum Restrictions {
@@ -345,7 +412,12 @@ fn negotiate_restricted(
     if header.is_empty() {
         return Ok(Negotiated::JSON);
     }
-    for clause in parse_accept(header) {
+    negotiate_parsed(&parse_accept(header), restrictions)
+}
+
+/// [`negotiate_restricted`] over clauses already parsed.
+fn negotiate_parsed(clauses: &[Clause], restrictions: Restrictions) -> Result<Negotiated, ()> {
+    for clause in clauses {
         for enc in Endpoint::SERIALIZERS {
             let (t, s) = enc.parts();
             // The three cases of negotiate.go: exact, `type/*`, `*/*`.
@@ -354,7 +426,7 @@ fn negotiate_restricted(
             if !matches {
                 continue;
             }
-            if let Some(n) = accept_options(&clause, enc, restrictions) {
+            if let Some(n) = accept_options(clause, enc, restrictions) {
                 return Ok(n);
             }
         }
@@ -427,6 +499,15 @@ mod tests {
     const KUBECTL_TABLE: &str = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json";
 
     fn n(accept: &str, ep: Endpoint) -> Result<Negotiated, NotAcceptable> {
+        // The form parsed once agrees with the functions on the header, every way.
+        let once = Accept::new(Some(accept.to_string()));
+        assert_eq!(once.negotiate(ep), negotiate(Some(accept), ep), "{accept}");
+        assert_eq!(
+            once.negotiate_stream(ep),
+            negotiate_stream(Some(accept), ep),
+            "{accept}"
+        );
+        assert_eq!(once.for_errors(), negotiate_error(Some(accept)), "{accept}");
         negotiate(Some(accept), ep)
     }
 

@@ -106,6 +106,8 @@ pub struct ApiRequest {
 pub struct ListOptions {
     /// `resourceVersion` as sent (None when absent; Some("") when empty).
     pub resource_version: Option<String>,
+    /// The same, parsed once: what the cache and the fan-out decide on.
+    pub rv: ResourceVersion,
     pub rv_match: Option<RvMatch>,
     /// `limit` (> 0 only; 0 and absent both mean no limit, like the apiserver).
     pub limit: Option<i64>,
@@ -116,6 +118,55 @@ pub struct ListOptions {
     pub allow_watch_bookmarks: bool,
     pub send_initial_events: Option<bool>,
     pub timeout_seconds: Option<i64>,
+}
+
+/// A request's `resourceVersion`, parsed at parse time so that no handler parses the
+/// string again.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum ResourceVersion {
+    /// Absent or empty: "Most Recent", a consistent read.
+    #[default]
+    Unset,
+    /// Exactly `"0"`: "Any". (kube-apiserver compares the string in places, e.g.
+    /// `computeListLimit`, so another spelling of zero is a [`ResourceVersion::Number`].)
+    Zero,
+    /// A uint64 as Go's `strconv.ParseUint` reads it (`"00"` is `Number(0)`).
+    Number(u64),
+    /// Not a uint64: the storage layer's error, with its message.
+    Invalid(InvalidResourceVersion),
+}
+
+impl ResourceVersion {
+    pub fn parse(raw: Option<&str>) -> Self {
+        match raw {
+            None | Some("") => ResourceVersion::Unset,
+            Some("0") => ResourceVersion::Zero,
+            Some(s) => match parse_resource_version(s) {
+                Ok(n) => ResourceVersion::Number(n),
+                Err(e) => ResourceVersion::Invalid(e),
+            },
+        }
+    }
+
+    /// `APIObjectVersioner.ParseResourceVersion`: unset and `"0"` are 0.
+    pub fn number(&self) -> Result<u64, &InvalidResourceVersion> {
+        match self {
+            ResourceVersion::Unset | ResourceVersion::Zero => Ok(0),
+            ResourceVersion::Number(n) => Ok(*n),
+            ResourceVersion::Invalid(e) => Err(e),
+        }
+    }
+}
+
+/// A `resourceVersion` that is not a uint64. The message is the storage layer's
+/// `InvalidError`: `resourceVersion: Invalid value: "x": strconv.ParseUint: parsing "x":
+/// invalid syntax`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("resourceVersion: Invalid value: {quoted}: strconv.ParseUint: parsing {quoted}: {why}")]
+pub struct InvalidResourceVersion {
+    /// The value, quoted as Go's `%q` quotes it.
+    quoted: String,
+    why: UintError,
 }
 
 /// What a watch's `timeoutSeconds` means to kube-apiserver.
@@ -317,7 +368,7 @@ const LONG_RUNNING_SUBRESOURCES: &[&str] = &["attach", "exec", "proxy", "log", "
 /// - a non-resource path under `/debug/pprof/`.
 ///
 /// A named GET with `?watch=true` is a `get` to the apiserver, so not long-running.
-pub fn is_long_running(api: &ApiRequest) -> bool {
+fn is_long_running(api: &ApiRequest) -> bool {
     match &api.path {
         ApiPath::NonResource(p) => p.starts_with("/debug/pprof/"),
         ApiPath::Resource(rp) => {
@@ -331,15 +382,6 @@ pub fn is_long_running(api: &ApiRequest) -> bool {
                     .as_deref()
                     .is_some_and(|s| LONG_RUNNING_SUBRESOURCES.contains(&s))
         }
-    }
-}
-
-/// [`Parsed::long_running`] of a request the stack parsed; for one it did not (the
-/// gateway's own requests to the upstream), the same rule applied to its method and URI.
-pub fn long_running<B>(req: &http::Request<B>) -> bool {
-    match Parsed::of(req) {
-        Some(p) => p.long_running,
-        None => is_long_running(&parse(req.method(), req.uri())),
     }
 }
 
@@ -399,9 +441,9 @@ pub struct Parsed {
     /// For GET/HEAD on a resource path: the decoded and validated list/watch/get options,
     /// or the Status the apiserver gives for them.
     pub options: Option<Result<ListOptions, Status>>,
-    /// The first `Accept` header, as Go's `Header.Get` reads it (None when absent or not
-    /// visible ASCII).
-    pub accept: Option<String>,
+    /// The first `Accept` header (`accept.raw`) and its negotiated forms: for a built-in
+    /// type, a custom resource, and an error Status.
+    pub accept: crate::negotiate::Accept,
     /// The apiserver would pretty-print the answer: `pretty` in the query
     /// (strconv.ParseBool), else a browser or command-line User-Agent
     /// (negotiation.isPrettyPrint: `curl`, `Wget`, `Mozilla/5.0`).
@@ -410,6 +452,15 @@ pub struct Parsed {
     /// every layer that asks: the upstream pool's class, the per-user limits, the metrics
     /// and the proxy's drain.
     pub long_running: bool,
+    /// The verb is `watch`: a `/watch/` path, or a collection GET whose `watch` parameter
+    /// apimachinery's `Convert_Slice_string_To_bool` reads as true (anything but `0` and
+    /// `false` in any case, a bare `?watch` included, as kube-apiserver's RequestInfo
+    /// reads it; not `strconv.ParseBool`, which refuses the empty string).
+    pub watch: bool,
+    /// The request's own `?timeout=` (a Go duration), which kube-apiserver honours for
+    /// non-streaming requests; None when absent or not a duration. (A watch's
+    /// `timeoutSeconds` is in `options`.)
+    pub timeout: Option<std::time::Duration>,
     /// `Accept-Encoding` has a `gzip` token (large answers are then gzipped).
     pub accepts_gzip: bool,
 }
@@ -433,9 +484,14 @@ impl Parsed {
             header(http::header::USER_AGENT).as_deref(),
         );
         let long_running = is_long_running(&api);
+        let timeout = api
+            .query_get("timeout")
+            .and_then(|t| crate::duration::parse_duration(t).ok());
         Self {
-            accept: header(http::header::ACCEPT),
+            accept: crate::negotiate::Accept::new(header(http::header::ACCEPT)),
             accepts_gzip: crate::codec::gzip::accepts_gzip(headers),
+            watch: api.verb == Verb::Watch,
+            timeout,
             api,
             options,
             pretty,
@@ -472,6 +528,7 @@ pub fn list_options(q: &[(String, String)], force_watch: bool) -> Result<ListOpt
     // url.Values → v1.ListOptions, in struct field order.
     o.allow_watch_bookmarks = query_bool(q, "allowWatchBookmarks").unwrap_or(false);
     o.resource_version = query_get(q, "resourceVersion").map(str::to_string);
+    o.rv = ResourceVersion::parse(o.resource_version.as_deref());
     let rv_match = query_get(q, "resourceVersionMatch")
         .unwrap_or("")
         .to_string();
@@ -600,15 +657,14 @@ fn parse_int(s: &str) -> Result<i64, Status> {
 }
 
 /// `APIObjectVersioner.ParseResourceVersion`: "" and "0" are 0; anything else must be a
-/// uint64. The error text is the storage layer's `InvalidError`
-/// (`resourceVersion: Invalid value: "x": strconv.ParseUint: parsing "x": invalid syntax`).
-pub fn parse_resource_version(rv: &str) -> Result<u64, String> {
+/// uint64. Handlers read [`ListOptions::rv`] instead, parsed once by this.
+pub fn parse_resource_version(rv: &str) -> Result<u64, InvalidResourceVersion> {
     if rv.is_empty() || rv == "0" {
         return Ok(0);
     }
-    parse_uint(rv).map_err(|why| {
-        let q = crate::selector::validation::go_quote(rv);
-        format!("resourceVersion: Invalid value: {q}: strconv.ParseUint: parsing {q}: {why}")
+    parse_uint(rv).map_err(|why| InvalidResourceVersion {
+        quoted: crate::selector::validation::go_quote(rv),
+        why,
     })
 }
 
@@ -924,13 +980,13 @@ mod tests {
             (400, "strconv.ParseInt: parsing \"x\": invalid syntax")
         );
         assert_eq!(
-            parse_resource_version("-1").unwrap_err(),
+            parse_resource_version("-1").unwrap_err().to_string(),
             "resourceVersion: Invalid value: \"-1\": strconv.ParseUint: parsing \"-1\": invalid syntax"
         );
         assert_eq!(parse_resource_version("0"), Ok(0));
         // Go's ParseUint takes no sign (Rust's parse would).
         assert_eq!(
-            parse_resource_version("+5").unwrap_err(),
+            parse_resource_version("+5").unwrap_err().to_string(),
             "resourceVersion: Invalid value: \"+5\": strconv.ParseUint: parsing \"+5\": invalid syntax"
         );
         assert_eq!(parse_resource_version(""), Ok(0));

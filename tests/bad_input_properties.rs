@@ -393,7 +393,8 @@ fn resource_versions_parse_like_go() {
     ];
     TestRunner::new(config(3000))
         .run(&rv, |s| {
-            match (request::parse_resource_version(&s), go_parse_rv(&s)) {
+            let parsed = request::parse_resource_version(&s).map_err(|e| e.to_string());
+            match (parsed, go_parse_rv(&s)) {
                 (Ok(got), Some(want)) => prop_assert_eq!(got, want, "{:?}", s),
                 (Err(msg), None) => {
                     let overflow = !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
@@ -434,7 +435,7 @@ fn continue_tokens_never_panic() {
             |(t, prefix)| {
                 match ContinueToken::decode(&t, prefix) {
                     Err(msg) => {
-                        prop_assert!(msg.starts_with("continue key is not valid"), "{}", msg)
+                        prop_assert!(msg.0.starts_with("continue key is not valid"), "{}", msg)
                     }
                     Ok(tok) => {
                         // The path-traversal defence: the key never leaves the prefix.

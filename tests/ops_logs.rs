@@ -80,6 +80,12 @@ async fn recording_relay(sim: &SimServer) -> (Stub, Arc<Mutex<Vec<String>>>) {
             let (mut parts, body) = req.into_parts();
             parts.headers.remove("host");
             parts.version = http::Version::HTTP_11;
+            // A relay, not the gateway's stack: it says the request's class itself, as
+            // the gateway's forwarder does from its parsed request.
+            let parsed = watchgate::request::Parsed::new(&parts.method, &parts.uri, &parts.headers);
+            parts
+                .extensions
+                .insert(watchgate::upstream::Class::of(&parsed));
             match to
                 .send(Request::from_parts(parts, watchgate::body::boxed(body)))
                 .await

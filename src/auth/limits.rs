@@ -1,5 +1,5 @@
 //! Fair limits per user: at most N requests in flight and M long-running requests
-//! (watches, logs, exec/attach/port-forward, proxy: `request::is_long_running`) open per
+//! (watches, logs, exec/attach/port-forward, proxy: `request::Parsed::long_running`) open per
 //! user at once; beyond that
 //! a 429 with `Retry-After`, as kube-apiserver's max-in-flight filter answers (APF
 //! answers the same way when a flow's queue is full). Per user rather than global, so that

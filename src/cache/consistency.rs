@@ -29,8 +29,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http::{header, Request, StatusCode};
-use http_body_util::{BodyExt, Limited};
+use http::StatusCode;
 use rand::Rng;
 use serde::Deserialize;
 use tokio::sync::watch;
@@ -39,10 +38,9 @@ use super::events::ErrorStatus;
 use super::fresh::Freshness;
 use super::identity::{ClusterIdentity, Verdict};
 use super::store::Store;
-use crate::body;
 use crate::model::resource::ResourceInfo;
 use crate::model::snapshot::Snapshot;
-use crate::upstream::{Internal, Upstream};
+use crate::upstream::Upstream;
 
 /// The default interval: kube-apiserver's `ConsistencyCheckPeriod` ("5 minutes were
 /// proposed to match the default compaction period").
@@ -412,22 +410,14 @@ impl ConsistencyCheck {
         }
     }
 
-    /// A GET of the gateway's own ([`Internal`]: it may use the connections kept for short
-    /// requests when clients' watches fill the others).
+    /// A GET of the gateway's own (`Upstream::get_internal`: it may use the connections
+    /// kept for short requests when clients' watches fill the others).
     async fn get(&self, path_and_query: String) -> Result<(StatusCode, Bytes), CheckError> {
-        let mut req = Request::get(path_and_query)
-            .header(header::ACCEPT, METADATA_JSON)
-            .body(body::empty())
-            .map_err(|e| CheckError::Body(e.to_string()))?;
-        req.extensions_mut().insert(Internal);
-        let resp = self.upstream.send(req).await?;
-        let status = resp.status();
-        let bytes = Limited::new(resp.into_body(), MAX_PAGE_BYTES)
-            .collect()
-            .await
-            .map_err(|e| CheckError::Body(e.to_string()))?
-            .to_bytes();
-        Ok((status, bytes))
+        let answer = self
+            .upstream
+            .get_internal(&path_and_query, METADATA_JSON, MAX_PAGE_BYTES)
+            .await?;
+        Ok((answer.status, answer.body))
     }
 }
 

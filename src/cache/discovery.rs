@@ -6,18 +6,34 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dashmap::DashMap;
-use http::{Method, Request};
-use http_body_util::{BodyExt, Limited};
 use serde::Deserialize;
 
-use crate::body;
 use crate::model::resource::ResourceInfo;
-use crate::upstream::Upstream;
+use crate::upstream::{Upstream, UpstreamError};
 
 /// How long a group/version's discovery answer is trusted before it is fetched again.
 const TTL: Duration = Duration::from_secs(300);
 /// Discovery documents are small; anything larger is a broken upstream.
 const MAX_BYTES: usize = 16 * 1024 * 1024;
+
+/// Why a group/version's resources could not be read.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum DiscoveryError {
+    /// No answer: the upstream failed, or the gateway's own pool refused the request.
+    #[error("discovery {path}: {source}")]
+    Upstream {
+        path: String,
+        #[source]
+        source: UpstreamError,
+    },
+    #[error("discovery {path} returned {status}")]
+    Status {
+        path: String,
+        status: http::StatusCode,
+    },
+    #[error("discovery {path}: {reason}")]
+    NotAResourceList { path: String, reason: String },
+}
 
 #[derive(Deserialize)]
 struct ApiResourceList {
@@ -68,7 +84,7 @@ impl Discovery {
         group: &str,
         version: &str,
         resource: &str,
-    ) -> Result<Option<Arc<ResourceInfo>>, String> {
+    ) -> Result<Option<Arc<ResourceInfo>>, DiscoveryError> {
         let key = (group.to_string(), version.to_string());
         let fresh = self
             .entries
@@ -92,33 +108,38 @@ impl Discovery {
         Ok(resources.iter().find(|r| r.resource == resource).cloned())
     }
 
-    async fn fetch(&self, group: &str, version: &str) -> Result<Vec<Arc<ResourceInfo>>, String> {
+    async fn fetch(
+        &self,
+        group: &str,
+        version: &str,
+    ) -> Result<Vec<Arc<ResourceInfo>>, DiscoveryError> {
         let path = if group.is_empty() {
             format!("/api/{version}")
         } else {
             format!("/apis/{group}/{version}")
         };
-        let req = Request::builder()
-            .method(Method::GET)
-            .uri(&path)
-            .header(http::header::ACCEPT, "application/json")
-            .body(body::empty())
-            .map_err(|e| e.to_string())?;
-        let resp = self.upstream.send(req).await.map_err(|e| e.to_string())?;
-        let status = resp.status();
-        let bytes = Limited::new(resp.into_body(), MAX_BYTES)
-            .collect()
+        let answer = match self
+            .upstream
+            .get_internal(&path, "application/json", MAX_BYTES)
             .await
-            .map_err(|e| format!("reading {path}: {e}"))?
-            .to_bytes();
-        if status == http::StatusCode::NOT_FOUND {
+        {
+            Ok(a) => a,
+            Err(source) => return Err(DiscoveryError::Upstream { path, source }),
+        };
+        if answer.status == http::StatusCode::NOT_FOUND {
             return Ok(Vec::new());
         }
-        if !status.is_success() {
-            return Err(format!("discovery {path} returned {status}"));
+        if !answer.status.is_success() {
+            let status = answer.status;
+            return Err(DiscoveryError::Status { path, status });
         }
-        let list: ApiResourceList =
-            serde_json::from_slice(&bytes).map_err(|e| format!("discovery {path}: {e}"))?;
+        let list: ApiResourceList = match serde_json::from_slice(&answer.body) {
+            Ok(l) => l,
+            Err(e) => {
+                let reason = e.to_string();
+                return Err(DiscoveryError::NotAResourceList { path, reason });
+            }
+        };
         Ok(parse_resources(group, version, list))
     }
 }

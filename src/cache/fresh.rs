@@ -35,8 +35,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use http::{header, Request};
-use http_body_util::{BodyExt, Limited};
 use serde::Deserialize;
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -45,9 +43,8 @@ use super::demand::Demands;
 use super::forward::Forward;
 use super::reflector::ReflectorStats;
 use super::store::Store;
-use crate::body;
 use crate::model::snapshot::Snapshot;
-use crate::upstream::Upstream;
+use crate::upstream::{Upstream, UpstreamError};
 
 /// `--consistent-reads`: where reads with no resourceVersion are answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
@@ -109,7 +106,7 @@ const MAX_PROBE_BYTES: usize = 8 * 1024 * 1024;
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum NotFresh {
     #[error("the upstream's current resourceVersion could not be read: {0}")]
-    Probe(String),
+    Probe(ProbeError),
     #[error("the cache did not reach resourceVersion {needed} in time (it is at {reached})")]
     Behind { needed: u64, reached: u64 },
     #[error("the cache is at {reached}, behind {needed}, and forwarding this read is cheaper than proving it")]
@@ -132,6 +129,36 @@ impl NotFresh {
             NotFresh::Lone { .. } => Forward::LoneRead,
             NotFresh::Inconsistent => Forward::Inconsistent,
         }
+    }
+}
+
+/// Why a probe did not read the upstream's resourceVersion.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ProbeError {
+    /// No answer: the upstream failed, or the gateway's own pool refused the probe.
+    #[error(transparent)]
+    Upstream(#[from] UpstreamError),
+    /// The upstream answered with an error.
+    #[error("the probe got {status}: {body}")]
+    Status {
+        status: http::StatusCode,
+        body: String,
+    },
+    #[error("the probe's answer is not a list: {0}")]
+    NotAList(String),
+    #[error("the probe's resourceVersion {0:?} is not a number")]
+    ResourceVersion(String),
+    #[error("no answer within {0:?}")]
+    Timeout(Duration),
+    /// The probe task ended without an answer.
+    #[error("the probe was abandoned")]
+    Abandoned,
+}
+
+impl ProbeError {
+    /// The gateway's own pool refused the probe: local load, not the upstream failing.
+    pub fn pool_full(&self) -> bool {
+        matches!(self, ProbeError::Upstream(e) if e.is_pool_full())
     }
 }
 
@@ -199,7 +226,7 @@ struct ProbeState {
 #[derive(Debug, Clone)]
 struct ProbeDone {
     generation: u64,
-    result: Result<u64, String>,
+    result: Result<u64, ProbeError>,
     /// The probe answered a herd (more than [`HERD_SIZE`] requests, or it was paced).
     herd: bool,
 }
@@ -294,10 +321,8 @@ impl Freshness {
                     .map(|rv| Probed { rv, herd })
                     .map_err(NotFresh::Probe)
             }
-            Ok(Err(_)) => Err(NotFresh::Probe("the probe was abandoned".into())),
-            Err(_) => Err(NotFresh::Probe(format!(
-                "no answer within {PROBE_TIMEOUT:?}"
-            ))),
+            Ok(Err(_)) => Err(NotFresh::Probe(ProbeError::Abandoned)),
+            Err(_) => Err(NotFresh::Probe(ProbeError::Timeout(PROBE_TIMEOUT))),
         }
     }
 
@@ -322,7 +347,14 @@ impl Freshness {
             self.counters.probes.fetch_add(1, Ordering::Relaxed);
             if let Err(e) = &result {
                 self.counters.probe_errors.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(uri = %self.probe_uri, requests = served, "consistency probe failed: {e}");
+                // A refusal by the gateway's own pool is load, logged like a forwarded
+                // request's (watchgate_upstream_refusals_total counts it); the upstream
+                // failing is worth a warning.
+                if e.pool_full() {
+                    tracing::debug!(uri = %self.probe_uri, requests = served, "consistency probe refused: {e}");
+                } else {
+                    tracing::warn!(uri = %self.probe_uri, requests = served, "consistency probe failed: {e}");
+                }
             }
             let herd = served > HERD_SIZE || !window.is_zero();
             self.done.send_replace(Some(ProbeDone {
@@ -346,42 +378,31 @@ impl Freshness {
     }
 
     /// One `limit=1` consistent list of the resource: the upstream's resourceVersion now.
-    async fn probe_once(&self) -> Result<u64, String> {
-        let mut req = Request::get(&self.probe_uri)
-            .header(header::ACCEPT, "application/json")
-            .body(body::empty())
-            .map_err(|e| e.to_string())?;
-        // The gateway's own request: it may use the connections kept back for short
-        // requests, so a pool full of forwarded watches never fails a probe (whose
-        // failure would forward every request waiting for it).
-        req.extensions_mut().insert(crate::upstream::Internal);
+    async fn probe_once(&self) -> Result<u64, ProbeError> {
+        // The gateway's own request (`get_internal`): it may use the connections kept
+        // back for short requests, so a pool full of forwarded watches never fails a
+        // probe (whose failure would forward every request waiting for it).
         let answer = async {
-            let resp = self.upstream.send(req).await.map_err(|e| e.to_string())?;
-            let status = resp.status();
-            let bytes = Limited::new(resp.into_body(), MAX_PROBE_BYTES)
-                .collect()
-                .await
-                .map_err(|e| format!("reading the probe's answer: {e}"))?
-                .to_bytes();
-            if !status.is_success() {
-                return Err(format!(
-                    "the probe got {status}: {}",
-                    String::from_utf8_lossy(&bytes[..bytes.len().min(256)])
-                ));
+            let answer = self
+                .upstream
+                .get_internal(&self.probe_uri, "application/json", MAX_PROBE_BYTES)
+                .await?;
+            if !answer.status.is_success() {
+                return Err(ProbeError::Status {
+                    status: answer.status,
+                    body: answer.body_head(256).into_owned(),
+                });
             }
-            let list: ProbeList = serde_json::from_slice(&bytes)
-                .map_err(|e| format!("the probe's answer is not a list: {e}"))?;
+            let list: ProbeList = serde_json::from_slice(&answer.body)
+                .map_err(|e| ProbeError::NotAList(e.to_string()))?;
             self.store.token_form().learn(&list.metadata.continue_token);
-            list.metadata.resource_version.parse::<u64>().map_err(|_| {
-                format!(
-                    "the probe's resourceVersion {:?} is not a number",
-                    list.metadata.resource_version
-                )
-            })
+            let rv = list.metadata.resource_version;
+            rv.parse::<u64>()
+                .map_err(|_| ProbeError::ResourceVersion(rv.clone()))
         };
         match tokio::time::timeout(PROBE_TIMEOUT, answer).await {
             Ok(r) => r,
-            Err(_) => Err(format!("no answer within {PROBE_TIMEOUT:?}")),
+            Err(_) => Err(ProbeError::Timeout(PROBE_TIMEOUT)),
         }
     }
 

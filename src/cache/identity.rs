@@ -18,13 +18,11 @@
 
 use std::time::{Duration, Instant};
 
-use http::{header, Request, StatusCode};
-use http_body_util::{BodyExt, Limited};
+use http::StatusCode;
 use serde::Deserialize;
 use tokio::sync::Mutex;
 
-use crate::body;
-use crate::upstream::{Internal, Upstream};
+use crate::upstream::Upstream;
 
 /// The object whose uid names the cluster.
 const IDENTITY_PATH: &str = "/api/v1/namespaces/kube-system";
@@ -127,21 +125,15 @@ impl ClusterIdentity {
     }
 
     async fn read_uid(&self) -> Option<String> {
-        let mut req = Request::get(IDENTITY_PATH)
-            .header(header::ACCEPT, "application/json")
-            .body(body::empty())
+        let answer = self
+            .upstream
+            .get_internal(IDENTITY_PATH, "application/json", MAX_BYTES)
+            .await
             .ok()?;
-        req.extensions_mut().insert(Internal);
-        let resp = self.upstream.send(req).await.ok()?;
-        if resp.status() != StatusCode::OK {
+        if answer.status != StatusCode::OK {
             return None;
         }
-        let bytes = Limited::new(resp.into_body(), MAX_BYTES)
-            .collect()
-            .await
-            .ok()?
-            .to_bytes();
-        let ns: Namespace = serde_json::from_slice(&bytes).ok()?;
+        let ns: Namespace = serde_json::from_slice(&answer.body).ok()?;
         Some(ns.metadata.uid).filter(|u| !u.is_empty())
     }
 }

@@ -66,7 +66,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http::{Method, Request, StatusCode};
+use http::StatusCode;
 use http_body_util::{BodyExt, Limited};
 use rand::Rng;
 use serde::Deserialize;
@@ -78,12 +78,13 @@ use super::events::{decode_event, Decoded, ErrorStatus, LineSplitter, MalformedE
 use super::identity::{ClusterIdentity, Verdict};
 use super::list_page::{decode_page, BodyFormat};
 use super::store::{Change, StoreWriter};
-use crate::body;
 use crate::model::object::CachedObject;
 use crate::model::resource::ResourceInfo;
 use crate::model::snapshot::{entry_bytes, Snapshot};
-use crate::upstream::{Internal, Served, Upstream, UpstreamBody};
+use crate::upstream::{served_by, Class, Upstream, UpstreamBody, UpstreamError};
 
+/// What the reflector asks the upstream for: it caches the JSON.
+const JSON: &str = "application/json";
 /// Page size of upstream lists, as client-go's reflector uses.
 const PAGE_SIZE: u32 = 500;
 /// The largest list page accepted; far above 500 objects of the 1.5 MiB etcd limit is a
@@ -231,7 +232,7 @@ enum WatchEnd {
     /// 410 Expired (or Gone): the RV is compacted; relist.
     Expired(String),
     /// Something broke; resume from the last RV after a backoff.
-    Failed(String),
+    Failed(Failure),
     /// An event could not be understood: relist so that nothing is lost.
     Malformed(String),
     /// A consistent read asked for a re-sync (`cache::fresh`).
@@ -275,7 +276,52 @@ enum RequestError {
     Status(StatusCode, String),
     Behind(Behind),
     /// No answer (connection, credentials, a refusal at the connection bound).
-    Failed(String),
+    Upstream(UpstreamError),
+}
+
+/// Why a list or a watch failed, kept typed so that the reflector can tell its own pool
+/// being full (local load: retried soon, without growing the backoff) from the upstream
+/// failing (backed off exponentially, logged as a warning).
+#[derive(Debug, thiserror::Error)]
+enum Failure {
+    /// No answer from the upstream, or a refusal by the gateway's own pool.
+    #[error(transparent)]
+    Upstream(#[from] UpstreamError),
+    /// An answer the reflector cannot use: an error status, a body that does not decode,
+    /// a stream that broke, an ERROR event.
+    #[error("{0}")]
+    Answer(String),
+}
+
+impl From<String> for Failure {
+    fn from(s: String) -> Self {
+        Failure::Answer(s)
+    }
+}
+
+impl Failure {
+    fn pool_full(&self) -> bool {
+        matches!(self, Failure::Upstream(e) if e.is_pool_full())
+    }
+}
+
+/// How long the reflector waits after its own pool refused it: about the 429's
+/// `Retry-After`, as a client would. The pool frees a connection as soon as any request
+/// ends, and a refusal costs the upstream nothing, so nothing is gained by backing off
+/// further (and a cache would stay cold for up to 30 s longer).
+const POOL_FULL_RETRY: Duration = Duration::from_secs(1);
+
+/// The wait before retrying after `failure`, and whether it is the upstream's fault
+/// (logged as a warning) rather than the gateway's own load (logged at info).
+fn retry_delay(failure: &Failure, backoff: &mut Backoff) -> (Duration, bool) {
+    if failure.pool_full() {
+        (
+            POOL_FULL_RETRY.mul_f64(rand::rng().random_range(0.5..1.5)),
+            false,
+        )
+    } else {
+        (backoff.next_delay(), true)
+    }
 }
 
 /// The state machine's states (see the module docs).
@@ -351,15 +397,9 @@ enum ListError {
     /// A lagging endpoint: try again (elsewhere), never a relist from stale data.
     Behind(Behind),
     /// The upstream failed or sent garbage: retry after a backoff.
-    Failed(String),
+    Failed(Failure),
     /// The pages read so far outgrow the byte budget.
     OverBudget(OverBudget),
-}
-
-impl From<String> for ListError {
-    fn from(s: String) -> Self {
-        ListError::Failed(s)
-    }
 }
 
 /// What the registry does when a reflector drops its cache for its size.
@@ -431,7 +471,9 @@ impl EventStream {
             }
             let frame = match self.body.frame().await {
                 None => return Ok(None),
-                Some(Err(e)) => return Err(WatchEnd::Failed(format!("watch stream broke: {e}"))),
+                Some(Err(e)) => {
+                    return Err(WatchEnd::Failed(format!("watch stream broke: {e}").into()))
+                }
                 Some(Ok(f)) => f,
             };
             let Ok(data) = frame.into_data() else {
@@ -704,12 +746,16 @@ impl Reflector {
             Err(ListError::OverBudget(why)) => Step::Dropped(why),
             Err(ListError::Failed(err)) => {
                 self.stats.errors.fetch_add(1, Ordering::Relaxed);
-                let delay = backoff.next_delay();
+                let (delay, upstreams_fault) = retry_delay(&err, backoff);
                 let what = match cause {
                     SyncCause::Start => "list",
                     SyncCause::Relist { .. } | SyncCause::Consistent => "relist",
                 };
-                tracing::warn!(resource = %self.info.resource, error = %err, "{what} failed; retrying in {delay:.1?}");
+                if upstreams_fault {
+                    tracing::warn!(resource = %self.info.resource, error = %err, "{what} failed; retrying in {delay:.1?}");
+                } else {
+                    tracing::info!(resource = %self.info.resource, error = %err, "{what} refused by the gateway's own connection pool; retrying in {delay:.1?}");
+                }
                 self.stats.back_off(delay).await;
                 Step::Sync(cause)
             }
@@ -924,8 +970,12 @@ impl Reflector {
             WatchEnd::OverBudget(why) => Step::Dropped(why),
             WatchEnd::Failed(msg) => {
                 self.stats.errors.fetch_add(1, Ordering::Relaxed);
-                let delay = backoff.next_delay();
-                tracing::warn!(resource = %self.info.resource, "watch failed ({msg}); resuming in {delay:.1?}");
+                let (delay, upstreams_fault) = retry_delay(&msg, backoff);
+                if upstreams_fault {
+                    tracing::warn!(resource = %self.info.resource, "watch failed ({msg}); resuming in {delay:.1?}");
+                } else {
+                    tracing::info!(resource = %self.info.resource, "watch refused by the gateway's own connection pool ({msg}); resuming in {delay:.1?}");
+                }
                 self.stats.back_off(delay).await;
                 if !self.same_cluster(ended).await {
                     return Step::Sync(SyncCause::Start);
@@ -938,35 +988,6 @@ impl Reflector {
                     .await
             }
         }
-    }
-
-    /// A GET of the reflector's own: marked [`Internal`] so that it may use the
-    /// connections kept for short requests when clients' watches fill the others.
-    fn request(path_and_query: String) -> Result<Request<body::Body>, String> {
-        let mut req = Request::builder()
-            .method(Method::GET)
-            .uri(path_and_query)
-            .header(http::header::ACCEPT, "application/json")
-            .body(body::empty())
-            .map_err(|e| e.to_string())?;
-        req.extensions_mut().insert(Internal);
-        Ok(req)
-    }
-
-    async fn get(
-        &self,
-        path_and_query: String,
-    ) -> Result<(StatusCode, Bytes, Option<usize>), String> {
-        let req = Self::request(path_and_query)?;
-        let resp = self.upstream.send(req).await.map_err(|e| e.to_string())?;
-        let status = resp.status();
-        let endpoint = served_by(&resp);
-        let bytes = Limited::new(resp.into_body(), MAX_PAGE_BYTES)
-            .collect()
-            .await
-            .map_err(|e| format!("reading list body: {e}"))?
-            .to_bytes();
-        Ok((status, bytes, endpoint))
     }
 
     /// Reads the whole collection, page by page, into a new snapshot; also says which
@@ -985,22 +1006,25 @@ impl Reflector {
                 }
                 q.finish()
             };
-            let (status, bytes, endpoint) = self
-                .get(format!("{base}?{query}"))
+            // A page of the reflector's own: it may use the connections kept for short
+            // requests when clients' watches fill the others.
+            let answer = self
+                .upstream
+                .get_internal(&format!("{base}?{query}"), JSON, MAX_PAGE_BYTES)
                 .await
-                .map_err(ListError::Failed)?;
-            if !status.is_success() {
-                let st: ErrorStatus = serde_json::from_slice(&bytes).unwrap_or_default();
+                .map_err(|e| ListError::Failed(e.into()))?;
+            let endpoint = answer.endpoint;
+            if !answer.status.is_success() {
+                let st: ErrorStatus = serde_json::from_slice(&answer.body).unwrap_or_default();
                 if st.is_too_large_resource_version() {
                     return Err(ListError::Behind(Behind::from_status(&st, endpoint)));
                 }
-                return Err(ListError::Failed(format!(
-                    "list returned {status}: {}",
-                    String::from_utf8_lossy(&bytes[..bytes.len().min(512)])
-                )));
+                return Err(ListError::Failed(
+                    format!("list returned {}: {}", answer.status, answer.body_head(512)).into(),
+                ));
             }
-            let page = decode_page(BodyFormat::Json, &bytes, &self.info.field_labels)
-                .map_err(|e| e.to_string())?;
+            let page = decode_page(BodyFormat::Json, &answer.body, &self.info.field_labels)
+                .map_err(|e| ListError::Failed(e.to_string().into()))?;
             for obj in page.objects {
                 snapshot.insert(Arc::new(obj));
             }
@@ -1031,13 +1055,12 @@ impl Reflector {
     /// Opens a watch with `query` (whose `timeoutSeconds` is `timeout`); an HTTP error
     /// comes back with its status.
     async fn open(&self, query: &str, timeout: u32) -> Result<EventStream, RequestError> {
-        let req = Self::request(format!("{}?{query}", self.info.collection_path()))
-            .map_err(RequestError::Failed)?;
+        let path = format!("{}?{query}", self.info.collection_path());
         let resp = self
             .upstream
-            .send(req)
+            .open_internal(&path, JSON, Class::LongRunning)
             .await
-            .map_err(|e| RequestError::Failed(e.to_string()))?;
+            .map_err(RequestError::Upstream)?;
         let status = resp.status();
         let endpoint = served_by(&resp);
         if !status.is_success() {
@@ -1087,7 +1110,8 @@ impl Reflector {
                 WatchEnd::Expired("HTTP 410 Gone".into())
             }
             Err(RequestError::Behind(b)) => WatchEnd::Behind(b),
-            Err(RequestError::Status(_, msg) | RequestError::Failed(msg)) => WatchEnd::Failed(msg),
+            Err(RequestError::Status(_, msg)) => WatchEnd::Failed(msg.into()),
+            Err(RequestError::Upstream(e)) => WatchEnd::Failed(e.into()),
         }
     }
 
@@ -1143,7 +1167,7 @@ impl Reflector {
         // An upstream that never answers must not keep the cache cold either.
         let opened = tokio::time::timeout(idle, self.open(&query, timeout))
             .await
-            .unwrap_or_else(|_| Err(RequestError::Failed(format!("no answer within {idle:?}"))));
+            .unwrap_or(Err(RequestError::Upstream(UpstreamError::Timeout(idle))));
         let mut stream = match opened {
             Ok(s) => s,
             // 429 asks to come back later; any other 4xx is the upstream saying no.
@@ -1153,9 +1177,8 @@ impl Reflector {
                 return Err(Unsupported(msg))
             }
             Err(RequestError::Behind(b)) => return Err(behind(b)),
-            Err(RequestError::Status(_, msg) | RequestError::Failed(msg)) => {
-                return Err(Failed(msg))
-            }
+            Err(RequestError::Status(_, msg)) => return Err(Failed(msg)),
+            Err(RequestError::Upstream(e)) => return Err(Failed(e.to_string())),
         };
         // A temporary map, like client-go's temporaryStore: only the complete state
         // reaches the store.
@@ -1294,9 +1317,9 @@ impl Reflector {
             }
             Decoded::Expired(message) => Applied::End(WatchEnd::Expired(message)),
             Decoded::Behind(st) => Applied::End(WatchEnd::Behind(Behind::from_status(&st, None))),
-            Decoded::Failed { code, message } => {
-                Applied::End(WatchEnd::Failed(format!("watch error {code}: {message}")))
-            }
+            Decoded::Failed { code, message } => Applied::End(WatchEnd::Failed(
+                format!("watch error {code}: {message}").into(),
+            )),
         }
     }
 }
@@ -1312,10 +1335,6 @@ enum Applied {
 }
 
 /// The endpoint that answered (with several `--server`s).
-fn served_by<B>(resp: &http::Response<B>) -> Option<usize> {
-    resp.extensions().get::<Served>().map(|s| s.endpoint)
-}
-
 /// A BOOKMARK's object, with the annotations that may end a watch-list's initial events.
 #[derive(Deserialize)]
 struct ListBookmark {

@@ -28,10 +28,10 @@ use crate::model::object::CachedObject;
 use crate::model::proto_form::metadata_list_type;
 use crate::model::resource::ResourceInfo;
 use crate::model::snapshot::Snapshot;
-use crate::negotiate::{negotiate, Conversion, Encoding, MetaVersion, Negotiated};
+use crate::negotiate::{Conversion, Encoding, MetaVersion, Negotiated};
 use crate::proto::{self, MessageType};
-use crate::proxy::headers::SOURCE_HEADER;
-use crate::request::{self, ApiPath, ListOptions, Parsed, RvMatch, Verb};
+use crate::proxy::headers::Source;
+use crate::request::{ApiPath, ListOptions, Parsed, ResourceVersion as RV, RvMatch, Verb};
 use crate::status::{GroupResource, Status};
 use crate::table::{Convertor, TableOptions};
 
@@ -108,7 +108,8 @@ pub async fn try_serve(registry: &Arc<Registry>, req: &Parsed) -> Result<Respons
     } else {
         crate::negotiate::Endpoint::CUSTOM
     };
-    negotiate(req.accept.as_deref(), endpoint)
+    req.accept
+        .negotiate(endpoint)
         .ok()
         .and_then(|n| served(n, req.api.verb))
         .ok_or(Forward::Representation)?;
@@ -155,7 +156,7 @@ pub async fn try_serve(registry: &Arc<Registry>, req: &Parsed) -> Result<Respons
             name,
             repr,
             gzip_ok,
-            req.accept.as_deref(),
+            req.accept.for_errors(),
         ),
         None => list(&cache, snapshot, &plan, repr, gzip_ok).await,
     };
@@ -185,20 +186,22 @@ fn cacheable(opts: &ListOptions, verb: Verb) -> Option<(Cacheable, Option<usize>
         .limit
         .filter(|_| verb == Verb::List)
         .map(|l| l as usize);
-    let rv = opts.resource_version.as_deref().unwrap_or("");
     if let Some(token) = &opts.continue_token {
         // "Continue Token, Exact" (RV unset, or "0": "treated as Continue Token, Exact");
         // any other RV is the upstream's 400.
-        if verb != Verb::List || !(rv.is_empty() || rv == "0") {
+        if verb != Verb::List || !matches!(opts.rv, RV::Unset | RV::Zero) {
             return None;
         }
         return Some((Cacheable::Continue(token.clone()), limit));
     }
-    if rv.is_empty() {
+    let n = match &opts.rv {
         // Most Recent: a consistent read (`cache::fresh`), paged or not.
-        return Some((R(Read::Consistent), limit));
-    }
-    let n = request::parse_resource_version(rv).ok()?;
+        RV::Unset => return Some((R(Read::Consistent), limit)),
+        // Not a number: the upstream's 400 to give.
+        RV::Invalid(_) => return None,
+        RV::Zero => 0,
+        RV::Number(n) => *n,
+    };
     match (opts.rv_match, n) {
         // Exact at "0" is invalid (422, validation); another spelling of zero is the
         // upstream's to judge.
@@ -208,7 +211,7 @@ fn cacheable(opts: &ListOptions, verb: Verb) -> Option<(Cacheable, Option<usize>
         // and answers the whole list; so does the cache. computeListLimit compares the
         // string: another spelling of zero keeps its limit, which is the upstream's to
         // apply.
-        (_, 0) if rv == "0" => Some((R(Read::Any), None)),
+        (_, 0) if opts.rv == RV::Zero => Some((R(Read::Any), None)),
         (_, 0) if limit.is_some() => None,
         (_, 0) => Some((R(Read::Any), None)),
         // NotOlderThan with a limit: the cacher serves the first page from its cache and
@@ -287,7 +290,7 @@ impl Repr {
 /// `PartialObjectMetadata` or a get for `PartialObjectMetadataList`) are the upstream's
 /// to give.
 fn representation(registry: &Arc<Registry>, cache: &ResourceCache, req: &Parsed) -> Option<Repr> {
-    let n = negotiate(req.accept.as_deref(), cache.info.endpoint()).ok()?;
+    let n = req.accept.negotiate(cache.info.endpoint()).ok()?;
     match served(n, req.api.verb)? {
         Served::Json => Some(Repr::Json),
         Served::Metadata(v) => Some(Repr::Metadata(v)),
@@ -404,7 +407,7 @@ fn get(
     name: &str,
     repr: Repr,
     gzip_ok: bool,
-    accept: Option<&str>,
+    error_form: Option<Negotiated>,
 ) -> Option<Response<Body>> {
     let ns = if cache.info.namespaced {
         plan.namespace.unwrap_or_default()
@@ -457,12 +460,12 @@ fn get(
             Some(resp)
         }
         // The apiserver's 404, in the encoding the client negotiated for errors.
-        None => Some(crate::error_response::negotiated(
+        None => Some(crate::error_response::negotiated_as(
             Status::not_found(
                 &GroupResource::new(cache.info.group.clone(), cache.info.resource.clone()),
                 name,
             ),
-            accept,
+            error_form,
         )),
     }
 }
@@ -688,8 +691,7 @@ fn json_response(body: Body) -> Response<Body> {
 }
 
 fn cached(mut resp: Response<Body>) -> Response<Body> {
-    resp.headers_mut()
-        .insert(SOURCE_HEADER, HeaderValue::from_static("cache"));
+    Source::Cache.mark(resp.headers_mut());
     resp
 }
 
@@ -700,7 +702,7 @@ mod tests {
     fn opts(q: &str) -> ListOptions {
         let pairs: Vec<(String, String)> =
             form_urlencoded::parse(q.as_bytes()).into_owned().collect();
-        request::list_options(&pairs, false).unwrap()
+        crate::request::list_options(&pairs, false).unwrap()
     }
 
     #[test]
@@ -810,10 +812,7 @@ mod tests {
                 namespaced: true,
                 field_labels: vec![],
             };
-            served(
-                negotiate(req.accept.as_deref(), info.endpoint()).ok()?,
-                req.api.verb,
-            )
+            served(req.accept.negotiate(info.endpoint()).ok()?, req.api.verb)
         };
         let list = "/api/v1/pods";
         let get = "/api/v1/namespaces/a/pods/p";

@@ -59,6 +59,18 @@ impl KeyForm {
     }
 }
 
+/// A continue token `storage.DecodeContinue` refuses; the message is its text (the
+/// caller prefixes it with `invalid continue token: `).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct InvalidContinueToken(pub String);
+
+impl From<String> for InvalidContinueToken {
+    fn from(s: String) -> Self {
+        InvalidContinueToken(s)
+    }
+}
+
 /// A decoded continue token.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ContinueToken {
@@ -104,7 +116,7 @@ impl ContinueToken {
 
     /// `storage.DecodeContinue`, with its error texts (the caller prefixes them with
     /// `invalid continue token: `).
-    pub fn decode(token: &str, prefix: &str) -> Result<Self, String> {
+    pub fn decode(token: &str, prefix: &str) -> Result<Self, InvalidContinueToken> {
         // Go's decoder reports the first byte outside the alphabet, or the dangling last
         // byte of an input whose length is 1 (mod 4).
         let bad = token
@@ -112,9 +124,7 @@ impl ContinueToken {
             .position(|b| !(b.is_ascii_alphanumeric() || b == b'-' || b == b'_'))
             .or((token.len() % 4 == 1).then(|| token.len() - 1));
         if let Some(at) = bad {
-            return Err(format!(
-                "{NOT_VALID}: illegal base64 data at input byte {at}"
-            ));
+            return Err(format!("{NOT_VALID}: illegal base64 data at input byte {at}").into());
         }
         let data = base64::engine::general_purpose::URL_SAFE_NO_PAD
             .decode(token)
@@ -130,17 +140,19 @@ impl ContinueToken {
             return Err(format!(
                 "{NOT_VALID}: server does not recognize this encoded version {}",
                 wire.version
-            ));
+            )
+            .into());
         }
         if wire.rv == 0 {
             return Err(format!(
                 "{NOT_VALID}: incorrect encoded start resourceVersion (version meta.k8s.io/v1)"
-            ));
+            )
+            .into());
         }
         if wire.start.is_empty() {
-            return Err(format!(
-                "{NOT_VALID}: encoded start key empty (version meta.k8s.io/v1)"
-            ));
+            return Err(
+                format!("{NOT_VALID}: encoded start key empty (version meta.k8s.io/v1)").into(),
+            );
         }
         // The apiserver's defence against path traversal: the key, rooted, must already be
         // what Go's path.Clean makes of it, so that it cannot range outside the prefix.
@@ -150,7 +162,7 @@ impl ContinueToken {
             format!("/{}", wire.start)
         };
         if clean(&rooted) != rooted {
-            return Err(format!("{NOT_VALID}: {}", wire.start));
+            return Err(format!("{NOT_VALID}: {}", wire.start).into());
         }
         let relative = &rooted[1..];
         let relative = relative.strip_suffix('\u{0}').unwrap_or(relative);
@@ -299,7 +311,7 @@ mod tests {
 
     #[test]
     fn invalid_tokens_get_the_apiservers_messages() {
-        let err = |t: &str| ContinueToken::decode(t, "").unwrap_err();
+        let err = |t: &str| ContinueToken::decode(t, "").unwrap_err().0;
         assert_eq!(
             err("%%%"),
             "continue key is not valid: illegal base64 data at input byte 0"

@@ -12,10 +12,11 @@ use super::headers;
 use super::stream::{DrainingBody, TrackedBody};
 use super::upgrade;
 use crate::body::{self, Body};
-use crate::error_response::negotiated;
+use crate::error_response::negotiated_as;
+use crate::request::Parsed;
 use crate::server::drain::DrainWatch;
 use crate::status::Status;
-use crate::upstream::{Upstream, UpstreamError, UpstreamResponse};
+use crate::upstream::{Class, Upstream, UpstreamError, UpstreamResponse};
 
 /// Forwards requests to the upstream apiserver.
 #[derive(Clone)]
@@ -53,15 +54,25 @@ impl Proxy {
             return upgrade::forward(&self.upstream, &self.drain, req).await;
         }
 
-        let long_running = crate::request::long_running(&req);
+        // Everything about the request was decided when the stack parsed it; the parse
+        // layer runs before this, so a request without it is not one of the stack's (a
+        // test's): it is forwarded as a short request with the defaults.
+        let parsed = Parsed::of(&req);
+        let long_running = parsed.as_ref().is_some_and(|p| p.long_running);
+        let class = parsed.as_deref().map_or(Class::Short, Class::of);
         // Long-running requests (watches, logs, exec…) legitimately wait for their first
         // bytes.
+        let requested = parsed.as_ref().and_then(|p| p.timeout);
         let head_deadline =
-            (!long_running).then(|| self.response_timeout.max(requested_timeout(req.uri())));
+            (!long_running).then(|| self.response_timeout.max(requested_timeout(requested)));
         // The gateway's own Statuses (upstream down, timed out, at its bound) are written
-        // in the encoding the client negotiated, as the apiserver writes its errors.
-        let accept = parts_accept(req.headers());
+        // in the encoding the client negotiated for errors, as the apiserver writes them.
+        let error_form = match &parsed {
+            Some(p) => p.accept.for_errors(),
+            None => Some(crate::negotiate::Negotiated::JSON),
+        };
         let (mut parts, incoming) = req.into_parts();
+        parts.extensions.insert(class);
         headers::upstream_request(&mut parts.headers, false);
         // The client picks the upstream protocol (h2 when ALPN agrees); the request
         // must not carry the downstream connection's version into that choice.
@@ -80,9 +91,9 @@ impl Proxy {
             Ok(resp) => self.respond(resp, long_running),
             Err(err) if body_failed.load(Ordering::Acquire) => {
                 tracing::debug!(error = %err, "request body ended early");
-                negotiated(
+                negotiated_as(
                     Status::bad_request("the request body ended before it was complete"),
-                    accept.as_deref(),
+                    error_form,
                 )
             }
             // A refusal at the connection bound is load, not a failure: one line per
@@ -90,11 +101,11 @@ impl Proxy {
             // (watchgate_upstream_refusals_total counts them).
             Err(err @ UpstreamError::TooManyRequests(_)) => {
                 tracing::debug!(error = %err, "upstream connection bound reached");
-                negotiated(err.to_status(), accept.as_deref())
+                negotiated_as(err.to_status(), error_form)
             }
             Err(err) => {
                 tracing::warn!(error = %err, upstream = %self.upstream.url(), "upstream failed");
-                negotiated(err.to_status(), accept.as_deref())
+                negotiated_as(err.to_status(), error_form)
             }
         }
     }
@@ -125,21 +136,8 @@ impl Proxy {
 
 /// A request's own `?timeout=` (kube-apiserver honours it for non-streaming requests), plus
 /// slack for the apiserver's answer to travel; zero when absent or unparsable.
-fn requested_timeout(uri: &http::Uri) -> Duration {
-    uri.query()
-        .and_then(|q| {
-            form_urlencoded::parse(q.as_bytes())
-                .find(|(k, _)| k == "timeout")
-                .and_then(|(_, v)| crate::config::parse_duration(&v).ok())
-        })
-        .map_or(Duration::ZERO, |t| t + Duration::from_secs(10))
-}
-
-/// The request's first `Accept` header, kept for a Status the gateway may have to write.
-fn parts_accept(h: &http::HeaderMap) -> Option<String> {
-    h.get(header::ACCEPT)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_string)
+fn requested_timeout(timeout: Option<Duration>) -> Duration {
+    timeout.map_or(Duration::ZERO, |t| t + Duration::from_secs(10))
 }
 
 #[cfg(test)]
@@ -148,7 +146,11 @@ mod tests {
 
     #[test]
     fn a_requested_timeout_extends_the_wait() {
-        let t = |u: &str| requested_timeout(&u.parse().unwrap());
+        let t = |u: &str| {
+            let uri: http::Uri = u.parse().unwrap();
+            let p = Parsed::new(&http::Method::GET, &uri, &Default::default());
+            requested_timeout(p.timeout)
+        };
         assert_eq!(t("/api/v1/pods?timeout=120s"), Duration::from_secs(130));
         assert_eq!(t("/api/v1/pods?limit=1"), Duration::ZERO);
         assert_eq!(t("/api/v1/pods?timeout=bogus"), Duration::ZERO);

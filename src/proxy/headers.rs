@@ -6,9 +6,54 @@
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 
-/// Response header naming where an answer came from: `cache`, `upstream`, or `gateway` for
-/// a Status the gateway made itself (`Proxy::forward`).
-pub const SOURCE_HEADER: HeaderName = HeaderName::from_static("x-watchgate-source");
+/// Response header naming where an answer came from ([`Source`]). Only [`Source`] writes
+/// and reads it.
+const SOURCE_HEADER: HeaderName = HeaderName::from_static("x-watchgate-source");
+
+/// Where an answer came from, as `X-Watchgate-Source` tells the client and the metrics'
+/// `source` label records it. The one place the header is written and read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    /// The cache or the fan-out.
+    Cache,
+    /// Forwarded: the upstream's answer.
+    Upstream,
+    /// A Status the gateway made itself (the upstream unreachable or too slow, a refusal,
+    /// a panic, the security layers' 401/403/429).
+    Gateway,
+}
+
+impl Source {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Source::Cache => "cache",
+            Source::Upstream => "upstream",
+            Source::Gateway => "gateway",
+        }
+    }
+
+    /// Marks an answer as this source's.
+    pub fn mark(self, headers: &mut HeaderMap) {
+        headers.insert(SOURCE_HEADER, HeaderValue::from_static(self.as_str()));
+    }
+
+    /// Marks an answer nothing marked yet (the stack's default: the gateway's own).
+    pub fn mark_unmarked(self, headers: &mut HeaderMap) {
+        headers
+            .entry(SOURCE_HEADER)
+            .or_insert(HeaderValue::from_static(self.as_str()));
+    }
+
+    /// The source an answer was marked with, if any.
+    pub fn of(headers: &HeaderMap) -> Option<Source> {
+        match headers.get(SOURCE_HEADER).map(|v| v.as_bytes()) {
+            Some(b"cache") => Some(Source::Cache),
+            Some(b"upstream") => Some(Source::Upstream),
+            Some(b"gateway") => Some(Source::Gateway),
+            _ => None,
+        }
+    }
+}
 
 /// Fields that are hop-by-hop whether or not `Connection` lists them. `Proxy-Connection`
 /// is not standard but old clients send it; Go's httputil.ReverseProxy strips the same set.
@@ -80,7 +125,7 @@ pub fn upstream_request(headers: &mut HeaderMap, upgrade: bool) {
 /// Headers of the response as it goes back to the client.
 pub fn downstream_response(headers: &mut HeaderMap, upgrade: bool) {
     strip_hop_by_hop(headers, upgrade);
-    headers.insert(SOURCE_HEADER, HeaderValue::from_static("upstream"));
+    Source::Upstream.mark(headers);
 }
 
 #[cfg(test)]
@@ -160,7 +205,7 @@ mod tests {
             ("warning", "299 - \"x\""),
         ]);
         downstream_response(&mut h, false);
-        assert_eq!(h[SOURCE_HEADER], "upstream");
+        assert_eq!(Source::of(&h), Some(Source::Upstream));
         assert_eq!(h["warning"], "299 - \"x\"");
     }
 }

@@ -438,7 +438,7 @@ async fn get_object(
         match parse_resource_version(rv) {
             // The cacher returns the storage InvalidError as is: not an APIStatus, so
             // the handler answers 500 with an empty reason.
-            Err(e) => return Err(Status::new(500, "", e)),
+            Err(e) => return Err(Status::new(500, "", e.to_string())),
             Ok(n) if n > 0 => wait_for_rv(sim, n).await?,
             Ok(_) => {}
         }

@@ -449,7 +449,7 @@ async fn watch(
 async fn begin(sim: &Arc<Sim>, opts: &ListOptions) -> Result<Begin, Status> {
     let rv_str = opts.resource_version.clone().unwrap_or_default();
     // cacher.Watch returns the storage InvalidError unchanged: 500, empty reason.
-    let rv = parse_resource_version(&rv_str).map_err(|e| Status::new(500, "", e))?;
+    let rv = parse_resource_version(&rv_str).map_err(|e| Status::new(500, "", e.to_string()))?;
     let current = sim.store.current_rv();
     if sim.faults.begin_watch(rv, current) {
         let compacted = sim.store.compacted_rv();

@@ -18,7 +18,7 @@ use tower::{Layer, Service};
 
 use crate::body::{self, Body, BoxError};
 use crate::metrics as m;
-use crate::proxy::headers::SOURCE_HEADER;
+use crate::proxy::headers::Source;
 use crate::request::{ApiPath, Parsed, Verb};
 
 /// Records every request's series (`watchgate_requests_total`, durations, in-flight and
@@ -83,7 +83,7 @@ pub struct RequestLabels {
 }
 
 impl RequestLabels {
-    /// Long-running requests (`request::is_long_running`): not counted in flight, not timed.
+    /// Long-running requests (`request::Parsed::long_running`): not counted in flight, not timed.
     pub fn long_running(&self) -> bool {
         self.long_running
     }
@@ -132,12 +132,11 @@ pub fn observe(
     resp: Response<Body>,
 ) -> Response<Body> {
     let code = resp.status();
-    let source = match resp.headers().get(SOURCE_HEADER).map(|v| v.as_bytes()) {
-        Some(b"cache") => "cache",
-        Some(b"upstream") => "upstream",
-        // Answers the gateway made itself (`proxy::forward` marks every one of them).
-        _ => "gateway",
-    };
+    // Unmarked answers are the gateway's own (the stack's `source` layer marks them, but
+    // it runs inside this one).
+    let source = Source::of(resp.headers())
+        .unwrap_or(Source::Gateway)
+        .as_str();
     let RequestLabels {
         verb,
         group,

@@ -59,7 +59,7 @@ where
         ) {
             (Some(user), Some(parsed)) => {
                 // Long-running requests have their own budget, as kube-apiserver's
-                // max-in-flight filter leaves them out (`request::is_long_running`).
+                // max-in-flight filter leaves them out (`request::Parsed::long_running`).
                 match self.security.limits.admit(user, parsed.long_running) {
                     Some(permit) => permit,
                     None => {

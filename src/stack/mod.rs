@@ -24,8 +24,9 @@
 //!   with its audit id; a watch the cache serves keeps the span and the log lines but not
 //!   tower-http's per-frame body wrapper (its body logs its own end).
 //! - `instrument` ([`instrument::InstrumentLayer`]): request metrics from the typed request.
-//! - `source` (tower-http's `SetResponseHeader`): an answer neither the cache nor the
-//!   upstream marked is one the gateway made itself (`X-Watchgate-Source: gateway`).
+//! - `source` (a `map_response`): an answer neither the cache nor the upstream marked is one
+//!   the gateway made itself (`X-Watchgate-Source: gateway`; `proxy::headers::Source` is
+//!   the one reader and writer of the header).
 //! - `catch-panic` (tower-http's `CatchPanic`): a panic while serving becomes a 500
 //!   `metav1.Status` instead of a dropped connection.
 //! - With `--auth=delegated` ([`crate::auth`], docs/security.md): `authn`
@@ -67,11 +68,10 @@ use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::request_id::{
     MakeRequestId, PropagateRequestIdLayer, RequestId, SetRequestIdLayer,
 };
-use tower_http::set_header::SetResponseHeaderLayer;
 
 use crate::auth::Security;
 use crate::body::Body;
-use crate::proxy::headers::SOURCE_HEADER;
+use crate::proxy::headers::Source;
 use crate::request::Parsed;
 use guard::GuardLayer;
 
@@ -119,10 +119,10 @@ where
     let security = opts.security.clone();
     let inner = ServiceBuilder::new()
         .map_response(cache_control)
-        .layer(SetResponseHeaderLayer::if_not_present(
-            SOURCE_HEADER,
-            HeaderValue::from_static("gateway"),
-        ))
+        .map_response(|mut resp: Response<Body>| {
+            Source::Gateway.mark_unmarked(resp.headers_mut());
+            resp
+        })
         // tower-http's CatchPanic wraps the body in its own box type; back to ours.
         .map_response(|resp: Response<_>| resp.map(crate::body::boxed))
         .layer(CatchPanicLayer::custom(panic::into_status))
@@ -171,10 +171,7 @@ impl MakeRequestId for NewAuditId {
 /// answers unless a handler set its own. Forwarded answers keep the upstream's headers as
 /// they are.
 fn cache_control(mut resp: Response<Body>) -> Response<Body> {
-    let forwarded = resp
-        .headers()
-        .get(SOURCE_HEADER)
-        .is_some_and(|s| s.as_bytes() == b"upstream");
+    let forwarded = Source::of(resp.headers()) == Some(Source::Upstream);
     if !forwarded && resp.status() != http::StatusCode::SWITCHING_PROTOCOLS {
         resp.headers_mut()
             .entry(http::header::CACHE_CONTROL)
@@ -250,7 +247,7 @@ mod tests {
         });
         let (resp, status) = call(layers(panicking, Options::default()), "/api/v1/pods").await;
         assert_eq!(resp.status(), 500);
-        assert_eq!(resp.headers()[SOURCE_HEADER], "gateway");
+        assert_eq!(Source::of(resp.headers()), Some(Source::Gateway));
         assert_eq!(
             resp.headers()[http::header::CACHE_CONTROL],
             "no-cache, private"
@@ -268,13 +265,12 @@ mod tests {
                 "{{\"verb\":\"{}\"}}",
                 parsed.api.verb.as_str()
             )));
-            resp.headers_mut()
-                .insert(SOURCE_HEADER, HeaderValue::from_static("cache"));
+            Source::Cache.mark(resp.headers_mut());
             Ok::<_, Infallible>(resp)
         });
         let (resp, v) = call(layers(seen, Options::default()), "/api/v1/pods?watch=1").await;
         assert_eq!(v["verb"], "watch");
         // A source the service set is kept.
-        assert_eq!(resp.headers()[SOURCE_HEADER], "cache");
+        assert_eq!(Source::of(resp.headers()), Some(Source::Cache));
     }
 }

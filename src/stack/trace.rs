@@ -37,7 +37,7 @@ use tracing::Instrument;
 
 use super::BoxFuture;
 use crate::body::{self, Body, BoxError};
-use crate::proxy::headers::SOURCE_HEADER;
+use crate::proxy::headers::Source;
 use crate::request::{Parsed, Verb};
 
 type MakeSpan<B> = fn(&Request<B>) -> tracing::Span;
@@ -119,10 +119,7 @@ where
                     "finished processing request"
                 )
             });
-            let from_cache = resp
-                .headers()
-                .get(SOURCE_HEADER)
-                .is_some_and(|v| v == "cache");
+            let from_cache = Source::of(resp.headers()) == Some(Source::Cache);
             if from_cache {
                 // The watch's body logs its own end (`watch::body`).
                 return Ok(resp);
@@ -217,7 +214,7 @@ mod tests {
         }
     }
 
-    async fn watch_through_the_stack(source: &'static str) -> (String, Vec<bool>) {
+    async fn watch_through_the_stack(source: Source) -> (String, Vec<bool>) {
         let polled = Arc::new(Mutex::new(Vec::new()));
         let p = polled.clone();
         let svc = tower::service_fn(move |_req: Request<String>| {
@@ -227,8 +224,7 @@ mod tests {
                     left: 2,
                     polled_in_span: p,
                 }));
-                resp.headers_mut()
-                    .insert(SOURCE_HEADER, http::HeaderValue::from_static(source));
+                source.mark(resp.headers_mut());
                 Ok::<_, Infallible>(resp)
             }
         });
@@ -260,7 +256,7 @@ mod tests {
     /// frames do not go through tower-http's trace body, which entered the span for each.
     #[tokio::test]
     async fn a_cached_watch_keeps_its_log_lines_without_the_trace_body() {
-        let (logs, polled_in_span) = watch_through_the_stack("cache").await;
+        let (logs, polled_in_span) = watch_through_the_stack(Source::Cache).await;
         for line in ["started processing request", "finished processing request"] {
             assert!(logs.contains(line), "{line:?} in\n{logs}");
         }
@@ -279,7 +275,7 @@ mod tests {
     /// A forwarded watch's body is not the cache's: a thin wrapper logs its end.
     #[tokio::test]
     async fn a_forwarded_watch_logs_its_end_of_stream() {
-        let (logs, polled_in_span) = watch_through_the_stack("upstream").await;
+        let (logs, polled_in_span) = watch_through_the_stack(Source::Upstream).await;
         for line in [
             "started processing request",
             "finished processing request",

@@ -2,15 +2,13 @@
 //! an upstream connection, so a request never waits behind streams that do not end (see
 //! docs/proxy.md, "The upstream connection pool").
 
-use http::Request;
-
 /// The pool's two kinds of connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Class {
     /// Everything that answers and ends: gets, lists, writes, discovery.
     Short,
     /// Watches, logs, exec and the other long-running requests kube-apiserver names
-    /// (`request::is_long_running`), and upgraded tunnels: they hold their stream (or, over
+    /// (`request::Parsed::long_running`), and upgraded tunnels: they hold their stream (or, over
     /// HTTP/1.1, their connection) until the client or the server ends them.
     LongRunning,
 }
@@ -33,10 +31,12 @@ impl Class {
         }
     }
 
-    /// The class of a request about to be sent upstream: kube-apiserver's long-running
-    /// requests, as the request parser decided (`request::is_long_running`).
-    pub fn of<B>(req: &Request<B>) -> Class {
-        if crate::request::long_running(req) {
+    /// The class of a client's request: kube-apiserver's long-running requests, as the
+    /// parser decided once (`request::Parsed::long_running`). The forwarder sets it on the
+    /// request it sends; the gateway's own requests set theirs (`Upstream::open_internal`),
+    /// and one that sets none is short. The pool never reads the URI again.
+    pub fn of(parsed: &crate::request::Parsed) -> Class {
+        if parsed.long_running {
             Class::LongRunning
         } else {
             Class::Short
@@ -57,14 +57,10 @@ mod tests {
 
     #[test]
     fn the_class_is_the_parsers_long_running() {
-        // The gateway's own requests carry no parsed request: the same rule on the URI.
-        let bare = |u: &str| Class::of(&Request::get(u).body(()).unwrap());
-        // A client's request, as the stack parsed it.
-        let parsed = |u: &str| {
-            let mut req = Request::get(u).body(()).unwrap();
+        let class = |u: &str| {
+            let req = http::Request::get(u).body(()).unwrap();
             let p = crate::request::Parsed::new(req.method(), req.uri(), req.headers());
-            req.extensions_mut().insert(std::sync::Arc::new(p));
-            Class::of(&req)
+            Class::of(&p)
         };
         for yes in [
             // Every spelling `Convert_Slice_string_To_bool` reads as true.
@@ -83,8 +79,7 @@ mod tests {
             "/api/v1/namespaces/a/pods/p/exec?command=ls",
             "/api/v1/namespaces/a/services/s:80/proxy/x",
         ] {
-            assert_eq!(bare(yes), Class::LongRunning, "{yes}");
-            assert_eq!(parsed(yes), Class::LongRunning, "{yes}");
+            assert_eq!(class(yes), Class::LongRunning, "{yes}");
         }
         for no in [
             "/api/v1/pods",
@@ -95,8 +90,7 @@ mod tests {
             "/api/v1/namespaces/a/pods/p?watch=true",
             "/version",
         ] {
-            assert_eq!(bare(no), Class::Short, "{no}");
-            assert_eq!(parsed(no), Class::Short, "{no}");
+            assert_eq!(class(no), Class::Short, "{no}");
         }
     }
 }

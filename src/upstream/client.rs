@@ -192,9 +192,9 @@ impl Upstream {
         }
     }
 
-    /// Send a regular request; only `path_and_query` of its URI is used. Long-running
-    /// requests (`request::is_long_running`) go on long-running connections, everything else
-    /// on short ones; a
+    /// Send a regular request; only `path_and_query` of its URI is used. A request whose
+    /// [`Class`] extension says long-running (the forwarder sets it from the parsed request,
+    /// `Class::of`) goes on long-running connections, everything else on short ones; a
     /// request that finds no room at `--upstream-max-connections` fails at once with
     /// [`UpstreamError::TooManyRequests`].
     pub fn send(&self, req: Request<Body>) -> ResponseFuture {
@@ -351,7 +351,13 @@ async fn dispatch(
     let upgrade = req.extensions_mut().remove::<Upgrade>().is_some();
     let internal = req.extensions().get::<Internal>().is_some();
     let pinned = req.extensions_mut().remove::<Pinned>().map(|p| p.0);
-    let class = Class::of(&req);
+    // Set by the forwarder from the parsed request (`Class::of`), or by the gateway's own
+    // requests (`open_internal`); the short answers the gateway asks for itself (reviews,
+    // probes) set none. The URI is never parsed here.
+    let class = req
+        .extensions_mut()
+        .remove::<Class>()
+        .unwrap_or(Class::Short);
     let order = match pinned {
         Some(i) => vec![i],
         None => endpoints.order(),

@@ -27,6 +27,17 @@ pub enum UpstreamError {
     /// (`--upstream-max-connections`): refused at once rather than queued.
     #[error("no upstream connection is free for a {} request (--upstream-max-connections)", .0.as_str())]
     TooManyRequests(Class),
+    /// The answer's body broke off while the gateway read it for itself
+    /// ([`super::Upstream::get_internal`]).
+    #[error("the upstream apiserver's answer broke off: {0}")]
+    Body(String),
+    /// The answer to one of the gateway's own requests is larger than its caller reads.
+    #[error("the upstream apiserver's answer is larger than {0} bytes")]
+    TooLarge(usize),
+    /// The gateway built a request the HTTP library refuses (a path it should not have
+    /// made); never sent.
+    #[error("invalid request: {0}")]
+    InvalidRequest(String),
 }
 
 impl UpstreamError {
@@ -46,6 +57,12 @@ impl UpstreamError {
             return Self::Credentials(chain);
         }
         Self::Broken(chain)
+    }
+
+    /// Our own pool refused the request: local load, not a sign that the upstream is down,
+    /// so a caller that retries need not back off as from a failing apiserver.
+    pub fn is_pool_full(&self) -> bool {
+        matches!(self, Self::TooManyRequests(_))
     }
 
     /// What a client-go user expects when the apiserver behind a proxy is unavailable:

@@ -5,6 +5,8 @@
 //! - `endpoint`: several apiservers, their health and the order they are tried in;
 //! - `pool` and `conn`: HTTP/2 and HTTP/1.1 connections per endpoint and class, and the
 //!   bound on how many are open;
+//! - `internal`: the gateway's own GETs ([`Upstream::get_internal`], `open_internal`),
+//!   their failures kept typed;
 //! - [`class`]: short versus long-running requests;
 //! - [`error`]: failures and the `metav1.Status` each becomes.
 
@@ -13,9 +15,11 @@ mod client;
 mod conn;
 mod endpoint;
 mod error;
+mod internal;
 mod pool;
 
 pub use class::{Class, Internal};
 pub use client::{Served, Upstream, UpstreamOptions, UpstreamResponse, DEFAULT_MAX_CONNECTIONS};
 pub use error::{UpstreamError, TOO_MANY_REQUESTS_MESSAGE};
+pub use internal::{collect, served_by, Collected};
 pub use pool::UpstreamBody;

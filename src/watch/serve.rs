@@ -32,9 +32,9 @@ use crate::cache::fresh::ConsistentRead;
 use crate::cache::read_at;
 use crate::cache::registry::Registry;
 use crate::cache::serve::fields_indexed;
-use crate::negotiate::{negotiate, negotiate_stream, Conversion, Encoding};
-use crate::proxy::headers::SOURCE_HEADER;
-use crate::request::{self, ApiPath, Parsed, Verb, WatchTimeout};
+use crate::negotiate::{Conversion, Encoding};
+use crate::proxy::headers::Source;
+use crate::request::{ApiPath, Parsed, ResourceVersion, Verb, WatchTimeout};
 use crate::selector::field::Term;
 use crate::status::Status;
 use crate::table::TableOptions;
@@ -80,23 +80,17 @@ pub async fn try_watch(registry: &Arc<Registry>, req: &Parsed) -> Result<Respons
         }
     }
     // Unset: "Get State and Start at Most Recent", a consistent read.
-    let consistent = opts.resource_version.as_deref().unwrap_or("").is_empty();
-    let rv = match opts.resource_version.as_deref() {
-        Some(rv) if !rv.is_empty() => {
-            request::parse_resource_version(rv).map_err(|_| Forward::Options)?
-        }
-        _ => 0,
-    };
+    let consistent = opts.rv == ResourceVersion::Unset;
+    let rv = opts.rv.number().map_err(|_| Forward::Options)?;
     // A stream the cache never writes is forwarded before any wait for a cold cache.
     let endpoint = if crate::model::resource::is_builtin_group(&rp.group) {
         crate::negotiate::Endpoint::BUILTIN
     } else {
         crate::negotiate::Endpoint::CUSTOM
     };
-    let accept = req.accept.as_deref();
     match (
-        negotiate(accept, endpoint),
-        negotiate_stream(accept, endpoint),
+        req.accept.negotiate(endpoint),
+        req.accept.negotiate_stream(endpoint),
     ) {
         (Ok(n), Ok(stream)) if stream.encoding == n.encoding && !n.pretty => {}
         _ => return Err(Forward::Representation),
@@ -229,9 +223,8 @@ fn encoding(
     req: &Parsed,
 ) -> Option<WatchEncoding> {
     let endpoint = cache.info.endpoint();
-    let accept = req.accept.as_deref();
-    let n = negotiate(accept, endpoint).ok()?;
-    let stream = negotiate_stream(accept, endpoint).ok()?;
+    let n = req.accept.negotiate(endpoint).ok()?;
+    let stream = req.accept.negotiate_stream(endpoint).ok()?;
     if stream.encoding != n.encoding || n.pretty {
         return None;
     }
@@ -277,7 +270,7 @@ fn stream_response(body: Body, content_type: &'static str) -> Response<Body> {
     *resp.status_mut() = StatusCode::OK;
     let h = resp.headers_mut();
     h.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
-    h.insert(SOURCE_HEADER, HeaderValue::from_static("cache"));
+    Source::Cache.mark(h);
     resp
 }
 
