@@ -494,12 +494,15 @@ async fn with_watch_relist_end_an_upstream_relist_ends_every_watch() {
     let (stats, faults) = (sim.handle().stats().clone(), sim.handle().faults().clone());
     let requests = || stats.lists("pods") + stats.watches("pods");
     let before = requests();
+    // Written before the upstream watch is dropped, so that the relist's state is past
+    // `rv` (written after, a relist done before it would be at `rv` itself, and a watch
+    // from `rv` would then rightly continue).
+    let written = put(&store, pod("ns-1", "b", "web", "node-1", 0));
     faults.force_410_next_watch(1);
     faults.drop_watches_now();
-    let written = put(&store, pod("ns-1", "b", "web", "node-1", 0));
     // The stream ends (no ERROR event: the cacher closes its watchers' channels). The
-    // write may still have reached the old upstream watch before it dropped: then its
-    // event comes first.
+    // write may have reached the old upstream watch before it dropped: then its event
+    // comes first.
     while let Some(e) = w.next_within(Duration::from_secs(20)).await {
         assert_eq!(
             (e.ty(), e.rv()),
