@@ -55,7 +55,7 @@ async fn an_idle_http1_watch_costs_a_few_kib() {
     let sim = start_sim().await;
     let gw = start_gateway(sim.url()).await;
     let list = format!("{PATH}?resourceVersion=0");
-    support::watch::wait_until_cached(gw.url(), &list).await;
+    support::watch::wait_until_cached(gw.url(), &list, |_| true).await;
     let addr = gw.url().trim_start_matches("http://").to_string();
 
     // Warm up what the first watches allocate once (index buckets, metric series).
