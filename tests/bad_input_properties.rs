@@ -1188,7 +1188,7 @@ fn every_read_gets_the_apiservers_answer_through_the_gateway() {
             "/api/v1/nodes?resourceVersion=0",
             "/api/v1/namespaces?resourceVersion=0",
         ] {
-            support::watch::wait_until_cached(&gw.url(), p).await;
+            support::watch::wait_until_cached(&gw.url(), p, |_| true).await;
         }
         (sim, gw)
     });
@@ -1391,7 +1391,8 @@ fn the_reflector_relists_after_garbage_and_never_serves_it() {
         let mut cfg = watchgate::config::GatewayConfig::for_upstream_url(&stub.url()).unwrap();
         cfg.reflector.watch_list = watchgate::cache::reflector::WatchListMode::Off;
         let gw = watchgate::server::Gateway::start(cfg).await.unwrap();
-        support::watch::wait_until_cached(&gw.url(), "/api/v1/pods?resourceVersion=0").await;
+        support::watch::wait_until_cached(&gw.url(), "/api/v1/pods?resourceVersion=0", |_| true)
+            .await;
         (stub, gw)
     });
     let gw_url = gw.url();

@@ -136,7 +136,7 @@ async fn a_resource_over_its_budget_is_forwarded_and_readiness_says_so() {
         20480.0
     );
     // A resource that fits is cached as before.
-    wait_until_cached(gw.url(), "/api/v1/configmaps?resourceVersion=0").await;
+    wait_until_cached(gw.url(), "/api/v1/configmaps?resourceVersion=0", |_| true).await;
     assert!(
         metric(
             &gw,
@@ -166,7 +166,7 @@ async fn a_cache_that_outgrows_its_budget_stops_being_cached_and_its_watchers_en
         },
     )
     .await;
-    wait_until_cached(gw.url(), "/api/v1/pods?resourceVersion=0").await;
+    wait_until_cached(gw.url(), "/api/v1/pods?resourceVersion=0", |_| true).await;
     let mut watch = support::watch::open(gw.url(), "/api/v1/pods?watch=1&resourceVersion=0").await;
     watch.assert_from_cache();
     watch.take(5, "the initial pods").await;
@@ -222,8 +222,11 @@ async fn the_total_budget_spans_resources_and_a_dropped_resource_is_tried_again(
     configmaps(&sim, 20);
     // Measure what each costs alone, then allow the pods and half the configmaps.
     let probe = gateway(&sim.url(), &[], BudgetConfig::default()).await;
-    wait_until_cached(probe.url(), "/api/v1/pods?resourceVersion=0").await;
-    wait_until_cached(probe.url(), "/api/v1/configmaps?resourceVersion=0").await;
+    wait_until_cached(probe.url(), "/api/v1/pods?resourceVersion=0", |_| true).await;
+    wait_until_cached(probe.url(), "/api/v1/configmaps?resourceVersion=0", |_| {
+        true
+    })
+    .await;
     let pods_bytes = metric(
         &probe,
         "watchgate_cache_budget_used_bytes",
@@ -249,7 +252,7 @@ async fn the_total_budget_spans_resources_and_a_dropped_resource_is_tried_again(
         },
     )
     .await;
-    wait_until_cached(gw.url(), "/api/v1/pods?resourceVersion=0").await;
+    wait_until_cached(gw.url(), "/api/v1/pods?resourceVersion=0", |_| true).await;
     let http = Http::new(gw.url());
     // Configmaps would take the caches past the total: forwarded.
     wait_until("configmaps to be refused", EVENT_TIMEOUT, || async {
@@ -280,7 +283,7 @@ async fn the_total_budget_spans_resources_and_a_dropped_resource_is_tried_again(
         count(&http.get("/api/v1/pods?resourceVersion=0").await.json()) == 0
     })
     .await;
-    wait_until_cached(gw.url(), "/api/v1/configmaps?resourceVersion=0").await;
+    wait_until_cached(gw.url(), "/api/v1/configmaps?resourceVersion=0", |_| true).await;
     assert_eq!(
         metric(
             &gw,

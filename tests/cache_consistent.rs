@@ -45,7 +45,7 @@ async fn seeded(consistent_reads: ConsistentReads) -> (SimHandle, String, String
     let admin = format!("http://{}", gw.admin_addr());
     // Keep the gateway running for the test's lifetime.
     std::mem::forget(gw);
-    wait_until_cached(&url, "/api/v1/pods?resourceVersion=0").await;
+    wait_until_cached(&url, "/api/v1/pods?resourceVersion=0", |_| true).await;
     (sim, url, admin)
 }
 
@@ -346,7 +346,12 @@ async fn race(busy: bool, large: bool) {
             let p = support::watch::pod("filler", &format!("f-{i}"), json!({}), "n", "Running");
             store_put(sim.store(), rt, "filler", p);
         }
-        support::watch::gateway_caught_up(&gw, sim.store().current_rv()).await;
+        support::watch::wait_until_cached(
+            &gw,
+            "/api/v1/pods?resourceVersion=0",
+            support::watch::rv_at_least(sim.store().current_rv()),
+        )
+        .await;
     }
     let direct = Http::new(&sim.url());
     let through = Http::new(&gw);

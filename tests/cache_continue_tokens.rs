@@ -36,7 +36,7 @@ async fn setup(form: KeyForm, watch_list: WatchListMode) -> (SimHandle, GatewayH
     let mut cfg = GatewayConfig::for_upstream_url(&sim.url()).unwrap();
     cfg.reflector.watch_list = watch_list;
     let gw = start_gateway_with(cfg).await.into_handle();
-    wait_until_cached(&gw.url(), "/api/v1/pods?resourceVersion=0").await;
+    wait_until_cached(&gw.url(), "/api/v1/pods?resourceVersion=0", |_| true).await;
     (sim, gw)
 }
 
@@ -182,7 +182,7 @@ async fn the_reflectors_paged_list_shows_the_form_too() {
     let mut cfg = GatewayConfig::for_upstream_url(&sim.url()).unwrap();
     cfg.reflector.watch_list = WatchListMode::Off;
     let gw = start_gateway_with(cfg).await.into_handle();
-    wait_until_cached(&gw.url(), "/api/v1/configmaps?resourceVersion=0").await;
+    wait_until_cached(&gw.url(), "/api/v1/configmaps?resourceVersion=0", |_| true).await;
     let lists = sim.stats().lists("configmaps");
     let rv = sim.store().current_rv();
     let page = format!(

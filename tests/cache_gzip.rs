@@ -97,7 +97,7 @@ async fn seeded() -> (SimHandle, GatewayHandle) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn large_answers_are_gzipped_by_the_simulator_and_the_cache_alike() {
     let (sim, gw) = seeded().await;
-    wait_until_cached(&gw.url(), "/api/v1/configmaps?resourceVersion=0").await;
+    wait_until_cached(&gw.url(), "/api/v1/configmaps?resourceVersion=0", |_| true).await;
     for (path, big) in [
         ("/api/v1/configmaps?resourceVersion=0", true),
         ("/api/v1/namespaces/big/configmaps?resourceVersion=0", true),
@@ -177,7 +177,7 @@ async fn size_exactly(sim: &SimHandle, gw: &GatewayHandle, path: &str, target: u
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gzip_starts_above_128_kib_exactly() {
     let (sim, gw) = seeded().await;
-    wait_until_cached(&gw.url(), "/api/v1/configmaps?resourceVersion=0").await;
+    wait_until_cached(&gw.url(), "/api/v1/configmaps?resourceVersion=0", |_| true).await;
     for path in [
         "/api/v1/namespaces/small/configmaps/edge?resourceVersion=0",
         "/api/v1/namespaces/small/configmaps?resourceVersion=0",
@@ -198,7 +198,7 @@ async fn gzip_starts_above_128_kib_exactly() {
 async fn kubectl_and_the_python_client_read_gzipped_cache_answers() {
     let (sim, gw) = seeded().await;
     let path = "/api/v1/configmaps?resourceVersion=0";
-    wait_until_cached(&gw.url(), path).await;
+    wait_until_cached(&gw.url(), path, |_| true).await;
     let direct: Value =
         serde_json::from_slice(&fetch(&sim.url(), path, false).await.plain).unwrap();
     assert!(fetch(&gw.url(), path, true).await.gzipped);

@@ -236,7 +236,7 @@ async fn quiet_large() -> (support::servers::SimServer, support::servers::Gatewa
         );
     }
     let gw = start_gateway_with(GatewayConfig::for_upstream_url(sim.url()).unwrap()).await;
-    wait_until_cached(gw.url(), "/api/v1/pods?resourceVersion=0").await;
+    wait_until_cached(gw.url(), "/api/v1/pods?resourceVersion=0", |_| true).await;
     (sim, gw)
 }
 
@@ -363,7 +363,7 @@ async fn every_forward_reason_is_earned_by_its_request() {
     }
     let gw = start_gateway_with(cfg).await;
     let admin = admin_of(&gw);
-    wait_until_cached(gw.url(), "/api/v1/pods?resourceVersion=0").await;
+    wait_until_cached(gw.url(), "/api/v1/pods?resourceVersion=0", |_| true).await;
     let http = Http::new(gw.url());
 
     let cases: Vec<(&str, &str, Option<&str>)> = vec![
@@ -446,7 +446,7 @@ async fn forward_reasons_of_the_gateways_configuration() {
     cfg.consistent_reads = ConsistentReads::Upstream;
     let gw = start_gateway_with(cfg).await;
     let admin = admin_of(&gw);
-    wait_until_cached(gw.url(), path).await;
+    wait_until_cached(gw.url(), path, |_| true).await;
     let before = forwarded(&admin, "consistent_reads_upstream").await;
     let r = Http::new(gw.url()).get("/api/v1/configmaps").await;
     assert_eq!(r.source(), Some("upstream"));
@@ -483,7 +483,7 @@ async fn forward_reasons_of_the_gateways_configuration() {
     // The upstream gone: the probe of a consistent read fails.
     let gw = start_gateway_with(GatewayConfig::for_upstream_url(sim.url()).unwrap()).await;
     let admin = admin_of(&gw);
-    wait_until_cached(gw.url(), path).await;
+    wait_until_cached(gw.url(), path, |_| true).await;
     let before = forwarded(&admin, "probe_failed").await;
     sim.kill().await;
     let r = Http::new(gw.url()).get("/api/v1/configmaps").await;
@@ -529,7 +529,7 @@ async fn a_consistent_read_is_never_answered_by_a_cache_ahead_of_its_upstream() 
     let gw = start_gateway_with(GatewayConfig::for_upstream_url(old.url()).unwrap()).await;
     let admin = admin_of(&gw);
     let path = "/api/v1/namespaces/default/configmaps";
-    wait_until_cached(gw.url(), &format!("{path}?resourceVersion=0")).await;
+    wait_until_cached(gw.url(), &format!("{path}?resourceVersion=0"), |_| true).await;
     let id = identity(&old).await;
     old.kill().await;
 
@@ -574,8 +574,8 @@ async fn an_upstream_that_went_back_rebuilds_every_cache_and_ends_its_watches_wi
     let admin = admin_of(&gw);
     let cms = "/api/v1/namespaces/default/configmaps";
     let pods = "/api/v1/namespaces/default/pods";
-    wait_until_cached(gw.url(), &format!("{cms}?resourceVersion=0")).await;
-    wait_until_cached(gw.url(), &format!("{pods}?resourceVersion=0")).await;
+    wait_until_cached(gw.url(), &format!("{cms}?resourceVersion=0"), |_| true).await;
+    wait_until_cached(gw.url(), &format!("{pods}?resourceVersion=0"), |_| true).await;
     let mut cm_watch = open_ok(gw.url(), &format!("{cms}?watch=true&resourceVersion=0")).await;
     cm_watch.assert_from_cache();
     assert_eq!(cm_watch.take(50, "the old configmaps").await.len(), 50);
@@ -618,7 +618,8 @@ async fn an_upstream_that_went_back_rebuilds_every_cache_and_ends_its_watches_wi
 
     // The new caches are the new cluster's: lists and watches from them equal its own.
     for path in [cms, pods] {
-        let cached = wait_until_cached(gw.url(), &format!("{path}?resourceVersion=0")).await;
+        let cached =
+            wait_until_cached(gw.url(), &format!("{path}?resourceVersion=0"), |_| true).await;
         let direct = Http::new(new.url())
             .get(&format!("{path}?resourceVersion=0"))
             .await;

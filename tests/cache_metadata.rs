@@ -6,7 +6,7 @@ mod support;
 
 use serde_json::{json, Value};
 use support::servers::Env;
-use support::watch::{gateway_list_caught_up, put_object, put_pod, resource, wait_until_cached};
+use support::watch::{put_object, put_pod, resource, rv_at_least, wait_until_cached};
 
 const META_LIST_V1: &str = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1";
 const META_V1: &str = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1";
@@ -26,8 +26,7 @@ async fn metadata_lists_and_gets_of_built_in_types_come_from_the_cache() {
     let sim = env.sim.handle();
     put_pod(sim, "default", "a", json!({"app": "x"}), "n1", "Running");
     let rv = put_pod(sim, "default", "b", json!({"app": "y"}), "n2", "Pending");
-    wait_until_cached(&gw, "/api/v1/pods?resourceVersion=0").await;
-    gateway_list_caught_up(&gw, "/api/v1/pods", rv).await;
+    wait_until_cached(&gw, "/api/v1/pods?resourceVersion=0", rv_at_least(rv)).await;
 
     let full = env
         .http
@@ -123,8 +122,7 @@ async fn custom_resource_metadata_takes_object_meta_go_order() {
         }),
     );
     let path = "/apis/example.com/v1/namespaces/default/widgets";
-    wait_until_cached(&gw, &format!("{path}?resourceVersion=0")).await;
-    gateway_list_caught_up(&gw, path, rv).await;
+    wait_until_cached(&gw, &format!("{path}?resourceVersion=0"), rv_at_least(rv)).await;
 
     let resp = get_as(&env, &format!("{path}/w1?resourceVersion=0"), META_V1).await;
     assert_eq!(resp.status, 200, "{}", resp.text());
@@ -191,8 +189,7 @@ async fn metadata_watches_come_from_the_cache_and_match_the_simulator() {
     let gw = env.url().to_string();
     let sim = env.sim.handle();
     let start = put_pod(sim, "default", "a", json!({"app": "x"}), "n1", "Running");
-    wait_until_cached(&gw, "/api/v1/pods?resourceVersion=0").await;
-    gateway_list_caught_up(&gw, "/api/v1/pods", start).await;
+    wait_until_cached(&gw, "/api/v1/pods?resourceVersion=0", rv_at_least(start)).await;
 
     let accept = [("accept", META_V1)];
     let paths = [

@@ -16,7 +16,7 @@ use serde_json::{json, Value};
 use support::metrics::sample;
 use support::protobuf::{same_object, CLIENT_GO, METADATA, METADATA_LIST};
 use support::servers::Env;
-use support::watch::{gateway_list_caught_up, open_with, put_object, resource, wait_until_cached};
+use support::watch::{open_with, put_object, resource, rv_at_least, wait_until_cached};
 use watchgate::proto;
 
 use k8s_pb::api::core::v1 as core;
@@ -93,13 +93,12 @@ async fn protobuf_gets_lists_and_watches_of_built_in_types_come_from_the_cache()
         caught.push((format!("/api/v1/{resource_name}"), rv));
     }
     for (path, rv) in &caught {
-        wait_until_cached(&gw, &format!("{path}?resourceVersion=0")).await;
-        gateway_list_caught_up(&gw, path, *rv).await;
+        wait_until_cached(&gw, &format!("{path}?resourceVersion=0"), rv_at_least(*rv)).await;
     }
     // A resourceVersion the pods cache's history holds (its list came after the writes
     // above: watching from before it is the apiserver's 410).
     let start = put_object(sim, pods, "default", pod("b", "n5"));
-    gateway_list_caught_up(&gw, "/api/v1/pods", start).await;
+    wait_until_cached(&gw, "/api/v1/pods?resourceVersion=0", rv_at_least(start)).await;
 
     // Lists, RV=0 and RV=N (NotOlderThan), and a first page: the PodList decodes with
     // k8s-pb into the JSON list's objects, item by item.
@@ -281,13 +280,11 @@ async fn protobuf_metadata_lists_gets_and_watches_come_from_the_cache() {
         json!({"apiVersion": "example.com/v1", "kind": "Widget",
         "metadata": {"name": "w", "namespace": "default", "labels": {"x": "1"}}, "spec": {"size": 2}}),
     );
-    wait_until_cached(&gw, "/api/v1/pods?resourceVersion=0").await;
-    gateway_list_caught_up(&gw, "/api/v1/pods", start).await;
+    wait_until_cached(&gw, "/api/v1/pods?resourceVersion=0", rv_at_least(start)).await;
     let wpath = "/apis/example.com/v1/namespaces/default/widgets";
-    wait_until_cached(&gw, &format!("{wpath}?resourceVersion=0")).await;
-    gateway_list_caught_up(&gw, wpath, wrv).await;
+    wait_until_cached(&gw, &format!("{wpath}?resourceVersion=0"), rv_at_least(wrv)).await;
     let start = put_object(sim, pods, "default", pod("a", "n2"));
-    gateway_list_caught_up(&gw, "/api/v1/pods", start).await;
+    wait_until_cached(&gw, "/api/v1/pods?resourceVersion=0", rv_at_least(start)).await;
 
     // The metadata informer's list, for a built-in type and a custom resource: each item
     // is exactly the object's metadata.
@@ -377,8 +374,7 @@ async fn an_object_newer_than_the_schema_sends_protobuf_requests_upstream() {
     let mut future = pod("z", "n1");
     future["spec"]["fieldFromTheFuture"] = json!(true);
     let rv = put_object(sim, pods, "default", future);
-    wait_until_cached(&gw, "/api/v1/pods?resourceVersion=0").await;
-    gateway_list_caught_up(&gw, "/api/v1/pods", rv).await;
+    wait_until_cached(&gw, "/api/v1/pods?resourceVersion=0", rv_at_least(rv)).await;
 
     let path = "/api/v1/namespaces/default/pods?resourceVersion=0";
     let pb = env

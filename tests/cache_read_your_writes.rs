@@ -35,7 +35,7 @@ async fn every_read_after_a_write_through_the_gateway_sees_it_at_no_upstream_cos
         .await
         .expect(201);
     let old = rv_of(
-        &wait_until_cached(&gw, "/api/v1/configmaps?resourceVersion=0")
+        &wait_until_cached(&gw, "/api/v1/configmaps?resourceVersion=0", |_| true)
             .await
             .json(),
     );
@@ -119,7 +119,7 @@ async fn after_a_delete_through_the_gateway_the_object_is_gone_from_every_read()
     let env = Env::gateway().await;
     let gw = env.url().to_string();
     let sim = env.sim.handle();
-    wait_until_cached(&gw, "/api/v1/configmaps?resourceVersion=0").await;
+    wait_until_cached(&gw, "/api/v1/configmaps?resourceVersion=0", |_| true).await;
     for i in 0..50 {
         let name = format!("gone-{i}");
         env.http

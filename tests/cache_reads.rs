@@ -10,7 +10,8 @@ use http::{Method, StatusCode};
 use serde_json::{json, Value};
 
 use support::servers::{cluster_config, gateway};
-use support::watch::{delete_pod, put_pod};
+use support::wait::wait_for;
+use support::watch::{delete_pod, put_pod, wait_until_cached};
 use support::Http;
 use watchgate::server::GatewayHandle;
 use watchgate::sim::{start, SimHandle};
@@ -65,28 +66,6 @@ async fn seeded() -> (SimHandle, GatewayHandle) {
     (sim, gw)
 }
 
-/// Asks until the gateway answers from its cache (the first cacheable read starts the
-/// reflector; until it has synced, reads are forwarded).
-async fn warm(gw: &GatewayHandle, path: &str) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let a = get(&gw.url(), path).await;
-        if a.source.as_deref() == Some("cache") {
-            return;
-        }
-        assert_eq!(
-            a.source.as_deref(),
-            Some("upstream"),
-            "{path}: unexpected source"
-        );
-        assert!(
-            Instant::now() < deadline,
-            "{path}: cache did not sync within 10 s"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
 fn names(list: &Value) -> Vec<String> {
     list["items"]
         .as_array()
@@ -105,7 +84,7 @@ fn names(list: &Value) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cached_reads_match_the_simulator() {
     let (sim, gw) = seeded().await;
-    warm(&gw, "/api/v1/pods?resourceVersion=0").await;
+    wait_until_cached(&gw.url(), "/api/v1/pods?resourceVersion=0", |_| true).await;
     let current = sim.store().current_rv();
 
     let cases = [
@@ -169,7 +148,7 @@ async fn cached_reads_match_the_simulator() {
     }
 
     // Gets, including one that does not exist, and a cluster-scoped one.
-    warm(&gw, "/api/v1/namespaces?resourceVersion=0").await;
+    wait_until_cached(&gw.url(), "/api/v1/namespaces?resourceVersion=0", |_| true).await;
     for path in [
         "/api/v1/namespaces/default?resourceVersion=0",
         "/api/v1/namespaces/missing?resourceVersion=0",
@@ -217,7 +196,7 @@ async fn cached_reads_match_the_simulator() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_upstream_list_serves_many_readers_and_survives_the_upstream() {
     let (sim, gw) = seeded().await;
-    warm(&gw, "/api/v1/pods?resourceVersion=0").await;
+    wait_until_cached(&gw.url(), "/api/v1/pods?resourceVersion=0", |_| true).await;
     let lists_before = sim.stats().lists("pods");
     let mut tasks = Vec::new();
     for _ in 0..100 {
@@ -261,7 +240,7 @@ async fn one_upstream_list_serves_many_readers_and_survives_the_upstream() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn not_older_than_reads_see_a_write_and_too_new_rvs_time_out() {
     let (sim, gw) = seeded().await;
-    warm(&gw, "/api/v1/pods?resourceVersion=0").await;
+    wait_until_cached(&gw.url(), "/api/v1/pods?resourceVersion=0", |_| true).await;
     let created = call(
         &gw.url(),
         Method::POST,
@@ -348,7 +327,7 @@ async fn not_older_than_reads_see_a_write_and_too_new_rvs_time_out() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_410_on_the_upstream_watch_relists_and_the_cache_matches_the_simulator() {
     let (sim, gw) = seeded().await;
-    warm(&gw, "/api/v1/pods?resourceVersion=0").await;
+    wait_until_cached(&gw.url(), "/api/v1/pods?resourceVersion=0", |_| true).await;
     // The reflector's upstream requests: a resync after the 410 is a list or a watch-list.
     let requests = || sim.stats().lists("pods") + sim.stats().watches("pods");
     let requests_before = requests();
@@ -374,28 +353,27 @@ async fn a_410_on_the_upstream_watch_relists_and_the_cache_matches_the_simulator
         "Running",
     );
 
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let direct = get(&sim.url(), "/api/v1/pods?resourceVersion=0").await;
-        let through = get(&gw.url(), "/api/v1/pods?resourceVersion=0").await;
-        // The watch that got the 410, then the resync.
-        if through.body["items"] == direct.body["items"] && requests() >= requests_before + 2 {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "cache did not converge after the 410: {:?} vs {:?}",
-            names(&through.body),
-            names(&direct.body)
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    // The watch that got the 410, then the resync; then the cache has the simulator's items.
+    let path = "/api/v1/pods?resourceVersion=0";
+    wait_for(
+        "the cache converges after the 410 (gateway's names, simulator's names, requests)",
+        Duration::from_secs(20),
+        || async {
+            let direct = get(&sim.url(), path).await;
+            let through = get(&gw.url(), path).await;
+            let same = through.body["items"] == direct.body["items"];
+            let after = requests() - requests_before;
+            (same, names(&through.body), names(&direct.body), after)
+        },
+        |(same, _, _, after)| *same && *after >= 2,
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn real_clients_read_the_cache_and_see_what_the_simulator_has() {
     let (sim, gw) = seeded().await;
-    warm(&gw, "/api/v1/pods?resourceVersion=0").await;
+    wait_until_cached(&gw.url(), "/api/v1/pods?resourceVersion=0", |_| true).await;
     let direct = get(&sim.url(), "/api/v1/pods?resourceVersion=0").await;
     let lists_before = sim.stats().lists("pods");
 
@@ -447,7 +425,7 @@ async fn real_clients_read_the_cache_and_see_what_the_simulator_has() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn paged_lists_continue_from_the_first_pages_snapshot() {
     let (sim, gw) = seeded().await;
-    warm(&gw, "/api/v1/pods?resourceVersion=0").await;
+    wait_until_cached(&gw.url(), "/api/v1/pods?resourceVersion=0", |_| true).await;
     let rv = sim.store().current_rv();
     let first =
         format!("/api/v1/pods?resourceVersion={rv}&resourceVersionMatch=NotOlderThan&limit=5");
@@ -561,7 +539,7 @@ fn header_names(h: &http::HeaderMap) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cached_answers_carry_the_apiservers_headers() {
     let (sim, gw) = seeded().await;
-    warm(&gw, "/api/v1/pods?resourceVersion=0").await;
+    wait_until_cached(&gw.url(), "/api/v1/pods?resourceVersion=0", |_| true).await;
     let rv = sim.store().current_rv();
     let json = "application/json";
     let pb = "application/vnd.kubernetes.protobuf,application/json";

@@ -6,12 +6,12 @@ mod support;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use http::{Response, StatusCode};
 use serde_json::json;
 use support::stub::{channel_body, handler, json_response, pods_only_discovery, stub_pod, Stub};
-use support::Http;
+use support::watch::wait_until_cached;
 use watchgate::body;
 use watchgate::cache::reflector::WatchListMode;
 use watchgate::config::GatewayConfig;
@@ -78,62 +78,50 @@ async fn malformed_upstream_objects_are_skipped_or_relisted_never_cached() {
     let mut cfg = GatewayConfig::for_upstream_url(&stub.url()).unwrap();
     cfg.reflector.watch_list = WatchListMode::Off;
     let gw = Gateway::start(cfg).await.expect("gateway starts");
-    let http = Http::new(&gw.url());
 
     // The first cacheable read starts the reflector; poll until the relisted state shows.
-    let deadline = Instant::now() + Duration::from_secs(20);
+    // Every state a reader sees on the way is one the upstream described: never the broken
+    // object, never a half-applied relist.
     let mut seen_first_state = false;
-    loop {
-        let resp = http.get("/api/v1/pods?resourceVersion=0").await;
-        if resp.source() == Some("cache") {
-            let v = resp.json();
-            let got: Vec<(String, String)> = v["items"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|o| {
-                    (
-                        o["metadata"]["name"].as_str().unwrap().to_string(),
-                        o["metadata"]["resourceVersion"]
-                            .as_str()
-                            .unwrap()
-                            .to_string(),
-                    )
-                })
-                .collect();
-            let rv = v["metadata"]["resourceVersion"]
-                .as_str()
-                .unwrap()
-                .to_string();
-            // Every state a reader sees is one the upstream described: never the broken
-            // object, never a half-applied relist.
-            let allowed: [(&str, Vec<(&str, &str)>); 3] = [
-                ("10", vec![("a", "5"), ("b", "6")]),
-                ("11", vec![("a", "11"), ("b", "6")]),
-                ("20", vec![("a", "12"), ("c", "15")]),
-            ];
-            let ok = allowed.iter().any(|(arv, items)| {
-                *arv == rv
-                    && got.len() == items.len()
-                    && got.iter().zip(items).all(|(g, w)| g.0 == w.0 && g.1 == w.1)
-            });
-            assert!(
-                ok,
-                "a reader saw a state the upstream never had: rv {rv}, {got:?}"
-            );
-            seen_first_state |= rv != "20";
-            if rv == "20" {
-                break;
-            }
-        }
+    wait_until_cached(&gw.url(), "/api/v1/pods?resourceVersion=0", |resp| {
+        let v = resp.json();
+        let got: Vec<(String, String)> = v["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| {
+                (
+                    o["metadata"]["name"].as_str().unwrap().to_string(),
+                    o["metadata"]["resourceVersion"]
+                        .as_str()
+                        .unwrap()
+                        .to_string(),
+                )
+            })
+            .collect();
+        let rv = v["metadata"]["resourceVersion"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let allowed: [(&str, Vec<(&str, &str)>); 3] = [
+            ("10", vec![("a", "5"), ("b", "6")]),
+            ("11", vec![("a", "11"), ("b", "6")]),
+            ("20", vec![("a", "12"), ("c", "15")]),
+        ];
+        let ok = allowed.iter().any(|(arv, items)| {
+            *arv == rv
+                && got.len() == items.len()
+                && got.iter().zip(items).all(|(g, w)| g.0 == w.0 && g.1 == w.1)
+        });
         assert!(
-            Instant::now() < deadline,
-            "the reflector did not relist after the malformed event (lists: {}, watches: {})",
-            lists.load(Ordering::SeqCst),
-            watches.load(Ordering::SeqCst)
+            ok,
+            "a reader saw a state the upstream never had: rv {rv}, {got:?}"
         );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+        seen_first_state |= rv != "20";
+        // The relist after the malformed event.
+        rv == "20"
+    })
+    .await;
     assert!(
         seen_first_state,
         "the first list's state (without the malformed item) was never served"
@@ -207,7 +195,7 @@ async fn a_relist_older_than_the_cache_is_not_installed() {
         exclude: vec![],
     });
     let gw = Gateway::start(cfg).await.expect("gateway starts");
-    support::watch::wait_until_cached(&gw.url(), "/api/v1/pods?resourceVersion=0").await;
+    support::watch::wait_until_cached(&gw.url(), "/api/v1/pods?resourceVersion=0", |_| true).await;
     let mut watch =
         support::watch::open_ok(&gw.url(), "/api/v1/pods?watch=true&resourceVersion=10").await;
     watch.assert_from_cache();
@@ -305,7 +293,7 @@ async fn older_relists_from_a_lone_upstream_reset_the_caches() {
         exclude: vec![],
     });
     let gw = Gateway::start(cfg).await.expect("gateway starts");
-    support::watch::wait_until_cached(&gw.url(), "/api/v1/pods?resourceVersion=0").await;
+    support::watch::wait_until_cached(&gw.url(), "/api/v1/pods?resourceVersion=0", |_| true).await;
     let mut watch =
         support::watch::open_ok(&gw.url(), "/api/v1/pods?watch=true&resourceVersion=0").await;
     watch.assert_from_cache();
@@ -327,7 +315,9 @@ async fn older_relists_from_a_lone_upstream_reset_the_caches() {
     let registry = gw.cache().unwrap();
     assert_eq!(registry.resets(), 1);
 
-    let r = support::watch::wait_until_cached(&gw.url(), "/api/v1/pods?resourceVersion=0").await;
+    let r =
+        support::watch::wait_until_cached(&gw.url(), "/api/v1/pods?resourceVersion=0", |_| true)
+            .await;
     let list = r.json();
     let names: Vec<&str> = list["items"]
         .as_array()

@@ -13,7 +13,7 @@ use serde_json::json;
 use support::http::Resp;
 use support::metrics::sample;
 use support::servers::{cluster_config, start_gateway_with};
-use support::watch::{delete_pod, gateway_caught_up, put_pod, rv_of, wait_until_cached};
+use support::watch::{delete_pod, put_pod, rv_at_least, rv_of, wait_until_cached};
 use support::{wait_until, Http, EVENT_TIMEOUT};
 use watchgate::config::GatewayConfig;
 use watchgate::server::GatewayHandle;
@@ -31,7 +31,7 @@ async fn setup(window: Duration) -> (SimHandle, GatewayHandle) {
     let mut cfg = GatewayConfig::for_upstream_url(&sim.url()).unwrap();
     cfg.watch.history_window = window;
     let gw = start_gateway_with(cfg).await.into_handle();
-    wait_until_cached(&gw.url(), "/api/v1/pods?resourceVersion=0").await;
+    wait_until_cached(&gw.url(), "/api/v1/pods?resourceVersion=0", |_| true).await;
     (sim, gw)
 }
 
@@ -67,7 +67,7 @@ async fn exact_lists_match_the_simulator_at_every_rv_of_the_window() {
     put_pod(&sim, "b", "p2", json!({"app": "back"}), "n", "Pending");
     delete_pod(&sim, "a", "p3");
     let to = sim.store().current_rv();
-    gateway_caught_up(&gw.url(), to).await;
+    wait_until_cached(&gw.url(), "/api/v1/pods?resourceVersion=0", rv_at_least(to)).await;
     for rv in from..=to {
         for path in [
             format!("/api/v1/pods?resourceVersion={rv}&resourceVersionMatch=Exact"),
@@ -151,7 +151,12 @@ async fn snapshots_leave_with_the_history_window_and_tokens_then_go_upstream() {
             let written = put_pod(&sim, "b", "p1", json!({"i": i.to_string()}), "n", "Running");
             let gw = &gw;
             async move {
-                gateway_caught_up(&gw.url(), written).await;
+                wait_until_cached(
+                    &gw.url(),
+                    "/api/v1/pods?resourceVersion=0",
+                    rv_at_least(written),
+                )
+                .await;
                 sample(&metrics(gw).await, "watchgate_cache_snapshots", PODS) == 0.0
             }
         },
@@ -233,7 +238,7 @@ async fn states_inside_a_relists_gap_are_the_upstreams() {
     let w1 = put_pod(&sim, "a", "p1", json!({"gap": "1"}), "n", "Running");
     let w2 = put_pod(&sim, "a", "p2", json!({"gap": "2"}), "n", "Running");
     sim.faults().set_latency(Duration::ZERO);
-    gateway_caught_up(&gw.url(), w2).await;
+    wait_until_cached(&gw.url(), "/api/v1/pods?resourceVersion=0", rv_at_least(w2)).await;
     assert!(before < w1 && w1 < w2);
     let inside = format!("/api/v1/pods?resourceVersion={w1}&resourceVersionMatch=Exact");
     assert_same(

@@ -10,7 +10,7 @@ mod support;
 
 use serde_json::{json, Value};
 use support::servers::Env;
-use support::watch::{gateway_list_caught_up, put_object, resource, wait_until_cached};
+use support::watch::{put_object, resource, rv_at_least, wait_until_cached};
 
 /// kubectl 1.37's `get` Accept header.
 const KUBECTL_TABLE: &str = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json";
@@ -56,8 +56,7 @@ async fn tables_of_built_in_types_match_the_simulator() {
     let pods = resource("", "v1", "pods");
     put_object(env.sim.handle(), pods, "default", pod("a", "n1"));
     let rv = put_object(env.sim.handle(), pods, "default", pod("b", "n2"));
-    wait_until_cached(&gw, "/api/v1/pods?resourceVersion=0").await;
-    gateway_list_caught_up(&gw, "/api/v1/pods", rv).await;
+    wait_until_cached(&gw, "/api/v1/pods?resourceVersion=0", rv_at_least(rv)).await;
 
     for path in [
         "/api/v1/namespaces/default/pods?resourceVersion=0",
@@ -124,7 +123,7 @@ async fn every_built_in_printers_columns_are_kube_apiserver_1_36s() {
     let gw = env.url().to_string();
     for e in printers {
         let path = format!("{}?resourceVersion=0", e["path"].as_str().unwrap());
-        wait_until_cached(&gw, &path).await;
+        wait_until_cached(&gw, &path, |_| true).await;
         let (direct, through) = both(&env, &path, KUBECTL_TABLE).await;
         assert_eq!(through["kind"], "Table", "{path}");
         let expected = &e["columnDefinitions"];
@@ -154,8 +153,7 @@ async fn custom_resource_tables_follow_the_crd_columns() {
                "status": {"conditions": [{"type": "Ready", "status": "True"}]}}),
     );
     let path = "/apis/example.com/v1/namespaces/default/widgets";
-    wait_until_cached(&gw, &format!("{path}?resourceVersion=0")).await;
-    gateway_list_caught_up(&gw, path, rv).await;
+    wait_until_cached(&gw, &format!("{path}?resourceVersion=0"), rv_at_least(rv)).await;
     // The first Table request starts the gateway's cache of CRDs; until it has synced,
     // Tables of custom resources are forwarded.
     let list = format!("{path}?resourceVersion=0");
@@ -227,7 +225,7 @@ async fn custom_resource_tables_follow_the_crd_columns() {
                "metadata": {"name": "w2", "namespace": "default", "creationTimestamp": OLD},
                "spec": {"color": "blue", "size": 1}}),
     );
-    gateway_list_caught_up(&gw, path, rv).await;
+    wait_until_cached(&gw, &format!("{path}?resourceVersion=0"), rv_at_least(rv)).await;
     let (direct, through) = both(&env, &list, KUBECTL_TABLE).await;
     assert_eq!(direct, through);
 }
@@ -242,8 +240,7 @@ async fn table_watches_match_the_simulator() {
     let gw = env.url().to_string();
     let pods = resource("", "v1", "pods");
     let start = put_object(env.sim.handle(), pods, "default", pod("a", "n1"));
-    wait_until_cached(&gw, "/api/v1/pods?resourceVersion=0").await;
-    gateway_list_caught_up(&gw, "/api/v1/pods", start).await;
+    wait_until_cached(&gw, "/api/v1/pods?resourceVersion=0", rv_at_least(start)).await;
 
     let path = format!("/api/v1/namespaces/default/pods?watch=true&resourceVersion={start}");
     let accept = [("accept", KUBECTL_TABLE)];

@@ -6,11 +6,14 @@ mod support;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use http::{Response, StatusCode};
 use serde_json::{json, Value};
+use support::http::Resp;
 use support::stub::{channel_body, handler, json_response, pods_only_discovery, stub_pod, Stub};
+use support::wait::wait_for;
+use support::watch::wait_until_cached;
 use support::Http;
 use watchgate::body;
 use watchgate::cache::reflector::WatchListMode;
@@ -30,43 +33,23 @@ async fn gateway(upstream: &str, mode: WatchListMode, idle: Duration) -> Gateway
     Gateway::start(cfg).await.expect("gateway starts")
 }
 
-/// Reads RV=0 pod lists through the gateway until the cache answers with `want` (names
-/// and list resourceVersion), failing after 20 s with what it saw last.
+/// Waits until the gateway's cache answers an RV=0 pod list with `want` (names and list
+/// resourceVersion) and returns that list.
 async fn wait_for_cache(gw: &GatewayHandle, want_names: &[&str], want_rv: Option<&str>) -> Value {
-    let http = Http::new(&gw.url());
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let mut last;
-    loop {
-        let resp = http.get("/api/v1/pods?resourceVersion=0").await;
-        let source = resp.source();
-        if source == Some("cache") {
-            let v = resp.json();
-            let names: Vec<&str> = v["items"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|o| o["metadata"]["name"].as_str().unwrap())
-                .collect();
-            let rv = v["metadata"]["resourceVersion"].as_str().unwrap();
-            if names == want_names && want_rv.is_none_or(|w| w == rv) {
-                return v;
-            }
-            last = format!("rv {rv}, {names:?}");
-        } else {
-            last = format!("source {source:?}");
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the cache never answered {want_names:?} at {want_rv:?}; last: {last}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-/// Starts the pods cache with gets (which the simulator does not count as lists) and
-/// waits until it answers, so that the simulator's list counter sees only the reflector.
-async fn warm_with_a_get(gw: &GatewayHandle, path: &str) {
-    support::watch::wait_until_cached(&gw.url(), path).await;
+    let matches = |r: &Resp| {
+        let v = r.json();
+        let names: Vec<&str> = v["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| o["metadata"]["name"].as_str().unwrap())
+            .collect();
+        let rv = v["metadata"]["resourceVersion"].as_str().unwrap();
+        names == want_names && want_rv.is_none_or(|w| w == rv)
+    };
+    wait_until_cached(&gw.url(), "/api/v1/pods?resourceVersion=0", matches)
+        .await
+        .json()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -75,7 +58,14 @@ async fn the_cache_syncs_from_a_watch_list_and_keeps_following_its_stream() {
     put_pod(&sim, "a", "p1");
     put_pod(&sim, "b", "p2");
     let gw = gateway(&sim.url(), WatchListMode::Auto, Duration::from_secs(10)).await;
-    warm_with_a_get(&gw, "/api/v1/namespaces/a/pods/p1?resourceVersion=0").await;
+    // A get starts the pods cache (the simulator does not count gets as lists, so its list
+    // counter sees only the reflector).
+    wait_until_cached(
+        &gw.url(),
+        "/api/v1/namespaces/a/pods/p1?resourceVersion=0",
+        |_| true,
+    )
+    .await;
     let rv = sim.store().current_rv().to_string();
     let v = wait_for_cache(&gw, &["p1", "p2"], Some(&rv)).await;
     // One request built the state: a watch with sendInitialEvents, no list.
@@ -108,7 +98,14 @@ async fn watch_list_off_lists_then_watches() {
     let sim = start(SimConfig::default()).await.unwrap();
     put_pod(&sim, "a", "p1");
     let gw = gateway(&sim.url(), WatchListMode::Off, Duration::from_secs(10)).await;
-    warm_with_a_get(&gw, "/api/v1/namespaces/a/pods/p1?resourceVersion=0").await;
+    // A get starts the pods cache (the simulator does not count gets as lists, so its list
+    // counter sees only the reflector).
+    wait_until_cached(
+        &gw.url(),
+        "/api/v1/namespaces/a/pods/p1?resourceVersion=0",
+        |_| true,
+    )
+    .await;
     let rv = sim.store().current_rv().to_string();
     wait_for_cache(&gw, &["p1"], Some(&rv)).await;
     let rv = put_pod(&sim, "a", "p2").to_string();
@@ -212,14 +209,13 @@ async fn falls_back_to_the_paged_list(kind: OldApiserver) {
     // The state came from the paged list; then the first plain watch got 410 and the
     // reflector synced again, straight from a paged list: an upstream that rejected or
     // ignored watch-list once is not asked again.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while seen.watches.load(Ordering::SeqCst) < 2 {
-        assert!(
-            Instant::now() < deadline,
-            "{kind:?}: no watch after the resync"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_for(
+        &format!("{kind:?}: a watch after the resync (watches seen)"),
+        Duration::from_secs(20),
+        || async { seen.watches.load(Ordering::SeqCst) },
+        |&n| n >= 2,
+    )
+    .await;
     assert_eq!(
         seen.watch_lists.load(Ordering::SeqCst),
         1,

@@ -357,19 +357,12 @@ async fn every_dashboard_and_alert_query_names_existing_metrics() {
             .map(|(n, q)| format!("{n}  (from {q})"))
             .collect()
     };
-    let deadline = tokio::time::Instant::now() + EVENT_TIMEOUT;
-    let last = loop {
-        let text = admin.get("/metrics").await.text();
-        let now_missing = missing(&text);
-        if now_missing.is_empty() || tokio::time::Instant::now() > deadline {
-            break now_missing;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
-    assert!(
-        last.is_empty(),
-        "metric names queried but absent from /metrics:\n  {}",
-        last.join("\n  ")
-    );
+    support::wait::wait_for(
+        "every metric name the dashboard queries is in /metrics (names missing)",
+        EVENT_TIMEOUT,
+        || async { missing(&admin.get("/metrics").await.text()) },
+        |now_missing| now_missing.is_empty(),
+    )
+    .await;
     drop(staying);
 }

@@ -25,7 +25,7 @@ use support::protobuf::{
     envelope_json, normalised, same_object, ty, CLIENT_GO, METADATA, METADATA_LIST,
 };
 use support::servers::{cluster_config, Env};
-use support::watch::{gateway_list_caught_up, open_with, put_object, resource, wait_until_cached};
+use support::watch::{open_with, put_object, resource, rv_at_least, wait_until_cached};
 use watchgate::proto;
 use watchgate::sim::SimConfig;
 
@@ -567,12 +567,11 @@ async fn the_gateways_protobuf_is_the_simulators_byte_for_byte() {
     let sim = env.sim.url().to_string();
     for (group, res, _, _) in TYPES {
         let coll = collection(group, res);
-        wait_until_cached(&gw, &format!("{coll}?resourceVersion=0")).await;
         // The type's last write is the newest RV of all (no other type writes after it),
         // so the simulator's and the cache's list RVs agree.
         let obj = first(&get_json(&env.direct_http, &coll).await);
         let rv = touch(&env, group, res, &obj, "1");
-        gateway_list_caught_up(&gw, &coll, rv).await;
+        wait_until_cached(&gw, &format!("{coll}?resourceVersion=0"), rv_at_least(rv)).await;
         // Watches opened on both before the next write.
         let watch_paths = [
             format!("{coll}?watch=true&resourceVersion={rv}"),

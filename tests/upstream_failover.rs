@@ -30,7 +30,7 @@ use support::servers::{
 use support::{wait_until, Http};
 use watch_checker::{Sig, StreamChecker};
 use watch_clients::{h1_watch, read_sigs_until, H2Conn};
-use watch_env::{cache_reaches, delete, pod, put, update};
+use watch_env::{delete, pod, put, update};
 use watchgate::cache::reflector::ReflectorStats;
 use watchgate::config::GatewayConfig;
 use watchgate::sim::{SimConfig, Store};
@@ -77,7 +77,7 @@ async fn cluster(b_cfg: SimConfig, b_first: bool) -> Cluster {
         exclude: vec!["configmaps".into()],
     });
     let gw = start_gateway_with(cfg).await;
-    support::watch::wait_until_cached(gw.url(), "/api/v1/pods?resourceVersion=0").await;
+    support::watch::wait_until_cached(gw.url(), "/api/v1/pods?resourceVersion=0", |_| true).await;
     Cluster { a, b, gw, store }
 }
 
@@ -228,7 +228,12 @@ async fn cached_watches_continue_across_a_failover_with_no_violation_and_no_reli
         n: 0,
     };
     writer.writes(20);
-    cache_reaches(c.gw.url(), c.store.current_rv()).await;
+    support::watch::wait_until_cached(
+        c.gw.url(),
+        "/api/v1/namespaces/default/pods?resourceVersion=0",
+        support::watch::rv_at_least(c.store.current_rv()),
+    )
+    .await;
     assert_eq!(
         c.b.handle().stats().watches("pods"),
         0,
@@ -259,7 +264,12 @@ async fn cached_reads_continue_across_a_failover() {
     };
     writer.writes(12);
     let rv = c.store.current_rv();
-    cache_reaches(c.gw.url(), rv).await;
+    support::watch::wait_until_cached(
+        c.gw.url(),
+        "/api/v1/namespaces/default/pods?resourceVersion=0",
+        support::watch::rv_at_least(rv),
+    )
+    .await;
 
     let list = http.get("/api/v1/pods?resourceVersion=0").await;
     assert_eq!(list.status, 200);
@@ -387,7 +397,12 @@ async fn cached_watches_stay_open_while_every_apiserver_is_down_and_continue_aft
         n: 0,
     };
     writer.writes(10);
-    cache_reaches(c.gw.url(), c.store.current_rv()).await;
+    support::watch::wait_until_cached(
+        c.gw.url(),
+        "/api/v1/namespaces/default/pods?resourceVersion=0",
+        support::watch::rv_at_least(c.store.current_rv()),
+    )
+    .await;
     let Cluster { a, b, gw, store } = c;
     a.kill().await;
     b.kill().await;
@@ -455,8 +470,12 @@ async fn a_lagging_apiserver_sends_the_reflector_to_the_one_ahead_and_never_reli
     };
     // The reflector's watch-list (a consistent read) got "Too large resource version"
     // from b, and went to a, which is ahead, rather than to a paged list.
-    support::watch::wait_until_cached(c.gw.url(), "/api/v1/pods?resourceVersion=0").await;
-    cache_reaches(c.gw.url(), c.store.current_rv()).await;
+    support::watch::wait_until_cached(
+        c.gw.url(),
+        "/api/v1/namespaces/default/pods?resourceVersion=0",
+        support::watch::rv_at_least(c.store.current_rv()),
+    )
+    .await;
     let stats = reflector(&c.gw);
     assert!(
         load(&stats.behind) >= 1,

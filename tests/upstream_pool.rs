@@ -284,7 +284,7 @@ async fn http1_upstreams_are_bounded_by_the_same_flag_and_the_cache_keeps_its_wa
     });
     let gw = start_gateway_with(cfg).await;
     let http = Http::new(gw.url());
-    support::watch::wait_until_cached(gw.url(), "/api/v1/pods?resourceVersion=0").await;
+    support::watch::wait_until_cached(gw.url(), "/api/v1/pods?resourceVersion=0", |_| true).await;
 
     // The reflector's pod watch holds one long-running connection: clients get the two
     // others the bound leaves them.

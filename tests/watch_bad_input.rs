@@ -12,7 +12,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use support::servers::{cluster_config, start_gateway, start_sim_with, GatewayServer, SimServer};
-use support::watch::{gateway_caught_up, open, open_ok, put_pod, typed, Event, Watch};
+use support::watch::{open, open_ok, put_pod, rv_at_least, typed, wait_until_cached, Event, Watch};
 
 const NS1: &str = "/api/v1/namespaces/ns1/pods";
 
@@ -22,7 +22,7 @@ async fn started() -> (SimServer, GatewayServer, u64) {
     put_pod(h, "ns1", "a", json!({"app": "web"}), "node-1", "Running");
     let n = put_pod(h, "ns1", "b", json!({"app": "db"}), "node-2", "Pending");
     let gw = start_gateway(sim.url()).await;
-    gateway_caught_up(gw.url(), n).await;
+    wait_until_cached(gw.url(), "/api/v1/pods?resourceVersion=0", rv_at_least(n)).await;
     (sim, gw, n)
 }
 

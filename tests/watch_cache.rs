@@ -11,7 +11,7 @@ use support::Env;
 
 async fn cache_rv(env: &Env, path: &str) -> String {
     // Lists with RV=0 start the resource's cache.
-    support::watch::wait_until_cached(env.url(), path)
+    support::watch::wait_until_cached(env.url(), path, |_| true)
         .await
         .json()["metadata"]["resourceVersion"]
         .as_str()

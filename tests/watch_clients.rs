@@ -10,13 +10,18 @@ mod support;
 
 use serde_json::{json, Value};
 
-use support::watch::{delete_pod, gateway_caught_up, put_pod};
+use support::watch::{delete_pod, put_pod, rv_at_least, wait_until_cached};
 use support::{python, Env, COMMAND_TIMEOUT, EVENT_TIMEOUT};
 
 /// Env::gateway() with the gateway's pods cache synced up to the simulator's current RV.
 async fn env() -> Env {
     let env = Env::gateway().await;
-    gateway_caught_up(env.url(), env.sim.handle().store().current_rv()).await;
+    wait_until_cached(
+        env.url(),
+        "/api/v1/pods?resourceVersion=0",
+        rv_at_least(env.sim.handle().store().current_rv()),
+    )
+    .await;
     env
 }
 
@@ -42,7 +47,7 @@ async fn python_watch_stream_resumes_from_a_resource_version() {
     let b = put_pod(h, "ns1", "b", json!({}), "node-1", "Pending");
     put_pod(h, "ns2", "elsewhere", json!({}), "node-1", "Pending");
     let a2 = put_pod(h, "ns1", "a", json!({}), "node-1", "Running");
-    gateway_caught_up(env.url(), a2).await;
+    wait_until_cached(env.url(), "/api/v1/pods?resourceVersion=0", rv_at_least(a2)).await;
     let watches = h.stats().watches("pods");
 
     let kubeconfig = env.kubectl.kubeconfig().to_str().unwrap().to_string();
@@ -96,7 +101,7 @@ async fn kubectl_get_pods_watch_shows_changes() {
     let env = env().await;
     let h = env.sim.handle();
     let rv = put_pod(h, "default", "first", json!({}), "node-1", "Pending");
-    gateway_caught_up(env.url(), rv).await;
+    wait_until_cached(env.url(), "/api/v1/pods?resourceVersion=0", rv_at_least(rv)).await;
     let watches = h.stats().watches("pods");
 
     // The default output asks for Table rows (`Accept: application/json;as=Table;..`).
@@ -155,7 +160,7 @@ async fn kubectl_get_pods_watch_json_is_served_from_the_cache() {
     let env = env().await;
     let h = env.sim.handle();
     let rv = put_pod(h, "default", "first", json!({}), "node-1", "Pending");
-    gateway_caught_up(env.url(), rv).await;
+    wait_until_cached(env.url(), "/api/v1/pods?resourceVersion=0", rv_at_least(rv)).await;
     let watches = h.stats().watches("pods");
 
     let mut watch = env
@@ -205,7 +210,12 @@ async fn python_watch_stream_from_a_too_old_rv_raises_410_expired() {
     let compacted = put_pod(h, "ns1", "a", json!({}), "node-1", "Running");
     h.store().compact(compacted);
     let gw = support::servers::start_gateway(sim.url()).await;
-    gateway_caught_up(gw.url(), compacted).await;
+    wait_until_cached(
+        gw.url(),
+        "/api/v1/pods?resourceVersion=0",
+        rv_at_least(compacted),
+    )
+    .await;
     let watches = h.stats().watches("pods");
     let want = json!({"error": 410,
                       "reason": format!("Expired: too old resource version: {old} ({compacted})")});

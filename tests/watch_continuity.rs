@@ -326,7 +326,12 @@ async fn an_upstream_410_and_relist_leave_every_watcher_continuous() {
     put(&store, phoenix("uid-phoenix-1"));
     let before_outage = store.current_rv();
     // The gateway has these before the outage (so they must arrive exactly as logged).
-    watch_env::cache_reaches(gw.url(), before_outage).await;
+    support::watch::wait_until_cached(
+        gw.url(),
+        "/api/v1/namespaces/default/pods?resourceVersion=0",
+        support::watch::rv_at_least(before_outage),
+    )
+    .await;
 
     // The reflector's next watch gets 410 and it relists; the upstream answers slowly,
     // so writes happen during the outage.
@@ -479,14 +484,14 @@ async fn an_upstream_410_and_relist_leave_every_watcher_continuous() {
 /// resuming from an RV the relist skipped gets the 410 and relists, as from the apiserver.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_watch_relist_end_an_upstream_relist_ends_every_watch() {
-    use support::watch::{gateway_caught_up, open_ok};
+    use support::watch::{open_ok, rv_at_least, wait_until_cached};
     let sim = start_sim_with(cluster_config()).await;
     let store = sim.handle().store().clone();
     let mut cfg = GatewayConfig::for_upstream_url(sim.url()).expect("gateway config");
     cfg.watch.relist = watchgate::watch::RelistMode::End;
     let gw = start_gateway_with(cfg).await;
     let rv = put(&store, pod("ns-1", "a", "web", "node-1", 0));
-    gateway_caught_up(gw.url(), rv).await;
+    wait_until_cached(gw.url(), "/api/v1/pods?resourceVersion=0", rv_at_least(rv)).await;
     let path = format!("/api/v1/namespaces/ns-1/pods?watch=1&resourceVersion={rv}");
     let mut w = open_ok(gw.url(), &path).await;
     w.assert_from_cache();
@@ -511,7 +516,12 @@ async fn with_watch_relist_end_an_upstream_relist_ends_every_watch() {
         );
     }
     assert!(requests() >= before + 2, "the 410'd watch, then the relist");
-    gateway_caught_up(gw.url(), written).await;
+    wait_until_cached(
+        gw.url(),
+        "/api/v1/pods?resourceVersion=0",
+        rv_at_least(written),
+    )
+    .await;
 
     // Resuming from the old RV: the relist's history starts after it.
     let mut again = open_ok(gw.url(), &path).await;

@@ -21,9 +21,8 @@ use support::servers::{
     cluster_config, start_gateway_with, start_sim_with, GatewayServer, SimServer,
 };
 use support::watch::{
-    assert_same_bytes, assert_same_events, delete_object, delete_pod, gateway_caught_up,
-    gateway_list_caught_up, open_ok, put_object, put_pod, resource, rv_of, stored_pod, typed,
-    wait_until_cached, Event, Watch,
+    assert_same_bytes, assert_same_events, delete_object, delete_pod, open_ok, put_object, put_pod,
+    resource, rv_at_least, rv_of, stored_pod, typed, wait_until_cached, Event, Watch,
 };
 use watchgate::config::GatewayConfig;
 use watchgate::sim::{Mutation, SimHandle};
@@ -64,7 +63,12 @@ impl Pair {
 
     /// Waits until the gateway's pods cache has seen every write up to `rv`.
     async fn caught_up(&self, rv: u64) {
-        gateway_caught_up(self.gw.url(), rv).await;
+        wait_until_cached(
+            self.gw.url(),
+            "/api/v1/pods?resourceVersion=0",
+            rv_at_least(rv),
+        )
+        .await;
     }
 
     /// The same watch, to the simulator and through the gateway.
@@ -202,7 +206,12 @@ async fn rv_older_than_the_history_is_200_and_one_410_error_event() {
     let compacted = put_pod(h, "ns1", "b", json!({}), "node-1", "Running");
     h.store().compact(compacted);
     let gw = start_gateway_with(GatewayConfig::for_upstream_url(sim.url()).unwrap()).await;
-    gateway_caught_up(gw.url(), compacted).await;
+    wait_until_cached(
+        gw.url(),
+        "/api/v1/pods?resourceVersion=0",
+        rv_at_least(compacted),
+    )
+    .await;
 
     let path = format!("{NS1}?watch=1&resourceVersion={old}");
     let mut s = open_ok(sim.url(), &path).await;
@@ -537,8 +546,12 @@ async fn bookmark_objects_are_the_apiservers_bytes_for_built_in_and_custom_types
                "metadata": {"name": "w1", "namespace": "ns1"}, "spec": {"size": 3}}),
     );
     let wpath = "/apis/example.com/v1/namespaces/ns1/widgets";
-    wait_until_cached(p.gw.url(), &format!("{wpath}?resourceVersion=0")).await;
-    gateway_list_caught_up(p.gw.url(), wpath, rv).await;
+    wait_until_cached(
+        p.gw.url(),
+        &format!("{wpath}?resourceVersion=0"),
+        rv_at_least(rv),
+    )
+    .await;
     let (mut s, mut g) = p.open(&format!("{wpath}{watch_list}")).await;
     let (se, ge) = (
         s.take(2, "widget + bookmark").await,
@@ -774,8 +787,18 @@ async fn cluster_scoped_watches_of_namespaces_and_nodes() {
     };
     put_object(h, namespaces, "", ns("team-a", json!({"team": "a"})));
     let rv = put_object(h, nodes, "", node("node-a", json!({"role": "worker"})));
-    gateway_list_caught_up(p.gw.url(), "/api/v1/namespaces", rv).await;
-    gateway_list_caught_up(p.gw.url(), "/api/v1/nodes", rv).await;
+    wait_until_cached(
+        p.gw.url(),
+        "/api/v1/namespaces?resourceVersion=0",
+        rv_at_least(rv),
+    )
+    .await;
+    wait_until_cached(
+        p.gw.url(),
+        "/api/v1/nodes?resourceVersion=0",
+        rv_at_least(rv),
+    )
+    .await;
 
     let (mut sl, mut gl) = p
         .open("/api/v1/namespaces?watch=1&resourceVersion=0&labelSelector=team")
@@ -845,15 +868,20 @@ async fn another_api_group_deployments() {
     };
     // The gateway's deployments cache starts (a list) before the writes, so that RV N is
     // in its history (older than its start would be a 410, as in the cacher).
-    gateway_list_caught_up(
+    wait_until_cached(
         p.gw.url(),
-        "/apis/apps/v1/deployments",
-        h.store().current_rv(),
+        "/apis/apps/v1/deployments?resourceVersion=0",
+        rv_at_least(h.store().current_rv()),
     )
     .await;
     let n = put_object(h, deployments, "ns1", deploy("web", 1));
     let rv = put_object(h, deployments, "ns1", deploy("db", 1));
-    gateway_list_caught_up(p.gw.url(), "/apis/apps/v1/deployments", rv).await;
+    wait_until_cached(
+        p.gw.url(),
+        "/apis/apps/v1/deployments?resourceVersion=0",
+        rv_at_least(rv),
+    )
+    .await;
     let base = "/apis/apps/v1/namespaces/ns1/deployments?watch=1";
     let (mut s0, mut g0) = p.open(&format!("{base}&resourceVersion=0")).await;
     let (mut sn, mut gn) = p.open(&format!("{base}&resourceVersion={n}")).await;
@@ -1020,7 +1048,12 @@ async fn watch_from_the_rv_the_gateway_cache_started_at() {
     put_pod(h, "ns1", "a", json!({}), "node-1", "Running");
     let gw = start_gateway_with(GatewayConfig::for_upstream_url(sim.url()).unwrap()).await;
     let start = h.store().current_rv();
-    gateway_caught_up(gw.url(), start).await;
+    wait_until_cached(
+        gw.url(),
+        "/api/v1/pods?resourceVersion=0",
+        rv_at_least(start),
+    )
+    .await;
     let list = support::Http::new(gw.url())
         .get_json("/api/v1/pods?resourceVersion=0")
         .await;

@@ -164,21 +164,21 @@ async fn kube_rs_reflectors_match_the_simulator_through_churn() {
 
     // Bounded polling until both stores equal the simulator's pods (names and RVs).
     let want = watch_env::sim_state(&store, None);
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     for (name, r) in &readers {
-        loop {
-            let have = state_of(r);
-            if have == want {
-                break;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "the {name} reflector's store did not converge to the simulator's {} pods: {}",
-                want.len(),
-                describe(&have, &want)
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        let desc = format!(
+            "the {name} reflector's store converges to the simulator's {} pods (equal, difference)",
+            want.len()
+        );
+        support::wait::wait_for(
+            &desc,
+            Duration::from_secs(20),
+            || async {
+                let have = state_of(r);
+                (have == want, describe(&have, &want))
+            },
+            |(same, _)| *same,
+        )
+        .await;
     }
     for t in &tasks {
         assert!(!t.is_finished(), "a kube-rs watcher stream ended");

@@ -8,7 +8,7 @@
 
 mod support;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -55,7 +55,7 @@ async fn an_idle_http1_watch_costs_a_few_kib() {
     let sim = start_sim().await;
     let gw = start_gateway(sim.url()).await;
     let list = format!("{PATH}?resourceVersion=0");
-    support::watch::wait_until_cached(gw.url(), &list).await;
+    support::watch::wait_until_cached(gw.url(), &list, |_| true).await;
     let addr = gw.url().trim_start_matches("http://").to_string();
 
     // Warm up what the first watches allocate once (index buckets, metric series).
@@ -69,17 +69,12 @@ async fn an_idle_http1_watch_costs_a_few_kib() {
         watches.push(open_watch(&addr).await);
     }
     // The hand-over follows the head's flush at once; poll (bounded) for it to settle.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let per_watch = loop {
-        let per_watch = live_bytes().saturating_sub(before) / WATCHERS;
-        if per_watch <= MAX_PER_WATCH || Instant::now() > deadline {
-            break per_watch;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
-    assert!(
-        per_watch <= MAX_PER_WATCH,
-        "{per_watch} heap bytes per idle HTTP/1.1 watch (at most {MAX_PER_WATCH})"
-    );
+    support::wait::wait_for(
+        &format!("at most {MAX_PER_WATCH} heap bytes per idle HTTP/1.1 watch (bytes per watch)"),
+        Duration::from_secs(10),
+        || async { live_bytes().saturating_sub(before) / WATCHERS },
+        |&per_watch| per_watch <= MAX_PER_WATCH,
+    )
+    .await;
     drop((watches, warm));
 }

@@ -287,8 +287,18 @@ async fn stalled_watchers_do_not_delay_healthy_ones_and_memory_stays_bounded() {
 
     // Let the gateway's cache take in the 20 MB first, so the measurement below is about
     // the stalled watchers and not a backlog of a debug build's parsing.
-    watch_env::cache_reaches(gw.url(), store.current_rv()).await;
-    watch_env::cache_reaches(control.url(), store.current_rv()).await;
+    support::watch::wait_until_cached(
+        gw.url(),
+        "/api/v1/namespaces/default/pods?resourceVersion=0",
+        support::watch::rv_at_least(store.current_rv()),
+    )
+    .await;
+    support::watch::wait_until_cached(
+        control.url(),
+        "/api/v1/namespaces/default/pods?resourceVersion=0",
+        support::watch::rv_at_least(store.current_rv()),
+    )
+    .await;
 
     // Measure: small writes the healthy watchers see, each with a big one for the stalled
     // watchers.

@@ -467,59 +467,66 @@ pub fn stored_pod(sim: &SimHandle, ns: &str, name: &str) -> Value {
         .clone()
 }
 
-/// Waits until the gateway answers `GET /api/v1/pods?resourceVersion=0` from its cache
-/// with a list at `rv` or later: the pods cache is synced and has seen every write up to
-/// `rv`. Panics after 20 s with the last answer.
-pub async fn gateway_caught_up(gateway: &str, rv: u64) {
-    gateway_list_caught_up(gateway, "/api/v1/pods", rv).await;
+/// The one way to wait for the gateway's cache: reads `path` on the gateway until it
+/// answers 200 *from its cache* (`x-watchgate-source: cache`; an answer forwarded to the
+/// upstream never counts) and `done` holds for that answer, and returns it. The first
+/// cacheable read starts the resource's reflector; until it has synced, reads are
+/// forwarded. Panics after 30 s with the last answer (status, source, body).
+///
+/// `done` is usually `|_| true` (the cache serves `path`) or [`rv_at_least`] (the cache
+/// has seen every write up to an RV).
+pub async fn wait_until_cached(
+    gateway: &str,
+    path: &str,
+    mut done: impl FnMut(&super::http::Resp) -> bool,
+) -> super::http::Resp {
+    let http = super::Http::new(gateway);
+    let (http, desc) = (&http, format!("{gateway}{path} is served from the cache"));
+    let seen = super::wait::wait_for(
+        &desc,
+        CACHE_TIMEOUT,
+        || async move { Cached(http.get(path).await) },
+        |r| r.0.status == StatusCode::OK && r.0.source() == Some("cache") && done(&r.0),
+    )
+    .await;
+    seen.0
 }
 
-/// [`gateway_caught_up`] for any resource: `list_path` is its collection, e.g.
-/// `/apis/apps/v1/deployments`.
-pub async fn gateway_list_caught_up(gateway: &str, list_path: &str, rv: u64) {
-    let http = super::Http::new(gateway);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let resp = http.get(&format!("{list_path}?resourceVersion=0")).await;
-        let source = resp.source().unwrap_or("").to_string();
-        let list_rv = if resp.status == StatusCode::OK {
-            resp.json()["metadata"]["resourceVersion"]
-                .as_str()
-                .and_then(|s| s.parse::<u64>().ok())
-                .unwrap_or(0)
-        } else {
-            0
-        };
-        if source == "cache" && list_rv >= rv {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the gateway's cache of {list_path} did not reach RV {rv} within 20 s (last answer: {} from {source:?}, list RV {list_rv})",
-            resp.status
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
+/// How long [`wait_until_cached`] waits: generous, for a loaded 2-core CI machine.
+pub const CACHE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// An answer as [`wait_until_cached`] reports it on timeout: status, source and the
+/// start of the body (the whole of a big list helps nobody).
+struct Cached(super::http::Resp);
+
+impl fmt::Debug for Cached {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let text = self.0.text();
+        let cut = text.char_indices().nth(600).map_or(text.len(), |(i, _)| i);
+        write!(
+            f,
+            "{} from {:?}: {}{}",
+            self.0.status,
+            self.0.source(),
+            &text[..cut],
+            if cut < text.len() { "…" } else { "" }
+        )
     }
 }
 
-/// Reads `path` on the gateway until it answers 200 from its cache (the first cacheable
-/// read starts the resource's reflector; until it has synced, reads are forwarded), and
-/// returns that answer. Panics after 20 s with the last answer.
-pub async fn wait_until_cached(gateway: &str, path: &str) -> super::http::Resp {
-    let http = super::Http::new(gateway);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let resp = http.get(path).await;
-        if resp.status == StatusCode::OK && resp.source() == Some("cache") {
-            return resp;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{path} was not served from the gateway's cache within 20 s (last: {} from {:?})",
-            resp.status,
-            resp.source()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
+/// For [`wait_until_cached`]: the answer's `metadata.resourceVersion` (a list's, or an
+/// object's) is at least `rv`, i.e. the cache has seen every write up to `rv`.
+pub fn rv_at_least(rv: u64) -> impl Fn(&super::http::Resp) -> bool {
+    move |r| {
+        serde_json::from_slice::<Value>(&r.body)
+            .ok()
+            .and_then(|v| {
+                v["metadata"]["resourceVersion"]
+                    .as_str()?
+                    .parse::<u64>()
+                    .ok()
+            })
+            .is_some_and(|at| at >= rv)
     }
 }
 

@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{json, Value};
 use watchgate::sim::{Mutation, SimHandle, Store};
@@ -115,7 +115,10 @@ pub fn sim_state_where(
 /// Reads pods until the gateway answers from its cache (the first cacheable read starts
 /// the reflector), then waits for the reflector's upstream watch to be open.
 pub async fn warm(gateway_url: &str, sim: &SimHandle) {
-    crate::support::watch::wait_until_cached(gateway_url, "/api/v1/pods?resourceVersion=0").await;
+    crate::support::watch::wait_until_cached(gateway_url, "/api/v1/pods?resourceVersion=0", |_| {
+        true
+    })
+    .await;
     let stats = sim.stats().clone();
     crate::support::wait_until(
         "the reflector's upstream pod watch is open",
@@ -179,28 +182,4 @@ pub fn log_filtered(
         }
     }
     out
-}
-
-/// Waits until the gateway's pod cache has reached `rv` (an RV="0" list from the cache
-/// answers with the cache's resourceVersion).
-pub async fn cache_reaches(gateway_url: &str, rv: u64) {
-    let http = crate::support::Http::new(gateway_url);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let list = http
-            .get_json("/api/v1/namespaces/default/pods?resourceVersion=0")
-            .await;
-        let at: u64 = list["metadata"]["resourceVersion"]
-            .as_str()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(0);
-        if at >= rv {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the gateway's cache did not reach RV {rv} within 30 s (at {at})"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
