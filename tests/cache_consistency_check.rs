@@ -75,6 +75,35 @@ async fn cached_list(gw: &str) -> Value {
         .json()
 }
 
+/// Waits until the gateway's RV=0 list is `new`; every answer before must be `old` whole:
+/// no answer may mix the two clusters.
+async fn answers_only_until(
+    gw: &str,
+    old: &BTreeMap<String, String>,
+    new: &BTreeMap<String, String>,
+) {
+    let http = Http::new(gw);
+    let path = format!("{CMS}?resourceVersion=0");
+    let (http, path) = (&http, &path);
+    wait_until(
+        "the gateway answers the new cluster's state",
+        Duration::from_secs(30),
+        || async move {
+            let r = http.get(path).await;
+            if r.status != 200 {
+                return false;
+            }
+            let seen = versions(&r.json());
+            assert!(
+                &seen == old || &seen == new,
+                "an answer mixed the two clusters: {seen:?}"
+            );
+            &seen == new
+        },
+    )
+    .await;
+}
+
 /// Within one interval (and its jitter), the periodic check finds the change the watch
 /// never delivered; the re-sync sends it to the open watch as a MODIFIED event, and the
 /// cache then equals the upstream.
@@ -300,26 +329,7 @@ async fn an_etcd_restore_is_noticed_by_the_check_alone() {
     );
     assert_ne!(old_state, new_state);
 
-    let http = Http::new(gw.url());
-    let path = format!("{CMS}?resourceVersion=0");
-    let (http_ref, path_ref, old_ref, new_ref) = (&http, &path, &old_state, &new_state);
-    wait_until(
-        "the gateway answers the new cluster's state",
-        Duration::from_secs(30),
-        || async move {
-            let r = http_ref.get(path_ref).await;
-            if r.status != 200 {
-                return false;
-            }
-            let seen = versions(&r.json());
-            assert!(
-                &seen == old_ref || &seen == new_ref,
-                "an answer mixed the two clusters: {seen:?}"
-            );
-            &seen == new_ref
-        },
-    )
-    .await;
+    answers_only_until(gw.url(), &old_state, &new_state).await;
     let e = watch.next("the ERROR event of the reset").await;
     assert_eq!(e.ty(), "ERROR", "{e:?}");
     assert_eq!(e.object()["code"], 410, "{e:?}");
@@ -438,27 +448,8 @@ async fn a_rebuilt_cluster_ahead_of_the_cache_is_told_by_its_identity() {
     assert_eq!(e.ty(), "ERROR", "{e:?}");
     assert_eq!(e.object()["code"], 410, "{e:?}");
     watch.expect_end(Duration::from_secs(5)).await;
-    let http = Http::new(gw.url());
-    let path = format!("{CMS}?resourceVersion=0");
-    let (http_ref, path_ref, old_ref, new_ref) = (&http, &path, &old_state, &new_state);
-    wait_until(
-        "the gateway answers the new cluster's state",
-        Duration::from_secs(30),
-        || async move {
-            let r = http_ref.get(path_ref).await;
-            if r.status != 200 {
-                return false;
-            }
-            let seen = versions(&r.json());
-            assert!(
-                &seen == old_ref || &seen == new_ref,
-                "an answer mixed the two clusters: {seen:?}"
-            );
-            &seen == new_ref
-        },
-    )
-    .await;
-    let consistent = http.get(CMS).await;
+    answers_only_until(gw.url(), &old_state, &new_state).await;
+    let consistent = Http::new(gw.url()).get(CMS).await;
     assert_eq!(versions(&consistent.json()), new_state);
     assert_eq!(gw.handle().cache().unwrap().resets(), 1);
 }
