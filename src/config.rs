@@ -214,7 +214,7 @@ impl Default for TlsArgs {
 
 impl TlsArgs {
     /// The TLS files, or `None` without `--tls-cert-file`; client CAs need TLS.
-    pub fn files(&self) -> anyhow::Result<Option<crate::server::tls::TlsFiles>> {
+    pub fn files(&self) -> anyhow::Result<Option<TlsFiles>> {
         let (Some(cert), Some(key)) = (&self.tls_cert_file, &self.tls_private_key_file) else {
             if self.client_ca_file.is_some() || self.requestheader_client_ca_file.is_some() {
                 anyhow::bail!(
@@ -225,7 +225,7 @@ impl TlsArgs {
             }
             return Ok(None);
         };
-        let mut files = crate::server::tls::TlsFiles::new(cert.clone(), key.clone());
+        let mut files = TlsFiles::new(cert.clone(), key.clone());
         files.client_ca = self.client_ca_file.clone();
         files.requestheader_ca = self.requestheader_client_ca_file.clone();
         Ok(Some(files))
@@ -397,7 +397,7 @@ pub struct GatewayConfig {
     /// Client authentication, authorization and per-user limits (`None`: `--auth=none`).
     pub security: Option<crate::auth::SecurityConfig>,
     /// HTTPS on the API listener (`None`: plain HTTP).
-    pub tls: Option<crate::server::tls::TlsFiles>,
+    pub tls: Option<TlsFiles>,
     /// Record Prometheus metrics (on by default). Off, the request path skips its
     /// instrumentation and `/metrics` answers 404: what the benchmarks compare against.
     pub metrics: bool,
@@ -653,6 +653,37 @@ pub fn parse_bytes(s: &str) -> Result<usize, SizeError> {
     value
         .checked_mul(scale)
         .ok_or_else(|| SizeError::TooLarge(s.to_string()))
+}
+
+/// The files TLS serving is made of (read and reloaded by `server::tls`), as the flags
+/// name them.
+/// How often the files are read again by default.
+pub const DEFAULT_RELOAD_INTERVAL: Duration = Duration::from_secs(5);
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsFiles {
+    /// PEM certificate chain, leaf first.
+    pub cert: PathBuf,
+    /// PEM private key (PKCS#8, PKCS#1 or SEC1).
+    pub key: PathBuf,
+    /// PEM CA bundle for x509 client users.
+    pub client_ca: Option<PathBuf>,
+    /// PEM CA bundle for front proxies' client certificates.
+    pub requestheader_ca: Option<PathBuf>,
+    /// How often the files are checked for changes.
+    pub reload_interval: Duration,
+}
+
+impl TlsFiles {
+    pub fn new(cert: PathBuf, key: PathBuf) -> Self {
+        Self {
+            cert,
+            key,
+            client_ca: None,
+            requestheader_ca: None,
+            reload_interval: DEFAULT_RELOAD_INTERVAL,
+        }
+    }
 }
 
 #[cfg(test)]

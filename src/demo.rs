@@ -88,7 +88,7 @@ pub struct DemoCerts {
     dir: std::path::PathBuf,
     /// The CA clients trust (`kubectl --certificate-authority`).
     pub ca: std::path::PathBuf,
-    files: crate::server::tls::TlsFiles,
+    files: crate::config::TlsFiles,
 }
 
 impl DemoCerts {
@@ -119,7 +119,7 @@ impl DemoCerts {
         let cert = serving.signed_by(&key, &ca)?;
         let certs = Self {
             ca: dir.join("ca.crt"),
-            files: crate::server::tls::TlsFiles::new(dir.join("tls.crt"), dir.join("tls.key")),
+            files: crate::config::TlsFiles::new(dir.join("tls.crt"), dir.join("tls.key")),
             dir,
         };
         std::fs::write(&certs.ca, ca.pem())?;

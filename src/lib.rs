@@ -27,6 +27,11 @@
 //! - [`bookmark`]: the object of a BOOKMARK watch event.
 //! - [`body`]: the one request and response body type.
 //! - [`duration`]: durations as Go flags spell them (flags, `?timeout=`).
+//! - [`strconv`]: Go's `strconv.ParseUint`, the parse of every resourceVersion.
+//! - [`timestamp`]: `metav1.Time`, parsed and written as the apiserver does.
+//! - [`upgrade`]: taking a connection over after `101 Switching Protocols` (exec,
+//!   attach, port-forward), delivered by the server, taken by the proxy and the simulator.
+//! - [`drain`]: two-phase graceful shutdown, held by every task that must finish.
 //! - [`lane`]: the express lane: a watch's producer writing to its idle connection.
 //!
 //! **Watch**
@@ -64,6 +69,7 @@ pub mod cache;
 pub mod codec;
 pub mod config;
 pub mod demo;
+pub mod drain;
 pub mod duration;
 pub mod error_response;
 pub mod lane;
@@ -81,6 +87,9 @@ pub mod server;
 pub mod sim;
 pub mod stack;
 pub mod status;
+pub mod strconv;
 pub mod table;
+pub mod timestamp;
+pub mod upgrade;
 pub mod upstream;
 pub mod watch;

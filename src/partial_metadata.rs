@@ -20,7 +20,7 @@ use serde_json::{json, Map, Value};
 
 use crate::negotiate::MetaVersion;
 use crate::status::Status;
-use crate::table::format::{format_time, parse_time};
+use crate::timestamp::{format_time, parse_time};
 
 /// `metav1.ObjectMeta` of an object's `metadata`, in the Go struct's field order.
 pub fn object_meta(meta: &Value) -> Value {

@@ -20,6 +20,7 @@ use http::Method;
 
 use crate::selector::{FieldSelector, LabelSelector};
 use crate::status::{Cause, Status};
+use crate::strconv::{parse_uint, UintError};
 
 /// The verb, as kube-apiserver's RequestInfo names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -665,28 +666,6 @@ pub fn parse_resource_version(rv: &str) -> Result<u64, InvalidResourceVersion> {
     parse_uint(rv).map_err(|why| InvalidResourceVersion {
         quoted: crate::selector::validation::go_quote(rv),
         why,
-    })
-}
-
-/// Why `strconv.ParseUint` refused a string (its `NumError.Err` text).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum UintError {
-    #[error("invalid syntax")]
-    Syntax,
-    #[error("value out of range")]
-    Range,
-}
-
-/// `strconv.ParseUint(s, 10, 64)`: ASCII digits only. Rust's `u64::from_str` also takes a
-/// leading `+`, which Go refuses: `resourceVersion=+5` is the apiserver's 400, and was
-/// served from the cache before this (found by tests/bad_input_properties.rs).
-pub fn parse_uint(s: &str) -> Result<u64, UintError> {
-    if s.starts_with('+') {
-        return Err(UintError::Syntax);
-    }
-    s.parse::<u64>().map_err(|e| match e.kind() {
-        std::num::IntErrorKind::PosOverflow => UintError::Range,
-        _ => UintError::Syntax,
     })
 }
 

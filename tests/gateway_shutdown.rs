@@ -15,7 +15,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
 use watchgate::body;
-use watchgate::server::drain::DrainOutcome;
+use watchgate::drain::DrainOutcome;
 
 /// Watches get an endless channel body; `/slow` answers when the test says so.
 async fn stub() -> (

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use support::servers::{cluster_config, start_gateway, start_sim_with};
 use watch_clients::{h1_watch, H2Conn, Watch};
 use watch_env::{pod, put, warm};
-use watchgate::server::drain::DrainOutcome;
+use watchgate::drain::DrainOutcome;
 use watchgate::watch::stats::EndReason;
 
 /// Reads a stream to its end: every line must be a whole event, and the end clean.

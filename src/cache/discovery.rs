@@ -167,16 +167,14 @@ fn parse_resources(group: &str, version: &str, list: ApiResourceList) -> Vec<Arc
         .collect()
 }
 
-/// The field-selector labels kube-apiserver supports per type beyond `metadata.*`. The
-/// table lives with the simulator's resource registry, which models the apiserver's
-/// strategies; types it does not know get only `metadata.*`, and requests selecting on
-/// other fields are forwarded, so the upstream gives its own answer.
+/// The field-selector labels kube-apiserver supports per type beyond `metadata.*`
+/// (`model::field_labels`); types it does not know get only `metadata.*`, and requests
+/// selecting on other fields are forwarded, so the upstream gives its own answer.
 fn field_labels(group: &str, resource: &str) -> Vec<(&'static str, &'static str)> {
-    crate::sim::resources::RESOURCES
+    crate::model::field_labels::of(group, resource)
         .iter()
-        .find(|r| r.group == group && r.resource == resource)
-        .map(|r| r.fields.iter().map(|f| (f.label, f.path)).collect())
-        .unwrap_or_default()
+        .map(|f| (f.label, f.path))
+        .collect()
 }
 
 #[cfg(test)]

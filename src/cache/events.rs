@@ -179,7 +179,7 @@ pub fn decode_event(
         "BOOKMARK" => {
             let rv = serde_json::from_str::<Bookmark<'_>>(ev.object.get())
                 .ok()
-                .and_then(|b| crate::request::parse_uint(&b.metadata.resource_version).ok())
+                .and_then(|b| crate::strconv::parse_uint(&b.metadata.resource_version).ok())
                 .ok_or(MalformedEvent::Bookmark)?;
             Decoded::Progress(rv)
         }

@@ -65,7 +65,7 @@ fn decode_json(
     field_labels: &[(&'static str, &'static str)],
 ) -> Result<Page, PageError> {
     let page: ListPage<'_> = serde_json::from_slice(bytes).map_err(PageError::NotJson)?;
-    let resource_version = crate::request::parse_uint(&page.metadata.resource_version)
+    let resource_version = crate::strconv::parse_uint(&page.metadata.resource_version)
         .map_err(|_| PageError::ResourceVersion(page.metadata.resource_version.clone()))?;
     let mut out = Page {
         resource_version,

@@ -1251,7 +1251,7 @@ impl Reflector {
                         .get(INITIAL_EVENTS_END)
                         .is_some_and(|v| v == "true");
                     if end {
-                        let rv = crate::request::parse_uint(&b.metadata.resource_version).map_err(
+                        let rv = crate::strconv::parse_uint(&b.metadata.resource_version).map_err(
                             |_| {
                                 Failed(format!(
                                     "bookmark resourceVersion {:?} is not a number",

@@ -261,11 +261,17 @@ mod tests {
                 "{raw}"
             );
         }
-        let spec = crate::sim::seed::SeedSpec::per_type(10, 4096);
-        for i in 0..10 {
-            let pod = crate::sim::seed::pod(&spec, i, jiff::Timestamp::now());
-            let raw = serde_json::to_vec(&pod).unwrap();
-            assert_eq!(by_walk(&raw, POD), by_tree(&raw, POD));
+        // A whole pod as the apiserver writes it (the shape of the simulator's seed pods,
+        // written out here: the model sits below the simulator).
+        for node in ["node-1", "", "caf\\u00e9"] {
+            let raw = format!(
+                r#"{{"kind":"Pod","apiVersion":"v1","metadata":{{"name":"p","namespace":"ns-0","uid":"1b4e28ba-2fa1-11d2-883f-0016d3cca427","resourceVersion":"42","creationTimestamp":"2024-05-01T10:00:00Z","labels":{{"app":"a"}},"managedFields":[{{"manager":"m","operation":"Update","apiVersion":"v1","fieldsType":"FieldsV1","fieldsV1":{{"f:spec":{{"f:nodeName":{{}}}}}}}}]}},"spec":{{"containers":[{{"name":"c","image":"registry.k8s.io/pause:3.9","resources":{{}}}}],"restartPolicy":"Always","schedulerName":"default-scheduler","serviceAccountName":"default","nodeName":"{node}","hostNetwork":true}},"status":{{"phase":"Running","podIP":"10.0.0.1","conditions":[{{"type":"Ready","status":"True"}}]}}}}"#
+            );
+            assert_eq!(
+                by_walk(raw.as_bytes(), POD),
+                by_tree(raw.as_bytes(), POD),
+                "{raw}"
+            );
         }
     }
 

@@ -320,7 +320,7 @@ impl CachedObject {
     }
 
     /// Parses the header out of `raw`. `field_labels` maps each supported field-selector
-    /// label to its dotted JSON path (see `sim::resources::FieldLabel` for the table).
+    /// label to its dotted JSON path (see `model::field_labels` for the table).
     pub fn parse(
         raw: Bytes,
         field_labels: &[(&'static str, &'static str)],
@@ -363,7 +363,7 @@ impl CachedObject {
         let rv_text = meta
             .resource_version
             .ok_or(ObjectError::MissingResourceVersion)?;
-        let resource_version = crate::request::parse_uint(&rv_text)
+        let resource_version = crate::strconv::parse_uint(&rv_text)
             .map_err(|_| ObjectError::BadResourceVersion(rv_text.to_string()))?;
         let ns = meta.namespace.unwrap_or_default();
         let key: Box<str> = if ns.is_empty() {

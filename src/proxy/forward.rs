@@ -12,9 +12,9 @@ use super::headers;
 use super::stream::{DrainingBody, TrackedBody};
 use super::upgrade;
 use crate::body::{self, Body};
+use crate::drain::DrainWatch;
 use crate::error_response::negotiated_as;
 use crate::request::Parsed;
-use crate::server::drain::DrainWatch;
 use crate::status::Status;
 use crate::upstream::{Class, Upstream, UpstreamError, UpstreamResponse};
 

@@ -10,7 +10,7 @@ use hyper_util::rt::TokioIo;
 
 use super::headers;
 use crate::body::{self, Body};
-use crate::server::drain::DrainWatch;
+use crate::drain::DrainWatch;
 use crate::upstream::Upstream;
 
 pub(super) async fn forward(
@@ -18,7 +18,7 @@ pub(super) async fn forward(
     drain: &DrainWatch,
     mut req: Request<RequestBody>,
 ) -> Response<Body> {
-    let downstream = crate::server::upgrade::on(&mut req);
+    let downstream = crate::upgrade::on(&mut req);
     let (mut parts, incoming) = req.into_parts();
     headers::upstream_request(&mut parts.headers, true);
     parts.version = Version::HTTP_11;

@@ -16,7 +16,7 @@ use http::{header, HeaderValue, Method, Request, Response, StatusCode};
 use crate::body::{self, Body};
 use crate::cache::registry::{self, Registry};
 use crate::cache::warm::{Gvr, WarmStatus};
-use crate::server::drain::DrainWatch;
+use crate::drain::DrainWatch;
 use crate::server::probe::UpstreamProbe;
 use crate::status::Status;
 

@@ -38,15 +38,15 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::sync::oneshot;
 
 use super::chunked::{self, ChunkSink, End};
-use super::drain::DrainWatch;
 use super::express::DirectWrite;
 use super::handler::Handler;
 use super::rewind::Rewind;
 use super::stall::StallState;
-use super::upgrade::{self, OnUpgrade, Upgraded};
 use crate::auth::x509::PeerCert;
 use crate::body::{self, Body, BoxError};
+use crate::drain::DrainWatch;
 use crate::lane::{Detachable, Lane};
+use crate::upgrade::{OnUpgrade, Upgraded};
 
 /// What the service, the placeholder body and the socket wrapper share with the task.
 #[derive(Default)]
@@ -149,8 +149,8 @@ pub async fn serve<T>(
             // hyper wrote a 101 (its write side closes only once that is flushed) and the
             // socket belongs to the upgrade now.
             if let Some(tx) = lock(&shared.upgrade).take() {
-                let io: Box<dyn upgrade::Io> = Box::new(io);
-                let _ = tx.send(Rewind::new(io, &[]));
+                let io: Upgraded = Box::new(io);
+                let _ = tx.send(io);
             }
             return;
         };
@@ -402,7 +402,7 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Tracked<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::server::drain::Drain;
+    use crate::drain::Drain;
     use crate::server::stall::StallGuard;
     use http_body_util::{BodyExt, StreamBody};
     use std::time::Duration;

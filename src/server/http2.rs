@@ -34,12 +34,12 @@ use http_body::Body as _;
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::coalesce::{Coalesced, Flusher, TRIM_PERIOD};
-use super::drain::DrainWatch;
 use super::handler::{Handler, HandlerFuture};
 use super::rewind::Rewind;
 use super::stall::StallState;
 use crate::auth::x509::PeerCert;
 use crate::body::{Body, H2RequestBody, ReadActivity, RequestBody};
+use crate::drain::DrainWatch;
 use crate::lane::{Detachable, Sent, Sink};
 
 /// hyper's defaults for its HTTP/2 server (`hyper::proto::h2::server::Config`), so that
@@ -748,14 +748,10 @@ mod tests {
     fn served(
         handler: Handler,
         wrap: fn(Pipe) -> (Coalesced<Pipe>, Flusher<Pipe>),
-    ) -> (
-        Pipe,
-        tokio::task::JoinHandle<()>,
-        super::super::drain::Drain,
-    ) {
+    ) -> (Pipe, tokio::task::JoinHandle<()>, crate::drain::Drain) {
         let (client, server) = tokio::io::duplex(1 << 20);
         let (io, flusher) = wrap(server);
-        let drain = super::super::drain::Drain::new();
+        let drain = crate::drain::Drain::new();
         let stall = super::super::stall::StallGuard::new((), None).state();
         let task = tokio::spawn(serve(
             Rewind::new(io, &[]),

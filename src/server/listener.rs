@@ -12,13 +12,13 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::net::{TcpListener, TcpStream};
 
 use super::coalesce::{self, H2_PREFACE};
-use super::drain::DrainWatch;
 use super::h1;
 use super::handler::Handler;
 use super::http2;
 use super::rewind::Rewind;
 use super::stall::StallGuard;
 use super::tls::TlsServing;
+use crate::drain::DrainWatch;
 
 /// A client gets this long to send its request head: bounds slow-loris connections.
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
@@ -215,7 +215,7 @@ async fn sniff<T: AsyncRead + Unpin>(io: &mut T) -> std::io::Result<Sniffed> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::server::drain::Drain;
+    use crate::drain::Drain;
 
     /// Every connection is a task, and an idle HTTP/1.1 watch is one connection: the
     /// task's own size counts against the memory per watcher (docs/watch.md). hyper's

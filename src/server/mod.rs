@@ -5,7 +5,6 @@
 mod admin;
 mod chunked;
 mod coalesce;
-pub mod drain;
 pub mod express;
 mod h1;
 mod handler;
@@ -15,7 +14,6 @@ mod probe;
 mod rewind;
 pub mod stall;
 pub mod tls;
-pub mod upgrade;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -25,12 +23,12 @@ use anyhow::Context as _;
 use tokio::net::TcpListener;
 
 use crate::config::{self, GatewayConfig, ServeArgs};
+use crate::drain::{Drain, DrainOutcome};
 use crate::proxy::Proxy;
 use crate::upstream::{Upstream, UpstreamOptions};
-use drain::{Drain, DrainOutcome};
 use handler::Handler;
 
-pub use drain::DrainWatch;
+pub use crate::drain::DrainWatch;
 
 /// The gateway: an API listener forwarding to the upstream, and an admin listener.
 pub struct Gateway;

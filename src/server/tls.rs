@@ -21,7 +21,6 @@ use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, RwLock};
 use std::task::{Context, Poll};
-use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
@@ -35,40 +34,11 @@ use tokio_rustls::rustls::{
     DigitallySignedStruct, DistinguishedName, RootCertStore, ServerConfig, SignatureScheme,
 };
 
-use super::drain::DrainWatch;
 use super::express::{DirectWrite, TryWrite};
 use super::stall::StallGuard;
 use crate::auth::x509::PeerCert;
-
-/// How often the files are read again by default.
-pub const DEFAULT_RELOAD_INTERVAL: Duration = Duration::from_secs(5);
-
-/// The files TLS serving is made of.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TlsFiles {
-    /// PEM certificate chain, leaf first.
-    pub cert: PathBuf,
-    /// PEM private key (PKCS#8, PKCS#1 or SEC1).
-    pub key: PathBuf,
-    /// PEM CA bundle for x509 client users.
-    pub client_ca: Option<PathBuf>,
-    /// PEM CA bundle for front proxies' client certificates.
-    pub requestheader_ca: Option<PathBuf>,
-    /// How often the files are checked for changes.
-    pub reload_interval: Duration,
-}
-
-impl TlsFiles {
-    pub fn new(cert: PathBuf, key: PathBuf) -> Self {
-        Self {
-            cert,
-            key,
-            client_ca: None,
-            requestheader_ca: None,
-            reload_interval: DEFAULT_RELOAD_INTERVAL,
-        }
-    }
-}
+pub use crate::config::TlsFiles;
+use crate::drain::DrainWatch;
 
 /// Why a set of TLS files does not load.
 #[derive(Debug, thiserror::Error)]

@@ -336,7 +336,7 @@ fn spdy_echo<B: Send + 'static>(mut req: Request<B>) -> Response<Body> {
     let version = header_list(req.headers(), "x-stream-protocol-version")
         .into_iter()
         .next();
-    let on_upgrade = crate::server::upgrade::on(&mut req);
+    let on_upgrade = crate::upgrade::on(&mut req);
     tokio::spawn(async move {
         if let Ok(upgraded) = on_upgrade.await {
             // Raw echo, not SPDY framing (see the module docs).
@@ -380,7 +380,7 @@ where
             .into_response();
         };
         let accept = derive_accept_key(key.as_bytes());
-        let on_upgrade = crate::server::upgrade::on(&mut req);
+        let on_upgrade = crate::upgrade::on(&mut req);
         tokio::spawn(async move {
             match on_upgrade.await {
                 Ok(upgraded) => {

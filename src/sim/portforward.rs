@@ -130,7 +130,7 @@ pub fn handle<B: Send + 'static>(mut req: Request<B>, pod: &Value) -> Response<B
             .into_response();
         }
         let accept = derive_accept_key(key.as_bytes());
-        let on_upgrade = crate::server::upgrade::on(&mut req);
+        let on_upgrade = crate::upgrade::on(&mut req);
         tokio::spawn(async move {
             match on_upgrade.await {
                 Ok(io) => {
@@ -162,7 +162,7 @@ pub fn handle<B: Send + 'static>(mut req: Request<B>, pod: &Value) -> Response<B
             *resp.status_mut() = StatusCode::FORBIDDEN;
             return resp;
         }
-        let on_upgrade = crate::server::upgrade::on(&mut req);
+        let on_upgrade = crate::upgrade::on(&mut req);
         tokio::spawn(async move {
             match on_upgrade.await {
                 Ok(io) => serve_raw(io, pod).await,

@@ -6,16 +6,8 @@
 //! service and event strategies). Every type also supports `metadata.name` and
 //! `metadata.namespace` (`generic.ObjectMetaFieldsSet`).
 
-/// A field selector label and the JSON path (dot-separated) its value is read from.
-#[derive(Debug, Clone, Copy)]
-pub struct FieldLabel {
-    pub label: &'static str,
-    pub path: &'static str,
-}
-
-const fn f(label: &'static str, path: &'static str) -> FieldLabel {
-    FieldLabel { label, path }
-}
+use crate::model::field_labels;
+pub use crate::model::field_labels::FieldLabel;
 
 /// One served resource type (group, version, resource).
 #[derive(Debug)]
@@ -64,7 +56,7 @@ pub static RESOURCES: &[ResourceType] = &[
         categories: &[],
         verbs: NS_VERBS,
         subresources: &["status", "finalize"],
-        fields: &[f("status.phase", "status.phase")],
+        fields: field_labels::NAMESPACES,
     },
     ResourceType {
         group: "",
@@ -78,7 +70,7 @@ pub static RESOURCES: &[ResourceType] = &[
         categories: &[],
         verbs: VERBS,
         subresources: &["status", "proxy"],
-        fields: &[f("spec.unschedulable", "spec.unschedulable")],
+        fields: field_labels::NODES,
     },
     ResourceType {
         group: "",
@@ -100,16 +92,7 @@ pub static RESOURCES: &[ResourceType] = &[
             "binding",
             "eviction",
         ],
-        fields: &[
-            f("spec.nodeName", "spec.nodeName"),
-            f("spec.restartPolicy", "spec.restartPolicy"),
-            f("spec.schedulerName", "spec.schedulerName"),
-            f("spec.serviceAccountName", "spec.serviceAccountName"),
-            f("spec.hostNetwork", "spec.hostNetwork"),
-            f("status.phase", "status.phase"),
-            f("status.podIP", "status.podIP"),
-            f("status.nominatedNodeName", "status.nominatedNodeName"),
-        ],
+        fields: field_labels::PODS,
     },
     ResourceType {
         group: "",
@@ -137,7 +120,7 @@ pub static RESOURCES: &[ResourceType] = &[
         categories: &[],
         verbs: VERBS,
         subresources: &[],
-        fields: &[f("type", "type")],
+        fields: field_labels::SECRETS,
     },
     ResourceType {
         group: "",
@@ -151,10 +134,7 @@ pub static RESOURCES: &[ResourceType] = &[
         categories: &["all"],
         verbs: VERBS,
         subresources: &["status", "proxy"],
-        fields: &[
-            f("spec.clusterIP", "spec.clusterIP"),
-            f("spec.type", "spec.type"),
-        ],
+        fields: field_labels::SERVICES,
     },
     ResourceType {
         group: "",
@@ -182,22 +162,7 @@ pub static RESOURCES: &[ResourceType] = &[
         categories: &[],
         verbs: VERBS,
         subresources: &[],
-        fields: &[
-            f("involvedObject.kind", "involvedObject.kind"),
-            f("involvedObject.namespace", "involvedObject.namespace"),
-            f("involvedObject.name", "involvedObject.name"),
-            f("involvedObject.uid", "involvedObject.uid"),
-            f("involvedObject.apiVersion", "involvedObject.apiVersion"),
-            f(
-                "involvedObject.resourceVersion",
-                "involvedObject.resourceVersion",
-            ),
-            f("involvedObject.fieldPath", "involvedObject.fieldPath"),
-            f("reason", "reason"),
-            f("reportingComponent", "reportingComponent"),
-            f("source", "source.component"),
-            f("type", "type"),
-        ],
+        fields: field_labels::EVENTS,
     },
     ResourceType {
         group: "apps",

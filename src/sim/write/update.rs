@@ -34,7 +34,7 @@ impl Write<'_> {
             }
             return Ok(());
         }
-        if crate::request::parse_uint(rv).is_err() {
+        if crate::strconv::parse_uint(rv).is_err() {
             let (group, kind) = kind_group(self.rt);
             return Err(validate::invalid(
                 group,

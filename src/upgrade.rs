@@ -1,5 +1,8 @@
 //! Protocol upgrades (exec, attach, port-forward) on the gateway's own listeners.
 //!
+//! Below the server and its users alike: the proxy and the simulator take an upgraded
+//! connection with [`on`], the server (`server/h1.rs`) delivers it.
+//!
 //! HTTP/1.1 connections are served with hyper's plain connection, not its upgradeable one,
 //! because a watch's connection leaves hyper and comes back (`h1.rs`), which only the plain
 //! connection allows. hyper then hands an upgraded connection's socket back to its owner
@@ -16,7 +19,6 @@ use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::oneshot;
 
-use super::rewind::Rewind;
 use crate::body::BoxError;
 
 /// A socket of any kind.
@@ -24,15 +26,15 @@ pub trait Io: AsyncRead + AsyncWrite + Send + Unpin {}
 impl<T: AsyncRead + AsyncWrite + Send + Unpin> Io for T {}
 
 /// The client's side of a connection after `101 Switching Protocols`: its socket, with the
-/// bytes read past the request in front.
-pub type Upgraded = Rewind<Box<dyn Io>>;
+/// bytes read past the request in front (the server hands over its rewinding socket).
+pub type Upgraded = Box<dyn Io>;
 
 /// Where the listener delivers a request's upgraded connection.
 #[derive(Clone)]
-pub(super) struct OnUpgrade(Arc<Mutex<Option<oneshot::Receiver<Upgraded>>>>);
+pub struct OnUpgrade(Arc<Mutex<Option<oneshot::Receiver<Upgraded>>>>);
 
 impl OnUpgrade {
-    pub(super) fn pair() -> (oneshot::Sender<Upgraded>, Self) {
+    pub fn pair() -> (oneshot::Sender<Upgraded>, Self) {
         let (tx, rx) = oneshot::channel();
         (tx, OnUpgrade(Arc::new(Mutex::new(Some(rx)))))
     }
@@ -56,7 +58,7 @@ pub fn on<B>(
     }
     let theirs = hyper::upgrade::on(req);
     Box::pin(async move {
-        let io: Box<dyn Io> = Box::new(TokioIo::new(theirs.await?));
-        Ok(Rewind::new(io, &[]))
+        let io: Upgraded = Box::new(TokioIo::new(theirs.await?));
+        Ok(io)
     })
 }
