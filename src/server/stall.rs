@@ -93,7 +93,7 @@ impl<T> StallGuard<T> {
         if self.shared.exempt.load(Ordering::Acquire) {
             return Poll::Pending;
         }
-        let deadline = crate::watch::body::deadline_after(Instant::now(), limit);
+        let deadline = crate::duration::deadline_after(Instant::now(), limit);
         let timer = self
             .timer
             .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));

@@ -46,7 +46,7 @@ use crate::sim::store::{EventType, HistoryError, ReadAt};
 use crate::sim::{wait_shutdown, Sim};
 use crate::status::Status;
 
-use crate::watch::body::deadline_after;
+use crate::duration::deadline_after;
 pub use crate::watch::event::{value_line as event_line, INITIAL_EVENTS_END};
 
 /// Without timeoutSeconds the apiserver picks minRequestTimeout (1800 s) × [1, 2).

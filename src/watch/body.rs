@@ -40,9 +40,10 @@ use http_body::{Body, Frame, SizeHint};
 use tokio::time::{Instant, Sleep};
 
 use super::encoding::AddedFrames;
-use super::hub::{CatchUp, Hub, Item, Registration, SnapshotLease, WatcherShared};
-use super::queue;
+use super::hub::{CatchUp, Hub, Registration, SnapshotLease, WatcherShared};
+use super::queue::{self, Item};
 use super::stats::EndReason;
+use crate::duration::deadline_after;
 use crate::lane::Lane;
 
 /// Objects or history events handled per step, so one watcher never holds the hub's lock
@@ -61,19 +62,6 @@ const FRAME_BYTES: usize = 64 * 1024;
 /// kube-apiserver sends the last bookmark this long before a watch's deadline, so that
 /// the client can resume from it instead of from an older resourceVersion.
 const PRE_TIMEOUT_BOOKMARK: Duration = Duration::from_secs(2);
-
-/// Where a deadline that the clock cannot hold is put instead: tokio's own "far future".
-const FAR_FUTURE: Duration = Duration::from_secs(86400 * 365 * 30);
-
-/// `now + d`, which cannot panic: `Instant + Duration` panics on overflow, and `d` comes
-/// from a client (`timeoutSeconds` of up to about 292 years, see
-/// `ListOptions::watch_timeout`) or a flag. A deadline the clock cannot hold is never
-/// reached anyway.
-pub fn deadline_after(now: Instant, d: Duration) -> Instant {
-    now.checked_add(d)
-        .or_else(|| now.checked_add(FAR_FUTURE))
-        .unwrap_or(now)
-}
 
 enum Phase {
     Initial {

@@ -1,5 +1,5 @@
 //! How one watcher's events are written: the representation its Accept header negotiated
-//! (`watch::serve`), applied to the history's events, the initial state and bookmarks.
+//! (`serve::watch`), applied to the history's events, the initial state and bookmarks.
 //!
 //! - JSON: the event's shared JSON lines ([`Event::line`]); synthetic ADDED events share
 //!   the cached object's bytes.

@@ -17,12 +17,12 @@ use std::time::Duration;
 use rustc_hash::FxHashMap;
 use tokio::time::Instant;
 
-use super::bookmarks::{self, Schedule, Ticker};
 use super::encoding::BookmarkShape;
 use super::event::{Change, EncodedBytes, Encoder, Event};
 use super::filter::{WatchFilter, NAME};
 use super::index::{Index, WatcherId};
 use super::queue::{self, BookmarkSent, Delivered, Offered, SendError};
+use super::schedule::{self, Schedule, Slotted, Ticker};
 use super::stats::{EndReason, FanoutStats};
 use super::WatchConfig;
 use crate::model::object::CachedObject;
@@ -34,9 +34,18 @@ use crate::model::snapshot::Snapshot;
 pub const QUEUE_LEN: usize = 64;
 
 /// One queued event: its resourceVersion and its shared wire line.
-pub type Item = (u64, bytes::Bytes);
+use super::queue::Item;
 
 const NO_LAG: u64 = u64::MAX;
+
+impl Slotted for WatcherShared {
+    fn id(&self) -> WatcherId {
+        self.id
+    }
+    fn slot(&self) -> &AtomicU64 {
+        &self.bookmark_slot
+    }
+}
 
 /// The part of a watcher the hub shares with its response body.
 #[derive(Debug)]
@@ -50,7 +59,7 @@ pub struct WatcherShared {
     /// Its periodic bookmark is due and the hub's tick left it to the body (see
     /// `watch::bookmarks`): the body sends it when it is next idle and caught up.
     pub bookmark_due: AtomicBool,
-    /// Its slot in the hub's bookmark schedule (`bookmarks::UNSCHEDULED`: none); written
+    /// Its slot in the hub's bookmark schedule (`schedule::UNSCHEDULED`: none); written
     /// under the hub's lock.
     pub(super) bookmark_slot: AtomicU64,
     /// Why the hub closed its queue, when it was not for lagging.
@@ -70,7 +79,7 @@ impl WatcherShared {
             encoding: super::encoding::WatchEncoding::Json,
             lag_seq: AtomicU64::new(NO_LAG),
             bookmark_due: AtomicBool::new(false),
-            bookmark_slot: AtomicU64::new(bookmarks::UNSCHEDULED),
+            bookmark_slot: AtomicU64::new(schedule::UNSCHEDULED),
             closed_by: AtomicU8::new(0),
             epoch: 0,
         }
@@ -268,7 +277,7 @@ pub struct HubState {
     leases_kept: usize,
     next_sweep: Instant,
     /// When each watcher that asked for bookmarks gets its next periodic one.
-    bookmarks: Schedule,
+    bookmarks: Schedule<WatcherShared>,
 }
 
 /// History sizes, for metrics.
@@ -573,7 +582,7 @@ impl Hub {
             encoding,
             lag_seq: AtomicU64::new(NO_LAG),
             bookmark_due: AtomicBool::new(false),
-            bookmark_slot: AtomicU64::new(bookmarks::UNSCHEDULED),
+            bookmark_slot: AtomicU64::new(schedule::UNSCHEDULED),
             closed_by: AtomicU8::new(0),
             epoch: st.epoch,
         });
@@ -678,7 +687,7 @@ impl Hub {
         self.lock().bookmarks.len()
     }
 
-    /// One step of the bookmark tick: takes up to `bookmarks::BATCH` watchers whose
+    /// One step of the bookmark tick: takes up to `schedule::BATCH` watchers whose
     /// periodic bookmark is due, writes it through the express lane to those idle on it
     /// and leaves it to the body of every other one (`watch::bookmarks`). Returns true
     /// when there may be more due.
@@ -688,7 +697,7 @@ impl Hub {
         {
             let mut st = self.lock();
             st.bookmarks
-                .pop_due(now, self.cfg.bookmark_interval, bookmarks::BATCH, &mut due);
+                .pop_due(now, self.cfg.bookmark_interval, schedule::BATCH, &mut due);
             for shared in &due {
                 match st.watchers.get(&shared.id) {
                     Some(e) => live.push((shared, e.tx.bookmark_handoff())),
@@ -720,7 +729,7 @@ impl Hub {
                 .fetch_add(written, Ordering::Relaxed);
             self.stats.bytes.fetch_add(bytes, Ordering::Relaxed);
         }
-        due.len() == bookmarks::BATCH
+        due.len() == schedule::BATCH
     }
 
     /// A periodic bookmark's bytes at `rv` for `encoding`, built once per shape and RV in

@@ -12,10 +12,8 @@ pub mod hub;
 pub mod index;
 pub mod queue;
 pub mod relist;
-pub mod serve;
+pub mod schedule;
 pub mod stats;
-#[cfg(test)]
-mod tests;
 
 /// Tuning of the fan-out, per resource type.
 #[derive(Debug, Clone)]

@@ -12,8 +12,10 @@ use std::task::{Context, Poll};
 
 use futures_util::task::AtomicWaker;
 
-use super::hub::Item;
 use crate::lane::{Sent, Sink};
+
+/// What a watcher's queue carries: an event's resourceVersion and its encoded bytes.
+pub type Item = (u64, bytes::Bytes);
 
 /// Capacity kept after a burst has been drained; larger buffers are released.
 const KEEP_CAPACITY: usize = 4;

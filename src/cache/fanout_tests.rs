@@ -1,5 +1,7 @@
 //! Store-level tests of the fan-out: history, live dispatch, lagging, expiry, relists,
-//! bookmarks and timeouts, driven through real response bodies.
+//! bookmarks and timeouts, driven through real response bodies. Here, beside the store
+//! that feeds the hub, because they need both: the fan-out (`watch/`) sits below the
+//! cache and does not know the store.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,16 +10,16 @@ use bytes::Bytes;
 use http_body_util::BodyExt;
 use serde_json::Value;
 
-use super::body::{WatchBody, WatchParams};
-use super::encoding::WatchEncoding;
-use super::filter::WatchFilter;
-use super::hub::{Start, TooOld, QUEUE_LEN};
-use super::stats::EndReason;
-use super::WatchConfig;
-use crate::cache::store::{Change, Store, StoreWriter};
+use super::store::{Change, Store, StoreWriter};
 use crate::model::object::CachedObject;
 use crate::model::resource::ResourceInfo;
 use crate::model::snapshot::Snapshot;
+use crate::watch::body::{WatchBody, WatchParams};
+use crate::watch::encoding::WatchEncoding;
+use crate::watch::filter::WatchFilter;
+use crate::watch::hub::{Start, TooOld, QUEUE_LEN};
+use crate::watch::stats::EndReason;
+use crate::watch::WatchConfig;
 
 fn info() -> ResourceInfo {
     ResourceInfo {
