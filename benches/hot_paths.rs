@@ -1,8 +1,8 @@
 //! Criterion micro-benchmarks of the hot paths (issue 7): selector parse and match, event
 //! framing, list assembly from cached bytes (JSON; JSON and protobuf for 50,000 pods,
 //! issue 14), upstream event parsing, dispatch of one event to 10,000 indexed watchers,
-//! and the simulator's write of one object (with its Go struct round trip,
-//! `sim::protobuf::normalize`).
+//! the simulator's write of one object (with its Go struct round trip,
+//! `sim::protobuf::normalize`), and the routing decision of one read (issue 28).
 //!
 //!     cargo bench --bench hot_paths                          # full: ~1 min 40 s of running
 //!     WATCHGATE_BENCH_QUICK=1 cargo bench --bench hot_paths  # short measurements: ~10 s
@@ -142,7 +142,7 @@ fn lists(c: &mut Criterion) {
 /// the same list in JSON. "warm": every object's message is built (any protobuf list or
 /// watch after the first); "first": the first protobuf list of the type, which encodes
 /// each object's message from its JSON (then kept). Both assemble what the gateway's
-/// `cache::serve` assembles (the JSON `ListBody`; the protobuf envelope around each
+/// `serve::read` assembles (the JSON `ListBody`; the protobuf envelope around each
 /// object's message, `ProtoListBody`), without HTTP.
 fn big_lists(c: &mut Criterion) {
     use watchgate::codec::gzip::ChunkSource;
@@ -263,7 +263,7 @@ fn hub_with(
     filter: impl Fn(usize) -> WatchFilter,
 ) -> (
     Hub,
-    Vec<watchgate::watch::queue::Receiver<watchgate::watch::hub::Item>>,
+    Vec<watchgate::watch::queue::Receiver<watchgate::watch::queue::Item>>,
 ) {
     let hub = Hub::new(
         Encoder::new("Pod", "v1"),
@@ -415,9 +415,60 @@ fn sim_writes(c: &mut Criterion) {
     g.finish();
 }
 
+/// Where one read is answered: the routing decision (`serve::route::decide`) for the
+/// requests client-go's informers and controllers send most, beside the request's parse
+/// that precedes it (both once per request).
+fn routing(c: &mut Criterion) {
+    use watchgate::cache::fresh::ConsistentReads;
+    use watchgate::model::resource::ResourceInfo;
+    use watchgate::request::Parsed;
+    use watchgate::serve::route::{decide, Known, Route, Standing};
+    let info = ResourceInfo {
+        group: String::new(),
+        version: "v1".into(),
+        resource: "pods".into(),
+        kind: "Pod".into(),
+        namespaced: true,
+        field_labels: pod_fields(),
+    };
+    let known = Known {
+        authorized: true,
+        consistent_reads: ConsistentReads::Cache,
+        resource: Standing::Discovered(&info),
+    };
+    let mut headers = http::HeaderMap::new();
+    headers.insert(
+        http::header::ACCEPT,
+        http::HeaderValue::from_static("application/vnd.kubernetes.protobuf, */*"),
+    );
+    let mut g = c.benchmark_group("routing");
+    for (what, target) in [
+        ("get", "/api/v1/namespaces/ns-1/pods/p-1"),
+        (
+            "watch-list",
+            "/api/v1/pods?allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan&sendInitialEvents=true&timeoutSeconds=544&watch=true",
+        ),
+        (
+            "list by node",
+            "/api/v1/pods?fieldSelector=spec.nodeName%3Dnode-1&limit=500&resourceVersion=0",
+        ),
+    ] {
+        let uri: http::Uri = target.parse().unwrap();
+        g.bench_function(format!("parse a {what}"), |b| {
+            b.iter(|| Parsed::new(&http::Method::GET, &uri, &headers))
+        });
+        let parsed = Parsed::new(&http::Method::GET, &uri, &headers);
+        assert!(!matches!(decide(&parsed, &known), Route::Forward(_)));
+        g.bench_function(format!("decide a {what}"), |b| {
+            b.iter(|| matches!(decide(&parsed, &known), Route::Forward(_)))
+        });
+    }
+    g.finish();
+}
+
 criterion_group! {
     name = benches;
     config = config();
-    targets = selectors, framing, lists, big_lists, upstream_events, dispatch, sim_writes
+    targets = selectors, framing, lists, big_lists, upstream_events, dispatch, sim_writes, routing
 }
 criterion_main!(benches);

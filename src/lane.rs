@@ -2,7 +2,7 @@
 //!
 //! Here, below both, because both sides name it: the server (`server/h1.rs`,
 //! `server/http2.rs`, `server/chunked.rs`) connects the lane and the watch fan-out
-//! (`watch::serve`, `watch::body`, `watch::queue`) writes to it. The sockets' side of it
+//! (`serve::watch`, `watch::body`, `watch::queue`) writes to it. The sockets' side of it
 //! (non-blocking writes from outside a connection's task) is `server/express.rs`.
 //!
 //! Most watch deliveries are a lone event reaching an idle watcher. Through the

@@ -7,9 +7,8 @@
 //! (watches: one upstream watch per resource however many clients), or forwarded upstream
 //! unchanged. See docs/architecture.md. The modules, grouped bottom-up as the data flows
 //! (wire formats, then the watch fan-out, the cache, the serving stack, the server). The
-//! imports follow the groups but for the two read handlers (`cache::serve`,
-//! `watch::serve`, which belong with the serving stack) and one knot inside `watch/`;
-//! `tests/structure.rs` forbids new import cycles between files.
+//! imports follow the groups: `tests/structure.rs` forbids import cycles between folders
+//! and new ones between files.
 //!
 //! **Wire formats and the object model**
 //! - [`apipath`]: how kube-apiserver reads a request path, before any handler sees it.
@@ -40,8 +39,9 @@
 //!
 //! **Cache**
 //! - [`cache`]: per-resource caches fed by one upstream list+watch (reflector, store,
-//!   snapshots, freshness proofs, read-your-writes, budgets, consistency checks), and the
-//!   get and list handlers that answer from them.
+//!   snapshots, freshness proofs, read-your-writes, budgets, consistency checks).
+//! - [`serve`]: the routing decision (read, watch or forward, with the reason) and the
+//!   handlers that answer gets, lists and watches from the caches.
 //!
 //! **The serving stack**
 //! - [`upstream`]: the apiserver client: kubeconfig or in-cluster, TLS, auth, its own
@@ -83,6 +83,7 @@ pub mod proto;
 pub mod proxy;
 pub mod request;
 pub mod selector;
+pub mod serve;
 pub mod server;
 pub mod sim;
 pub mod stack;

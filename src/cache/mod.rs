@@ -14,9 +14,11 @@ pub mod list_page;
 pub mod read_at;
 pub mod reflector;
 pub mod registry;
-pub mod serve;
 pub mod snapshots;
 pub mod store;
 pub mod token_form;
 pub mod warm;
 pub mod writes;
+
+#[cfg(test)]
+mod fanout_tests;

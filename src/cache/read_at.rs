@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::forward::Forward;
-use super::fresh::{ConsistentRead, ConsistentReads, Fresh};
+use super::fresh::{ConsistentRead, Fresh};
 use super::registry::{Registry, ResourceCache};
 use crate::model::snapshot::Snapshot;
 
@@ -50,7 +50,7 @@ pub async fn snapshot_for(
     match read {
         Read::Any => at_least(registry, cache, 0).await,
         Read::NotOlderThan(n) => at_least(registry, cache, *n).await,
-        Read::Consistent => consistent(registry, cache, how).await.map(|f| f.snapshot),
+        Read::Consistent => consistent(cache, how).await.map(|f| f.snapshot),
         Read::Exact(n) => {
             // An RV the cache has not reached yet (the token of an upstream that is
             // ahead): the same short wait as for NotOlderThan.
@@ -65,15 +65,9 @@ pub async fn snapshot_for(
 }
 
 /// A state reflecting every write acknowledged upstream before the request arrived, or
-/// why there is none: `--consistent-reads=upstream`, or freshness not established in time.
-pub async fn consistent(
-    registry: &Registry,
-    cache: &ResourceCache,
-    how: ConsistentRead,
-) -> Result<Fresh, Forward> {
-    if registry.consistent_reads() == ConsistentReads::Upstream {
-        return Err(Forward::ConsistentUpstream);
-    }
+/// why there is none: freshness not established in time. (`--consistent-reads=upstream`
+/// is the routing decision's: such reads never get here, `serve::route`.)
+pub async fn consistent(cache: &ResourceCache, how: ConsistentRead) -> Result<Fresh, Forward> {
     cache.fresh.consistent_snapshot(how).await.map_err(|why| {
         tracing::debug!(resource = %cache.info.resource, "consistent read forwarded: {why}");
         why.reason()

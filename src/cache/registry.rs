@@ -158,6 +158,20 @@ pub struct Registry {
 pub const DEFAULT_SYNC_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// What a slot holds, for a waiting request.
+/// A resource's standing in the registry ([`Registry::lookup`]).
+pub enum Lookup {
+    /// `--cache-exclude`.
+    Excluded,
+    /// Discovery found it not listable and watchable.
+    NotCacheable,
+    /// Dropped for its size, not yet due for another try.
+    OverBudget,
+    /// Not started, or discovery or the first sync under way.
+    NotYet,
+    /// Its cache (synced or not).
+    Ready(Arc<ResourceCache>),
+}
+
 enum SlotState {
     Absent,
     Starting,
@@ -257,6 +271,26 @@ impl Registry {
             Some(Slot::Ready(c)) => SlotState::Ready(c.clone()),
             Some(Slot::NotCacheable) => SlotState::Forward(Forward::NotCacheable),
             Some(Slot::Dropped(_)) => SlotState::Forward(Forward::OverBudget),
+        }
+    }
+
+    /// What the registry knows of a resource, for the routing decision
+    /// (`serve::route::Standing`), without starting anything. A resource dropped for its
+    /// size whose time for another try has come is [`Lookup::NotYet`]: the request that
+    /// routes to it starts it again (`cache_for`).
+    pub fn lookup(&self, group: &str, version: &str, resource: &str) -> Lookup {
+        if self.policy.excludes(group, resource) {
+            return Lookup::Excluded;
+        }
+        let key = (group.to_string(), version.to_string(), resource.to_string());
+        match self.slots.get(&key).as_deref() {
+            None | Some(Slot::Starting) => Lookup::NotYet,
+            Some(Slot::Ready(c)) => Lookup::Ready(c.clone()),
+            Some(Slot::NotCacheable) => Lookup::NotCacheable,
+            Some(Slot::Dropped(d)) if d.at.elapsed() >= self.budget.config.retry_after => {
+                Lookup::NotYet
+            }
+            Some(Slot::Dropped(_)) => Lookup::OverBudget,
         }
     }
 

@@ -49,7 +49,7 @@ pub struct Store {
     exact_floor: AtomicU64,
     /// The form of the upstream's continue tokens for this resource: kept here because
     /// everything that reads the upstream's lists of it (reflector, probes) and everything
-    /// that mints tokens (`cache::serve`) holds the store.
+    /// that mints tokens (`serve::read`) holds the store.
     token_form: super::token_form::TokenForm,
 }
 

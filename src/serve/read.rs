@@ -1,24 +1,21 @@
-//! Answering reads from the cache.
-//!
-//! Only requests whose semantics the cache can honour exactly are served here (see
-//! docs/cache.md for the table): which state each resourceVersion semantics needs is
-//! `cache::read_at` (consistent reads: `cache::fresh`; Exact lists and continue tokens:
-//! `cache::snapshots`; read-your-writes: `cache::writes`). Everything else returns `None`
-//! and is forwarded: states the cache cannot give in time, watches (served by
-//! `watch::serve`), Accept types the cache does not produce (YAML; protobuf of a type with
-//! an object newer than the schema),
-//! field selectors on fields the cache does not index, invalid options (the upstream gives
-//! its own Status), and any resource whose cache has not synced yet.
+//! Answering gets and lists from the cache, once the routing decision (`serve::route`)
+//! has sent them here: the handler joins the cache's sync if it has not synced yet
+//! (`Registry::cache_for`), checks the type's facts (`route::admit`), builds the
+//! representation the Accept header negotiated, waits for the state the read needs
+//! (`cache::read_at`: consistent reads `cache::fresh`, Exact lists and continue tokens
+//! `cache::snapshots`, read-your-writes `cache::writes`) and answers. Each of those steps
+//! can still forward the request, with its reason (`cache::forward::Forward`).
 
 use std::sync::Arc;
 
-use http::{header, HeaderValue, Method, Response, StatusCode};
+use http::{header, HeaderValue, Response, StatusCode};
 
-use super::forward::Forward;
-use super::fresh::ConsistentRead;
-use super::read_at::{self, Read};
-use super::registry::{Registry, ResourceCache};
+use super::route::{self, Answer, ReadTarget};
 use crate::body::{self, Body};
+use crate::cache::forward::Forward;
+use crate::cache::fresh::ConsistentRead;
+use crate::cache::read_at;
+use crate::cache::registry::{Registry, ResourceCache};
 use crate::codec::continue_token::ContinueToken;
 use crate::codec::gzip;
 use crate::codec::list::{page, selected, Filter, ItemForm, ListBody, ListHead};
@@ -28,117 +25,25 @@ use crate::model::object::CachedObject;
 use crate::model::proto_form::metadata_list_type;
 use crate::model::resource::ResourceInfo;
 use crate::model::snapshot::Snapshot;
-use crate::negotiate::{Conversion, Encoding, MetaVersion, Negotiated};
+use crate::negotiate::{MetaVersion, Negotiated};
 use crate::proto::{self, MessageType};
 use crate::proxy::headers::Source;
-use crate::request::{ApiPath, ListOptions, Parsed, ResourceVersion as RV, RvMatch, Verb};
+use crate::request::{ListOptions, Parsed};
 use crate::status::{GroupResource, Status};
 use crate::table::{Convertor, TableOptions};
 
-/// What a cacheable read needs, decided before touching the cache.
-struct Plan<'a> {
-    group: &'a str,
-    version: &'a str,
-    resource: &'a str,
-    namespace: Option<&'a str>,
-    name: Option<&'a str>,
-    opts: ListOptions,
-    /// The state the read needs.
-    read: Read,
-    /// The page size of a limited list (`None`: the whole list).
-    limit: Option<usize>,
-    /// A continuation: the page starts after this key (the token's).
-    after: Option<Box<str>>,
-}
-
-/// Serves the request from the cache if it can; otherwise says why it is forwarded.
-pub async fn try_serve(registry: &Arc<Registry>, req: &Parsed) -> Result<Response<Body>, Forward> {
+/// Answers a get or list routed to the cache, or says why it is forwarded after all.
+pub async fn answer(
+    registry: &Arc<Registry>,
+    req: &Parsed,
+    plan: ReadTarget<'_>,
+    looked_up: Option<Arc<ResourceCache>>,
+) -> Result<Response<Body>, Forward> {
     let arrived = std::time::Instant::now();
-    if req.api.method != Method::GET || !matches!(req.api.verb, Verb::Get | Verb::List) {
-        return Err(Forward::NotARead);
-    }
-    let ApiPath::Resource(rp) = &req.api.path else {
-        return Err(Forward::NotARead);
-    };
-    // A path only the upstream can interpret (`crate::apipath`) is its to answer.
-    if !rp.canonical || rp.subresource.is_some() || !rp.extra.is_empty() || rp.legacy_watch {
-        return Err(Forward::NotARead);
-    }
-    // A pretty-printed answer (`pretty`, or curl's User-Agent) is the upstream's to give.
-    if req.pretty || req.api.query_get("pretty").is_some() {
-        return Err(Forward::Pretty);
-    }
-    let opts = req.valid_options().ok_or(Forward::Options)?.clone();
-    let (read, limit) = cacheable(&opts, req.api.verb).ok_or(Forward::Options)?;
-    let (read, after) = match read {
-        Cacheable::Read(r) => (r, None),
-        // The token names the state (its first page's RV) and where the page starts,
-        // relative to the list's key prefix, in either of kube-apiserver's forms.
-        Cacheable::Continue(token) => {
-            let prefix = rp
-                .namespace
-                .as_deref()
-                .map(|ns| format!("{ns}/"))
-                .unwrap_or_default();
-            // A bad token, or a negative RV (etcd3's "continue at the latest" after a
-            // compaction), is the upstream's to answer.
-            let t = ContinueToken::decode(&token, &prefix).map_err(|_| Forward::ContinueToken)?;
-            let rv = u64::try_from(t.rv)
-                .ok()
-                .filter(|rv| *rv > 0)
-                .ok_or(Forward::ContinueToken)?;
-            (Read::Exact(rv), Some(t.start_after.into_boxed_str()))
-        }
-    };
-    let plan = Plan {
-        group: &rp.group,
-        version: &rp.version,
-        resource: &rp.resource,
-        namespace: rp.namespace.as_deref(),
-        name: rp.name.as_deref(),
-        opts,
-        read,
-        limit,
-        after,
-    };
-    // An answer the cache never produces (YAML, a refusal) is forwarded before any wait
-    // for a cold cache: the type's endpoint follows from its group alone.
-    let endpoint = if crate::model::resource::is_builtin_group(&rp.group) {
-        crate::negotiate::Endpoint::BUILTIN
-    } else {
-        crate::negotiate::Endpoint::CUSTOM
-    };
-    req.accept
-        .negotiate(endpoint)
-        .ok()
-        .and_then(|n| served(n, req.api.verb))
-        .ok_or(Forward::Representation)?;
-    // The request could be served from a cache: make sure one is (being) built, and join
-    // its sync if it has not synced yet.
-    let cache = registry
-        .cache_for(
-            plan.group,
-            plan.version,
-            plan.resource,
-            registry.sync_wait(),
-        )
-        .await?;
-    let repr = representation(registry, &cache, req).ok_or(Forward::Representation)?;
-    // A cluster-scoped resource under a namespace path is the upstream's 404 to give.
-    // requestinfo.go puts a namespace's own name in `namespace` for
-    // `/api/v1/namespaces/{name}`, which is not such a path.
-    let own_namespace = rp.group.is_empty() && rp.resource == "namespaces";
-    if plan.namespace.is_some() && !cache.info.namespaced && !own_namespace {
-        return Err(Forward::NoRoute);
-    }
-    // Nor has a namespaced one a route by name outside a namespace (`/api/v1/pods/a`):
-    // the upstream's 404 too (src/apipath.rs).
-    if plan.name.is_some() && plan.namespace.is_none() && cache.info.namespaced {
-        return Err(Forward::NoRoute);
-    }
-    if !fields_indexed(&cache, &plan.opts) {
-        return Err(Forward::FieldSelector);
-    }
+    let t = &plan.target;
+    // Make sure a cache is (being) built, and join its sync if it has not synced yet.
+    let cache = synced(registry, t, looked_up, registry.sync_wait()).await?;
+    let repr = representation(registry, &cache, req, plan.answer).ok_or(Forward::Representation)?;
     // A lone get or list is forwarded rather than kept waiting for a proof of freshness
     // (`cache::fresh`).
     let how = ConsistentRead {
@@ -148,7 +53,7 @@ pub async fn try_serve(registry: &Arc<Registry>, req: &Parsed) -> Result<Respons
     let snapshot = read_at::snapshot_for(registry, &cache, &plan.read, how).await?;
     // Large answers are gzipped when the client accepts it, as kube-apiserver does.
     let gzip_ok = req.accepts_gzip;
-    let resp = match plan.name {
+    let resp = match t.name {
         Some(name) => get(
             &cache,
             &snapshot,
@@ -163,76 +68,6 @@ pub async fn try_serve(registry: &Arc<Registry>, req: &Parsed) -> Result<Respons
     // No answer here: an object without a protobuf form (the type is marked, and its
     // reads go upstream from now on).
     resp.map(cached).ok_or(Forward::Representation)
-}
-
-/// What a cacheable read asks for.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Cacheable {
-    Read(Read),
-    /// A continue token, decoded once the list's key prefix is known.
-    Continue(String),
-}
-
-/// Which state a request needs, and which page size applies, if the cache may answer it
-/// (the documents' "Semantics for get and list" table, as kube-apiserver's
-/// `delegator.ShouldDelegateList`, its cacher with `ListFromCacheSnapshot` and
-/// `computeListLimit` implement it). `None` means it must go upstream.
-fn cacheable(opts: &ListOptions, verb: Verb) -> Option<(Cacheable, Option<usize>)> {
-    use Cacheable::Read as R;
-    if opts.watch || opts.send_initial_events.is_some() {
-        return None;
-    }
-    let limit = opts
-        .limit
-        .filter(|_| verb == Verb::List)
-        .map(|l| l as usize);
-    if let Some(token) = &opts.continue_token {
-        // "Continue Token, Exact" (RV unset, or "0": "treated as Continue Token, Exact");
-        // any other RV is the upstream's 400.
-        if verb != Verb::List || !matches!(opts.rv, RV::Unset | RV::Zero) {
-            return None;
-        }
-        return Some((Cacheable::Continue(token.clone()), limit));
-    }
-    let n = match &opts.rv {
-        // Most Recent: a consistent read (`cache::fresh`), paged or not.
-        RV::Unset => return Some((R(Read::Consistent), limit)),
-        // Not a number: the upstream's 400 to give.
-        RV::Invalid(_) => return None,
-        RV::Zero => 0,
-        RV::Number(n) => *n,
-    };
-    match (opts.rv_match, n) {
-        // Exact at "0" is invalid (422, validation); another spelling of zero is the
-        // upstream's to judge.
-        (Some(RvMatch::Exact), 0) => None,
-        (Some(RvMatch::Exact), n) => Some((R(Read::Exact(n)), limit)),
-        // RV="0": Any. kube-apiserver's cacher ignores `limit` here (`computeListLimit`)
-        // and answers the whole list; so does the cache. computeListLimit compares the
-        // string: another spelling of zero keeps its limit, which is the upstream's to
-        // apply.
-        (_, 0) if opts.rv == RV::Zero => Some((R(Read::Any), None)),
-        (_, 0) if limit.is_some() => None,
-        (_, 0) => Some((R(Read::Any), None)),
-        // NotOlderThan with a limit: the cacher serves the first page from its cache and
-        // issues a continue token at the page's resourceVersion.
-        (Some(RvMatch::NotOlderThan), n) => Some((R(Read::NotOlderThan(n)), limit)),
-        // Legacy semantics: RV=N with a limit is an exact read.
-        (None, n) if limit.is_some() => Some((R(Read::Exact(n)), limit)),
-        (None, n) => Some((R(Read::NotOlderThan(n)), None)),
-    }
-}
-
-/// Field selectors are answered from the fields parsed into each object; any other field
-/// label goes upstream, which knows whether the type supports it. `metadata.namespace` is
-/// a field of namespaced types only (`generic.ObjectMetaFieldsSet`): on nodes or
-/// namespaces the apiserver refuses it with a 400 (found by tests/bad_input_properties.rs).
-pub fn fields_indexed(cache: &ResourceCache, opts: &ListOptions) -> bool {
-    opts.field_selector.terms.iter().all(|t| {
-        t.field == "metadata.name"
-            || (t.field == "metadata.namespace" && cache.info.namespaced)
-            || cache.info.field_labels.iter().any(|(l, _)| *l == t.field)
-    })
 }
 
 /// The representation a read is answered in from the cache.
@@ -284,26 +119,47 @@ impl Repr {
     }
 }
 
-/// How the Accept header negotiates for this type (`crate::negotiate`, as the apiserver
-/// negotiates it), if the cache produces that answer. Protobuf, YAML, Table, pretty
-/// output, and the apiserver's 406 refusals (no acceptable media type, a list asking for
-/// `PartialObjectMetadata` or a get for `PartialObjectMetadataList`) are the upstream's
-/// to give.
-fn representation(registry: &Arc<Registry>, cache: &ResourceCache, req: &Parsed) -> Option<Repr> {
-    let n = req.accept.negotiate(cache.info.endpoint()).ok()?;
-    match served(n, req.api.verb)? {
-        Served::Json => Some(Repr::Json),
-        Served::Metadata(v) => Some(Repr::Metadata(v)),
-        Served::Table(v) => {
-            // A bad includeObject is the upstream's 400 to give.
+/// The synced cache of the target's resource: the one the routing decision looked up if
+/// it has synced (and was admitted there), else the registry's, started if need be and
+/// waited for up to `bound` (`Registry::cache_for`), and admitted now that its type is
+/// known.
+pub(super) async fn synced(
+    registry: &Arc<Registry>,
+    t: &route::Target<'_>,
+    looked_up: Option<Arc<ResourceCache>>,
+    bound: std::time::Duration,
+) -> Result<Arc<ResourceCache>, Forward> {
+    if let Some(c) = looked_up.filter(|c| c.is_synced()) {
+        return Ok(c);
+    }
+    let cache = registry
+        .cache_for(t.group, t.version, t.resource, bound)
+        .await?;
+    route::admit(t, &cache.info)?;
+    Ok(cache)
+}
+
+/// The representation of the answer the route negotiated, if the cache produces it for
+/// this type: a Table needs the type's printer (and a valid `includeObject`; a bad one is
+/// the upstream's 400), protobuf the type's messages and objects that all encode.
+fn representation(
+    registry: &Arc<Registry>,
+    cache: &ResourceCache,
+    req: &Parsed,
+    answer: Answer,
+) -> Option<Repr> {
+    match answer {
+        Answer::Json => Some(Repr::Json),
+        Answer::Metadata(v) => Some(Repr::Metadata(v)),
+        Answer::Table(v) => {
             let opts = TableOptions::new(v, req.api.query_get("includeObject")).ok()?;
             Some(Repr::Table(convertor(registry, cache)?, opts))
         }
-        Served::Protobuf => {
+        Answer::Protobuf => {
             let (object, list) = cache.proto.types()?;
             Some(Repr::Protobuf { object, list })
         }
-        Served::MetadataProtobuf(version) => {
+        Answer::MetadataProtobuf(version) => {
             if !cache.proto.metadata_ok() {
                 return None;
             }
@@ -313,35 +169,6 @@ fn representation(registry: &Arc<Registry>, cache: &ResourceCache, req: &Parsed)
                 object: cache.proto.object,
             })
         }
-    }
-}
-
-/// Which negotiated answers the cache produces.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Served {
-    Json,
-    Metadata(MetaVersion),
-    Table(MetaVersion),
-    Protobuf,
-    MetadataProtobuf(MetaVersion),
-}
-
-fn served(n: Negotiated, verb: Verb) -> Option<Served> {
-    if n.pretty || n.encoding == Encoding::Yaml {
-        return None;
-    }
-    let proto = n.encoding == Encoding::Protobuf;
-    match (n.conversion, verb) {
-        (None, _) if proto => Some(Served::Protobuf),
-        (None, _) => Some(Served::Json),
-        (Some(Conversion::PartialObjectMetadata(v)), Verb::Get)
-        | (Some(Conversion::PartialObjectMetadataList(v)), Verb::List) => Some(if proto {
-            Served::MetadataProtobuf(v)
-        } else {
-            Served::Metadata(v)
-        }),
-        (Some(Conversion::Table(v)), _) if !proto => Some(Served::Table(v)),
-        _ => None,
     }
 }
 
@@ -403,14 +230,14 @@ fn matcher(opts: &ListOptions) -> Option<Filter> {
 fn get(
     cache: &ResourceCache,
     snapshot: &Snapshot,
-    plan: &Plan<'_>,
+    plan: &ReadTarget<'_>,
     name: &str,
     repr: Repr,
     gzip_ok: bool,
     error_form: Option<Negotiated>,
 ) -> Option<Response<Body>> {
     let ns = if cache.info.namespaced {
-        plan.namespace.unwrap_or_default()
+        plan.target.namespace.unwrap_or_default()
     } else {
         ""
     };
@@ -485,13 +312,13 @@ fn protobuf_response(out: Vec<u8>, gzip_ok: bool) -> Response<Body> {
 async fn list(
     cache: &ResourceCache,
     snapshot: Arc<Snapshot>,
-    plan: &Plan<'_>,
+    plan: &ReadTarget<'_>,
     repr: Repr,
     gzip_ok: bool,
 ) -> Option<Response<Body>> {
     let info = &cache.info;
-    let namespace = plan.namespace.filter(|_| info.namespaced);
-    let filter = matcher(&plan.opts);
+    let namespace = plan.target.namespace.filter(|_| info.namespaced);
+    let filter = matcher(&plan.target.opts);
     let after = plan.after.as_deref();
     let page = plan
         .limit
@@ -693,191 +520,4 @@ fn json_response(body: Body) -> Response<Body> {
 fn cached(mut resp: Response<Body>) -> Response<Body> {
     Source::Cache.mark(resp.headers_mut());
     resp
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn opts(q: &str) -> ListOptions {
-        let pairs: Vec<(String, String)> =
-            form_urlencoded::parse(q.as_bytes()).into_owned().collect();
-        crate::request::list_options(&pairs, false).unwrap()
-    }
-
-    #[test]
-    fn the_semantics_table_decides_what_is_cacheable() {
-        use Verb::*;
-        let r = |read: Read, limit: Option<usize>| Some((Cacheable::Read(read), limit));
-        let any = r(Read::Any, None);
-        // resourceVersion unset: Most Recent, a consistent read (cache::fresh), paged or not.
-        assert_eq!(cacheable(&opts(""), List), r(Read::Consistent, None));
-        assert_eq!(cacheable(&opts(""), Get), r(Read::Consistent, None));
-        assert_eq!(
-            cacheable(&opts("limit=5"), List),
-            r(Read::Consistent, Some(5))
-        );
-        // "0": Any, and the cacher ignores the limit.
-        assert_eq!(cacheable(&opts("resourceVersion=0"), List), any);
-        assert_eq!(cacheable(&opts("resourceVersion=0"), Get), any);
-        assert_eq!(
-            cacheable(
-                &opts("resourceVersion=0&resourceVersionMatch=NotOlderThan"),
-                List
-            ),
-            any
-        );
-        assert_eq!(cacheable(&opts("resourceVersion=0&limit=5"), List), any);
-        assert_eq!(
-            cacheable(
-                &opts("resourceVersion=0&resourceVersionMatch=NotOlderThan&limit=5"),
-                List
-            ),
-            any
-        );
-        // Another spelling of zero keeps its limit (computeListLimit compares strings).
-        assert_eq!(cacheable(&opts("resourceVersion=00&limit=5"), List), None);
-        assert_eq!(cacheable(&opts("resourceVersion=00"), List), any);
-        // "N": Not older than, unless limit makes it the legacy Exact.
-        assert_eq!(
-            cacheable(&opts("resourceVersion=7"), List),
-            r(Read::NotOlderThan(7), None)
-        );
-        assert_eq!(
-            cacheable(&opts("resourceVersion=7"), Get),
-            r(Read::NotOlderThan(7), None)
-        );
-        assert_eq!(
-            cacheable(&opts("resourceVersion=7&limit=5"), List),
-            r(Read::Exact(7), Some(5))
-        );
-        // NotOlderThan with a limit: the first page, from the cache.
-        assert_eq!(
-            cacheable(
-                &opts("resourceVersion=7&resourceVersionMatch=NotOlderThan&limit=5"),
-                List
-            ),
-            r(Read::NotOlderThan(7), Some(5))
-        );
-        assert_eq!(
-            cacheable(
-                &opts("resourceVersion=7&resourceVersionMatch=NotOlderThan"),
-                List
-            ),
-            r(Read::NotOlderThan(7), None)
-        );
-        // Exact: a retained or rebuilt snapshot (cache::snapshots).
-        assert_eq!(
-            cacheable(&opts("resourceVersion=7&resourceVersionMatch=Exact"), List),
-            r(Read::Exact(7), None)
-        );
-        assert_eq!(
-            cacheable(
-                &opts("resourceVersion=7&resourceVersionMatch=Exact&limit=2"),
-                List
-            ),
-            r(Read::Exact(7), Some(2))
-        );
-        // Continuations: the token's state (RV unset, or "0", which is treated the same).
-        let cont = |t: &str, l| Some((Cacheable::Continue(t.into()), l));
-        assert_eq!(
-            cacheable(&opts("continue=abc&limit=5"), List),
-            cont("abc", Some(5))
-        );
-        assert_eq!(
-            cacheable(&opts("resourceVersion=0&continue=abc"), List),
-            cont("abc", None)
-        );
-        // With any other RV the apiserver answers 400; that is the upstream's.
-        assert_eq!(
-            cacheable(&opts("resourceVersion=7&continue=abc"), List),
-            None
-        );
-    }
-
-    #[test]
-    fn json_metadata_and_tables_are_served_the_rest_is_forwarded() {
-        use crate::model::resource::ResourceInfo;
-        let repr = |accept: Option<&str>, group: &str, path: &str| {
-            let mut headers = http::HeaderMap::new();
-            if let Some(a) = accept {
-                headers.insert(header::ACCEPT, HeaderValue::from_str(a).unwrap());
-            }
-            let req = Parsed::new(&Method::GET, &path.parse().unwrap(), &headers);
-            let info = ResourceInfo {
-                group: group.into(),
-                version: "v1".into(),
-                resource: "things".into(),
-                kind: "Thing".into(),
-                namespaced: true,
-                field_labels: vec![],
-            };
-            served(req.accept.negotiate(info.endpoint()).ok()?, req.api.verb)
-        };
-        let list = "/api/v1/pods";
-        let get = "/api/v1/namespaces/a/pods/p";
-        assert_eq!(repr(None, "", list), Some(Served::Json));
-        assert_eq!(
-            repr(Some("application/json, */*"), "", list),
-            Some(Served::Json)
-        );
-        assert_eq!(repr(Some("*/*"), "", list), Some(Served::Json));
-        assert_eq!(
-            repr(
-                Some("application/json;as=Table;v=v1;g=meta.k8s.io,application/json"),
-                "",
-                list
-            ),
-            Some(Served::Table(MetaVersion::V1))
-        );
-        // client-go's typed clients: protobuf for a built-in type.
-        assert_eq!(
-            repr(
-                Some("application/vnd.kubernetes.protobuf,application/json"),
-                "",
-                list
-            ),
-            Some(Served::Protobuf)
-        );
-        // The metadata informer's Accept: protobuf PartialObjectMetadataList, custom
-        // resources included.
-        let informer = "application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json";
-        assert_eq!(
-            repr(Some(informer), "example.com", list),
-            Some(Served::MetadataProtobuf(MetaVersion::V1))
-        );
-        // Table has no protobuf form.
-        assert_eq!(
-            repr(
-                Some("application/vnd.kubernetes.protobuf;as=Table;g=meta.k8s.io;v=v1"),
-                "",
-                list
-            ),
-            None
-        );
-        // A custom resource has no protobuf: client-go's typed Accept gets JSON.
-        assert_eq!(
-            repr(
-                Some("application/vnd.kubernetes.protobuf,application/json"),
-                "example.com",
-                list
-            ),
-            Some(Served::Json)
-        );
-        assert_eq!(repr(Some("application/yaml"), "", list), None);
-        assert_eq!(repr(Some("application/json;pretty=1"), "", list), None);
-        let meta_list = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1";
-        let meta_get = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1beta1";
-        assert_eq!(
-            repr(Some(meta_list), "", list),
-            Some(Served::Metadata(MetaVersion::V1))
-        );
-        assert_eq!(
-            repr(Some(meta_get), "example.com", get),
-            Some(Served::Metadata(MetaVersion::V1beta1))
-        );
-        // The apiserver refuses these (406): the upstream answers.
-        assert_eq!(repr(Some(meta_list), "", get), None);
-        assert_eq!(repr(Some(meta_get), "", list), None);
-    }
 }

@@ -1,168 +1,108 @@
-//! Deciding whether a watch is served from the cache, and starting it.
+//! Serving a watch from the fan-out, once the routing decision (`serve::route`) has sent
+//! it here: the handler joins the cache's sync if it has not synced yet (bounded by the
+//! watch's own timeout), checks the type's facts (`route::admit`), builds the encoding the
+//! Accept header negotiated, waits for the state the watch starts from (`cache::read_at`:
+//! a consistent one through `cache::fresh`; one at N or later; an RV the cache has not
+//! reached within `CATCH_UP_WAIT` is forwarded) and registers the watcher with the hub.
 //!
-//! Served here (the documents' watch table, kube-apiserver's cacher where they are
-//! silent): `resourceVersion="0"` (the current state as ADDED events, then changes),
-//! `resourceVersion="N"` (the changes after N, from the history; 410 in an ERROR event
-//! when N is older than it; a wait when N is newer, as api-concepts allows: "the API
-//! server may wait indefinitely"), `sendInitialEvents=true` with NotOlderThan and RV
-//! set (initial events, then the `k8s.io/initial-events-end` bookmark; an RV the cache
-//! has not reached within `CATCH_UP_WAIT` is forwarded: see `cache::read_at`), and
-//! resourceVersion unset ("Get State and Start at Most Recent", client-go's watch-list)
-//! once the cache is proven fresh (`cache::fresh`; forwarded when it cannot be in time).
-//! Which state each needs is `cache::read_at`.
-//!
-//! Forwarded: invalid options (the upstream's Status is the reference), non-JSON media
-//! types, field labels the cache does not carry, and resources whose cache is not synced
-//! yet.
+//! Where each kind of watch starts is [`WatchFrom`] (the documents' watch table,
+//! kube-apiserver's cacher where they are silent): `resourceVersion="0"` the current state
+//! as ADDED events, then changes; `resourceVersion="N"` the changes after N, from the
+//! history (410 in an ERROR event when N is older than it; a wait when N is newer, as
+//! api-concepts allows: "the API server may wait indefinitely"); `sendInitialEvents=true`
+//! the initial events, then the `k8s.io/initial-events-end` bookmark; resourceVersion
+//! unset ("Get State and Start at Most Recent", client-go's watch-list) once the cache is
+//! proven fresh (`cache::fresh`; forwarded when it cannot be in time).
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::{header, HeaderValue, Method, Response, StatusCode};
+use http::{header, HeaderValue, Response, StatusCode};
 use rand::Rng;
 
-use super::body::{WatchBody, WatchParams};
-use super::encoding::{ProtoWatch, TableWatch, WatchEncoding};
-use super::event::value_line;
-use super::filter::{WatchFilter, NAME};
-use super::hub::{Start, TooOld};
+use super::route::{WatchFrom, WatchTarget};
 use crate::body::{self, Body};
 use crate::cache::forward::Forward;
 use crate::cache::fresh::ConsistentRead;
 use crate::cache::read_at;
-use crate::cache::registry::Registry;
-use crate::cache::serve::fields_indexed;
+use crate::cache::registry::{Registry, ResourceCache};
 use crate::negotiate::{Conversion, Encoding};
 use crate::proxy::headers::Source;
-use crate::request::{ApiPath, Parsed, ResourceVersion, Verb, WatchTimeout};
-use crate::selector::field::Term;
+use crate::request::{Parsed, WatchTimeout};
 use crate::status::Status;
 use crate::table::TableOptions;
+use crate::watch::body::{WatchBody, WatchParams};
+use crate::watch::encoding::{ProtoWatch, TableWatch, WatchEncoding};
+use crate::watch::event::value_line;
+use crate::watch::filter::WatchFilter;
+use crate::watch::hub::{Start, TooOld};
 
 /// Without timeoutSeconds, kube-apiserver picks minRequestTimeout (1800 s) × [1, 2), so
 /// that reconnects spread out (handlers/get.go).
 const MIN_REQUEST_TIMEOUT: Duration = Duration::from_secs(1800);
 
-/// Serves the watch from the cache if it can; otherwise says why it is forwarded. When
-/// the gateway drains, the stream ends at an event boundary
-/// ([`Registry::shutdown_watches`]).
-pub async fn try_watch(registry: &Arc<Registry>, req: &Parsed) -> Result<Response<Body>, Forward> {
+/// Serves a watch routed to the fan-out, or says why it is forwarded after all. When the
+/// gateway drains, the stream ends at an event boundary ([`Registry::shutdown_watches`]).
+pub async fn answer(
+    registry: &Arc<Registry>,
+    req: &Parsed,
+    plan: WatchTarget<'_>,
+    looked_up: Option<Arc<ResourceCache>>,
+) -> Result<Response<Body>, Forward> {
     let arrived = std::time::Instant::now();
-    if req.api.method != Method::GET {
-        return Err(Forward::NotARead);
-    }
-    let ApiPath::Resource(rp) = &req.api.path else {
-        return Err(Forward::NotARead);
-    };
-    // A path only the upstream can interpret (`crate::apipath`) is its to answer.
-    if req.api.verb != Verb::Watch
-        || !rp.canonical
-        || rp.subresource.is_some()
-        || !rp.extra.is_empty()
-    {
-        return Err(Forward::NotARead);
-    }
-    if req.api.query_get("pretty").is_some() {
-        return Err(Forward::Pretty);
-    }
-    let mut opts = req.valid_options().ok_or(Forward::Options)?.clone();
-    // A name in the path becomes (or must agree with) a metadata.name field selector
-    // (handlers/get.go); a disagreement is the upstream's 400 to give.
-    if let Some(name) = &rp.name {
-        match opts.field_selector.requires_exact(NAME) {
-            _ if opts.field_selector.is_empty() => opts.field_selector.terms.push(Term {
-                field: NAME.into(),
-                equals: true,
-                value: name.clone(),
-            }),
-            Some(n) if n == name => {}
-            _ => return Err(Forward::Options),
-        }
-    }
-    // Unset: "Get State and Start at Most Recent", a consistent read.
-    let consistent = opts.rv == ResourceVersion::Unset;
-    let rv = opts.rv.number().map_err(|_| Forward::Options)?;
-    // A stream the cache never writes is forwarded before any wait for a cold cache.
-    let endpoint = if crate::model::resource::is_builtin_group(&rp.group) {
-        crate::negotiate::Endpoint::BUILTIN
-    } else {
-        crate::negotiate::Endpoint::CUSTOM
-    };
-    match (
-        req.accept.negotiate(endpoint),
-        req.accept.negotiate_stream(endpoint),
-    ) {
-        (Ok(n), Ok(stream)) if stream.encoding == n.encoding && !n.pretty => {}
-        _ => return Err(Forward::Representation),
-    }
-
+    let t = &plan.target;
+    let opts = &t.opts;
     // Join the cache's sync if it has not synced yet; a watch does not wait past its own
     // timeout.
     let bound = match opts.watch_timeout() {
         WatchTimeout::After(d) => d.min(registry.sync_wait()),
         _ => registry.sync_wait(),
     };
-    let cache = registry
-        .cache_for(&rp.group, &rp.version, &rp.resource, bound)
-        .await?;
+    let cache = super::read::synced(registry, t, looked_up, bound).await?;
     let encoding = encoding(registry, &cache, req).ok_or(Forward::Representation)?;
-    let own_namespace = rp.group.is_empty() && rp.resource == "namespaces";
-    // Paths with no route: a cluster-scoped type under a namespace, a namespaced one by
-    // name outside a namespace (`/api/v1/watch/pods/a`). The upstream's 404 to give.
-    if (rp.namespace.is_some() && !cache.info.namespaced && !own_namespace)
-        || (rp.name.is_some() && rp.namespace.is_none() && cache.info.namespaced)
-    {
-        return Err(Forward::NoRoute);
-    }
-    if !fields_indexed(&cache, &opts) {
-        return Err(Forward::FieldSelector);
-    }
 
     // A watch waits for a proof of freshness rather than being forwarded (`cache::fresh`).
     let how = ConsistentRead {
         stream: true,
         arrived,
     };
-    let (start, min_rv, initial_events_end) = match opts.send_initial_events {
+    let (start, min_rv, initial_events_end) = match plan.from {
         // The state as fresh as a consistent read (its snapshot is taken when the watcher
         // registers, at least as new as the one proven fresh), then the changes.
-        Some(send) if consistent => {
-            let fresh = read_at::consistent(registry, &cache, how).await?;
-            if send {
-                (Start::Initial, 0, true)
-            } else {
+        WatchFrom::Consistent {
+            send_initial_events,
+        } => {
+            let fresh = read_at::consistent(&cache, how).await?;
+            match send_initial_events {
+                Some(true) => (Start::Initial, 0, true),
                 // "Start at most recent": the changes after the upstream's RV when asked,
                 // which may already be in the history.
-                (Start::After(fresh.rv), fresh.rv, false)
+                Some(false) => (Start::After(fresh.rv), fresh.rv, false),
+                // A legacy `/watch/` path (not defaulted to a watch-list): the initial
+                // state without the closing bookmark.
+                None => (Start::Initial, 0, false),
             }
         }
-        None if consistent => {
-            // A legacy `/watch/` path (not defaulted to a watch-list): the initial state
-            // without the closing bookmark.
-            read_at::consistent(registry, &cache, how).await?;
-            (Start::Initial, 0, false)
-        }
-        Some(true) => {
-            // The state at N or later (and at the newest write made through the
-            // gateway): as for lists, a short wait for the cache's own watch, then the
-            // upstream answers (cache::read_at::CATCH_UP_WAIT).
+        // The state at N or later (and at the newest write made through the gateway): as
+        // for lists, a short wait for the cache's own watch, then the upstream answers
+        // (cache::read_at::CATCH_UP_WAIT).
+        WatchFrom::StateNotOlderThan(rv) => {
             read_at::at_least(registry, &cache, rv).await?;
             (Start::Initial, 0, true)
         }
-        Some(false) if rv == 0 => {
+        WatchFrom::Head => {
             let head = cache.store.resource_version();
             (Start::After(head), head, false)
         }
-        None if rv == 0 => {
+        WatchFrom::AnyState => {
             read_at::at_least(registry, &cache, 0).await?;
             (Start::Initial, 0, false)
         }
-        _ => (Start::After(rv), rv, false),
+        WatchFrom::After(rv) => (Start::After(rv), rv, false),
     };
     let filter = WatchFilter {
-        namespace: rp
+        namespace: t
             .namespace
-            .as_deref()
             .filter(|_| cache.info.namespaced)
             .map(Into::into),
         labels: opts.label_selector.clone(),
@@ -178,7 +118,7 @@ pub async fn try_watch(registry: &Arc<Registry>, req: &Parsed) -> Result<Respons
         Err(TooOld(requested, oldest)) => {
             let status = Status::too_old_resource_version(requested, oldest);
             let line = if protobuf {
-                super::encoding::proto_status_frame(&status)
+                crate::watch::encoding::proto_status_frame(&status)
             } else {
                 value_line("ERROR", &status.to_value())
             };
@@ -219,7 +159,7 @@ fn watch_timeout(t: WatchTimeout) -> Duration {
 /// (`PartialObjectMetadataList`), a bad `includeObject` and refusals go upstream.
 fn encoding(
     registry: &Arc<Registry>,
-    cache: &crate::cache::registry::ResourceCache,
+    cache: &ResourceCache,
     req: &Parsed,
 ) -> Option<WatchEncoding> {
     let endpoint = cache.info.endpoint();
@@ -258,7 +198,7 @@ fn encoding(
         }),
         Some(Conversion::Table(v)) => {
             let opts = TableOptions::new(v, req.api.query_get("includeObject")).ok()?;
-            let convertor = crate::cache::serve::convertor(registry, cache)?;
+            let convertor = super::read::convertor(registry, cache)?;
             Some(WatchEncoding::Table(TableWatch::new(convertor, opts)))
         }
         Some(Conversion::PartialObjectMetadataList(_)) => None,

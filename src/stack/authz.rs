@@ -23,7 +23,7 @@ use crate::request::{ApiPath, Parsed, Verb};
 #[derive(Clone)]
 pub struct Authz(pub Arc<Security>);
 
-/// A superset of what `cache::serve` and `watch::serve` may answer: GET reads of a
+/// A superset of what `serve::read` and `serve::watch` may answer: GET reads of a
 /// resource (no subresource) with valid options and a resourceVersion, or without one when
 /// the cache answers consistent reads. The rest is forwarded whatever happens, so the
 /// upstream authorizes it.

@@ -1,8 +1,8 @@
 //! The innermost service: where a request is answered.
 //!
 //! In order: requests that must never be forwarded are refused; gets and lists the cache
-//! can answer exactly come from it (`cache::serve`); watches it can serve come from the
-//! fan-out (`watch::serve`); everything else is forwarded unchanged (`proxy::Proxy`), and
+//! can answer exactly come from it and watches it can serve from the fan-out (`serve`: the
+//! routing decision, then its handler); everything else is forwarded unchanged (`proxy::Proxy`), and
 //! a write's answer sets its resource's read-your-writes fence (`cache::writes`).
 
 use std::convert::Infallible;
@@ -18,9 +18,13 @@ use tower::Service;
 use crate::auth::Authorized;
 use crate::body::Body;
 use crate::cache::forward::Forward;
-use crate::cache::registry::Registry;
+use crate::cache::registry::{Lookup, Registry};
 use crate::proxy::Proxy;
-use crate::request::{Parsed, Verb};
+use crate::request::{ApiPath, Parsed};
+use crate::serve::{
+    self,
+    route::{self, Known, Route, Standing},
+};
 use crate::status::Status;
 
 /// Routes each request to the cache, the fan-out or the upstream.
@@ -84,25 +88,31 @@ impl Router {
 }
 
 impl Router {
-    /// The cache's or the fan-out's answer, or why the request is forwarded.
+    /// The cache's or the fan-out's answer, or why the request is forwarded: the routing
+    /// decision (`serve::route`), then the handler it names.
     async fn answer_from_cache(
         &self,
-        cache: &Arc<Registry>,
+        registry: &Arc<Registry>,
         parsed: &Parsed,
         may_answer: bool,
     ) -> Result<Response<Body>, Forward> {
-        let read = matches!(parsed.api.verb, Verb::Get | Verb::List | Verb::Watch)
-            && parsed.api.method == Method::GET;
-        if !read {
-            return Err(Forward::NotARead);
-        }
-        if !may_answer {
-            return Err(Forward::NotAuthorized);
-        }
-        if parsed.api.verb == Verb::Watch {
-            crate::watch::serve::try_watch(cache, parsed).await
-        } else {
-            crate::cache::serve::try_serve(cache, parsed).await
+        let lookup = match &parsed.api.path {
+            ApiPath::Resource(rp) => registry.lookup(&rp.group, &rp.version, &rp.resource),
+            _ => Lookup::NotYet,
+        };
+        let known = Known {
+            authorized: may_answer,
+            consistent_reads: registry.consistent_reads(),
+            resource: Standing::of(&lookup),
+        };
+        let looked_up = match &lookup {
+            Lookup::Ready(c) => Some(c.clone()),
+            _ => None,
+        };
+        match route::decide(parsed, &known) {
+            Route::Read(target) => serve::read::answer(registry, parsed, target, looked_up).await,
+            Route::Watch(target) => serve::watch::answer(registry, parsed, target, looked_up).await,
+            Route::Forward(why) => Err(why),
         }
     }
 }
