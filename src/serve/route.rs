@@ -516,6 +516,146 @@ mod tests {
         }
     }
 
+    /// Every row of docs/cache.md's "served by" table, by its first cell, with one request
+    /// that earns it and where that request goes. The test reads the table from the
+    /// document: a row added there without a case here fails it, and so does a case whose
+    /// row is gone. (The other tests below go through each rule's variants.)
+    #[test]
+    fn every_row_of_the_cache_table_has_a_request_that_earns_it() {
+        let token = crate::codec::continue_token::ContinueToken {
+            rv: 42,
+            start_after: "a/p-2".into(),
+        }
+        .encode("a/", crate::codec::continue_token::KeyForm::Relative);
+        let cont = format!("/api/v1/namespaces/a/pods?limit=5&continue={token}");
+        let rows: Vec<(&str, &str, Option<&str>, bool, &str)> = vec![
+            (
+                "get/list `resourceVersion=0` (Any), with or without `limit`",
+                "/api/v1/pods?resourceVersion=0&limit=5",
+                None,
+                true,
+                "read Any Json",
+            ),
+            (
+                "get/list `resourceVersion=N`, no `limit` (NotOlderThan)",
+                "/api/v1/namespaces/a/pods/p?resourceVersion=7",
+                None,
+                true,
+                "read NotOlderThan(7) Json",
+            ),
+            (
+                "list `resourceVersion=N&resourceVersionMatch=NotOlderThan`, no `limit`",
+                "/api/v1/pods?resourceVersion=7&resourceVersionMatch=NotOlderThan",
+                None,
+                true,
+                "read NotOlderThan(7) Json",
+            ),
+            (
+                "list `resourceVersion=N&resourceVersionMatch=NotOlderThan&limit=M`",
+                "/api/v1/pods?resourceVersion=7&resourceVersionMatch=NotOlderThan&limit=5",
+                None,
+                true,
+                "read NotOlderThan(7) Json limit=5",
+            ),
+            (
+                "get/list `resourceVersion` unset (Most Recent, consistent read), with or without `limit`",
+                "/api/v1/pods?limit=5",
+                None,
+                true,
+                "read Consistent Json limit=5",
+            ),
+            (
+                "list `resourceVersion=N&limit=M` (legacy Exact), `resourceVersionMatch=Exact`",
+                "/api/v1/pods?resourceVersion=7&limit=5",
+                None,
+                true,
+                "read Exact(7) Json limit=5",
+            ),
+            (
+                "list with `continue`, RV unset or \"0\"",
+                &cont,
+                None,
+                true,
+                "read Exact(42) Json limit=5 after=a/p-2",
+            ),
+            (
+                "watch",
+                "/api/v1/pods?watch=1&resourceVersion=5",
+                None,
+                true,
+                "watch After(5)",
+            ),
+            (
+                "`Accept` that negotiates to YAML or a refusal",
+                "/api/v1/pods?resourceVersion=0",
+                Some("application/yaml"),
+                true,
+                "forward representation",
+            ),
+            (
+                "a pretty-printed answer",
+                "/api/v1/pods?resourceVersion=0&pretty=1",
+                None,
+                true,
+                "forward pretty",
+            ),
+            (
+                "field selector on a label the cache does not index",
+                "/api/v1/pods?resourceVersion=0&fieldSelector=status.hostIP%3D1.2.3.4",
+                None,
+                true,
+                "forward field_selector",
+            ),
+            (
+                "invalid options",
+                "/api/v1/pods?resourceVersion=0&labelSelector=a%3D%3D%3Db",
+                None,
+                true,
+                "forward options",
+            ),
+            (
+                "any read before the resource's first list has completed",
+                "/api/v1/pods?resourceVersion=0",
+                None,
+                false,
+                "read Any Json",
+            ),
+            (
+                "a path that is not canonical",
+                "/api/v1//pods",
+                None,
+                true,
+                "forward not_a_read",
+            ),
+        ];
+        let doc = include_str!("../../docs/cache.md");
+        let table: Vec<&str> = doc
+            .lines()
+            .skip_while(|l| !l.starts_with("| request | served by |"))
+            .skip(2)
+            .take_while(|l| l.starts_with('|'))
+            .map(|l| l.trim_start_matches("| ").split(" | ").next().unwrap())
+            .collect();
+        assert_eq!(table.len(), rows.len(), "rows of the table: {table:#?}");
+        let info = pods();
+        for (row, (first_cell, target, accept, discovered, want)) in table.iter().zip(&rows) {
+            assert!(
+                row.starts_with(first_cell),
+                "the table's row {row:?} has no case (next case: {first_cell:?})"
+            );
+            let standing = if *discovered {
+                Standing::Discovered(&info)
+            } else {
+                Standing::NotYet
+            };
+            assert_eq!(
+                route_with(target, *accept, standing, ConsistentReads::Cache),
+                *want,
+                "{row}"
+            );
+        }
+    }
+
     #[test]
     fn rv_0_is_any_state_and_the_limit_is_ignored() {
         for q in [
