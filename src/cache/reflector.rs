@@ -1,7 +1,25 @@
 //! The reflector: ONE upstream list+watch per resource type, feeding the store.
 //!
 //! It is an explicit state machine ([`Step`]), after kube-runtime's `watcher` and
-//! client-go's `Reflector.ListAndWatchWithContext`:
+//! client-go's `Reflector.ListAndWatchWithContext`, in two parts:
+//!
+//! - **the decisions** ([`step`], no I/O): [`Machine::step`] maps what the last step
+//!   brought ([`Outcome`]: a state read, a watch-list or list failure, how a watch ended,
+//!   the identity check's answer) and what the reflector sees of its own side ([`Seen`]:
+//!   the store's resourceVersion, a pending progress demand) to the next [`Step`] and the
+//!   [`Action`]s before it (count, sleep, install the state, mark an endpoint behind, tell
+//!   the registry the upstream went back). It holds the backoff, whether watch-list is
+//!   still tried, and the run of states older than the cache. Beside it, [`on_event`]
+//!   (what a decoded event does to the store), [`Following`] (a progress watch's
+//!   bookmark) and [`InitialEvents`] (a watch-list's initial events). Unit-tested
+//!   transition by transition without a server (`reflector/step/tests.rs`).
+//! - **the I/O shell** ([`Reflector::run`]): performs each step (the internal GETs and
+//!   streams through `Upstream::get_internal`/`open_internal`, the identity check, the
+//!   demands' bookkeeping), hands the outcome to the machine, and performs its actions
+//!   (sleeping, writing the store through the [`StoreWriter`] only it holds, the byte
+//!   budget, the stats, the log lines).
+//!
+//! The states:
 //!
 //! ```text
 //!             ┌── watch-list supported (or not yet known) ──▶ WatchList ──┐ initial-events-end
@@ -11,9 +29,15 @@
 //!     │                                   │ replace the store               ▼
 //!     │                                   └──────────▶ Watch(rv) ◀──── Follow(stream)
 //!     │                                                  │  ▲ stream ended: resume from
-//!     │                                                  │  └─ the last rv
+//!     │                                                  │  └─ the last rv (after Verify)
 //!     └── 410 Expired / malformed event / sync error ────┘ (with backoff)
 //! ```
+//!
+//! **Verify** sits between the end of a watch and what follows it when the stream ended
+//! normally, expired (410) or failed: the upstream's identity (`cache::identity`) is
+//! checked first, and another cluster goes back to `Sync` as at start-up (the registry,
+//! told, rebuilds every cache). **Dropped**: a state or a change the byte budget cannot
+//! hold ends the reflector (`Reflector::drop_cache`).
 //!
 //! **Sync** builds a complete new snapshot and replaces the store's state in one step
 //! (`Store::replace`), so readers see the old state or the new one, never half a list.
@@ -47,7 +71,14 @@
 //! **Watch/Follow**: bookmarks only advance the resourceVersion. A normal end of stream
 //! resumes from the last resourceVersion; 410 Expired (HTTP or ERROR event) or an event
 //! that cannot be understood goes back to **Sync**; other errors back off exponentially
-//! with jitter so that a sick apiserver is not hammered.
+//! with jitter (0.8 s doubling to 30 s, reset by every success) so that a sick apiserver
+//! is not hammered. A refusal by the gateway's own connection pool is local load, not the
+//! upstream failing: retried after about a second, without growing the backoff.
+//!
+//! **Consistent reads' demands** (`cache::demand`): a re-sync request ends the watch and
+//! syncs ([`SyncCause::Consistent`]); a progress request ends an ordinary watch for a
+//! short one from the same resourceVersion ([`WatchKind::Progress`]), whose pre-timeout
+//! bookmark is the proof; one pending when a watch ends opens that short watch next.
 //!
 //! **A lagging apiserver** (one of several behind `--server`, whose watch cache has not
 //! reached what the cache has already seen) is never a reason to relist: an answer of
@@ -411,8 +442,6 @@ impl Reflector {
         self.config = config;
         self
     }
-
-    /// Runs until the task is dropped or aborted.
 
     /// Runs until the task is dropped or aborted: performs each [`Step`], hands what it
     /// brought to the [`Machine`], and performs the [`Action`]s it answers with.

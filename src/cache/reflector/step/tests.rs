@@ -787,23 +787,17 @@ fn a_progress_demand_opens_a_short_watch_from_the_cache_resource_version() {
 #[test]
 fn every_resumption_checks_the_identity_and_another_cluster_starts_over() {
     let mut m = machine();
-    let verify: Vec<(WatchEnd, fn(&After) -> bool)> = vec![
-        (WatchEnd::Closed("x".into()), |a| {
-            matches!(a, After::Resume(_))
-        }),
-        (WatchEnd::Expired("x".into()), |a| {
-            matches!(a, After::Relist(_))
-        }),
-        (WatchEnd::Failed(upstream_down()), |a| {
-            matches!(a, After::Rewatch)
-        }),
+    let verify = [
+        (WatchEnd::Closed("x".into()), After::Resume("x".into())),
+        (WatchEnd::Expired("x".into()), After::Relist("x".into())),
+        (WatchEnd::Failed(upstream_down()), After::Rewatch),
     ];
     for (end, expected) in verify {
         let t = ended(&mut m, end, seen(5));
         let Step::Verify(after) = t.next else {
             panic!("{t:?}")
         };
-        assert!(expected(&after), "{after:?}");
+        assert_eq!(after, expected);
         let t: Transition<S> = m.step(Outcome::Verified(after, false), pending(5));
         assert!(matches!(t.next, Step::Sync(SyncCause::Start)), "{t:?}");
         assert!(t.actions.is_empty(), "{t:?}");
