@@ -1,29 +1,61 @@
 //! The reflector against an upstream that misbehaves (issue 4, bad input): a malformed
 //! object in a list is skipped, a malformed watch event makes the reflector relist, and
-//! neither crashes it nor leaves a stale or broken object in the cache.
+//! neither crashes it nor leaves a stale or broken object in the cache. (Its transitions
+//! one by one, without a server: `cache::reflector::step`'s unit tests.)
 
 mod support;
 
+use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
 use http::{Response, StatusCode};
-use serde_json::json;
+use serde_json::{json, Value};
 use support::stub::{channel_body, handler, json_response, pods_only_discovery, stub_pod, Stub};
 use support::watch::wait_until_cached;
+use tokio::sync::mpsc;
 use watchgate::body;
 use watchgate::cache::reflector::WatchListMode;
 use watchgate::config::GatewayConfig;
-use watchgate::server::Gateway;
+use watchgate::server::{Gateway, GatewayHandle};
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn malformed_upstream_objects_are_skipped_or_relisted_never_cached() {
-    let lists = Arc::new(AtomicUsize::new(0));
+/// How a scripted watch goes on once its script is done.
+enum Then {
+    /// Open until the client goes away.
+    StayOpen,
+    /// The upstream ends the stream.
+    Close,
+}
+
+/// The one stub upstream of these tests: an apiserver serving pods alone, scripted.
+///
+/// Its paged lists with `limit=500` (the reflector's) answer `lists[n]` for the n-th one,
+/// the last entry from then on; other reads of the collection (the gateway forwards them
+/// before its cache has synced) see the state of the last reflector list, so that they
+/// do not move the script on. Its n-th watch streams what `watch(n, tx)` sends and then
+/// goes on as the script returns. Also returns the count of reflector lists.
+async fn list_watch_stub<W, Fut>(
+    lists: Vec<(&'static str, Value)>,
+    watch: W,
+) -> (Stub, Arc<AtomicUsize>)
+where
+    W: Fn(usize, mpsc::Sender<Bytes>) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Then> + Send + 'static,
+{
+    let lists = Arc::new(lists);
+    let listed = Arc::new(AtomicUsize::new(0));
     let watches = Arc::new(AtomicUsize::new(0));
-    let (l, w) = (lists.clone(), watches.clone());
+    let watch = Arc::new(watch);
+    let count = listed.clone();
     let stub = Stub::start(handler(move |req| {
-        let (lists, watches) = (l.clone(), w.clone());
+        let (lists, listed, watches, watch) = (
+            lists.clone(),
+            listed.clone(),
+            watches.clone(),
+            watch.clone(),
+        );
         async move {
             let q = req.uri().query().unwrap_or("").to_string();
             match req.uri().path() {
@@ -31,16 +63,11 @@ async fn malformed_upstream_objects_are_skipped_or_relisted_never_cached() {
                 "/api/v1/pods" if q.contains("watch=true") => {
                     let n = watches.fetch_add(1, Ordering::SeqCst);
                     let (tx, body) = channel_body(8);
+                    let script = watch(n, tx.clone());
                     tokio::spawn(async move {
-                        if n == 0 {
-                            // One good event, then one the reflector cannot understand.
-                            let good = json!({"type": "MODIFIED", "object": stub_pod("a", 11)});
-                            let _ = tx.send(format!("{good}\n").into()).await;
-                            let bad = json!({"type": "MODIFIED", "object": {"metadata": {"name": "a"}}});
-                            let _ = tx.send(format!("{bad}\n").into()).await;
+                        if let Then::StayOpen = script.await {
+                            tx.closed().await;
                         }
-                        // Keep the stream open until the client goes away.
-                        tx.closed().await;
                     });
                     let mut r = Response::new(body);
                     r.headers_mut()
@@ -48,22 +75,17 @@ async fn malformed_upstream_objects_are_skipped_or_relisted_never_cached() {
                     r
                 }
                 "/api/v1/pods" => {
-                    // Only the reflector's paged lists move the script on; reads the
-                    // gateway forwards before its cache has synced see the current state.
                     let n = if q.contains("limit=500") {
-                        lists.fetch_add(1, Ordering::SeqCst)
+                        listed.fetch_add(1, Ordering::SeqCst)
                     } else {
-                        lists.load(Ordering::SeqCst).saturating_sub(1)
+                        listed.load(Ordering::SeqCst).saturating_sub(1)
                     };
-                    let (rv, items) = if n == 0 {
-                        // A list with one item that has no resourceVersion.
-                        ("10", json!([stub_pod("a", 5), {"metadata": {"name": "bad", "namespace": "ns"}}, stub_pod("b", 6)]))
-                    } else {
-                        // The relist: a moved on, b is gone, c is new.
-                        ("20", json!([stub_pod("a", 12), stub_pod("c", 15)]))
-                    };
-                    json_response(StatusCode::OK, json!({"kind": "PodList", "apiVersion": "v1",
-                                         "metadata": {"resourceVersion": rv}, "items": items}))
+                    let (rv, items) = &lists[n.min(lists.len() - 1)];
+                    json_response(
+                        StatusCode::OK,
+                        json!({"kind": "PodList", "apiVersion": "v1",
+                                         "metadata": {"resourceVersion": rv}, "items": items}),
+                    )
                 }
                 _ => {
                     let mut r = Response::new(body::empty());
@@ -74,10 +96,54 @@ async fn malformed_upstream_objects_are_skipped_or_relisted_never_cached() {
         }
     }))
     .await;
-    // This script is for list+watch; tests/cache_watch_list.rs covers watch-list.
+    (stub, count)
+}
+
+/// Sends one watch event line.
+async fn send(tx: &mpsc::Sender<Bytes>, event: Value) {
+    let _ = tx.send(format!("{event}\n").into()).await;
+}
+
+/// The ERROR event of a compacted resourceVersion.
+fn expired(message: &str) -> Value {
+    json!({"type": "ERROR", "object": {"kind": "Status", "apiVersion": "v1",
+        "status": "Failure", "message": message, "reason": "Expired", "code": 410}})
+}
+
+/// A gateway in front of `stub` that lists and watches (these scripts are for list+watch;
+/// tests/cache_watch_list.rs covers watch-list), caching pods from the start if `prewarm`.
+async fn gateway(stub: &Stub, prewarm: bool) -> GatewayHandle {
     let mut cfg = GatewayConfig::for_upstream_url(&stub.url()).unwrap();
     cfg.reflector.watch_list = WatchListMode::Off;
-    let gw = Gateway::start(cfg).await.expect("gateway starts");
+    if prewarm {
+        cfg.cache = Some(watchgate::cache::registry::CachePolicy {
+            prewarm: vec!["pods".into()],
+            exclude: vec![],
+        });
+    }
+    Gateway::start(cfg).await.expect("gateway starts")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_upstream_objects_are_skipped_or_relisted_never_cached() {
+    let (stub, lists) = list_watch_stub(
+        vec![
+            // A list with one item that has no resourceVersion.
+            ("10", json!([stub_pod("a", 5), {"metadata": {"name": "bad", "namespace": "ns"}}, stub_pod("b", 6)])),
+            // The relist: a moved on, b is gone, c is new.
+            ("20", json!([stub_pod("a", 12), stub_pod("c", 15)])),
+        ],
+        |n, tx| async move {
+            if n == 0 {
+                // One good event, then one the reflector cannot understand.
+                send(&tx, json!({"type": "MODIFIED", "object": stub_pod("a", 11)})).await;
+                send(&tx, json!({"type": "MODIFIED", "object": {"metadata": {"name": "a"}}})).await;
+            }
+            Then::StayOpen
+        },
+    )
+    .await;
+    let gw = gateway(&stub, false).await;
 
     // The first cacheable read starts the reflector; poll until the relisted state shows.
     // Every state a reader sees on the way is one the upstream described: never the broken
@@ -135,66 +201,28 @@ async fn malformed_upstream_objects_are_skipped_or_relisted_never_cached() {
 /// watcher's stream continues with the difference.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_relist_older_than_the_cache_is_not_installed() {
-    let lists = Arc::new(AtomicUsize::new(0));
-    let watches = Arc::new(AtomicUsize::new(0));
-    let (l, w) = (lists.clone(), watches.clone());
-    let stub = Stub::start(handler(move |req| {
-        let (lists, watches) = (l.clone(), w.clone());
-        async move {
-            let q = req.uri().query().unwrap_or("").to_string();
-            match req.uri().path() {
-                "/api/v1" => pods_only_discovery(),
-                "/api/v1/pods" if q.contains("watch=true") => {
-                    let n = watches.fetch_add(1, Ordering::SeqCst);
-                    let (tx, body) = channel_body(8);
-                    tokio::spawn(async move {
-                        if n == 0 {
-                            let ev = json!({"type": "MODIFIED", "object": stub_pod("a", 11)});
-                            let _ = tx.send(format!("{ev}\n").into()).await;
-                            let gone = json!({"type": "ERROR", "object": {"kind": "Status", "apiVersion": "v1",
-                                "status": "Failure", "message": "too old resource version: 11 (12)",
-                                "reason": "Expired", "code": 410}});
-                            let _ = tx.send(format!("{gone}\n").into()).await;
-                            return;
-                        }
-                        tx.closed().await;
-                    });
-                    let mut r = Response::new(body);
-                    r.headers_mut()
-                        .insert("content-type", "application/json".parse().unwrap());
-                    r
-                }
-                "/api/v1/pods" => {
-                    let n = if q.contains("limit=500") {
-                        lists.fetch_add(1, Ordering::SeqCst)
-                    } else {
-                        lists.load(Ordering::SeqCst).saturating_sub(1)
-                    };
-                    let (rv, items) = match n {
-                        0 => ("10", json!([stub_pod("a", 5), stub_pod("b", 6)])),
-                        // The relist, from an apiserver behind the cache's 11.
-                        1 => ("8", json!([stub_pod("a", 5), stub_pod("b", 6)])),
-                        _ => ("20", json!([stub_pod("a", 12), stub_pod("c", 15)])),
-                    };
-                    json_response(StatusCode::OK, json!({"kind": "PodList", "apiVersion": "v1",
-                                         "metadata": {"resourceVersion": rv}, "items": items}))
-                }
-                _ => {
-                    let mut r = Response::new(body::empty());
-                    *r.status_mut() = StatusCode::NOT_FOUND;
-                    r
-                }
+    let (stub, lists) = list_watch_stub(
+        vec![
+            ("10", json!([stub_pod("a", 5), stub_pod("b", 6)])),
+            // The relist, from an apiserver behind the cache's 11.
+            ("8", json!([stub_pod("a", 5), stub_pod("b", 6)])),
+            ("20", json!([stub_pod("a", 12), stub_pod("c", 15)])),
+        ],
+        |n, tx| async move {
+            if n > 0 {
+                return Then::StayOpen;
             }
-        }
-    }))
+            send(
+                &tx,
+                json!({"type": "MODIFIED", "object": stub_pod("a", 11)}),
+            )
+            .await;
+            send(&tx, expired("too old resource version: 11 (12)")).await;
+            Then::Close
+        },
+    )
     .await;
-    let mut cfg = GatewayConfig::for_upstream_url(&stub.url()).unwrap();
-    cfg.reflector.watch_list = WatchListMode::Off;
-    cfg.cache = Some(watchgate::cache::registry::CachePolicy {
-        prewarm: vec!["pods".into()],
-        exclude: vec![],
-    });
-    let gw = Gateway::start(cfg).await.expect("gateway starts");
+    let gw = gateway(&stub, true).await;
     support::watch::wait_until_cached(&gw.url(), "/api/v1/pods?resourceVersion=0", |_| true).await;
     let mut watch =
         support::watch::open_ok(&gw.url(), "/api/v1/pods?watch=true&resourceVersion=10").await;
@@ -237,62 +265,29 @@ async fn a_relist_older_than_the_cache_is_not_installed() {
 /// rebuilt, its watches end with an ERROR 410, and the new cache holds the new state.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn older_relists_from_a_lone_upstream_reset_the_caches() {
-    let lists = Arc::new(AtomicUsize::new(0));
     let go = Arc::new(tokio::sync::Notify::new());
-    let watches = Arc::new(AtomicUsize::new(0));
-    let (l, w, g) = (lists.clone(), watches.clone(), go.clone());
-    let stub = Stub::start(handler(move |req| {
-        let (lists, watches, go) = (l.clone(), w.clone(), g.clone());
-        async move {
-            let q = req.uri().query().unwrap_or("").to_string();
-            match req.uri().path() {
-                "/api/v1" => pods_only_discovery(),
-                "/api/v1/pods" if q.contains("watch=true") => {
-                    let n = watches.fetch_add(1, Ordering::SeqCst);
-                    let (tx, body) = channel_body(8);
-                    tokio::spawn(async move {
-                        if n == 0 {
-                            // Once the test's watch is open: the restored etcd compacted.
-                            go.notified().await;
-                            let gone = json!({"type": "ERROR", "object": {"kind": "Status", "apiVersion": "v1",
-                                "status": "Failure", "message": "too old resource version: 10 (12)",
-                                "reason": "Expired", "code": 410}});
-                            let _ = tx.send(format!("{gone}\n").into()).await;
-                            return;
-                        }
-                        tx.closed().await;
-                    });
-                    let mut r = Response::new(body);
-                    r.headers_mut()
-                        .insert("content-type", "application/json".parse().unwrap());
-                    r
+    let g = go.clone();
+    let (stub, lists) = list_watch_stub(
+        vec![
+            ("10", json!([stub_pod("a", 5), stub_pod("b", 6)])),
+            // The restored cluster, behind the cache's 10 for good.
+            ("8", json!([stub_pod("x", 3)])),
+        ],
+        move |n, tx| {
+            let go = g.clone();
+            async move {
+                if n > 0 {
+                    return Then::StayOpen;
                 }
-                "/api/v1/pods" => {
-                    let n = lists.fetch_add(1, Ordering::SeqCst);
-                    let (rv, items) = match n {
-                        0 => ("10", json!([stub_pod("a", 5), stub_pod("b", 6)])),
-                        // The restored cluster, behind the cache's 10 for good.
-                        _ => ("8", json!([stub_pod("x", 3)])),
-                    };
-                    json_response(StatusCode::OK, json!({"kind": "PodList", "apiVersion": "v1",
-                                         "metadata": {"resourceVersion": rv}, "items": items}))
-                }
-                _ => {
-                    let mut r = Response::new(body::empty());
-                    *r.status_mut() = StatusCode::NOT_FOUND;
-                    r
-                }
+                // Once the test's watch is open: the restored etcd compacted.
+                go.notified().await;
+                send(&tx, expired("too old resource version: 10 (12)")).await;
+                Then::Close
             }
-        }
-    }))
+        },
+    )
     .await;
-    let mut cfg = GatewayConfig::for_upstream_url(&stub.url()).unwrap();
-    cfg.reflector.watch_list = WatchListMode::Off;
-    cfg.cache = Some(watchgate::cache::registry::CachePolicy {
-        prewarm: vec!["pods".into()],
-        exclude: vec![],
-    });
-    let gw = Gateway::start(cfg).await.expect("gateway starts");
+    let gw = gateway(&stub, true).await;
     support::watch::wait_until_cached(&gw.url(), "/api/v1/pods?resourceVersion=0", |_| true).await;
     let mut watch =
         support::watch::open_ok(&gw.url(), "/api/v1/pods?watch=true&resourceVersion=0").await;

@@ -1,7 +1,25 @@
 //! The reflector: ONE upstream list+watch per resource type, feeding the store.
 //!
 //! It is an explicit state machine ([`Step`]), after kube-runtime's `watcher` and
-//! client-go's `Reflector.ListAndWatchWithContext`:
+//! client-go's `Reflector.ListAndWatchWithContext`, in two parts:
+//!
+//! - **the decisions** ([`step`], no I/O): [`Machine::step`] maps what the last step
+//!   brought ([`Outcome`]: a state read, a watch-list or list failure, how a watch ended,
+//!   the identity check's answer) and what the reflector sees of its own side ([`Seen`]:
+//!   the store's resourceVersion, a pending progress demand) to the next [`Step`] and the
+//!   [`Action`]s before it (count, sleep, install the state, mark an endpoint behind, tell
+//!   the registry the upstream went back). It holds the backoff, whether watch-list is
+//!   still tried, and the run of states older than the cache. Beside it, [`on_event`]
+//!   (what a decoded event does to the store), [`Following`] (a progress watch's
+//!   bookmark) and [`InitialEvents`] (a watch-list's initial events). Unit-tested
+//!   transition by transition without a server (`reflector/step/tests.rs`).
+//! - **the I/O shell** ([`Reflector::run`]): performs each step (the internal GETs and
+//!   streams through `Upstream::get_internal`/`open_internal`, the identity check, the
+//!   demands' bookkeeping), hands the outcome to the machine, and performs its actions
+//!   (sleeping, writing the store through the [`StoreWriter`] only it holds, the byte
+//!   budget, the stats, the log lines).
+//!
+//! The states:
 //!
 //! ```text
 //!             ┌── watch-list supported (or not yet known) ──▶ WatchList ──┐ initial-events-end
@@ -11,9 +29,15 @@
 //!     │                                   │ replace the store               ▼
 //!     │                                   └──────────▶ Watch(rv) ◀──── Follow(stream)
 //!     │                                                  │  ▲ stream ended: resume from
-//!     │                                                  │  └─ the last rv
+//!     │                                                  │  └─ the last rv (after Verify)
 //!     └── 410 Expired / malformed event / sync error ────┘ (with backoff)
 //! ```
+//!
+//! **Verify** sits between the end of a watch and what follows it when the stream ended
+//! normally, expired (410) or failed: the upstream's identity (`cache::identity`) is
+//! checked first, and another cluster goes back to `Sync` as at start-up (the registry,
+//! told, rebuilds every cache). **Dropped**: a state or a change the byte budget cannot
+//! hold ends the reflector (`Reflector::drop_cache`).
 //!
 //! **Sync** builds a complete new snapshot and replaces the store's state in one step
 //! (`Store::replace`), so readers see the old state or the new one, never half a list.
@@ -47,7 +71,14 @@
 //! **Watch/Follow**: bookmarks only advance the resourceVersion. A normal end of stream
 //! resumes from the last resourceVersion; 410 Expired (HTTP or ERROR event) or an event
 //! that cannot be understood goes back to **Sync**; other errors back off exponentially
-//! with jitter so that a sick apiserver is not hammered.
+//! with jitter (0.8 s doubling to 30 s, reset by every success) so that a sick apiserver
+//! is not hammered. A refusal by the gateway's own connection pool is local load, not the
+//! upstream failing: retried after about a second, without growing the backoff.
+//!
+//! **Consistent reads' demands** (`cache::demand`): a re-sync request ends the watch and
+//! syncs ([`SyncCause::Consistent`]); a progress request ends an ordinary watch for a
+//! short one from the same resourceVersion ([`WatchKind::Progress`]), whose pre-timeout
+//! bookmark is the proof; one pending when a watch ends opens that short watch next.
 //!
 //! **A lagging apiserver** (one of several behind `--server`, whose watch cache has not
 //! reached what the cache has already seen) is never a reason to relist: an answer of
@@ -60,28 +91,34 @@
 //! watch from a resourceVersion the apiserver has not reached yet just waits for it:
 //! that is only a delay.)
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+mod step;
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http::StatusCode;
 use http_body_util::{BodyExt, Limited};
 use rand::Rng;
-use serde::Deserialize;
 use tokio::sync::watch;
 
 use super::budget::{ByteBudget, OverBudget};
 use super::demand::Demands;
-use super::events::{decode_event, Decoded, ErrorStatus, LineSplitter, MalformedEvent, RawEvent};
+use super::events::{decode_event, ErrorStatus, LineSplitter, MalformedEvent};
 use super::identity::{ClusterIdentity, Verdict};
 use super::list_page::{decode_page, BodyFormat};
 use super::store::{Change, StoreWriter};
-use crate::model::object::CachedObject;
 use crate::model::resource::ResourceInfo;
-use crate::model::snapshot::{entry_bytes, Snapshot};
+use crate::model::snapshot::Snapshot;
 use crate::upstream::{served_by, Class, Upstream, UpstreamBody, UpstreamError};
+pub use step::Backoff;
+use step::{
+    on_event, stream_broke, watch_list_refused, watch_refused, Action, Behind, Counter, Effect,
+    Failure, Following, Initial, InitialEvents, ListError, Machine, Outcome, Read, RequestError,
+    Seen, Step, SyncCause, Transition, Via, Wait, WatchEnd, WatchKind, WatchListFailure,
+    WatchListSupport,
+};
 
 /// What the reflector asks the upstream for: it caches the JSON.
 const JSON: &str = "application/json";
@@ -157,9 +194,6 @@ fn process_millis() -> u64 {
     BASE.get_or_init(Instant::now).elapsed().as_millis() as u64
 }
 
-/// The annotation of the BOOKMARK that ends a watch-list's initial events.
-pub const INITIAL_EVENTS_END: &str = "k8s.io/initial-events-end";
-
 /// Whether the reflector builds its state from a watch-list (`--upstream-watch-list`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum WatchListMode {
@@ -193,214 +227,9 @@ impl Default for ReflectorConfig {
     }
 }
 
-/// Jittered exponential backoff: 0.8 s doubling to 30 s, like kube-runtime's default.
-#[derive(Debug)]
-pub struct Backoff {
-    next: Duration,
-}
-
-impl Default for Backoff {
-    fn default() -> Self {
-        Self {
-            next: Self::INITIAL,
-        }
-    }
-}
-
-impl Backoff {
-    const INITIAL: Duration = Duration::from_millis(800);
-    const MAX: Duration = Duration::from_secs(30);
-
-    pub fn reset(&mut self) {
-        self.next = Self::INITIAL;
-    }
-
-    /// The next delay: the current step with ±50 % jitter, then double the step.
-    pub fn next_delay(&mut self) -> Duration {
-        let base = self.next;
-        self.next = (self.next * 2).min(Self::MAX);
-        base.mul_f64(rand::rng().random_range(0.5..1.5))
-    }
-}
-
-/// How one watch ended.
-#[derive(Debug)]
-enum WatchEnd {
-    /// The stream ended normally (its timeout, or the upstream closed it): resume from the
-    /// last RV. Carries which of the two, for the log line.
-    Closed(String),
-    /// 410 Expired (or Gone): the RV is compacted; relist.
-    Expired(String),
-    /// Something broke; resume from the last RV after a backoff.
-    Failed(Failure),
-    /// An event could not be understood: relist so that nothing is lost.
-    Malformed(String),
-    /// A consistent read asked for a re-sync (`cache::fresh`).
-    Resync,
-    /// Consistent reads asked for a progress proof: a short watch from the cache's
-    /// resourceVersion, for its pre-timeout bookmark (`cache::demand`).
-    Progress,
-    /// A progress watch ended at its timeout: resume with an ordinary watch (or another
-    /// progress watch, if one is asked for).
-    ProgressEnded,
-    /// The upstream endpoint is behind what the cache has seen: try again (elsewhere).
-    Behind(Behind),
-    /// The cache outgrew its byte budget: stop caching the resource.
-    OverBudget(OverBudget),
-}
-
-/// An upstream endpoint that answered from behind the cache's resourceVersion.
-#[derive(Debug)]
-struct Behind {
-    /// Which endpoint (`Served`), to be preferred less for a while.
-    endpoint: Option<usize>,
-    /// The answer's `retryAfterSeconds`, or a second.
-    retry_after: Duration,
-    what: String,
-}
-
-impl Behind {
-    fn from_status(st: &ErrorStatus, endpoint: Option<usize>) -> Self {
-        Self {
-            endpoint,
-            retry_after: st.retry_after().unwrap_or(Duration::from_secs(1)),
-            what: st.message.clone(),
-        }
-    }
-}
-
-/// Why a request for a watch, a watch-list or a list page got no usable answer.
-#[derive(Debug)]
-enum RequestError {
-    /// The upstream answered with this code.
-    Status(StatusCode, String),
-    Behind(Behind),
-    /// No answer (connection, credentials, a refusal at the connection bound).
-    Upstream(UpstreamError),
-}
-
-/// Why a list or a watch failed, kept typed so that the reflector can tell its own pool
-/// being full (local load: retried soon, without growing the backoff) from the upstream
-/// failing (backed off exponentially, logged as a warning).
-#[derive(Debug, thiserror::Error)]
-enum Failure {
-    /// No answer from the upstream, or a refusal by the gateway's own pool.
-    #[error(transparent)]
-    Upstream(#[from] UpstreamError),
-    /// An answer the reflector cannot use: an error status, a body that does not decode,
-    /// a stream that broke, an ERROR event.
-    #[error("{0}")]
-    Answer(String),
-}
-
-impl From<String> for Failure {
-    fn from(s: String) -> Self {
-        Failure::Answer(s)
-    }
-}
-
-impl Failure {
-    fn pool_full(&self) -> bool {
-        matches!(self, Failure::Upstream(e) if e.is_pool_full())
-    }
-}
-
-/// How long the reflector waits after its own pool refused it: about the 429's
-/// `Retry-After`, as a client would. The pool frees a connection as soon as any request
-/// ends, and a refusal costs the upstream nothing, so nothing is gained by backing off
-/// further (and a cache would stay cold for up to 30 s longer).
-const POOL_FULL_RETRY: Duration = Duration::from_secs(1);
-
-/// The wait before retrying after `failure`, and whether it is the upstream's fault
-/// (logged as a warning) rather than the gateway's own load (logged at info).
-fn retry_delay(failure: &Failure, backoff: &mut Backoff) -> (Duration, bool) {
-    if failure.pool_full() {
-        (
-            POOL_FULL_RETRY.mul_f64(rand::rng().random_range(0.5..1.5)),
-            false,
-        )
-    } else {
-        (backoff.next_delay(), true)
-    }
-}
-
-/// The state machine's states (see the module docs).
-enum Step {
-    /// Build a new state: watch-list or paged list.
-    Sync(SyncCause),
-    /// Open a watch from this resourceVersion.
-    Watch(u64, WatchKind),
-    /// Keep reading an open watch (the watch-list's stream after its initial events).
-    /// (Boxed: the stream holds its pooled connection's lease.)
-    Follow(Box<EventStream>),
-    /// The resource does not fit the byte budget: the reflector stops (`Reflector::drop_cache`).
-    Dropped(OverBudget),
-}
-
-/// Which watch the reflector opens.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum WatchKind {
-    /// The ordinary watch: 5–10 minutes, like client-go's.
-    Long,
-    /// A short watch for a progress proof: kube-apiserver sends a watch that allows
-    /// bookmarks a BOOKMARK 2 s before its deadline (`cacheWatcher.nextBookmarkTime`), at
-    /// its current resourceVersion and after every event it sent before; with
-    /// [`PROGRESS_WATCH_TIMEOUT`] that bookmark comes about a second after the watch
-    /// opened (up to two: the cacher's bookmark timer ticks each second, its buckets are
-    /// whole seconds).
-    Progress,
-}
-
 /// `timeoutSeconds` of a progress watch: the shortest whose pre-timeout bookmark is sent
 /// (at 2 s or less before the deadline, `nextBookmarkTime` finds the time already past).
 pub const PROGRESS_WATCH_TIMEOUT: u32 = 3;
-
-/// Why a state is being built: logged once it is in place, so that a relist is one line
-/// with its reason (start-up has its two progress lines instead).
-#[derive(Debug, Clone)]
-enum SyncCause {
-    /// The first state of this reflector.
-    Start,
-    /// The watch could not continue; `reason` says why. `anomaly` (an event that could not
-    /// be understood) logs the relist as a warning; a 410 is routine and logs at info.
-    Relist { reason: String, anomaly: bool },
-    /// A consistent read needs a state at least as new as the upstream's now, and the
-    /// stream has not brought it (`cache::fresh`). Routine: logged at debug.
-    Consistent,
-}
-
-/// What the reflector knows of the upstream's watch-list support.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum WatchListSupport {
-    /// Try it (mode `auto`, nothing against it seen yet).
-    Try,
-    /// Never try it: mode `off`, or the upstream rejected or ignored it.
-    No,
-}
-
-/// Why a watch-list attempt produced no state.
-#[derive(Debug)]
-enum WatchListFailure {
-    /// The upstream does not do watch-list: never try it again.
-    Unsupported(String),
-    /// A transient failure: a paged list this time, watch-list again next time.
-    Failed(String),
-    /// A lagging endpoint: the same watch-list again, not a paged list.
-    Behind(Behind),
-    /// The initial events outgrew the byte budget.
-    OverBudget(OverBudget),
-}
-
-/// Why a paged list produced no state.
-#[derive(Debug)]
-enum ListError {
-    /// A lagging endpoint: try again (elsewhere), never a relist from stale data.
-    Behind(Behind),
-    /// The upstream failed or sent garbage: retry after a backoff.
-    Failed(Failure),
-    /// The pages read so far outgrow the byte budget.
-    OverBudget(OverBudget),
-}
 
 /// What the registry does when a reflector drops its cache for its size.
 pub type OnDrop = Arc<dyn Fn(OverBudget) + Send + Sync>;
@@ -418,8 +247,7 @@ struct EventStream {
     /// The `timeoutSeconds` asked for, to tell a timeout from the upstream closing early.
     timeout: Duration,
     /// A progress watch ([`WatchKind::Progress`]), and whether its bookmark came.
-    progress: bool,
-    bookmarked: bool,
+    following: Following,
 }
 
 impl EventStream {
@@ -438,15 +266,8 @@ impl EventStream {
             stats,
             opened: Instant::now(),
             timeout,
-            progress: false,
-            bookmarked: false,
+            following: Following::default(),
         }
-    }
-
-    /// A progress watch whose bookmark has not come yet: a new progress request waits
-    /// for it rather than opening another watch.
-    fn awaiting_bookmark(&self) -> bool {
-        self.progress && !self.bookmarked
     }
 
     /// Why a stream that ended cleanly ended, as far as the client can tell.
@@ -464,16 +285,14 @@ impl EventStream {
     }
 
     /// The next event line; `Ok(None)` when the stream ended normally.
-    async fn next_line(&mut self) -> Result<Option<Bytes>, WatchEnd> {
+    async fn next_line(&mut self) -> Result<Option<Bytes>, Failure> {
         loop {
             if let Some(line) = self.ready.pop_front() {
                 return Ok(Some(line));
             }
             let frame = match self.body.frame().await {
                 None => return Ok(None),
-                Some(Err(e)) => {
-                    return Err(WatchEnd::Failed(format!("watch stream broke: {e}").into()))
-                }
+                Some(Err(e)) => return Err(Failure::StreamBroke(e.to_string())),
                 Some(Ok(f)) => f,
             };
             let Ok(data) = frame.into_data() else {
@@ -481,7 +300,7 @@ impl EventStream {
             };
             match self.lines.push(data) {
                 Ok(batch) => self.ready.extend(batch),
-                Err(e) => return Err(WatchEnd::Malformed(e.to_string())),
+                Err(e) => return Err(Failure::EventTooLarge(e)),
             }
         }
     }
@@ -508,18 +327,10 @@ pub struct Reflector {
     on_drop: Option<OnDrop>,
     /// Re-sync and progress requests from consistent reads (`None`: never asked).
     demands: Option<Arc<Demands>>,
-    /// Consistent states older than the cache's, in a row (see `older_than_cache`).
-    older_in_a_row: AtomicU32,
     /// The cluster the cache was built from, verified before the stream resumes or the
     /// resource is relisted (`None`: never checked).
     identity: Option<Arc<ClusterIdentity>>,
 }
-
-/// Consistent states older than the cache's, in a row, from a lone `--server` endpoint,
-/// after which the upstream is taken to have gone back (a restored or replaced cluster)
-/// rather than to lag: a consistent read is never older than one seen before unless the
-/// resourceVersions themselves went back. A few, not one, to be sure.
-const WENT_BACK_AFTER: u32 = 3;
 
 /// The reflector's end of the consistent reads' requests: wakes when one is made.
 struct DemandRx {
@@ -584,7 +395,6 @@ impl Reflector {
             held: AtomicUsize::new(0),
             on_drop: None,
             demands: None,
-            older_in_a_row: AtomicU32::new(0),
             identity: None,
         }
     }
@@ -633,17 +443,24 @@ impl Reflector {
         self
     }
 
-    /// Runs until the task is dropped or aborted.
+    /// Runs until the task is dropped or aborted: performs each [`Step`], hands what it
+    /// brought to the [`Machine`], and performs the [`Action`]s it answers with.
     pub async fn run(self) {
-        let mut backoff = Backoff::default();
-        let mut watch_list = match self.config.watch_list {
+        let support = match self.config.watch_list {
             WatchListMode::Auto => WatchListSupport::Try,
             WatchListMode::Off => WatchListSupport::No,
         };
+        let mut machine = Machine::new(support, self.upstream.endpoints().len());
         let mut demands = self.demands.clone().map(DemandRx::new);
-        let mut step = Step::Sync(SyncCause::Start);
+        // The state a sync read, held until the machine says to install it.
+        let mut read: Option<Snapshot> = None;
+        // When the current sync began: its states come from requests sent after it.
+        let mut sync_started = Instant::now();
+        // When the last watch ended: the identity check must answer for a read after it.
+        let mut ended = Instant::now();
+        let mut step: Step<EventStream> = Machine::start();
         loop {
-            step = match step {
+            let outcome = match step {
                 Step::Sync(cause) => {
                     // Every re-sync or progress proof requested before this point is
                     // answered by this sync: its consistent request is sent after it.
@@ -651,177 +468,196 @@ impl Reflector {
                         r.demands.resync.starting(&mut r.resync);
                         r.demands.progress.starting(&mut r.progress);
                     }
-                    self.sync(cause, &mut backoff, &mut watch_list).await
+                    self.sync_begins(&cause);
+                    sync_started = Instant::now();
+                    Outcome::SyncBegun(cause)
+                }
+                Step::WatchList(cause) => {
+                    let got = self.watch_list().await.map(|(snapshot, stream)| {
+                        let r = Read {
+                            resource_version: snapshot.resource_version,
+                            endpoint: stream.endpoint,
+                        };
+                        read = Some(snapshot);
+                        (r, stream)
+                    });
+                    Outcome::WatchListed(cause, got)
+                }
+                Step::PagedList(cause) => {
+                    let got = self.list().await.map(|(snapshot, endpoint)| {
+                        let r = Read {
+                            resource_version: snapshot.resource_version,
+                            endpoint,
+                        };
+                        read = Some(snapshot);
+                        r
+                    });
+                    Outcome::Listed(cause, got)
                 }
                 Step::Watch(from, kind) => {
                     if let (WatchKind::Progress, Some(r)) = (kind, demands.as_mut()) {
                         r.demands.progress.starting(&mut r.progress);
                     }
                     let end = self.watch(from, kind, &mut demands).await;
-                    self.after_watch(end, &mut backoff, &demands).await
+                    ended = Instant::now();
+                    Outcome::WatchEnded(end)
                 }
                 Step::Follow(mut stream) => {
                     let end = self.follow(&mut stream, &mut demands).await;
                     // Closed before any backoff: the upstream watches gauge counts open
                     // streams, not streams waiting to be dropped.
                     drop(stream);
-                    self.after_watch(end, &mut backoff, &demands).await
+                    ended = Instant::now();
+                    Outcome::WatchEnded(end)
                 }
+                Step::Verify(after) => Outcome::Verified(after, self.same_cluster(ended).await),
                 Step::Dropped(why) => {
                     self.drop_cache(why);
                     return;
                 }
             };
+            let seen = Seen {
+                store_rv: self.store.resource_version(),
+                progress_pending: DemandRx::progress_pending(&demands),
+            };
+            let Transition { actions, next } = machine.step(outcome, seen);
+            if !actions.iter().any(|a| matches!(a, Action::Install { .. })) {
+                // A state not installed (older than the cache) is not held through a wait.
+                read = None;
+            }
+            step = next;
+            for action in actions {
+                if let Err(why) = self.perform(action, &mut read, sync_started).await {
+                    step = machine.step(Outcome::InstallRefused(why), seen).next;
+                    break;
+                }
+            }
         }
     }
 
-    /// Sync: a new state from a watch-list, else from a paged list.
-    async fn sync(
-        &self,
-        cause: SyncCause,
-        backoff: &mut Backoff,
-        watch_list: &mut WatchListSupport,
-    ) -> Step {
-        match &cause {
-            SyncCause::Start => {
-                tracing::info!(resource = %self.info.resource, "listing {}…", self.info.resource)
-            }
-            // One line per relist, written when it is done (`install`).
+    /// Logs the start of a sync (a relist is logged once done, with its reason).
+    fn sync_begins(&self, cause: &SyncCause) {
+        let resource = &self.info.resource;
+        match cause {
+            SyncCause::Start => tracing::info!(%resource, "listing {resource}…"),
             SyncCause::Relist { reason, .. } => {
-                tracing::debug!(resource = %self.info.resource, reason = %reason, "relisting {}", self.info.resource)
+                tracing::debug!(%resource, reason = %reason, "relisting {resource}")
             }
             SyncCause::Consistent => {
                 self.stats
                     .consistent_resyncs
                     .fetch_add(1, Ordering::Relaxed);
-                tracing::debug!(resource = %self.info.resource, "re-syncing {} for a consistent read", self.info.resource)
-            }
-        }
-        let started = Instant::now();
-        if *watch_list == WatchListSupport::Try {
-            match self.watch_list().await {
-                Ok((snapshot, stream)) => {
-                    if let Some(behind) = self.older_than_cache(&snapshot, stream.endpoint) {
-                        drop(stream);
-                        return self.after_behind(behind, Step::Sync(cause)).await;
-                    }
-                    self.stats.watch_lists.fetch_add(1, Ordering::Relaxed);
-                    if let Err(why) = self.install(snapshot, started, "watch-list", &cause) {
-                        return Step::Dropped(why);
-                    }
-                    backoff.reset();
-                    return Step::Follow(Box::new(stream));
-                }
-                Err(WatchListFailure::Behind(behind)) => {
-                    return self.after_behind(behind, Step::Sync(cause)).await;
-                }
-                Err(WatchListFailure::OverBudget(why)) => return Step::Dropped(why),
-                Err(WatchListFailure::Unsupported(msg)) => {
-                    self.stats
-                        .watch_list_fallbacks
-                        .fetch_add(1, Ordering::Relaxed);
-                    *watch_list = WatchListSupport::No;
-                    tracing::warn!(resource = %self.info.resource, "the upstream does not support watch-list ({msg}); using paged lists");
-                }
-                Err(WatchListFailure::Failed(msg)) => {
-                    self.stats
-                        .watch_list_fallbacks
-                        .fetch_add(1, Ordering::Relaxed);
-                    tracing::warn!(resource = %self.info.resource, "watch-list failed ({msg}); falling back to a paged list");
-                }
-            }
-        }
-        match self.list().await {
-            Ok((snapshot, endpoint)) => {
-                if let Some(behind) = self.older_than_cache(&snapshot, endpoint) {
-                    return self.after_behind(behind, Step::Sync(cause)).await;
-                }
-                if let Err(why) = self.install(snapshot, started, "list", &cause) {
-                    return Step::Dropped(why);
-                }
-                backoff.reset();
-                Step::Watch(self.store.resource_version(), WatchKind::Long)
-            }
-            Err(ListError::Behind(behind)) => self.after_behind(behind, Step::Sync(cause)).await,
-            Err(ListError::OverBudget(why)) => Step::Dropped(why),
-            Err(ListError::Failed(err)) => {
-                self.stats.errors.fetch_add(1, Ordering::Relaxed);
-                let (delay, upstreams_fault) = retry_delay(&err, backoff);
-                let what = match cause {
-                    SyncCause::Start => "list",
-                    SyncCause::Relist { .. } | SyncCause::Consistent => "relist",
-                };
-                if upstreams_fault {
-                    tracing::warn!(resource = %self.info.resource, error = %err, "{what} failed; retrying in {delay:.1?}");
-                } else {
-                    tracing::info!(resource = %self.info.resource, error = %err, "{what} refused by the gateway's own connection pool; retrying in {delay:.1?}");
-                }
-                self.stats.back_off(delay).await;
-                Step::Sync(cause)
+                tracing::debug!(%resource, "re-syncing {resource} for a consistent read")
             }
         }
     }
 
-    /// A new state older than the one the cache already has can only come from a lagging
-    /// endpoint (a consistent read is never older than what was seen before): installing
-    /// it would end every downstream watch. `None` when the state may be installed.
-    /// With one endpoint, the same answer [`WENT_BACK_AFTER`] times in a row means the
-    /// upstream went back: the registry is told, and drops and rebuilds every cache.
-    fn older_than_cache(&self, snapshot: &Snapshot, endpoint: Option<usize>) -> Option<Behind> {
-        let have = self.store.resource_version();
-        let older = have > 0 && snapshot.resource_version < have;
-        if !older {
-            self.older_in_a_row.store(0, Ordering::Relaxed);
-        } else if self.upstream.endpoints().len() == 1 {
-            let n = self.older_in_a_row.fetch_add(1, Ordering::Relaxed) + 1;
-            if n >= WENT_BACK_AFTER {
+    /// Performs one of the machine's actions. Only an install can fail: the state does
+    /// not fit the byte budget.
+    async fn perform(
+        &self,
+        action: Action,
+        read: &mut Option<Snapshot>,
+        sync_started: Instant,
+    ) -> Result<(), OverBudget> {
+        let resource = &self.info.resource;
+        match action {
+            Action::Count(c) => {
+                let counter = match c {
+                    Counter::Errors => &self.stats.errors,
+                    Counter::WatchRestarts => &self.stats.watch_restarts,
+                    Counter::RelistsAfterExpired => &self.stats.relists_after_expired,
+                    Counter::MalformedObjects => &self.stats.malformed_objects,
+                    Counter::WatchLists => &self.stats.watch_lists,
+                    Counter::WatchListFallbacks => &self.stats.watch_list_fallbacks,
+                    Counter::Behind => &self.stats.behind,
+                    Counter::ProgressWatches => &self.stats.progress_watches,
+                };
+                counter.fetch_add(1, Ordering::Relaxed);
+            }
+            Action::MarkBehind(i) => self.upstream.mark_behind(i),
+            Action::Sleep(delay, why) => {
+                let delay = delay.jittered();
+                self.log_wait(&why, delay);
+                self.stats.back_off(delay).await;
+            }
+            Action::Install { via, cause } => {
+                if let Some(snapshot) = read.take() {
+                    self.install(snapshot, sync_started, via, &cause)?;
+                }
+            }
+            Action::WentBack {
+                upstream,
+                cache,
+                times,
+            } => {
                 if let Some(d) = &self.demands {
-                    tracing::warn!(resource = %self.info.resource, upstream = snapshot.resource_version, cache = have, "consistent reads of the only upstream are older than the cache, {n} times in a row: its resourceVersions went back");
+                    tracing::warn!(%resource, upstream, cache, "consistent reads of the only upstream are older than the cache, {times} times in a row: its resourceVersions went back");
                     d.upstream_went_back();
                 }
             }
+            Action::WatchListFellBack {
+                why,
+                for_good: true,
+            } => {
+                tracing::warn!(%resource, "the upstream does not support watch-list ({why}); using paged lists")
+            }
+            Action::WatchListFellBack {
+                why,
+                for_good: false,
+            } => {
+                tracing::warn!(%resource, "watch-list failed ({why}); falling back to a paged list")
+            }
+            Action::Resuming { reason, rv } => {
+                tracing::info!(%resource, reason = %reason, "watch ended ({reason}); resuming from {rv}")
+            }
+            Action::ProgressEnded { rv } => {
+                tracing::debug!(%resource, "progress watch ended; resuming from {rv}")
+            }
         }
-        older.then(|| Behind {
-            endpoint,
-            retry_after: Duration::from_secs(1),
-            what: format!(
-                "its state is at resourceVersion {}, the cache's at {have}",
-                snapshot.resource_version
-            ),
-        })
+        Ok(())
     }
 
-    /// After an answer from an endpoint behind the cache: prefer the others for a while,
-    /// wait as the answer asked (with jitter: reflectors of every resource may get it at
-    /// once), and try `next` again. Never a relist.
-    async fn after_behind(&self, behind: Behind, next: Step) -> Step {
-        self.stats.behind.fetch_add(1, Ordering::Relaxed);
-        if let Some(i) = behind.endpoint {
-            self.upstream.mark_behind(i);
+    /// The log line of a wait: a warning when the upstream is at fault, info when the
+    /// gateway's own pool refused or an endpoint lags.
+    fn log_wait(&self, why: &Wait, delay: Duration) {
+        let resource = &self.info.resource;
+        let upstreams_fault = why.upstreams_fault();
+        match why {
+            Wait::ListFailed { error, first } => {
+                let what = if *first { "list" } else { "relist" };
+                if upstreams_fault {
+                    tracing::warn!(%resource, error = %error, "{what} failed; retrying in {delay:.1?}");
+                } else {
+                    tracing::info!(%resource, error = %error, "{what} refused by the gateway's own connection pool; retrying in {delay:.1?}");
+                }
+            }
+            Wait::WatchFailed(error) => {
+                if upstreams_fault {
+                    tracing::warn!(%resource, "watch failed ({error}); resuming in {delay:.1?}");
+                } else {
+                    tracing::info!(%resource, "watch refused by the gateway's own connection pool ({error}); resuming in {delay:.1?}");
+                }
+            }
+            // The relist that follows says why, once done.
+            Wait::Malformed => {}
+            Wait::Behind { endpoint, what } => {
+                let endpoint = endpoint
+                    .and_then(|i| self.upstream.endpoints().get(i).map(|u| u.to_string()))
+                    .unwrap_or_default();
+                tracing::info!(%resource, %endpoint, "the upstream is behind the cache ({what}); retrying in {delay:.1?}");
+            }
         }
-        let delay = behind
-            .retry_after
-            .max(Duration::from_millis(100))
-            .mul_f64(rand::rng().random_range(1.0..1.5));
-        let endpoint = behind
-            .endpoint
-            .and_then(|i| self.upstream.endpoints().get(i).map(|u| u.to_string()))
-            .unwrap_or_default();
-        tracing::info!(resource = %self.info.resource, %endpoint, "the upstream is behind the cache ({}); retrying in {delay:.1?}", behind.what);
-        self.stats.back_off(delay).await;
-        next
     }
 
-    /// Replaces the store's state with a complete new snapshot, in one step, and logs it:
-    /// the start-up's "synced …" progress line, or a relist's one line with its reason.
-    /// A snapshot the byte budget cannot hold is not installed.
     fn install(
         &self,
         snapshot: Snapshot,
         started: Instant,
-        via: &'static str,
+        via: Via,
         cause: &SyncCause,
     ) -> Result<(), OverBudget> {
+        let via = via.as_str();
         self.commit(snapshot.heap)?;
         let (n, rv) = (snapshot.len(), snapshot.resource_version);
         let bytes = snapshot.bytes;
@@ -906,92 +742,6 @@ impl Reflector {
         }
     }
 
-    /// What follows the end of a watch.
-    async fn after_watch(
-        &self,
-        end: WatchEnd,
-        backoff: &mut Backoff,
-        demands: &Option<DemandRx>,
-    ) -> Step {
-        let ended = Instant::now();
-        match end {
-            WatchEnd::Closed(reason) => {
-                self.stats.watch_restarts.fetch_add(1, Ordering::Relaxed);
-                // A stream that ended may end because the apiserver behind it was
-                // replaced: resuming would mix two clusters' objects.
-                if !self.same_cluster(ended).await {
-                    return Step::Sync(SyncCause::Start);
-                }
-                let rv = self.store.resource_version();
-                backoff.reset();
-                if DemandRx::progress_pending(demands) {
-                    self.stats.progress_watches.fetch_add(1, Ordering::Relaxed);
-                    return Step::Watch(rv, WatchKind::Progress);
-                }
-                tracing::info!(resource = %self.info.resource, reason = %reason, "watch ended ({reason}); resuming from {rv}");
-                Step::Watch(rv, WatchKind::Long)
-            }
-            WatchEnd::Progress => {
-                self.stats.progress_watches.fetch_add(1, Ordering::Relaxed);
-                Step::Watch(self.store.resource_version(), WatchKind::Progress)
-            }
-            WatchEnd::ProgressEnded => {
-                let rv = self.store.resource_version();
-                if DemandRx::progress_pending(demands) {
-                    self.stats.progress_watches.fetch_add(1, Ordering::Relaxed);
-                    return Step::Watch(rv, WatchKind::Progress);
-                }
-                tracing::debug!(resource = %self.info.resource, "progress watch ended; resuming from {rv}");
-                Step::Watch(rv, WatchKind::Long)
-            }
-            WatchEnd::Expired(msg) => {
-                self.stats
-                    .relists_after_expired
-                    .fetch_add(1, Ordering::Relaxed);
-                // Another cluster answers 410 to the old one's resourceVersions too; its
-                // state must not be told to the watchers as the old one's next events.
-                if !self.same_cluster(ended).await {
-                    return Step::Sync(SyncCause::Start);
-                }
-                Step::Sync(SyncCause::Relist {
-                    reason: format!("the watch expired ({msg})"),
-                    anomaly: false,
-                })
-            }
-            WatchEnd::Resync => Step::Sync(SyncCause::Consistent),
-            WatchEnd::Malformed(msg) => {
-                self.stats.malformed_objects.fetch_add(1, Ordering::Relaxed);
-                self.stats.back_off(backoff.next_delay()).await;
-                Step::Sync(SyncCause::Relist {
-                    reason: format!("a malformed watch event ({msg})"),
-                    anomaly: true,
-                })
-            }
-            WatchEnd::OverBudget(why) => Step::Dropped(why),
-            WatchEnd::Failed(msg) => {
-                self.stats.errors.fetch_add(1, Ordering::Relaxed);
-                let (delay, upstreams_fault) = retry_delay(&msg, backoff);
-                if upstreams_fault {
-                    tracing::warn!(resource = %self.info.resource, "watch failed ({msg}); resuming in {delay:.1?}");
-                } else {
-                    tracing::info!(resource = %self.info.resource, "watch refused by the gateway's own connection pool ({msg}); resuming in {delay:.1?}");
-                }
-                self.stats.back_off(delay).await;
-                if !self.same_cluster(ended).await {
-                    return Step::Sync(SyncCause::Start);
-                }
-                Step::Watch(self.store.resource_version(), WatchKind::Long)
-            }
-            WatchEnd::Behind(behind) => {
-                let rv = self.store.resource_version();
-                self.after_behind(behind, Step::Watch(rv, WatchKind::Long))
-                    .await
-            }
-        }
-    }
-
-    /// Reads the whole collection, page by page, into a new snapshot; also says which
-    /// endpoint served the last page.
     async fn list(&self) -> Result<(Snapshot, Option<usize>), ListError> {
         self.stats.lists.fetch_add(1, Ordering::Relaxed);
         let base = self.info.collection_path();
@@ -1019,12 +769,13 @@ impl Reflector {
                 if st.is_too_large_resource_version() {
                     return Err(ListError::Behind(Behind::from_status(&st, endpoint)));
                 }
-                return Err(ListError::Failed(
-                    format!("list returned {}: {}", answer.status, answer.body_head(512)).into(),
-                ));
+                return Err(ListError::Failed(Failure::ListStatus {
+                    status: answer.status,
+                    body: answer.body_head(512).into_owned(),
+                }));
             }
             let page = decode_page(BodyFormat::Json, &answer.body, &self.info.field_labels)
-                .map_err(|e| ListError::Failed(e.to_string().into()))?;
+                .map_err(|e| ListError::Failed(e.into()))?;
             for obj in page.objects {
                 snapshot.insert(Arc::new(obj));
             }
@@ -1074,10 +825,7 @@ impl Reflector {
             if st.is_too_large_resource_version() {
                 return Err(RequestError::Behind(Behind::from_status(&st, endpoint)));
             }
-            return Err(RequestError::Status(
-                status,
-                format!("watch returned {status}"),
-            ));
+            return Err(RequestError::Status(status));
         }
         Ok(EventStream::new(
             resp.into_body(),
@@ -1103,15 +851,10 @@ impl Reflector {
         );
         match self.open(&query, timeout).await {
             Ok(mut stream) => {
-                stream.progress = kind == WatchKind::Progress;
+                stream.following.progress = kind == WatchKind::Progress;
                 self.follow(&mut stream, demands).await
             }
-            Err(RequestError::Status(StatusCode::GONE, _)) => {
-                WatchEnd::Expired("HTTP 410 Gone".into())
-            }
-            Err(RequestError::Behind(b)) => WatchEnd::Behind(b),
-            Err(RequestError::Status(_, msg)) => WatchEnd::Failed(msg.into()),
-            Err(RequestError::Upstream(e)) => WatchEnd::Failed(e.into()),
+            Err(e) => watch_refused(e),
         }
     }
 
@@ -1121,42 +864,39 @@ impl Reflector {
     /// A progress request ends an ordinary watch: the reflector resumes from the same
     /// resourceVersion with a short one, whose pre-timeout bookmark is the proof. One that
     /// comes while a progress watch awaits its bookmark waits for that bookmark; one still
-    /// pending after it opens the next short watch (its probe may have been answered after
-    /// the bookmark was sent).
+    /// pending after it opens the next short watch ([`Following::bookmark`]).
     async fn follow(&self, stream: &mut EventStream, demands: &mut Option<DemandRx>) -> WatchEnd {
         loop {
-            let awaiting = stream.awaiting_bookmark();
+            let awaiting = stream.following.awaiting_bookmark();
             let line = tokio::select! {
                 line = stream.next_line() => line,
                 end = DemandRx::requested(demands, !awaiting) => return end,
             };
-            match line {
-                Ok(None) if stream.progress => return WatchEnd::ProgressEnded,
-                Ok(None) => return WatchEnd::Closed(stream.end_reason()),
-                Err(end) => return end,
-                Ok(Some(line)) => match self.apply_event(&line) {
-                    Applied::End(mut end) => {
-                        if let WatchEnd::Behind(b) = &mut end {
-                            b.endpoint = stream.endpoint;
-                        }
+            let line = match line {
+                Ok(Some(line)) => line,
+                Ok(None) => return stream.following.ended(|| stream.end_reason()),
+                Err(f) => return stream_broke(f),
+            };
+            match self.apply_event(&line) {
+                Err(mut end) => {
+                    if let WatchEnd::Behind(b) = &mut end {
+                        b.endpoint = stream.endpoint;
+                    }
+                    return end;
+                }
+                Ok(Applied::Bookmark) => {
+                    let pending = DemandRx::progress_pending(demands);
+                    if let Some(end) = stream.following.bookmark(pending) {
                         return end;
                     }
-                    Applied::Bookmark if stream.progress => {
-                        stream.bookmarked = true;
-                        if DemandRx::progress_pending(demands) {
-                            return WatchEnd::Progress;
-                        }
-                    }
-                    Applied::Bookmark | Applied::Change => {}
-                },
+                }
+                Ok(Applied::Change) => {}
             }
         }
     }
 
     /// WatchList: the state from a watch's initial events, and the stream to follow.
     async fn watch_list(&self) -> Result<(Snapshot, EventStream), WatchListFailure> {
-        use WatchListFailure::{Failed, Unsupported};
-        let behind = WatchListFailure::Behind;
         self.stats.lists.fetch_add(1, Ordering::Relaxed);
         // resourceVersion unset: a consistent snapshot (KEP-3157, client-go's case 1).
         let timeout = Self::watch_timeout();
@@ -1165,162 +905,83 @@ impl Reflector {
         );
         let idle = self.config.initial_events_idle;
         // An upstream that never answers must not keep the cache cold either.
-        let opened = tokio::time::timeout(idle, self.open(&query, timeout))
+        let mut stream = tokio::time::timeout(idle, self.open(&query, timeout))
             .await
-            .unwrap_or(Err(RequestError::Upstream(UpstreamError::Timeout(idle))));
-        let mut stream = match opened {
-            Ok(s) => s,
-            // 429 asks to come back later; any other 4xx is the upstream saying no.
-            Err(RequestError::Status(code, msg))
-                if code.is_client_error() && code != StatusCode::TOO_MANY_REQUESTS =>
-            {
-                return Err(Unsupported(msg))
-            }
-            Err(RequestError::Behind(b)) => return Err(behind(b)),
-            Err(RequestError::Status(_, msg)) => return Err(Failed(msg)),
-            Err(RequestError::Upstream(e)) => return Err(Failed(e.to_string())),
-        };
-        // A temporary map, like client-go's temporaryStore: only the complete state
-        // reaches the store.
-        let mut objects: BTreeMap<Box<str>, Arc<CachedObject>> = BTreeMap::new();
-        // What `objects` holds as the byte budget counts it: checked as it grows, so an
-        // initial state too large for the budget is given up before all of it is held.
-        let mut heap = 0usize;
+            .unwrap_or(Err(RequestError::Upstream(UpstreamError::Timeout(idle))))
+            .map_err(watch_list_refused)?;
+        let mut initial = InitialEvents::new(&self.info.field_labels, stream.endpoint);
+        // The initial state is checked against the budget as it grows, so one too large
+        // for it is given up before all of it is held.
         let held = self.held.load(Ordering::Relaxed);
         let mut deadline = tokio::time::Instant::now() + idle;
         loop {
             let line = match tokio::time::timeout_at(deadline, stream.next_line()).await {
-                Err(_) => {
-                    return Err(Unsupported(format!(
-                        "no {INITIAL_EVENTS_END} bookmark within {idle:?} of the last object"
-                    )))
-                }
-                Ok(Ok(None)) => {
-                    return Err(Unsupported(format!(
-                        "the stream ended before the {INITIAL_EVENTS_END} bookmark"
-                    )))
-                }
-                Ok(Err(end)) => return Err(Failed(format!("{end:?}"))),
+                Err(_) => return Err(InitialEvents::idle(idle)),
+                Ok(Ok(None)) => return Err(InitialEvents::ended()),
+                Ok(Err(f)) => return Err(WatchListFailure::Failed(f)),
                 Ok(Ok(Some(line))) => line,
             };
-            let ev: RawEvent<'_> = serde_json::from_slice(&line)
-                .map_err(|e| Failed(format!("event is not JSON: {e}")))?;
-            self.stats.events.fetch_add(1, Ordering::Relaxed);
-            let parsed = || {
-                CachedObject::parse(
-                    Bytes::copy_from_slice(ev.object.get().as_bytes()),
-                    &self.info.field_labels,
-                )
-            };
-            match ev.kind {
-                "ADDED" | "MODIFIED" => {
+            let taken = initial.line(&line);
+            match &taken {
+                Err(WatchListFailure::Failed(Failure::NotJson(_))) => {}
+                Err(WatchListFailure::Failed(Failure::MalformedDeleted(_))) => {
+                    self.stats.events.fetch_add(1, Ordering::Relaxed);
+                    self.stats.malformed_objects.fetch_add(1, Ordering::Relaxed);
+                }
+                _ => {
+                    self.stats.events.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            match taken? {
+                Initial::Added => {
                     deadline = tokio::time::Instant::now() + idle;
-                    match parsed() {
-                        Ok(o) => {
-                            heap += entry_bytes(&o);
-                            if let Some(old) = objects.insert(o.key.clone(), Arc::new(o)) {
-                                heap -= entry_bytes(&old);
-                            }
-                            self.budget
-                                .check(held, heap)
-                                .map_err(WatchListFailure::OverBudget)?;
-                        }
-                        // As for a list item: skipped, counted, logged.
-                        Err(err) => {
-                            self.stats.malformed_objects.fetch_add(1, Ordering::Relaxed);
-                            tracing::warn!(resource = %self.info.resource, error = %err, "skipping malformed object in watch-list");
-                        }
-                    }
+                    self.budget
+                        .check(held, initial.heap())
+                        .map_err(WatchListFailure::OverBudget)?;
                 }
-                "DELETED" => {
+                Initial::Removed => deadline = tokio::time::Instant::now() + idle,
+                // As for a list item: skipped, counted, logged.
+                Initial::Skipped(err) => {
                     deadline = tokio::time::Instant::now() + idle;
-                    let o = parsed().map_err(|e| {
-                        self.stats.malformed_objects.fetch_add(1, Ordering::Relaxed);
-                        Failed(format!("malformed DELETED event: {e}"))
-                    })?;
-                    if let Some(old) = objects.remove(&o.key) {
-                        heap -= entry_bytes(&old);
-                    }
+                    self.stats.malformed_objects.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(resource = %self.info.resource, error = %err, "skipping malformed object in watch-list");
                 }
-                "BOOKMARK" => {
-                    let b: ListBookmark = serde_json::from_str(ev.object.get())
-                        .map_err(|e| Failed(format!("malformed bookmark: {e}")))?;
-                    let end = b
-                        .metadata
-                        .annotations
-                        .get(INITIAL_EVENTS_END)
-                        .is_some_and(|v| v == "true");
-                    if end {
-                        let rv = crate::strconv::parse_uint(&b.metadata.resource_version).map_err(
-                            |_| {
-                                Failed(format!(
-                                    "bookmark resourceVersion {:?} is not a number",
-                                    b.metadata.resource_version
-                                ))
-                            },
-                        )?;
-                        let mut snapshot = Snapshot::default();
-                        for (_, o) in objects {
-                            snapshot.insert(o);
-                        }
-                        snapshot.resource_version = rv;
-                        return Ok((snapshot, stream));
-                    }
-                }
-                "ERROR" => {
-                    let st: Option<ErrorStatus> = serde_json::from_str(ev.object.get()).ok();
-                    return Err(match st {
-                        // The watch cache did not reach the consistent RV in time.
-                        Some(st) if st.is_too_large_resource_version() => {
-                            behind(Behind::from_status(&st, stream.endpoint))
-                        }
-                        Some(st) => Failed(format!("watch error {}: {}", st.code, st.message)),
-                        None => Failed(format!("watch error {}", ev.object.get())),
-                    });
-                }
-                other => return Err(Failed(format!("unknown event type {other:?}"))),
+                Initial::Bookmark => {}
+                Initial::Done(snapshot) => return Ok((snapshot, stream)),
             }
         }
     }
 
-    /// Applies one event line: a change, a bookmark, or how the watch ends if this event
-    /// ends it.
-    fn apply_event(&self, line: &[u8]) -> Applied {
-        let decoded = match decode_event(line, &self.info.field_labels) {
-            Ok(d) => d,
-            Err(e) => {
-                if !matches!(e, MalformedEvent::NotJson(_)) {
-                    self.stats.events.fetch_add(1, Ordering::Relaxed);
-                }
-                return Applied::End(WatchEnd::Malformed(e.to_string()));
+    /// Applies one event line: a change or a bookmark, or how the watch ends if this
+    /// event ends it.
+    fn apply_event(&self, line: &[u8]) -> Result<Applied, WatchEnd> {
+        let decoded = decode_event(line, &self.info.field_labels).map_err(|e| {
+            if !matches!(e, MalformedEvent::NotJson(_)) {
+                self.stats.events.fetch_add(1, Ordering::Relaxed);
             }
-        };
+            WatchEnd::Malformed(e.into())
+        })?;
         self.stats.events.fetch_add(1, Ordering::Relaxed);
         self.stats.note_event();
-        match decoded {
-            Decoded::Upsert(o) => {
-                self.store.apply(Change::Upsert(Arc::new(o)));
-                // The change is in; a cache it takes over the budget is dropped whole.
-                if let Err(why) = self.commit(self.store.snapshot().heap) {
-                    return Applied::End(WatchEnd::OverBudget(why));
-                }
-                Applied::Change
-            }
-            Decoded::Delete(o) => {
-                self.store.apply(Change::Delete(Arc::new(o)));
-                let _ = self.commit(self.store.snapshot().heap);
-                Applied::Change
-            }
-            Decoded::Progress(rv) => {
-                self.store.apply(Change::Progress(rv));
-                Applied::Bookmark
-            }
-            Decoded::Expired(message) => Applied::End(WatchEnd::Expired(message)),
-            Decoded::Behind(st) => Applied::End(WatchEnd::Behind(Behind::from_status(&st, None))),
-            Decoded::Failed { code, message } => Applied::End(WatchEnd::Failed(
-                format!("watch error {code}: {message}").into(),
-            )),
+        let change = match on_event(decoded) {
+            Effect::End(end) => return Err(end),
+            Effect::Apply(change) => change,
+        };
+        let (bookmark, upsert) = (
+            matches!(change, Change::Progress(_)),
+            matches!(change, Change::Upsert(_)),
+        );
+        self.store.apply(change);
+        if bookmark {
+            return Ok(Applied::Bookmark);
         }
+        // The change is in; a cache an upsert takes over the budget is dropped whole (a
+        // delete only shrinks it).
+        let committed = self.commit(self.store.snapshot().heap);
+        if upsert {
+            committed.map_err(WatchEnd::OverBudget)?;
+        }
+        Ok(Applied::Change)
     }
 }
 
@@ -1330,39 +991,4 @@ enum Applied {
     Change,
     /// A BOOKMARK moved the resourceVersion.
     Bookmark,
-    /// The watch ends.
-    End(WatchEnd),
-}
-
-/// The endpoint that answered (with several `--server`s).
-/// A BOOKMARK's object, with the annotations that may end a watch-list's initial events.
-#[derive(Deserialize)]
-struct ListBookmark {
-    metadata: ListBookmarkMeta,
-}
-
-#[derive(Deserialize)]
-struct ListBookmarkMeta {
-    #[serde(rename = "resourceVersion", default)]
-    resource_version: String,
-    #[serde(default)]
-    annotations: HashMap<String, String>,
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn backoff_grows_with_jitter_and_caps() {
-        let mut b = Backoff::default();
-        let first = b.next_delay();
-        assert!(first >= Duration::from_millis(400) && first <= Duration::from_millis(1200));
-        for _ in 0..20 {
-            let d = b.next_delay();
-            assert!(d <= Duration::from_secs(45), "{d:?}");
-        }
-        b.reset();
-        assert!(b.next_delay() <= Duration::from_millis(1200));
-    }
 }
