@@ -55,6 +55,7 @@ pub const REFLECTOR_RELISTS_TOTAL: &str = "watchgate_reflector_relists_total";
 pub const REFLECTOR_RESTARTS_TOTAL: &str = "watchgate_reflector_restarts_total";
 pub const REFLECTOR_MALFORMED_TOTAL: &str = "watchgate_reflector_malformed_objects_total";
 pub const REFLECTOR_PROGRESS_WATCHES_TOTAL: &str = "watchgate_reflector_progress_watches_total";
+pub const REFLECTOR_BACKFILLS_TOTAL: &str = "watchgate_reflector_backfills_total";
 
 // Consistent reads and retained snapshots, per resource (docs/consistency.md).
 pub const CONSISTENT_READS_TOTAL: &str = "watchgate_consistent_reads_total";
@@ -341,6 +342,10 @@ fn describe() {
     describe_counter!(
         REFLECTOR_PROGRESS_WATCHES_TOTAL,
         "Short upstream watches opened for their pre-timeout bookmark, to prove a quiet resource's cache fresh for consistent reads (docs/consistency.md)."
+    );
+    describe_counter!(
+        REFLECTOR_BACKFILLS_TOTAL,
+        "First syncs from the cache state file's resourceVersion, by result: resumed (the state at it installed, the watch resumed from it) or fell_back (the upstream no longer had it, or the read failed: an ordinary sync followed) (docs/cache.md)."
     );
 }
 

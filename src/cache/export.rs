@@ -77,6 +77,13 @@ fn refresh_cache_metrics(registry: &Registry) {
             .absolute(load(&s.consistent_resyncs));
         counter!(REFLECTOR_PROGRESS_WATCHES_TOTAL, "group" => g.clone(), "resource" => r.clone())
             .absolute(load(&s.progress_watches));
+        for (result, n) in [
+            ("resumed", &s.backfills),
+            ("fell_back", &s.backfill_fallbacks),
+        ] {
+            counter!(REFLECTOR_BACKFILLS_TOTAL, "group" => g.clone(), "resource" => r.clone(), "result" => result)
+                .absolute(load(n));
+        }
         let f = &c.fresh.counters;
         for (result, n) in [
             ("fresh", &f.fresh),

@@ -157,6 +157,10 @@ pub struct ReflectorStats {
     pub consistent_resyncs: AtomicU64,
     /// Short watches opened for a consistent read's progress proof (`WatchKind::Progress`).
     pub progress_watches: AtomicU64,
+    /// First states read at the state file's resourceVersion ([`Step::Backfill`]), and
+    /// backfills that failed (then an ordinary sync followed).
+    pub backfills: AtomicU64,
+    pub backfill_fallbacks: AtomicU64,
     /// When the stream last brought an event, in milliseconds since the process's first
     /// reading (0: never): a live stream is worth a short wait, a silent one is not.
     last_event_millis: AtomicU64,
@@ -330,6 +334,9 @@ pub struct Reflector {
     /// The cluster the cache was built from, verified before the stream resumes or the
     /// resource is relisted (`None`: never checked).
     identity: Option<Arc<ClusterIdentity>>,
+    /// The resourceVersion the previous run's cache had reached (the state file): the
+    /// first state is read there, and the watch resumes from it ([`Step::Backfill`]).
+    resume_from: Option<u64>,
 }
 
 /// The reflector's end of the consistent reads' requests: wakes when one is made.
@@ -396,7 +403,16 @@ impl Reflector {
             on_drop: None,
             demands: None,
             identity: None,
+            resume_from: None,
         }
+    }
+
+    /// Starts from the state at `rv` (the previous run's, from the state file) rather than
+    /// the upstream's current one, so that clients resuming from it find its history;
+    /// falls back to an ordinary sync if the upstream no longer has it.
+    pub fn with_resume_from(mut self, rv: Option<u64>) -> Self {
+        self.resume_from = rv;
+        self
     }
 
     /// Verifies that the upstream is still this cluster before resuming or relisting.
@@ -458,9 +474,23 @@ impl Reflector {
         let mut sync_started = Instant::now();
         // When the last watch ended: the identity check must answer for a read after it.
         let mut ended = Instant::now();
-        let mut step: Step<EventStream> = Machine::start();
+        let mut step: Step<EventStream> = Machine::start(self.resume_from);
         loop {
             let outcome = match step {
+                Step::Backfill(from) => {
+                    // Demands are left pending: a past state answers none of them.
+                    tracing::info!(resource = %self.info.resource, "resuming {} from resourceVersion {from} (the cache state file)…", self.info.resource);
+                    sync_started = Instant::now();
+                    let got = self.list(Some(from)).await.map(|(snapshot, endpoint)| {
+                        let r = Read {
+                            resource_version: snapshot.resource_version,
+                            endpoint,
+                        };
+                        read = Some(snapshot);
+                        r
+                    });
+                    Outcome::Backfilled(from, got)
+                }
                 Step::Sync(cause) => {
                     // Every re-sync or progress proof requested before this point is
                     // answered by this sync: its consistent request is sent after it.
@@ -484,7 +514,7 @@ impl Reflector {
                     Outcome::WatchListed(cause, got)
                 }
                 Step::PagedList(cause) => {
-                    let got = self.list().await.map(|(snapshot, endpoint)| {
+                    let got = self.list(None).await.map(|(snapshot, endpoint)| {
                         let r = Read {
                             resource_version: snapshot.resource_version,
                             endpoint,
@@ -572,6 +602,8 @@ impl Reflector {
                     Counter::WatchListFallbacks => &self.stats.watch_list_fallbacks,
                     Counter::Behind => &self.stats.behind,
                     Counter::ProgressWatches => &self.stats.progress_watches,
+                    Counter::Backfills => &self.stats.backfills,
+                    Counter::BackfillFallbacks => &self.stats.backfill_fallbacks,
                 };
                 counter.fetch_add(1, Ordering::Relaxed);
             }
@@ -613,6 +645,20 @@ impl Reflector {
             }
             Action::ProgressEnded { rv } => {
                 tracing::debug!(%resource, "progress watch ended; resuming from {rv}")
+            }
+            Action::BackfillFellBack {
+                from,
+                why,
+                expired: true,
+            } => {
+                tracing::info!(%resource, from, "the upstream no longer has resourceVersion {from} ({why:?}); syncing {resource} as usual")
+            }
+            Action::BackfillFellBack {
+                from,
+                why,
+                expired: false,
+            } => {
+                tracing::warn!(%resource, from, "resuming {resource} from resourceVersion {from} failed ({why:?}); syncing it as usual")
             }
         }
         Ok(())
@@ -657,6 +703,7 @@ impl Reflector {
         via: Via,
         cause: &SyncCause,
     ) -> Result<(), OverBudget> {
+        let backfill = via == Via::Backfill;
         let via = via.as_str();
         self.commit(snapshot.heap)?;
         let (n, rv) = (snapshot.len(), snapshot.resource_version);
@@ -665,10 +712,14 @@ impl Reflector {
         // continue end with 410, so that their clients relist rather than resume.
         let repair = self.demands.as_ref().is_some_and(|d| d.inconsistent());
         self.store.replace_with(snapshot, repair);
-        // Every state is read with a consistent request (a watch-list or a list with no
-        // resourceVersion) sent after `started`; said after the store holds it.
-        if let Some(d) = &self.demands {
-            d.consistent_state(started);
+        // Every state but a backfill's is read with a consistent request (a watch-list or
+        // a list with no resourceVersion) sent after `started`; said after the store holds
+        // it. A backfill's is the state at a past resourceVersion: it proves nothing about
+        // writes made since, so consistent reads go through their probe (cache::fresh).
+        if !backfill {
+            if let Some(d) = &self.demands {
+                d.consistent_state(started);
+            }
         }
         self.synced.send_replace(true);
         let took = started.elapsed();
@@ -742,7 +793,10 @@ impl Reflector {
         }
     }
 
-    async fn list(&self) -> Result<(Snapshot, Option<usize>), ListError> {
+    /// A paged list of the whole resource: the upstream's current state (`exact`: none),
+    /// or the state exactly at `exact` (`resourceVersionMatch=Exact`; its pages after the
+    /// first follow their continue tokens, which carry that resourceVersion).
+    async fn list(&self, exact: Option<u64>) -> Result<(Snapshot, Option<usize>), ListError> {
         self.stats.lists.fetch_add(1, Ordering::Relaxed);
         let base = self.info.collection_path();
         let mut snapshot = Snapshot::default();
@@ -751,8 +805,15 @@ impl Reflector {
             let query = {
                 let mut q = form_urlencoded::Serializer::new(String::new());
                 q.append_pair("limit", &PAGE_SIZE.to_string());
-                if let Some(c) = &cont {
-                    q.append_pair("continue", c);
+                match (&cont, exact) {
+                    (Some(c), _) => {
+                        q.append_pair("continue", c);
+                    }
+                    (None, Some(rv)) => {
+                        q.append_pair("resourceVersion", &rv.to_string());
+                        q.append_pair("resourceVersionMatch", "Exact");
+                    }
+                    (None, None) => {}
                 }
                 q.finish()
             };

@@ -448,10 +448,11 @@ impl Registry {
             // Recorded once synced: a resource that cannot be listed is never remembered.
             // The receiver, not the cache, waits: a cache dropped meanwhile ends the wait.
             let (file, mut synced) = (w.file.clone(), cache.synced.clone());
+            let store = cache.store.clone();
             let gvr = Gvr::new(&key.0, &key.1, &key.2);
             tokio::spawn(async move {
                 if synced.wait_for(|s| *s).await.is_ok() {
-                    file.record(gvr);
+                    file.record(gvr, store.resource_version());
                 }
             });
         }
@@ -466,6 +467,11 @@ impl Registry {
     }
 
     fn start_reflector(self: &Arc<Self>, key: Key, info: Arc<ResourceInfo>) -> Arc<ResourceCache> {
+        // The first cache of a state-file resource resumes where the previous run's was.
+        let resume = self
+            .warm
+            .get()
+            .and_then(|w| w.take_resume(&Gvr::new(&key.0, &key.1, &key.2)));
         // The writer goes to the reflector alone; everyone else reads.
         let writer = Store::for_resource(&info, self.watch.clone());
         let store = writer.reader().clone();
@@ -487,6 +493,7 @@ impl Registry {
             stats.clone(),
         )
         .with_config(self.reflector.clone())
+        .with_resume_from(resume)
         .with_demands(demands)
         .with_identity(self.identity.clone())
         .with_budget(self.budget.clone(), self.on_drop(key, info.clone()));
@@ -652,15 +659,21 @@ impl Registry {
     /// resources too, and caches that sync from now on are recorded in it. Excluded
     /// resources are dropped from it. Call once, before `prewarm`.
     pub fn open_state_file(&self, cfg: &WarmConfig) -> Result<(), StateFileError> {
-        let (file, resources) = StateFile::open(cfg.state_file.clone(), |g| {
+        let (file, entries) = StateFile::open(cfg.state_file.clone(), |g| {
             !self.policy.excludes(&g.group, &g.resource)
         })?;
+        let resume = entries
+            .iter()
+            .filter_map(|(g, rv)| Some((g.clone(), (*rv)?)))
+            .collect();
+        let resources: Vec<Gvr> = entries.into_iter().map(|(g, _)| g).collect();
         if !resources.is_empty() {
             tracing::info!(count = resources.len(), file = %cfg.state_file.display(), "starting the caches of the cache state file");
         }
         let warm = WarmUp {
             file,
             resources,
+            resume: std::sync::Mutex::new(resume),
             deadline: tokio::time::Instant::now() + cfg.timeout,
             timeout: cfg.timeout,
         };
@@ -692,9 +705,42 @@ impl Registry {
         Some((status, warm))
     }
 
-    /// Saves the state file now if it changed (a drain: the debounced save may not come).
+    /// Copies each synced cache's resourceVersion into the state file (saved with its next
+    /// write). Called every [`super::warm::PROGRESS_EVERY`] and at a drain.
+    fn note_progress(&self, file: &StateFile) {
+        for c in self.caches() {
+            if c.is_synced() {
+                let gvr = Gvr::new(&c.info.group, &c.info.version, &c.info.resource);
+                file.progress(&gvr, c.store.resource_version());
+            }
+        }
+    }
+
+    /// Keeps the state file's resourceVersions near the caches' while the gateway runs:
+    /// it may be killed without a drain, and the next start resumes from what the file
+    /// says. Ends with the registry.
+    fn spawn_progress(self: &Arc<Self>) {
+        let registry = Arc::downgrade(self);
+        tokio::spawn(async move {
+            let mut every = tokio::time::interval(super::warm::PROGRESS_EVERY);
+            every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                every.tick().await;
+                let Some(r) = registry.upgrade() else {
+                    return;
+                };
+                if let Some(w) = r.warm.get() {
+                    r.note_progress(&w.file);
+                }
+            }
+        });
+    }
+
+    /// Saves the state file now if it changed (a drain: the debounced save may not come),
+    /// with the caches' resourceVersions as they are now.
     pub async fn save_state_file(&self) {
         if let Some(w) = self.warm.get() {
+            self.note_progress(&w.file);
             if let Err(e) = w.file.save().await {
                 tracing::warn!(error = %e, "the cache state file was not saved");
             }
@@ -706,6 +752,7 @@ impl Registry {
     /// version from discovery. State-file entries name their version.
     pub fn prewarm(self: &Arc<Self>) {
         if let Some(w) = self.warm.get() {
+            self.spawn_progress();
             for g in &w.resources {
                 self.ensure_started(&g.group, &g.version, &g.resource);
             }

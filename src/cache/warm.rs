@@ -9,8 +9,15 @@
 //! forgotten when discovery says the upstream no longer serves it or the byte budget drops
 //! it. Writes are debounced and atomic (a temporary file, then a rename), so a crash leaves
 //! the previous version or the new one, never half of one.
+//!
+//! Each entry also carries a resourceVersion its cache had reached, refreshed while the
+//! gateway runs (at most every [`PROGRESS_EVERY`], and at a drain): the next start
+//! resumes that cache from there (`cache::reflector`, the backfill), so that clients
+//! reconnecting with a resourceVersion at least as new resume from its history rather
+//! than relist (docs/cache.md, "Resuming after a restart"). The gateway may be killed
+//! without a drain, hence the periodic refresh rather than a write at exit alone.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, HashMap};
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -30,7 +37,15 @@ pub const MAX_FILE_BYTES: u64 = 1 << 20;
 /// Changes are written this long after the first of them, together: a burst of caches
 /// starting (a client's first sweep over many resources) costs one write.
 pub const DEBOUNCE: Duration = Duration::from_secs(1);
+/// How often the caches' resourceVersions are copied into the file while it runs (each
+/// copy that changed something is then written after [`DEBOUNCE`]): at most one write per
+/// this period for them, however busy the resources. A resumed cache replays what
+/// happened since, so a recorded resourceVersion a few seconds old costs only those
+/// seconds of events; clients that saw less than it relist, as without it.
+pub const PROGRESS_EVERY: Duration = Duration::from_secs(5);
 /// The file's format; a file of another format is ignored (and replaced on the next save).
+/// The `resourceVersion` of an entry is optional, so files written before it was
+/// recorded are read (and older gateways, which ignore unknown fields, read the new ones).
 const FORMAT: u32 = 1;
 
 /// A resource as the file names it: group (empty for the core group), version, resource.
@@ -112,16 +127,45 @@ pub enum StateFileError {
     },
 }
 
-/// The file's contents, e.g.
-/// `{"format": 1, "resources": [{"group": "", "version": "v1", "resource": "pods"}]}`.
+/// The file's contents, e.g. `{"format": 1, "resources": [{"group": "", "version": "v1",
+/// "resource": "pods", "resourceVersion": "4711"}]}`.
 #[derive(Serialize, Deserialize)]
 struct Contents {
     format: u32,
-    resources: Vec<Gvr>,
+    resources: Vec<Entry>,
+}
+
+/// One resource of the file and the resourceVersion its cache had reached (a string, as
+/// Kubernetes writes resourceVersions; absent in files of earlier gateways).
+#[derive(Serialize, Deserialize)]
+struct Entry {
+    #[serde(flatten)]
+    gvr: Gvr,
+    #[serde(
+        rename = "resourceVersion",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    resource_version: Option<String>,
+}
+
+impl Entry {
+    /// The recorded resourceVersion, if it is one (a positive integer: anything else is
+    /// ignored, the cache then starts as it would without it).
+    fn rv(&self) -> Option<u64> {
+        let rv = self.resource_version.as_deref()?;
+        crate::strconv::parse_uint(rv).ok().filter(|&n| n > 0)
+    }
 }
 
 /// The resources in the file at `path`; none if it does not exist.
 pub fn read(path: &Path) -> Result<Vec<Gvr>, StateFileError> {
+    Ok(read_entries(path)?.into_iter().map(|(g, _)| g).collect())
+}
+
+/// The resources in the file at `path` with the resourceVersion recorded for each (if
+/// any); none if it does not exist.
+pub fn read_entries(path: &Path) -> Result<Vec<(Gvr, Option<u64>)>, StateFileError> {
     use std::io::Read as _;
     let read_err = |source| StateFileError::Read {
         path: path.to_path_buf(),
@@ -152,13 +196,26 @@ pub fn read(path: &Path) -> Result<Vec<Gvr>, StateFileError> {
             found: contents.format,
         });
     }
-    Ok(contents.resources)
+    Ok(contents
+        .resources
+        .into_iter()
+        .map(|e| {
+            let rv = e.rv();
+            (e.gvr, rv)
+        })
+        .collect())
 }
 
-fn encode(set: &BTreeSet<Gvr>) -> Vec<u8> {
+fn encode(set: &BTreeMap<Gvr, u64>) -> Vec<u8> {
     let contents = Contents {
         format: FORMAT,
-        resources: set.iter().cloned().collect(),
+        resources: set
+            .iter()
+            .map(|(gvr, &rv)| Entry {
+                gvr: gvr.clone(),
+                resource_version: (rv > 0).then(|| rv.to_string()),
+            })
+            .collect(),
     };
     let mut bytes = serde_json::to_vec_pretty(&contents).expect("plain strings serialise");
     bytes.push(b'\n');
@@ -186,7 +243,8 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 }
 
 struct Set {
-    resources: BTreeSet<Gvr>,
+    /// Each resource and the resourceVersion its cache reached (0: none known).
+    resources: BTreeMap<Gvr, u64>,
     /// Bumped by every change; a save writes only when it moved past the saved one.
     generation: u64,
 }
@@ -214,10 +272,12 @@ impl StateFile {
     /// replaced on the next save): it only saves work, so it must not stop a start. A
     /// directory that does not exist or a file that cannot be read does stop it: that is
     /// a misconfiguration, which would otherwise go unnoticed.
+    ///
+    /// Returns the kept resources with the resourceVersion recorded for each.
     pub fn open(
         path: PathBuf,
         keep: impl Fn(&Gvr) -> bool,
-    ) -> Result<(Arc<Self>, Vec<Gvr>), StateFileError> {
+    ) -> Result<(Arc<Self>, Vec<(Gvr, Option<u64>)>), StateFileError> {
         let dir = match path.parent() {
             Some(d) if d.as_os_str().is_empty() => Path::new("."),
             Some(d) => d,
@@ -226,7 +286,7 @@ impl StateFile {
         if !dir.is_dir() {
             return Err(StateFileError::NoDirectory { path });
         }
-        let read = match read(&path) {
+        let read = match read_entries(&path) {
             Ok(r) => r,
             Err(e @ StateFileError::Read { .. }) => return Err(e),
             Err(e) => {
@@ -235,15 +295,18 @@ impl StateFile {
             }
         };
         let total = read.len();
-        let mut resources = BTreeSet::new();
-        for gvr in read {
+        let mut resources = BTreeMap::new();
+        for (gvr, rv) in read {
             if resources.len() < MAX_RESOURCES && gvr.is_valid() && keep(&gvr) {
-                resources.insert(gvr);
+                resources.insert(gvr, rv.unwrap_or(0));
             } else {
                 tracing::info!(resource = %gvr.qualified(), "dropping a resource from the cache state file (invalid, excluded or over the limit)");
             }
         }
-        let kept: Vec<Gvr> = resources.iter().cloned().collect();
+        let kept: Vec<(Gvr, Option<u64>)> = resources
+            .iter()
+            .map(|(g, &rv)| (g.clone(), (rv > 0).then_some(rv)))
+            .collect();
         let changed = Arc::new(Notify::new());
         let (saved, _) = tokio::sync::watch::channel(0);
         let file = Arc::new(Self {
@@ -265,11 +328,14 @@ impl StateFile {
         Ok((file, kept))
     }
 
-    /// Remembers `gvr` (a cache of it has synced). At most [`MAX_RESOURCES`].
-    pub fn record(&self, gvr: Gvr) {
+    /// Remembers `gvr` (a cache of it has synced, at resourceVersion `rv`). At most
+    /// [`MAX_RESOURCES`].
+    pub fn record(&self, gvr: Gvr, rv: u64) {
         {
             let mut set = self.lock();
-            if set.resources.contains(&gvr) {
+            if set.resources.contains_key(&gvr) {
+                drop(set);
+                self.progress(&gvr, rv);
                 return;
             }
             if set.resources.len() >= MAX_RESOURCES {
@@ -279,7 +345,22 @@ impl StateFile {
                 }
                 return;
             }
-            set.resources.insert(gvr);
+            set.resources.insert(gvr, rv);
+            set.generation += 1;
+        }
+        self.changed.notify_one();
+    }
+
+    /// Notes that the cache of `gvr` (if the file holds it) reached `rv`. Saved with the
+    /// next write: the caller bounds how often it calls (every [`PROGRESS_EVERY`]), so
+    /// that a busy resource does not rewrite the file at each event.
+    pub fn progress(&self, gvr: &Gvr, rv: u64) {
+        {
+            let mut set = self.lock();
+            match set.resources.get_mut(gvr) {
+                Some(have) if *have != rv && rv > 0 => *have = rv,
+                _ => return,
+            }
             set.generation += 1;
         }
         self.changed.notify_one();
@@ -289,7 +370,7 @@ impl StateFile {
     pub fn forget(&self, gvr: &Gvr) {
         {
             let mut set = self.lock();
-            if !set.resources.remove(gvr) {
+            if set.resources.remove(gvr).is_none() {
                 return;
             }
             set.generation += 1;
@@ -309,7 +390,12 @@ impl StateFile {
 
     /// What the file holds now (or will once the pending save is done).
     pub fn resources(&self) -> Vec<Gvr> {
-        self.lock().resources.iter().cloned().collect()
+        self.lock().resources.keys().cloned().collect()
+    }
+
+    /// The resourceVersion recorded for `gvr` now (none: not in the file, or none known).
+    pub fn resource_version(&self, gvr: &Gvr) -> Option<u64> {
+        self.lock().resources.get(gvr).copied().filter(|&rv| rv > 0)
     }
 
     /// Files written so far.
@@ -383,9 +469,24 @@ pub enum WarmStatus {
 pub struct WarmUp {
     pub file: Arc<StateFile>,
     pub resources: Vec<Gvr>,
+    /// The resourceVersion each resource's cache had reached in the previous run, as read
+    /// at start-up: the first cache of each resumes from it, once (taken by
+    /// [`WarmUp::take_resume`]); a cache started again later (after a reset, a drop) must
+    /// not, its history is another.
+    pub resume: Mutex<HashMap<Gvr, u64>>,
     /// The end of the warm-up: from then on, these resources no longer hold readiness.
     pub deadline: tokio::time::Instant,
     pub timeout: Duration,
+}
+
+impl WarmUp {
+    /// The resourceVersion the first cache of `gvr` resumes from, once.
+    pub fn take_resume(&self, gvr: &Gvr) -> Option<u64> {
+        self.resume
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(gvr)
+    }
 }
 
 #[cfg(test)]
@@ -396,7 +497,7 @@ mod tests {
         Gvr::new(g, v, r)
     }
 
-    fn open(path: &Path) -> (Arc<StateFile>, Vec<Gvr>) {
+    fn open(path: &Path) -> (Arc<StateFile>, Vec<(Gvr, Option<u64>)>) {
         StateFile::open(path.to_path_buf(), |_| true).unwrap()
     }
 
@@ -432,10 +533,13 @@ mod tests {
         assert!(loaded.is_empty(), "no file yet: nothing to start");
         let mut saved = file.saved.subscribe();
         for r in ["pods", "configmaps", "services"] {
-            file.record(gvr("", "v1", r));
+            file.record(gvr("", "v1", r), 10);
         }
-        file.record(gvr("apps", "v1", "deployments"));
-        file.record(gvr("", "v1", "pods")); // again: no change
+        // No resourceVersion known (0): the entry has none.
+        file.record(gvr("apps", "v1", "deployments"), 0);
+        file.record(gvr("", "v1", "pods"), 10); // again: no change
+        file.progress(&gvr("", "v1", "configmaps"), 12);
+        file.progress(&gvr("", "v1", "nodes"), 12); // not in the file: nothing
         file.forget(&gvr("", "v1", "services"));
         let before = tokio::time::Instant::now();
         saved.wait_for(|g| *g > 0).await.unwrap();
@@ -446,8 +550,8 @@ mod tests {
         assert_eq!(
             v,
             serde_json::json!({"format": 1, "resources": [
-                {"group": "", "version": "v1", "resource": "configmaps"},
-                {"group": "", "version": "v1", "resource": "pods"},
+                {"group": "", "version": "v1", "resource": "configmaps", "resourceVersion": "12"},
+                {"group": "", "version": "v1", "resource": "pods", "resourceVersion": "10"},
                 {"group": "apps", "version": "v1", "resource": "deployments"},
             ]})
         );
@@ -458,13 +562,52 @@ mod tests {
 
         // The next start reads what was saved.
         drop(file);
-        let (_again, loaded) = open(&path);
+        let (again, loaded) = open(&path);
         assert_eq!(
             loaded,
             vec![
-                gvr("", "v1", "configmaps"),
-                gvr("", "v1", "pods"),
-                gvr("apps", "v1", "deployments"),
+                (gvr("", "v1", "configmaps"), Some(12)),
+                (gvr("", "v1", "pods"), Some(10)),
+                (gvr("apps", "v1", "deployments"), None),
+            ]
+        );
+        assert_eq!(again.resource_version(&gvr("", "v1", "pods")), Some(10));
+
+        // Progress is saved like any change, once it moved: the same RV again is none.
+        again.progress(&gvr("", "v1", "pods"), 10);
+        again.save().await.unwrap();
+        assert_eq!(again.writes(), 0);
+        again.progress(&gvr("", "v1", "pods"), 15);
+        again.save().await.unwrap();
+        assert_eq!(again.writes(), 1);
+        assert_eq!(
+            read_entries(&path).unwrap()[1],
+            (gvr("", "v1", "pods"), Some(15))
+        );
+    }
+
+    #[test]
+    fn files_without_resource_versions_and_bad_ones_are_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.json");
+        // A file of a gateway that did not record resourceVersions, and entries whose
+        // resourceVersion is not one: the resource is kept, without a resume point.
+        std::fs::write(
+            &path,
+            r#"{"format": 1, "resources": [
+                {"group": "", "version": "v1", "resource": "configmaps"},
+                {"group": "", "version": "v1", "resource": "pods", "resourceVersion": "x1"},
+                {"group": "", "version": "v1", "resource": "secrets", "resourceVersion": "0"},
+                {"group": "", "version": "v1", "resource": "services", "resourceVersion": "77"}]}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            read_entries(&path).unwrap(),
+            vec![
+                (gvr("", "v1", "configmaps"), None),
+                (gvr("", "v1", "pods"), None),
+                (gvr("", "v1", "secrets"), None),
+                (gvr("", "v1", "services"), Some(77)),
             ]
         );
     }
@@ -482,7 +625,7 @@ mod tests {
         )
         .unwrap();
         let (file, loaded) = StateFile::open(path.clone(), |g| g.resource != "secrets").unwrap();
-        assert_eq!(loaded, vec![gvr("", "v1", "pods")]);
+        assert_eq!(loaded, vec![(gvr("", "v1", "pods"), None)]);
         let mut saved = file.saved.subscribe();
         saved.wait_for(|g| *g > 0).await.unwrap();
         assert_eq!(read(&path).unwrap(), vec![gvr("", "v1", "pods")]);
@@ -522,7 +665,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (file, _) = open(&dir.path().join("state.json"));
         for i in 0..MAX_RESOURCES + 10 {
-            file.record(gvr("", "v1", &format!("r{i}")));
+            file.record(gvr("", "v1", &format!("r{i}")), u64::MAX);
         }
         assert_eq!(file.resources().len(), MAX_RESOURCES);
         file.save().await.unwrap();

@@ -352,6 +352,11 @@ pub enum After {
 /// The state machine's states (see the parent module's docs).
 #[derive(Debug)]
 pub enum Step<S> {
+    /// Resume where the previous run's cache was (the state file's resourceVersion): read
+    /// the state exactly at it with a paged list, then watch from it, which brings every
+    /// change since into the history. Only as the first step; any failure falls back to
+    /// [`Step::Sync`].
+    Backfill(u64),
     /// Build a new state: the shell marks the demands it answers, then asks [`Machine::step`]
     /// which way ([`Outcome::SyncBegun`]).
     Sync(SyncCause),
@@ -374,6 +379,9 @@ pub enum Step<S> {
 pub enum Via {
     WatchList,
     List,
+    /// An Exact paged list at a resourceVersion of the previous run ([`Step::Backfill`]):
+    /// a past state, not a consistent one.
+    Backfill,
 }
 
 impl Via {
@@ -381,6 +389,7 @@ impl Via {
         match self {
             Via::WatchList => "watch-list",
             Via::List => "list",
+            Via::Backfill => "backfill",
         }
     }
 }
@@ -402,6 +411,8 @@ pub enum Outcome<S> {
     WatchListed(SyncCause, Result<(Read, S), WatchListFailure>),
     /// [`Step::PagedList`]'s answer.
     Listed(SyncCause, Result<Read, ListError>),
+    /// [`Step::Backfill`]'s answer (the resourceVersion it asked for, and the state).
+    Backfilled(u64, Result<Read, ListError>),
     /// How [`Step::Watch`] or [`Step::Follow`] ended.
     WatchEnded(WatchEnd),
     /// [`Step::Verify`]'s answer: whether the upstream is the same cluster.
@@ -430,6 +441,10 @@ pub enum Counter {
     WatchListFallbacks,
     Behind,
     ProgressWatches,
+    /// A backfill installed its state.
+    Backfills,
+    /// A backfill failed and the first sync was an ordinary one.
+    BackfillFallbacks,
 }
 
 /// Why the reflector sleeps (for its log line).
@@ -495,6 +510,13 @@ pub enum Action {
     ProgressEnded {
         rv: u64,
     },
+    /// The backfill from `from` failed: the first sync is an ordinary one. `expired`: the
+    /// upstream no longer has that resourceVersion (410), the expected way to fail.
+    BackfillFellBack {
+        from: u64,
+        why: ListError,
+        expired: bool,
+    },
 }
 
 /// The actions to perform and the step after them.
@@ -538,9 +560,13 @@ impl Machine {
         }
     }
 
-    /// The first step.
-    pub fn start<S>() -> Step<S> {
-        Step::Sync(SyncCause::Start)
+    /// The first step: a backfill from `resume` (the resourceVersion the previous run's
+    /// cache had reached, from the state file), or an ordinary sync.
+    pub fn start<S>(resume: Option<u64>) -> Step<S> {
+        match resume {
+            Some(rv) => Step::Backfill(rv),
+            None => Step::Sync(SyncCause::Start),
+        }
     }
 
     #[cfg(test)]
@@ -627,6 +653,7 @@ impl Machine {
                     )
                 }
             },
+            Outcome::Backfilled(from, got) => self.backfilled(from, got),
             Outcome::InstallRefused(why) => Transition::to(Step::Dropped(why)),
             Outcome::WatchEnded(end) => self.watch_ended(end, seen),
             Outcome::Verified(_, false) => {
@@ -656,6 +683,48 @@ impl Machine {
             }
             Outcome::Verified(After::Rewatch, true) => {
                 Transition::to(Step::Watch(seen.store_rv, WatchKind::Long))
+            }
+        }
+    }
+
+    /// What follows a backfill. Its state is installed and the watch resumes from its
+    /// resourceVersion: the watch brings every change since into the history. Whatever
+    /// else happened (410: the upstream compacted that resourceVersion; a lagging endpoint;
+    /// any failure), the first sync is an ordinary one at once, as without a backfill, and
+    /// that sync's own failures back off as usual. No wait after a failed backfill: the
+    /// sync that follows is the request the cache would have sent anyway, so the upstream
+    /// sees at most one request more, and a cold cache is not kept cold longer.
+    fn backfilled<S>(&mut self, from: u64, got: Result<Read, ListError>) -> Transition<S> {
+        match got {
+            Ok(read) => {
+                self.backoff.reset();
+                Transition::with(
+                    vec![
+                        Action::Count(Counter::Backfills),
+                        Action::Install {
+                            via: Via::Backfill,
+                            cause: SyncCause::Start,
+                        },
+                    ],
+                    Step::Watch(read.resource_version, WatchKind::Long),
+                )
+            }
+            Err(ListError::OverBudget(why)) => Transition::to(Step::Dropped(why)),
+            Err(why) => {
+                let expired = matches!(
+                    &why,
+                    ListError::Failed(Failure::ListStatus { status, .. }) if *status == StatusCode::GONE
+                );
+                let mut actions = vec![Action::Count(Counter::BackfillFallbacks)];
+                if let ListError::Behind(Behind {
+                    endpoint: Some(i), ..
+                }) = &why
+                {
+                    // The ordinary sync is a consistent read: let it prefer the others.
+                    actions.push(Action::MarkBehind(*i));
+                }
+                actions.push(Action::BackfillFellBack { from, why, expired });
+                Transition::with(actions, Step::Sync(SyncCause::Start))
             }
         }
     }

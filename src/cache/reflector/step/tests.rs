@@ -387,6 +387,127 @@ fn a_failed_paged_list_backs_off_and_syncs_again() {
     }
 }
 
+// Backfill(R) → Watch(R); any failure → an ordinary Sync at once.
+
+#[test]
+fn a_resume_point_starts_with_a_backfill_and_none_with_a_sync() {
+    assert!(matches!(Machine::start::<S>(Some(42)), Step::Backfill(42)));
+    assert!(matches!(
+        Machine::start::<S>(None),
+        Step::Sync(SyncCause::Start)
+    ));
+}
+
+#[test]
+fn a_backfill_installs_the_past_state_and_watches_from_it() {
+    let mut m = machine();
+    let t: Transition<S> = m.step(Outcome::Backfilled(42, Ok(read(42))), seen(0));
+    // The watch from R brings every change since R into the history: clients resuming
+    // from R or later find their events there.
+    assert!(matches!(t.next, Step::Watch(42, WatchKind::Long)), "{t:?}");
+    assert_eq!(installs(&t), [Via::Backfill]);
+    assert!(matches!(
+        &t.actions[1],
+        Action::Install {
+            cause: SyncCause::Start,
+            ..
+        }
+    ));
+    assert_eq!(counts(&t), [Counter::Backfills]);
+    assert!(sleeps(&t).is_empty());
+}
+
+fn fell_back(t: &Transition<S>) -> Option<bool> {
+    t.actions.iter().find_map(|a| match a {
+        Action::BackfillFellBack { expired, from, .. } => {
+            assert_eq!(*from, 42);
+            Some(*expired)
+        }
+        _ => None,
+    })
+}
+
+#[test]
+fn a_compacted_resume_point_falls_back_to_an_ordinary_sync() {
+    // kube-apiserver's answer to an Exact list below its compaction: 410 Expired ("The
+    // resourceVersion for the provided list is too old."), as the shell reads it.
+    let mut m = machine();
+    let gone = ListError::Failed(Failure::ListStatus {
+        status: StatusCode::GONE,
+        body: "too old".into(),
+    });
+    let t: Transition<S> = m.step(Outcome::Backfilled(42, Err(gone)), seen(0));
+    assert!(matches!(t.next, Step::Sync(SyncCause::Start)), "{t:?}");
+    assert_eq!(counts(&t), [Counter::BackfillFallbacks]);
+    assert_eq!(fell_back(&t), Some(true));
+    assert!(installs(&t).is_empty());
+    assert!(sleeps(&t).is_empty(), "the ordinary sync follows at once");
+    // ...which is the usual sync: watch-list first.
+    let t: Transition<S> = m.step(Outcome::SyncBegun(SyncCause::Start), seen(0));
+    assert!(matches!(t.next, Step::WatchList(SyncCause::Start)), "{t:?}");
+}
+
+#[test]
+fn a_failed_backfill_falls_back_at_once_and_the_sync_backs_off_as_usual() {
+    for (what, err) in [
+        ("upstream down", ListError::Failed(upstream_down())),
+        ("pool full", ListError::Failed(pool_full())),
+        (
+            "500",
+            ListError::Failed(Failure::ListStatus {
+                status: StatusCode::INTERNAL_SERVER_ERROR,
+                body: "{}".into(),
+            }),
+        ),
+        (
+            "bad page",
+            ListError::Failed(Failure::Page(PageError::ResourceVersion("x".into()))),
+        ),
+        (
+            "behind",
+            ListError::Behind(Behind::from_status(&too_large_status(), Some(1))),
+        ),
+    ] {
+        let mut m = machine();
+        let t: Transition<S> = m.step(Outcome::Backfilled(42, Err(err)), seen(0));
+        assert!(
+            matches!(t.next, Step::Sync(SyncCause::Start)),
+            "{what}: {t:?}"
+        );
+        assert_eq!(counts(&t), [Counter::BackfillFallbacks], "{what}");
+        assert_eq!(fell_back(&t), Some(false), "{what}");
+        assert!(sleeps(&t).is_empty(), "{what}: no wait before the sync");
+        let marked = t.actions.iter().any(|a| matches!(a, Action::MarkBehind(1)));
+        assert_eq!(marked, what == "behind", "{what}: {t:?}");
+        // The backfill's failure did not grow the backoff: the sync's own first failure
+        // waits the first step, as a first list that fails does.
+        let t: Transition<S> = m.step(
+            Outcome::Listed(SyncCause::Start, Err(ListError::Failed(upstream_down()))),
+            seen(0),
+        );
+        assert_eq!(sleeps(&t)[0].base, Duration::from_millis(800), "{what}");
+        assert!(matches!(t.next, Step::Sync(SyncCause::Start)), "{what}");
+    }
+}
+
+#[test]
+fn a_backfill_whose_watch_expires_relists() {
+    // The Exact list succeeded but the watch from R finds R gone (kube-apiserver's watch
+    // cache window is shorter than etcd's): the usual 410 path, a relist.
+    let mut m = machine();
+    let _: Transition<S> = m.step(Outcome::Backfilled(42, Ok(read(42))), seen(0));
+    let t = ended(&mut m, WatchEnd::Expired("too old".into()), seen(42));
+    assert!(matches!(t.next, Step::Verify(After::Relist(_))), "{t:?}");
+    let t: Transition<S> = m.step(
+        Outcome::Verified(After::Relist("too old".into()), true),
+        seen(42),
+    );
+    assert!(
+        matches!(t.next, Step::Sync(SyncCause::Relist { .. })),
+        "{t:?}"
+    );
+}
+
 // Watch/Follow: stream ended → resume from the last rv; bookmarks advance the rv.
 
 #[test]
@@ -817,6 +938,7 @@ fn a_state_or_change_over_the_budget_drops_the_cache() {
         Outcome::WatchEnded(WatchEnd::OverBudget(why)),
         Outcome::WatchListed(SyncCause::Start, Err(WatchListFailure::OverBudget(why))),
         Outcome::Listed(SyncCause::Start, Err(ListError::OverBudget(why))),
+        Outcome::Backfilled(7, Err(ListError::OverBudget(why))),
     ];
     for o in outcomes {
         let t = machine().step(o, seen(5));
