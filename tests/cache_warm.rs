@@ -56,7 +56,7 @@ async fn wait_for_file(path: &Path, want: &[Gvr]) {
     .await;
 }
 
-fn configmap(sim: &watchgate::sim::SimHandle, name: &str) {
+fn configmap(sim: &watchgate::sim::SimHandle, name: &str) -> u64 {
     put_object(
         sim,
         resource("", "v1", "configmaps"),
@@ -64,7 +64,7 @@ fn configmap(sim: &watchgate::sim::SimHandle, name: &str) {
         json!({"apiVersion": "v1", "kind": "ConfigMap",
                "metadata": {"name": name, "namespace": "default"},
                "data": {"k": "v"}}),
-    );
+    )
 }
 
 fn write_state(path: &Path, resources: &[Gvr]) {
@@ -75,7 +75,7 @@ fn write_state(path: &Path, resources: &[Gvr]) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restarted_gateway_starts_the_caches_of_its_state_file_before_any_client_asks() {
     let sim = start_sim().await;
-    configmap(sim.handle(), "c1");
+    let c1_rv = configmap(sim.handle(), "c1");
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("cache-state.json");
 
@@ -88,9 +88,21 @@ async fn a_restarted_gateway_starts_the_caches_of_its_state_file_before_any_clie
     assert_eq!(resp.status, 200, "{}", resp.text());
     let configmaps = Gvr::new("", "v1", "configmaps");
     wait_for_file(&path, std::slice::from_ref(&configmaps)).await;
+    // With the resourceVersion its cache had reached (docs/cache.md, "Resuming after a
+    // restart"): the state it synced at, or a newer one.
     let text = std::fs::read_to_string(&path).unwrap();
+    let mut saved = serde_json::from_str::<serde_json::Value>(&text).unwrap();
+    let rv = saved["resources"][0]
+        .as_object_mut()
+        .unwrap()
+        .remove("resourceVersion")
+        .unwrap_or_else(|| panic!("no resourceVersion: {text}"));
+    assert!(
+        rv.as_str().unwrap().parse::<u64>().unwrap() >= c1_rv,
+        "{text}"
+    );
     assert_eq!(
-        serde_json::from_str::<serde_json::Value>(&text).unwrap(),
+        saved,
         json!({"format": 1, "resources": [{"group": "", "version": "v1", "resource": "configmaps"}]}),
         "{text}"
     );
@@ -206,7 +218,7 @@ async fn the_state_file_forgets_what_the_upstream_does_not_serve_and_never_holds
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_state_file_resource_over_the_byte_budget_is_forgotten_and_does_not_hold_readiness() {
     let sim = start_sim().await;
-    configmap(sim.handle(), "c1");
+    let _ = configmap(sim.handle(), "c1");
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("cache-state.json");
     write_state(&path, &[Gvr::new("", "v1", "configmaps")]);

@@ -1,0 +1,231 @@
+//! Resuming after a restart (issue 26, item 1): the state file (`--cache-state-file`)
+//! records the resourceVersion each cache had reached, refreshed while the gateway runs;
+//! a gateway started on it reads the state exactly there and watches from there, so that
+//! a client reconnecting with the resourceVersion it last saw gets the events it missed
+//! while the gateway was down, from the cache, in order, without a 410 and a relist.
+//! When the upstream no longer has that resourceVersion (compacted), the cache syncs as
+//! usual and such a client gets 410, as before (docs/cache.md, "Resuming after a
+//! restart").
+//!
+//! A SIGKILL is stood for by copying the state file while the first gateway runs (what a
+//! kill would leave: the last periodic write) and starting the second gateway on the copy;
+//! the first one's drain then writes only its own file.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use support::servers::{start_gateway_with, start_sim, GatewayServer, SimServer};
+use support::wait::wait_until;
+use support::watch::{delete_object, open_ok, put_object, resource, Watch};
+use support::EVENT_TIMEOUT;
+use watchgate::cache::registry::CachePolicy;
+use watchgate::cache::warm::{self, Gvr, WarmConfig};
+use watchgate::config::GatewayConfig;
+
+const PATH: &str = "/api/v1/namespaces/default/configmaps";
+
+fn config(upstream: &str, state_file: &Path) -> GatewayConfig {
+    let mut cfg = GatewayConfig::for_upstream_url(upstream).expect("gateway config");
+    cfg.cache = Some(CachePolicy::default());
+    cfg.cache_state = Some(WarmConfig {
+        state_file: state_file.to_path_buf(),
+        timeout: Duration::from_secs(60),
+    });
+    cfg
+}
+
+fn configmap(sim: &SimServer, name: &str, value: &str) -> u64 {
+    put_object(
+        sim.handle(),
+        resource("", "v1", "configmaps"),
+        "default",
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+               "metadata": {"name": name, "namespace": "default"},
+               "data": {"k": value}}),
+    )
+}
+
+fn configmaps() -> Gvr {
+    Gvr::new("", "v1", "configmaps")
+}
+
+/// The next event of `w` that is not a BOOKMARK.
+async fn next_change(w: &mut Watch, desc: &str) -> support::watch::Event {
+    loop {
+        let ev = w.next(desc).await;
+        if ev.ty() != "BOOKMARK" {
+            return ev;
+        }
+    }
+}
+
+/// The first run: a gateway with the state file at `path`, a watcher that saw every
+/// write up to N (the returned RV) through it, and the state file as a SIGKILL would
+/// leave it once its periodic write has recorded `recorded` (copied to `killed`).
+/// Returns N and the recorded resourceVersion.
+async fn first_run(sim: &SimServer, path: &Path, killed: &Path) -> (GatewayServer, u64, u64) {
+    configmap(sim, "a", "1");
+    let gw = start_gateway_with(config(sim.url(), path)).await;
+    let mut w = open_ok(gw.url(), &format!("{PATH}?watch=true&resourceVersion=0")).await;
+    w.assert_from_cache();
+    let ev = next_change(&mut w, "the initial ADDED of a").await;
+    assert_eq!(ev.typed(), ("ADDED".into(), "a".into()));
+
+    // A write the watcher sees, which the state file then records as its cache's RV: the
+    // periodic write, not a drain's (warm::PROGRESS_EVERY, then the debounce).
+    let recorded = configmap(sim, "b", "1");
+    let ev = next_change(&mut w, "b added").await;
+    assert_eq!(
+        (ev.typed(), ev.rv()),
+        (("ADDED".into(), "b".into()), recorded)
+    );
+    wait_until(
+        "the state file records the cache's resourceVersion",
+        EVENT_TIMEOUT,
+        || async move {
+            warm::read_entries(path).is_ok_and(|e| e == [(configmaps(), Some(recorded))])
+        },
+    )
+    .await;
+    std::fs::copy(path, killed).unwrap();
+
+    // One more write the watcher sees after that: it reconnects from a resourceVersion
+    // newer than the recorded one, as most clients of a gateway that records every few
+    // seconds do.
+    let seen = configmap(sim, "a", "2");
+    let ev = next_change(&mut w, "a modified").await;
+    assert_eq!(
+        (ev.typed(), ev.rv()),
+        (("MODIFIED".into(), "a".into()), seen)
+    );
+    (gw, seen, recorded)
+}
+
+/// Writes made while the gateway is down; their `(type, name, rv)`.
+fn writes_while_down(sim: &SimServer) -> Vec<(String, String, u64)> {
+    let c = configmap(sim, "c", "1");
+    let b = configmap(sim, "b", "2");
+    let a = delete_object(
+        sim.handle(),
+        resource("", "v1", "configmaps"),
+        "default",
+        "a",
+    );
+    vec![
+        ("ADDED".into(), "c".into(), c),
+        ("MODIFIED".into(), "b".into(), b),
+        ("DELETED".into(), "a".into(), a),
+    ]
+}
+
+fn paths() -> (tempfile::TempDir, PathBuf, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cache-state.json");
+    let killed = dir.path().join("killed-state.json");
+    (dir, path, killed)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watcher_resumes_across_a_restart_with_the_events_it_missed_from_the_cache() {
+    let sim = start_sim().await;
+    let (_dir, path, killed) = paths();
+    let (gw, seen, recorded) = first_run(&sim, &path, &killed).await;
+    assert!(recorded < seen);
+    gw.into_handle().shutdown().await;
+
+    let missed = writes_while_down(&sim);
+    let stats = sim.handle().stats();
+    stats.reset();
+    let gw = start_gateway_with(config(sim.url(), &killed)).await;
+    // The client reconnects with the last resourceVersion it saw, as client-go does.
+    let mut w = open_ok(
+        gw.url(),
+        &format!("{PATH}?watch=true&allowWatchBookmarks=true&resourceVersion={seen}"),
+    )
+    .await;
+    w.assert_from_cache();
+    let mut got = Vec::new();
+    for _ in &missed {
+        let ev = next_change(&mut w, "a missed event").await;
+        got.push((ev.ty().to_string(), ev.name().to_string(), ev.rv()));
+    }
+    assert_eq!(got, missed, "exactly the missed events, in order");
+    w.expect_quiet(Duration::from_millis(300)).await;
+
+    // The cache was built from the recorded resourceVersion: an Exact list there and a
+    // watch from it, no consistent list or watch-list.
+    let cache = gw
+        .handle()
+        .cache()
+        .unwrap()
+        .get("", "v1", "configmaps")
+        .unwrap();
+    assert_eq!(cache.stats.backfills.load(Ordering::Relaxed), 1);
+    assert_eq!(cache.stats.backfill_fallbacks.load(Ordering::Relaxed), 0);
+    let shapes = stats.shapes_json();
+    let lists = &shapes["list"]["configmaps"];
+    assert_eq!(lists["rv=N,exact,limit"], json!(1), "{shapes}");
+    let watches = &shapes["watch"]["configmaps"];
+    assert_eq!(watches["rv=N"], json!(1), "{shapes}");
+    assert_eq!(watches.get("watch-list"), None, "{shapes}");
+    assert_eq!(lists.get("consistent,limit"), None, "{shapes}");
+
+    // Later writes follow on the same stream, once.
+    let d = configmap(&sim, "d", "1");
+    let ev = next_change(&mut w, "d added").await;
+    assert_eq!((ev.typed(), ev.rv()), (("ADDED".into(), "d".into()), d));
+
+    // A consistent read is not answered from the backfilled state as if it were fresh:
+    // it is proven (probe) and sees every write.
+    let resp = support::Http::new(gw.url()).get(PATH).await;
+    assert_eq!(resp.status, 200, "{}", resp.text());
+    let list: Value = serde_json::from_slice(&resp.body).unwrap();
+    let mut names: Vec<&str> = list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["metadata"]["name"].as_str().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["b", "c", "d"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_compacted_resume_point_syncs_as_usual_and_the_watcher_gets_410() {
+    let sim = start_sim().await;
+    let (_dir, path, killed) = paths();
+    let (gw, seen, _recorded) = first_run(&sim, &path, &killed).await;
+    gw.into_handle().shutdown().await;
+
+    writes_while_down(&sim);
+    // The upstream compacts past everything the first run saw.
+    sim.handle().store().compact_now();
+    let gw = start_gateway_with(config(sim.url(), &killed)).await;
+    let mut w = open_ok(
+        gw.url(),
+        &format!("{PATH}?watch=true&resourceVersion={seen}"),
+    )
+    .await;
+    w.assert_from_cache();
+    let ev = w.next("the 410").await;
+    assert_eq!(ev.ty(), "ERROR", "{ev:?}");
+    assert_eq!(ev.object()["code"], json!(410), "{ev:?}");
+    let cache = gw
+        .handle()
+        .cache()
+        .unwrap()
+        .get("", "v1", "configmaps")
+        .unwrap();
+    assert_eq!(cache.stats.backfills.load(Ordering::Relaxed), 0);
+    assert_eq!(cache.stats.backfill_fallbacks.load(Ordering::Relaxed), 1);
+    // The relist is answered by the cache's ordinary sync.
+    let resp = support::Http::new(gw.url())
+        .get(&format!("{PATH}?resourceVersion=0"))
+        .await;
+    assert_eq!(resp.status, 200, "{}", resp.text());
+    assert_eq!(resp.source(), Some("cache"));
+}
