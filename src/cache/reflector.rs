@@ -33,6 +33,15 @@
 //!     └── 410 Expired / malformed event / sync error ────┘ (with backoff)
 //! ```
 //!
+//! **Backfill(R)** comes before all of it, once, when the state file recorded the
+//! resourceVersion R the previous run's cache had reached (`cache::warm`): the state
+//! exactly at R (`resourceVersionMatch=Exact`, paged like **PagedList**) replaces the empty
+//! store, and **Watch(R)** replays every change since into the history, so that clients
+//! reconnecting after a restart from R or later resume from the cache. Its install does
+//! not count as a consistent state (`cache::fresh`, step 0: it is a past one). A 410 (R
+//! compacted) or any other failure goes to **Sync** at once, as a start without R would
+//! (docs/cache.md, "Resuming after a restart").
+//!
 //! **Verify** sits between the end of a watch and what follows it when the stream ended
 //! normally, expired (410) or failed: the upstream's identity (`cache::identity`) is
 //! checked first, and another cluster goes back to `Sync` as at start-up (the registry,

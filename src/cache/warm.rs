@@ -158,6 +158,9 @@ impl Entry {
     }
 }
 
+/// A resource of the file and the resourceVersion recorded for it, if any.
+pub type Recorded = (Gvr, Option<u64>);
+
 /// The resources in the file at `path`; none if it does not exist.
 pub fn read(path: &Path) -> Result<Vec<Gvr>, StateFileError> {
     Ok(read_entries(path)?.into_iter().map(|(g, _)| g).collect())
@@ -165,7 +168,7 @@ pub fn read(path: &Path) -> Result<Vec<Gvr>, StateFileError> {
 
 /// The resources in the file at `path` with the resourceVersion recorded for each (if
 /// any); none if it does not exist.
-pub fn read_entries(path: &Path) -> Result<Vec<(Gvr, Option<u64>)>, StateFileError> {
+pub fn read_entries(path: &Path) -> Result<Vec<Recorded>, StateFileError> {
     use std::io::Read as _;
     let read_err = |source| StateFileError::Read {
         path: path.to_path_buf(),
@@ -277,7 +280,7 @@ impl StateFile {
     pub fn open(
         path: PathBuf,
         keep: impl Fn(&Gvr) -> bool,
-    ) -> Result<(Arc<Self>, Vec<(Gvr, Option<u64>)>), StateFileError> {
+    ) -> Result<(Arc<Self>, Vec<Recorded>), StateFileError> {
         let dir = match path.parent() {
             Some(d) if d.as_os_str().is_empty() => Path::new("."),
             Some(d) => d,
@@ -303,7 +306,7 @@ impl StateFile {
                 tracing::info!(resource = %gvr.qualified(), "dropping a resource from the cache state file (invalid, excluded or over the limit)");
             }
         }
-        let kept: Vec<(Gvr, Option<u64>)> = resources
+        let kept: Vec<Recorded> = resources
             .iter()
             .map(|(g, &rv)| (g.clone(), (rv > 0).then_some(rv)))
             .collect();
@@ -497,7 +500,7 @@ mod tests {
         Gvr::new(g, v, r)
     }
 
-    fn open(path: &Path) -> (Arc<StateFile>, Vec<(Gvr, Option<u64>)>) {
+    fn open(path: &Path) -> (Arc<StateFile>, Vec<Recorded>) {
         StateFile::open(path.to_path_buf(), |_| true).unwrap()
     }
 
