@@ -1428,6 +1428,10 @@ fn the_reflector_relists_after_garbage_and_never_serves_it() {
                     .await
                     .map_err(|_| TestCaseError::fail("the watch is gone"))?;
                 // Then: a relist (or a new watch), and the cache shows the upstream's state.
+                // A deadline loop of its own on purpose, not support::wait: every state
+                // polled is checked with prop_assert!, whose TestCaseError (this case's
+                // line attached) proptest shrinks to a minimal failing line; wait_for's
+                // `done` cannot return that error, and its timeout panics instead.
                 let deadline = Instant::now() + Duration::from_secs(10);
                 loop {
                     let moved = if relist {

@@ -2,7 +2,10 @@
 //! subresources and the exact Status answers for bad input (see docs/simulator.md,
 //! "Writes").
 
+mod support;
+
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Method, Request};
@@ -10,6 +13,7 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use serde_json::{json, Value};
+use support::wait::wait_for;
 use watchgate::sim::resources::find;
 use watchgate::sim::store::{EventType, Store};
 use watchgate::sim::{self, SimConfig, SimHandle};
@@ -752,17 +756,14 @@ async fn namespace_deletion_terminates_then_removes_contents() {
     let (code, ns) = api.delete("/api/v1/namespaces/tmp").await;
     assert_eq!(code, 200);
     assert_eq!(ns["status"]["phase"], "Terminating");
-    // Bounded wait for the simulated namespace controller.
-    let mut gone = false;
-    for _ in 0..100 {
-        let (code, _) = api.get("/api/v1/namespaces/tmp").await;
-        if code == 404 {
-            gone = true;
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
-    assert!(gone, "namespace tmp was not removed within 2s");
+    // The simulated namespace controller removes it.
+    wait_for(
+        "the namespace controller removes namespace tmp",
+        Duration::from_secs(2),
+        || api.get("/api/v1/namespaces/tmp"),
+        |(code, _)| *code == 404,
+    )
+    .await;
     let (code, _) = api.get("/api/v1/namespaces/tmp/configmaps/c").await;
     assert_eq!(code, 404);
 }
@@ -811,15 +812,14 @@ async fn unbound_pods_are_scheduled_and_started() {
     let (code, created) = api.post(PODS, p).await;
     assert_eq!(code, 201);
     assert_eq!(created["status"]["phase"], "Pending");
-    // Bounded wait for the two follow-up writes (binding, kubelet status).
-    let mut evs = Vec::new();
-    for _ in 0..200 {
-        evs = api.events("", "pods", start);
-        if evs.len() >= 3 {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
+    // The two follow-up writes (binding, kubelet status).
+    let evs = wait_for(
+        "the pod is scheduled and started (three events)",
+        Duration::from_secs(2),
+        || std::future::ready(api.events("", "pods", start)),
+        |evs| evs.len() >= 3,
+    )
+    .await;
     let kinds: Vec<EventType> = evs.iter().map(|e| e.0).collect();
     assert_eq!(
         kinds,
