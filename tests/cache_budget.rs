@@ -21,9 +21,7 @@ use watchgate::config::GatewayConfig;
 use watchgate::model::object::CachedObject;
 use watchgate::model::snapshot::Snapshot;
 
-#[path = "support/counting_alloc.rs"]
-mod counting_alloc;
-use counting_alloc::{live_bytes, CountingAlloc};
+use support::counting_alloc::{live_bytes, CountingAlloc};
 
 #[global_allocator]
 static ALLOC: CountingAlloc = CountingAlloc;

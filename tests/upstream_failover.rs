@@ -12,12 +12,6 @@
 //!   the cache: the reflector goes to the one that is ahead, and never relists.
 
 mod support;
-#[path = "support/watch_checker.rs"]
-mod watch_checker;
-#[path = "support/watch_clients.rs"]
-mod watch_clients;
-#[path = "support/watch_env.rs"]
-mod watch_env;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -27,10 +21,11 @@ use support::servers::{
     cluster_config, start_gateway_with, start_replica_with, start_sim_with, GatewayServer,
     SimServer,
 };
+use support::watch_checker::{Sig, StreamChecker};
+use support::watch_clients::{h1_watch, read_sigs_until, H2Conn};
+use support::watch_env;
+use support::watch_env::{delete, pod, put, update};
 use support::{wait_until, Http};
-use watch_checker::{Sig, StreamChecker};
-use watch_clients::{h1_watch, read_sigs_until, H2Conn};
-use watch_env::{delete, pod, put, update};
 use watchgate::cache::reflector::ReflectorStats;
 use watchgate::config::GatewayConfig;
 use watchgate::sim::{SimConfig, Store};

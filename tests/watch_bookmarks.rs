@@ -8,20 +8,14 @@
 //! after that event.
 
 mod support;
-#[path = "support/watch_checker.rs"]
-mod watch_checker;
-#[path = "support/watch_clients.rs"]
-mod watch_clients;
-#[path = "support/watch_env.rs"]
-mod watch_env;
 
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use prost::Message;
 use support::servers::{cluster_config, start_gateway_with, start_sim_with};
-use watch_clients::{h1_response, H2Conn};
-use watch_env::{pod, put, update, warm};
+use support::watch_clients::{h1_response, H2Conn};
+use support::watch_env::{pod, put, update, warm};
 use watchgate::config::GatewayConfig;
 
 const INTERVAL: Duration = Duration::from_millis(400);

@@ -13,12 +13,6 @@
 //!   deleted, and a pod updated twice.
 
 mod support;
-#[path = "support/watch_checker.rs"]
-mod watch_checker;
-#[path = "support/watch_clients.rs"]
-mod watch_clients;
-#[path = "support/watch_env.rs"]
-mod watch_env;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -29,9 +23,10 @@ use support::servers::{
     cluster_config, start_gateway_with, start_sim_with, GatewayServer, SimServer,
 };
 use support::wait_until;
-use watch_checker::{Sig, StateChecker, StreamChecker};
-use watch_clients::{h1_watch, read_sigs_until, H2Conn};
-use watch_env::{delete, pod, put, sim_state_where, update, warm};
+use support::watch_checker::{Sig, StateChecker, StreamChecker};
+use support::watch_clients::{h1_watch, read_sigs_until, H2Conn};
+use support::watch_env;
+use support::watch_env::{delete, pod, put, sim_state_where, update, warm};
 use watchgate::config::GatewayConfig;
 use watchgate::sim::Store;
 

@@ -3,18 +3,12 @@
 //! begins, long before the drain's deadline, and is counted as ended for `shutdown`.
 
 mod support;
-#[path = "support/watch_checker.rs"]
-mod watch_checker;
-#[path = "support/watch_clients.rs"]
-mod watch_clients;
-#[path = "support/watch_env.rs"]
-mod watch_env;
 
 use std::time::{Duration, Instant};
 
 use support::servers::{cluster_config, start_gateway, start_sim_with};
-use watch_clients::{h1_watch, H2Conn, Watch};
-use watch_env::{pod, put, warm};
+use support::watch_clients::{h1_watch, H2Conn, Watch};
+use support::watch_env::{pod, put, warm};
 use watchgate::drain::DrainOutcome;
 use watchgate::watch::stats::EndReason;
 

@@ -7,21 +7,16 @@
 //! same paths and starting RV must agree with.
 
 mod support;
-#[path = "support/watch_checker.rs"]
-mod watch_checker;
-#[path = "support/watch_clients.rs"]
-mod watch_clients;
-#[path = "support/watch_env.rs"]
-mod watch_env;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use support::servers::{cluster_config, start_gateway, start_gateway_with, start_sim_with};
-use watch_checker::{Sig, StreamChecker, Violation};
-use watch_clients::{h1_watch, read_sigs_until, H2Conn, LineReader};
-use watch_env::{delete, pod, put, update, warm};
+use support::watch_checker::{Sig, StreamChecker, Violation};
+use support::watch_clients::{h1_watch, read_sigs_until, H2Conn, LineReader};
+use support::watch_env::{delete, pod, put, update, warm};
+use support::{watch_clients, watch_env};
 use watchgate::config::GatewayConfig;
 
 const WATCHERS: usize = 1000;

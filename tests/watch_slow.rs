@@ -10,12 +10,6 @@
 //! buffers quickly. Every reading watcher is checked against the simulator's event log.
 
 mod support;
-#[path = "support/watch_checker.rs"]
-mod watch_checker;
-#[path = "support/watch_clients.rs"]
-mod watch_clients;
-#[path = "support/watch_env.rs"]
-mod watch_env;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -24,9 +18,10 @@ use std::time::{Duration, Instant};
 use support::servers::{
     cluster_config, start_gateway_with, start_sim_with, GatewayServer, SimServer,
 };
-use watch_checker::{Sig, StreamChecker};
-use watch_clients::{h1_watch, rss_bytes, H2Conn, LineReader, RawWatch};
-use watch_env::{percentile, pod, put, update, warm};
+use support::watch_checker::{Sig, StreamChecker};
+use support::watch_clients::{h1_watch, rss_bytes, H2Conn, LineReader, RawWatch};
+use support::watch_env;
+use support::watch_env::{percentile, pod, put, update, warm};
 use watchgate::config::GatewayConfig;
 use watchgate::sim::Store;
 

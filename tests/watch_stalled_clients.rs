@@ -16,12 +16,6 @@
 //! - healthy watchers beside them receive every event, in order.
 
 mod support;
-#[path = "support/watch_checker.rs"]
-mod watch_checker;
-#[path = "support/watch_clients.rs"]
-mod watch_clients;
-#[path = "support/watch_env.rs"]
-mod watch_env;
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -29,9 +23,9 @@ use std::time::{Duration, Instant};
 
 use support::servers::{cluster_config, start_gateway_with, start_sim_with};
 use support::wait::wait_for_every;
-use watch_checker::{Sig, StreamChecker};
-use watch_clients::{h1_watch, H2Conn, LineReader, RawWatch};
-use watch_env::{pod, put, update, warm};
+use support::watch_checker::{Sig, StreamChecker};
+use support::watch_clients::{h1_watch, H2Conn, LineReader, RawWatch};
+use support::watch_env::{self, pod, put, update, warm};
 use watchgate::config::GatewayConfig;
 use watchgate::watch::hub::Hub;
 use watchgate::watch::stats::EndReason;

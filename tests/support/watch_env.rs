@@ -1,10 +1,6 @@
 //! Fixtures shared by the fan-out tests: pods written straight into the simulator's store,
 //! the simulator's event log as [`Sig`]s, its state as key → RV, and waits for the
 //! gateway's cache and reflector.
-//!
-//! Included with `#[path]` (next to `watch_checker.rs`, which it uses as
-//! `crate::watch_checker`).
-#![allow(dead_code)]
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -15,7 +11,7 @@ use watchgate::sim::{Mutation, SimHandle, Store};
 
 use crate::support::watch::store_put;
 pub use crate::support::watch::{pods, rv_of};
-use crate::watch_checker::{key_of, Sig};
+use crate::support::watch_checker::{key_of, Sig};
 
 /// A small pod; `pad` bytes of annotation make it as large as needed.
 pub fn pod(ns: &str, name: &str, app: &str, node: &str, pad: usize) -> Value {
