@@ -11,6 +11,7 @@ use std::time::Duration;
 use serde_json::json;
 
 use support::metrics::sample;
+use support::objects::configmap;
 use support::servers::{start_gateway_with, GatewayServer};
 use support::wait::wait_until;
 use support::watch::{put_object, put_pod, resource, wait_until_cached};
@@ -64,9 +65,9 @@ fn configmaps(sim: &watchgate::sim::SimHandle, n: usize) {
             sim,
             resource("", "v1", "configmaps"),
             "ns",
-            json!({"apiVersion": "v1", "kind": "ConfigMap",
-                   "metadata": {"name": format!("c{i}"), "namespace": "ns"},
-                   "data": {"k": "v".repeat(200)}}),
+            configmap("ns", &format!("c{i}"))
+                .data(json!({"k": "v".repeat(200)}))
+                .build(),
         );
     }
 }

@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
+use support::objects::configmap;
 use support::servers::{
     cluster_config, start_gateway_with, start_sim_with, GatewayServer, SimServer,
 };
@@ -1078,8 +1079,7 @@ fn put_configmap(h: &SimHandle, name: &str) -> u64 {
         h,
         resource("", "v1", "configmaps"),
         "ns1",
-        json!({"kind": "ConfigMap", "apiVersion": "v1",
-               "metadata": {"name": name, "namespace": "ns1"}, "data": {"k": "v"}}),
+        configmap("ns1", name).data(json!({"k": "v"})).build(),
     )
 }
 
@@ -1255,13 +1255,10 @@ async fn watch_lists_started_during_churn_are_consistent() {
         tokio::spawn(async move {
             for i in 0..400u64 {
                 let name = format!("p{:02}", (i * 7) % 30);
-                let obj = support::watch::pod(
-                    "ns1",
-                    &name,
-                    json!({"i": i.to_string()}),
-                    "node-1",
-                    "Running",
-                );
+                let obj = support::objects::pod("ns1", &name)
+                    .labels(json!({"i": i.to_string()}))
+                    .running_on("node-1")
+                    .build();
                 let delete = i % 5 == 4;
                 store
                     .mutate(pods, "ns1", &name, |cur| {

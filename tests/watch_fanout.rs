@@ -12,10 +12,11 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use support::objects::pod;
 use support::servers::{cluster_config, start_gateway, start_gateway_with, start_sim_with};
 use support::watch_checker::{Sig, StreamChecker, Violation};
 use support::watch_clients::{h1_watch, read_sigs_until, H2Conn, LineReader};
-use support::watch_env::{delete, pod, put, update, warm};
+use support::watch_env::{delete, put, update, warm};
 use support::{watch_clients, watch_env};
 use watchgate::config::GatewayConfig;
 
@@ -113,7 +114,14 @@ fn churn(store: &watchgate::sim::Store, writes: usize) {
                 created += 1;
                 let app = if (r >> 16) % 2 == 0 { "web" } else { "db" };
                 let node = format!("node-{}", (r >> 20) % 3);
-                put(store, pod(ns, &name, app, &node, 200));
+                put(
+                    store,
+                    pod(ns, &name)
+                        .label("app", app)
+                        .running_on(&node)
+                        .pad(200)
+                        .build(),
+                );
                 live.push((ns.to_string(), name));
             }
             3..=4 => {
@@ -161,13 +169,11 @@ async fn a_thousand_watchers_share_one_upstream_watch_and_see_every_event_once_i
         let app = if i % 3 == 0 { "web" } else { "db" };
         put(
             &store,
-            pod(
-                ns,
-                &format!("seed-{i}"),
-                app,
-                &format!("node-{}", i % 3),
-                200,
-            ),
+            pod(ns, &format!("seed-{i}"))
+                .label("app", app)
+                .running_on(&format!("node-{}", i % 3))
+                .pad(200)
+                .build(),
         );
     }
     // Default bookmark interval (a minute): bookmarks have their own test below.
@@ -276,7 +282,13 @@ async fn a_thousand_watchers_share_one_upstream_watch_and_see_every_event_once_i
     // A few hundred writes, then the sentinel.
     let write_started = Instant::now();
     churn(&store, WRITES);
-    put(&store, pod("ns-1", "zz-sentinel", "web", "node-1", 0));
+    put(
+        &store,
+        pod("ns-1", "zz-sentinel")
+            .label("app", "web")
+            .running_on("node-1")
+            .build(),
+    );
     let last_rv = store.current_rv();
 
     // The expected streams, from the simulator's event log; its own watches (same paths,
@@ -471,7 +483,13 @@ async fn one_http2_connection_carries_as_many_watches_as_kube_apiserver_allows()
          answered within 10 s: the gateway's concurrent-stream limit is below \
          kube-apiserver's 250"
     );
-    put(&store, pod("ns-1", "zz-sentinel", "web", "node-1", 0));
+    put(
+        &store,
+        pod("ns-1", "zz-sentinel")
+            .label("app", "web")
+            .running_on("node-1")
+            .build(),
+    );
     let mut failures = Vec::new();
     for t in tasks {
         match tokio::time::timeout(Duration::from_secs(15), t).await {
@@ -509,13 +527,11 @@ async fn bookmarks_never_run_behind_or_ahead_of_the_events_sent() {
     for i in 0..20 {
         put(
             &store,
-            pod(
-                NAMESPACES[i % 4],
-                &format!("seed-{i}"),
-                "web",
-                "node-1",
-                200,
-            ),
+            pod(NAMESPACES[i % 4], &format!("seed-{i}"))
+                .label("app", "web")
+                .running_on("node-1")
+                .pad(200)
+                .build(),
         );
     }
     let from = store.current_rv();
@@ -547,7 +563,13 @@ async fn bookmarks_never_run_behind_or_ahead_of_the_events_sent() {
         churn_step(&store, round);
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    put(&store, pod("ns-1", "zz-sentinel", "web", "node-1", 0));
+    put(
+        &store,
+        pod("ns-1", "zz-sentinel")
+            .label("app", "web")
+            .running_on("node-1")
+            .build(),
+    );
     let expected: Vec<Arc<Vec<Sig>>> = (0..SHAPES.len())
         .map(|shape| Arc::new(expected_for(&store, from, shape)))
         .collect();
@@ -592,7 +614,14 @@ fn churn_step(store: &watchgate::sim::Store, round: usize) {
         let ns = NAMESPACES[i % 4];
         match i % 4 {
             0 => {
-                put(store, pod(ns, &format!("b-{i}"), "web", "node-1", 200));
+                put(
+                    store,
+                    pod(ns, &format!("b-{i}"))
+                        .label("app", "web")
+                        .running_on("node-1")
+                        .pad(200)
+                        .build(),
+                );
             }
             1 => {
                 update(
@@ -643,7 +672,14 @@ async fn lone_events_reach_idle_http1_watchers_through_the_express_lane() {
     let gw = start_gateway(sim.url()).await;
     let addr = gw.handle().addr();
     warm(gw.url(), sim.handle()).await;
-    put(&store, pod("ns-1", "lone", "web", "node-1", 200));
+    put(
+        &store,
+        pod("ns-1", "lone")
+            .label("app", "web")
+            .running_on("node-1")
+            .pad(200)
+            .build(),
+    );
     let from = store.current_rv();
     let seen = Arc::new(AtomicUsize::new(0));
     let started = Arc::new(AtomicUsize::new(0));
@@ -692,7 +728,13 @@ async fn lone_events_reach_idle_http1_watchers_through_the_express_lane() {
         )
         .await;
     }
-    put(&store, pod("ns-1", "zz-sentinel", "web", "node-1", 0));
+    put(
+        &store,
+        pod("ns-1", "zz-sentinel")
+            .label("app", "web")
+            .running_on("node-1")
+            .build(),
+    );
     let expected = Arc::new(expected_for(&store, from, 1));
     assert_eq!(expected.len(), M + 1);
     for (id, t) in tasks.into_iter().enumerate() {
@@ -744,7 +786,14 @@ async fn protobuf_watchers_get_every_lone_event_once_in_order_through_the_lane_a
     let gw = start_gateway(sim.url()).await;
     let addr = gw.handle().addr();
     warm(gw.url(), sim.handle()).await;
-    put(&store, pod("ns-1", "lone", "web", "node-1", 200));
+    put(
+        &store,
+        pod("ns-1", "lone")
+            .label("app", "web")
+            .running_on("node-1")
+            .pad(200)
+            .build(),
+    );
     let from = store.current_rv();
     let path = shape_path(1, from);
     let seen = Arc::new(AtomicUsize::new(0));
@@ -802,7 +851,13 @@ async fn protobuf_watchers_get_every_lone_event_once_in_order_through_the_lane_a
         )
         .await;
     }
-    put(&store, pod("ns-1", "zz-sentinel", "web", "node-1", 0));
+    put(
+        &store,
+        pod("ns-1", "zz-sentinel")
+            .label("app", "web")
+            .running_on("node-1")
+            .build(),
+    );
     let expected: Vec<(String, u64, String, String)> = expected_for(&store, from, 1)
         .into_iter()
         .enumerate()
@@ -851,7 +906,14 @@ async fn a_reset_http2_watch_ends_and_its_neighbours_on_the_connection_go_on() {
     let store = sim.handle().store().clone();
     let gw = start_gateway(sim.url()).await;
     warm(gw.url(), sim.handle()).await;
-    put(&store, pod("ns-1", "lone", "web", "node-1", 200));
+    put(
+        &store,
+        pod("ns-1", "lone")
+            .label("app", "web")
+            .running_on("node-1")
+            .pad(200)
+            .build(),
+    );
     let from = store.current_rv();
     let path = shape_path(1, from);
     let conn = H2Conn::connect(gw.handle().addr()).await.unwrap();
@@ -917,7 +979,13 @@ async fn a_reset_http2_watch_ends_and_its_neighbours_on_the_connection_go_on() {
     for _ in 0..5 {
         bump();
     }
-    put(&store, pod("ns-1", "zz-sentinel", "web", "node-1", 0));
+    put(
+        &store,
+        pod("ns-1", "zz-sentinel")
+            .label("app", "web")
+            .running_on("node-1")
+            .build(),
+    );
     let expected = expected_for(&store, from, 1);
     for (i, mut w) in watches.into_iter().enumerate() {
         let mut sigs = read_until_sentinel(&mut w.lines)

@@ -21,11 +21,12 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use support::objects::pod;
 use support::servers::{cluster_config, start_gateway_with, start_sim_with};
 use support::wait::wait_for_every;
 use support::watch_checker::{Sig, StreamChecker};
 use support::watch_clients::{h1_watch, H2Conn, LineReader, RawWatch};
-use support::watch_env::{self, pod, put, update, warm};
+use support::watch_env::{self, put, update, warm};
 use watchgate::config::GatewayConfig;
 use watchgate::watch::hub::Hub;
 use watchgate::watch::stats::EndReason;
@@ -70,7 +71,11 @@ async fn stalled_initial_states_are_released_and_stalled_connections_closed() {
     for i in 0..BIGS {
         put(
             &store,
-            pod("bulk", &format!("big-{i}"), "bulk", "node-9", BIG),
+            pod("bulk", &format!("big-{i}"))
+                .label("app", "bulk")
+                .running_on("node-9")
+                .pad(BIG)
+                .build(),
         );
     }
     let mut cfg = GatewayConfig::for_upstream_url(sim.url()).expect("gateway config");
@@ -186,7 +191,13 @@ async fn stalled_initial_states_are_released_and_stalled_connections_closed() {
 
     // The healthy watchers got every event, in order, with the connection beside them
     // alive (the HTTP/2 one) or closed (the HTTP/1.1 ones).
-    put(&store, pod("live", "zz-sentinel", "web", "node-1", 0));
+    put(
+        &store,
+        pod("live", "zz-sentinel")
+            .label("app", "web")
+            .running_on("node-1")
+            .build(),
+    );
     let expected = Arc::new(watch_env::log_since(&store, from, None));
     for (i, t) in healthy.into_iter().enumerate() {
         let events = tokio::time::timeout(Duration::from_secs(60), t)

@@ -11,6 +11,8 @@
 //! - [`http`]: a tiny raw HTTP client for JSON requests and watch streams.
 //! - [`raw`]: hyper connections that send requests exactly as built, and raw TCP exchanges.
 //! - [`metrics`]: samples of a Prometheus text exposition.
+//! - [`objects`]: the one builder per object kind ([`objects::pod`],
+//!   [`objects::configmap`]) the tests' objects are made with.
 //! - [`protobuf`]: protobuf answers checked against JSON ones with `k8s-pb`, and the
 //!   Accept headers of client-go's protobuf clients.
 //! - [`serve`]: the `watchgate serve` binary as a child process, its log captured.
@@ -40,6 +42,7 @@ pub mod http;
 pub mod kubectl;
 pub mod kubectl_scenarios;
 pub mod metrics;
+pub mod objects;
 pub mod process;
 pub mod protobuf;
 pub mod python;
