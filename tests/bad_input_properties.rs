@@ -1166,7 +1166,9 @@ fn seed(sim: &watchgate::sim::SimHandle) {
         sim,
         resource("", "v1", "configmaps"),
         "ns1",
-        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": "ns1"}, "data": {"k": "v"}}),
+        support::objects::configmap("ns1", "c")
+            .data(json!({"k": "v"}))
+            .build(),
     );
 }
 

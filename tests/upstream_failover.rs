@@ -354,7 +354,7 @@ async fn forwarded_reads_and_writes_go_to_the_survivor() {
     let created = http
         .post_json(
             "/api/v1/namespaces/default/configmaps",
-            &serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "after-the-kill"}}),
+            &support::objects::configmap("", "after-the-kill").build(),
         )
         .await;
     assert_eq!(created.status, 201, "{}", created.text());
