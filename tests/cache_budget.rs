@@ -13,7 +13,7 @@ use serde_json::json;
 use support::metrics::sample;
 use support::objects::configmap;
 use support::servers::{start_gateway_with, GatewayServer};
-use support::wait::wait_until;
+use support::wait::{wait_for, wait_until};
 use support::watch::{put_object, put_pod, resource, wait_until_cached};
 use support::{Http, EVENT_TIMEOUT};
 use watchgate::cache::budget::BudgetConfig;
@@ -94,15 +94,17 @@ async fn a_resource_over_its_budget_is_forwarded_and_readiness_says_so() {
     )
     .await;
     // The pods' list does not fit: /readyz names the check and the reason.
-    wait_until(
+    wait_for(
         "readyz to name the refused cache",
         EVENT_TIMEOUT,
         || async {
             let r = admin(&gw).get("/readyz?verbose").await;
-            r.status == 500
-                && r.text()
-                    .contains("[-]cache-pods failed: not cached: its cache would hold")
-                && r.text()
+            (r.status, r.text())
+        },
+        |(status, text)| {
+            *status == 500
+                && text.contains("[-]cache-pods failed: not cached: its cache would hold")
+                && text
                     .contains("over --cache-max-resource-bytes=20480; its requests are forwarded")
         },
     )
