@@ -257,6 +257,10 @@ fn the_dashboard_is_valid_grafana_json() {
         "Upstream watches",
         "Reflector restarts",
         "Cache size",
+        // What still reaches the apiserver and why (issue 26), and the consistency
+        // check's verdicts (issue 27).
+        "Forwarded requests by reason",
+        "Consistency checks",
     ] {
         assert!(
             titles.iter().any(|t| t.starts_with(wanted)),
