@@ -46,11 +46,3 @@ pub fn negotiated_as(status: Status, form: Option<crate::negotiate::Negotiated>)
         }
     }
 }
-
-/// [`negotiated`] for a request with these headers.
-pub fn negotiated_for(status: Status, headers: &http::HeaderMap) -> Response<Body> {
-    negotiated(
-        status,
-        headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()),
-    )
-}

@@ -1166,7 +1166,9 @@ fn seed(sim: &watchgate::sim::SimHandle) {
         sim,
         resource("", "v1", "configmaps"),
         "ns1",
-        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": "ns1"}, "data": {"k": "v"}}),
+        support::objects::configmap("ns1", "c")
+            .data(json!({"k": "v"}))
+            .build(),
     );
 }
 
@@ -1428,6 +1430,10 @@ fn the_reflector_relists_after_garbage_and_never_serves_it() {
                     .await
                     .map_err(|_| TestCaseError::fail("the watch is gone"))?;
                 // Then: a relist (or a new watch), and the cache shows the upstream's state.
+                // A deadline loop of its own on purpose, not support::wait: every state
+                // polled is checked with prop_assert!, whose TestCaseError (this case's
+                // line attached) proptest shrinks to a minimal failing line; wait_for's
+                // `done` cannot return that error, and its timeout panics instead.
                 let deadline = Instant::now() + Duration::from_secs(10);
                 loop {
                     let moved = if relist {

@@ -11,8 +11,9 @@ use std::time::Duration;
 use serde_json::json;
 
 use support::metrics::sample;
+use support::objects::configmap;
 use support::servers::{start_gateway_with, GatewayServer};
-use support::wait::wait_until;
+use support::wait::{wait_for, wait_until};
 use support::watch::{put_object, put_pod, resource, wait_until_cached};
 use support::{Http, EVENT_TIMEOUT};
 use watchgate::cache::budget::BudgetConfig;
@@ -21,9 +22,7 @@ use watchgate::config::GatewayConfig;
 use watchgate::model::object::CachedObject;
 use watchgate::model::snapshot::Snapshot;
 
-#[path = "support/counting_alloc.rs"]
-mod counting_alloc;
-use counting_alloc::{live_bytes, CountingAlloc};
+use support::counting_alloc::{live_bytes, CountingAlloc};
 
 #[global_allocator]
 static ALLOC: CountingAlloc = CountingAlloc;
@@ -66,9 +65,9 @@ fn configmaps(sim: &watchgate::sim::SimHandle, n: usize) {
             sim,
             resource("", "v1", "configmaps"),
             "ns",
-            json!({"apiVersion": "v1", "kind": "ConfigMap",
-                   "metadata": {"name": format!("c{i}"), "namespace": "ns"},
-                   "data": {"k": "v".repeat(200)}}),
+            configmap("ns", &format!("c{i}"))
+                .data(json!({"k": "v".repeat(200)}))
+                .build(),
         );
     }
 }
@@ -95,15 +94,17 @@ async fn a_resource_over_its_budget_is_forwarded_and_readiness_says_so() {
     )
     .await;
     // The pods' list does not fit: /readyz names the check and the reason.
-    wait_until(
+    wait_for(
         "readyz to name the refused cache",
         EVENT_TIMEOUT,
         || async {
             let r = admin(&gw).get("/readyz?verbose").await;
-            r.status == 500
-                && r.text()
-                    .contains("[-]cache-pods failed: not cached: its cache would hold")
-                && r.text()
+            (r.status, r.text())
+        },
+        |(status, text)| {
+            *status == 500
+                && text.contains("[-]cache-pods failed: not cached: its cache would hold")
+                && text
                     .contains("over --cache-max-resource-bytes=20480; its requests are forwarded")
         },
     )

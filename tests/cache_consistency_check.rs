@@ -17,6 +17,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use support::metrics::sample;
+use support::objects::configmap;
 use support::serve::Served;
 use support::servers::{cluster_config, start_gateway_with, start_sim_with};
 use support::wait::wait_until;
@@ -28,15 +29,19 @@ use watchgate::sim::SimHandle;
 
 const CMS: &str = "/api/v1/namespaces/default/configmaps";
 
-fn configmap(name: &str, i: u64) -> Value {
-    json!({"apiVersion": "v1", "kind": "ConfigMap",
-           "metadata": {"name": name, "namespace": "default"}, "data": {"i": i.to_string()}})
-}
-
 fn seed(sim: &SimHandle, n: u64) -> u64 {
     let rt = resource("", "v1", "configmaps");
     (0..n)
-        .map(|i| store_put(sim.store(), rt, "default", configmap(&format!("cm-{i}"), i)))
+        .map(|i| {
+            store_put(
+                sim.store(),
+                rt,
+                "default",
+                configmap("default", &format!("cm-{i}"))
+                    .data(json!({"i": i.to_string()}))
+                    .build(),
+            )
+        })
         .max()
         .unwrap_or(0)
 }
@@ -47,7 +52,9 @@ fn write_noise(sim: &SimHandle, i: u64) -> u64 {
         sim.store(),
         resource("", "v1", "configmaps"),
         "default",
-        configmap("noise", i),
+        configmap("default", "noise")
+            .data(json!({"i": i.to_string()}))
+            .build(),
     )
 }
 

@@ -15,6 +15,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use support::http::{Resp, MERGE_PATCH};
+use support::objects::configmap;
 use support::servers::{cluster_config, start_gateway_with};
 use support::watch::{
     assert_same_events, open_ok, put_object, put_pod, resource, rv_of, store_put,
@@ -49,18 +50,15 @@ async fn seeded(consistent_reads: ConsistentReads) -> (SimHandle, String, String
     (sim, url, admin)
 }
 
-fn configmap(name: &str, i: u64) -> Value {
-    json!({"apiVersion": "v1", "kind": "ConfigMap",
-           "metadata": {"name": name, "namespace": "default"}, "data": {"i": i.to_string()}})
-}
-
 /// A write to another resource: the global resourceVersion moves, pods stay quiet.
 fn write_elsewhere(sim: &SimHandle, i: u64) -> u64 {
     put_object(
         sim,
         resource("", "v1", "configmaps"),
         "default",
-        configmap("other", i),
+        configmap("default", "other")
+            .data(json!({"i": i.to_string()}))
+            .build(),
     )
 }
 
@@ -343,7 +341,10 @@ async fn race(busy: bool, large: bool) {
         // simulator, as in kube-apiserver), so only one iteration in 100 opens one.
         let rt = resource("", "v1", "pods");
         for i in 0..600 {
-            let p = support::watch::pod("filler", &format!("f-{i}"), json!({}), "n", "Running");
+            let p = support::objects::pod("filler", &format!("f-{i}"))
+                .labels(json!({}))
+                .running_on("n")
+                .build();
             store_put(sim.store(), rt, "filler", p);
         }
         support::watch::wait_until_cached(
@@ -372,20 +373,19 @@ async fn race(busy: bool, large: bool) {
             let mut i = 0u64;
             while !stop.load(Ordering::Relaxed) {
                 if busy {
-                    let pod = support::watch::pod(
-                        "busy",
-                        "noise",
-                        json!({"i": i.to_string()}),
-                        "n",
-                        "Running",
-                    );
+                    let pod = support::objects::pod("busy", "noise")
+                        .labels(json!({"i": i.to_string()}))
+                        .running_on("n")
+                        .build();
                     store_put(&store, resource("", "v1", "pods"), "busy", pod);
                 } else {
                     store_put(
                         &store,
                         resource("", "v1", "configmaps"),
                         "default",
-                        configmap("noise", i),
+                        configmap("default", "noise")
+                            .data(json!({"i": i.to_string()}))
+                            .build(),
                     );
                 }
                 i += 1;

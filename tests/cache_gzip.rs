@@ -13,6 +13,7 @@ use flate2::read::GzDecoder;
 use http::Method;
 use serde_json::{json, Value};
 
+use support::objects::configmap;
 use support::servers::gateway;
 use support::watch::{put_object, resource, wait_until_cached};
 use support::Http;
@@ -21,12 +22,11 @@ use watchgate::server::GatewayHandle;
 use watchgate::sim::{start, SimConfig, SimHandle};
 
 fn put_configmap(sim: &SimHandle, ns: &str, name: &str, data_len: usize) -> u64 {
-    let obj = json!({
-        "kind": "ConfigMap", "apiVersion": "v1",
-        "metadata": {"name": name, "namespace": ns, "labels": {"size": if data_len > 1000 { "big" } else { "small" }}},
-        "data": {"blob": "x".repeat(data_len)},
-    });
-    put_object(sim, resource("", "v1", "configmaps"), ns, obj)
+    let size = if data_len > 1000 { "big" } else { "small" };
+    let obj = configmap(ns, name)
+        .label("size", size)
+        .data(json!({"blob": "x".repeat(data_len)}));
+    put_object(sim, resource("", "v1", "configmaps"), ns, obj.build())
 }
 
 struct Answer {

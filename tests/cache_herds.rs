@@ -11,6 +11,7 @@ use serde_json::{json, Value};
 
 use support::http::Resp;
 use support::metrics::sample;
+use support::objects::configmap;
 use support::servers::{cluster_config, start_gateway_with, start_sim_with};
 use support::watch::{
     assert_same_events, open, open_ok, put_object, put_pod, resource, store_put, wait_until_cached,
@@ -23,15 +24,17 @@ use watchgate::sim::SimHandle;
 /// built here, so its query string is reproduced).
 const WATCH_LIST: &str = "allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan&sendInitialEvents=true&timeoutSeconds=561&watch=true";
 
-fn configmap(name: &str, i: u64) -> Value {
-    json!({"apiVersion": "v1", "kind": "ConfigMap",
-           "metadata": {"name": name, "namespace": "default"}, "data": {"i": i.to_string()}})
-}
-
 fn seed_configmaps(sim: &SimHandle, n: u64) {
     let rt = resource("", "v1", "configmaps");
     for i in 0..n {
-        store_put(sim.store(), rt, "default", configmap(&format!("cm-{i}"), i));
+        store_put(
+            sim.store(),
+            rt,
+            "default",
+            configmap("default", &format!("cm-{i}"))
+                .data(json!({"i": i.to_string()}))
+                .build(),
+        );
     }
 }
 
@@ -41,7 +44,9 @@ fn write_elsewhere(sim: &SimHandle, i: u64) {
         sim,
         resource("", "v1", "configmaps"),
         "default",
-        configmap("noise", i),
+        configmap("default", "noise")
+            .data(json!({"i": i.to_string()}))
+            .build(),
     );
 }
 
@@ -222,7 +227,10 @@ async fn quiet_large() -> (support::servers::SimServer, support::servers::Gatewa
     let sim = start_sim_with(cluster_config()).await;
     let rt = resource("", "v1", "pods");
     for i in 0..600 {
-        let p = support::watch::pod("big", &format!("p-{i}"), json!({}), "n", "Running");
+        let p = support::objects::pod("big", &format!("p-{i}"))
+            .labels(json!({}))
+            .running_on("n")
+            .build();
         store_put(sim.handle().store(), rt, "big", p);
     }
     for name in ["a", "b", "c"] {

@@ -14,6 +14,7 @@ mod support;
 use prost::Message;
 use serde_json::{json, Value};
 use support::metrics::sample;
+use support::objects::pod;
 use support::protobuf::{same_object, CLIENT_GO, METADATA, METADATA_LIST};
 use support::servers::Env;
 use support::watch::{open_with, put_object, resource, rv_at_least, wait_until_cached};
@@ -32,23 +33,27 @@ async fn get(env: &Env, path: &str, accept: &str) -> support::http::Resp {
     r
 }
 
-fn pod(name: &str, node: &str) -> Value {
-    json!({
-        "kind": "Pod", "apiVersion": "v1",
-        "metadata": {"name": name, "namespace": "default", "labels": {"app": "web"},
-                     "annotations": {"note": "a<b"}, "creationTimestamp": "2026-01-02T03:04:05Z",
-                     "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs",
-                                          "uid": "3f0b3c4e-1111-2222-3333-444455556666", "controller": true}]},
-        "spec": {"nodeName": node, "restartPolicy": "Always", "terminationGracePeriodSeconds": 30,
-                 "containers": [{"name": "c", "image": "nginx:1.27",
-                                 "ports": [{"containerPort": 80, "protocol": "TCP"}],
-                                 "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}},
-                                 "livenessProbe": {"httpGet": {"path": "/", "port": "http"}}}],
-                 "tolerations": [{"key": "k", "operator": "Exists", "tolerationSeconds": -1}]},
-        "status": {"phase": "Running", "podIP": "10.0.0.5",
-                   "conditions": [{"type": "Ready", "status": "True",
-                                   "lastTransitionTime": "2026-01-02T03:04:06Z"}]},
-    })
+/// A running pod with a field of every kind the transcoder handles: maps, nested messages,
+/// repeated messages, quantities, int-or-string, negative numbers, escapes.
+fn rich_pod(name: &str, node: &str) -> Value {
+    pod("default", name)
+        .label("app", "web")
+        .running_on(node)
+        .merge(json!({
+            "metadata": {"annotations": {"note": "a<b"}, "creationTimestamp": "2026-01-02T03:04:05Z",
+                         "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs",
+                                              "uid": "3f0b3c4e-1111-2222-3333-444455556666", "controller": true}]},
+            "spec": {"restartPolicy": "Always", "terminationGracePeriodSeconds": 30,
+                     "containers": [{"name": "c", "image": "nginx:1.27",
+                                     "ports": [{"containerPort": 80, "protocol": "TCP"}],
+                                     "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}},
+                                     "livenessProbe": {"httpGet": {"path": "/", "port": "http"}}}],
+                     "tolerations": [{"key": "k", "operator": "Exists", "tolerationSeconds": -1}]},
+            "status": {"podIP": "10.0.0.5",
+                       "conditions": [{"type": "Ready", "status": "True",
+                                       "lastTransitionTime": "2026-01-02T03:04:06Z"}]},
+        }))
+        .build()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -57,8 +62,8 @@ async fn protobuf_gets_lists_and_watches_of_built_in_types_come_from_the_cache()
     let gw = env.url().to_string();
     let sim = env.sim.handle();
     let pods = resource("", "v1", "pods");
-    put_object(sim, pods, "default", pod("a", "n1"));
-    let start = put_object(sim, pods, "default", pod("b", "n2"));
+    put_object(sim, pods, "default", rich_pod("a", "n1"));
+    let start = put_object(sim, pods, "default", rich_pod("b", "n2"));
     let others = [
         (
             "configmaps",
@@ -97,7 +102,7 @@ async fn protobuf_gets_lists_and_watches_of_built_in_types_come_from_the_cache()
     }
     // A resourceVersion the pods cache's history holds (its list came after the writes
     // above: watching from before it is the apiserver's 410).
-    let start = put_object(sim, pods, "default", pod("b", "n5"));
+    let start = put_object(sim, pods, "default", rich_pod("b", "n5"));
     wait_until_cached(&gw, "/api/v1/pods?resourceVersion=0", rv_at_least(start)).await;
 
     // Lists, RV=0 and RV=N (NotOlderThan), and a first page: the PodList decodes with
@@ -227,8 +232,8 @@ async fn protobuf_gets_lists_and_watches_of_built_in_types_come_from_the_cache()
         let js = open_with(&gw, p, &[("accept", "application/json")]).await;
         watches.push((pb, js));
     }
-    put_object(sim, pods, "default", pod("c", "n3"));
-    put_object(sim, pods, "default", pod("a", "n4"));
+    put_object(sim, pods, "default", rich_pod("c", "n3"));
+    put_object(sim, pods, "default", rich_pod("a", "n4"));
     // RV=0: a, b (initial), c, a; RV=N: c, a; watch-list: a, b, bookmark, c, a.
     for ((pb, js), n) in watches.iter_mut().zip([4, 2, 5]) {
         for _ in 0..n {
@@ -271,7 +276,7 @@ async fn protobuf_metadata_lists_gets_and_watches_come_from_the_cache() {
     let gw = env.url().to_string();
     let sim = env.sim.handle();
     let pods = resource("", "v1", "pods");
-    let start = put_object(sim, pods, "default", pod("a", "n1"));
+    let start = put_object(sim, pods, "default", rich_pod("a", "n1"));
     let widgets = resource("example.com", "v1", "widgets");
     let wrv = put_object(
         sim,
@@ -283,7 +288,7 @@ async fn protobuf_metadata_lists_gets_and_watches_come_from_the_cache() {
     wait_until_cached(&gw, "/api/v1/pods?resourceVersion=0", rv_at_least(start)).await;
     let wpath = "/apis/example.com/v1/namespaces/default/widgets";
     wait_until_cached(&gw, &format!("{wpath}?resourceVersion=0"), rv_at_least(wrv)).await;
-    let start = put_object(sim, pods, "default", pod("a", "n2"));
+    let start = put_object(sim, pods, "default", rich_pod("a", "n2"));
     wait_until_cached(&gw, "/api/v1/pods?resourceVersion=0", rv_at_least(start)).await;
 
     // The metadata informer's list, for a built-in type and a custom resource: each item
@@ -352,7 +357,7 @@ async fn protobuf_metadata_lists_gets_and_watches_come_from_the_cache() {
     let path = format!("/api/v1/namespaces/default/pods?watch=true&resourceVersion={start}");
     let mut w = open_with(&gw, &path, &[("accept", METADATA)]).await;
     w.assert_from_cache();
-    put_object(sim, pods, "default", pod("b", "n2"));
+    put_object(sim, pods, "default", rich_pod("b", "n2"));
     let (ty, env_bytes) = w.next_proto("the ADDED event").await;
     assert_eq!(ty, "ADDED");
     let u = proto::decode_unknown(&env_bytes).unwrap();
@@ -370,8 +375,8 @@ async fn an_object_newer_than_the_schema_sends_protobuf_requests_upstream() {
     let gw = env.url().to_string();
     let sim = env.sim.handle();
     let pods = resource("", "v1", "pods");
-    put_object(sim, pods, "default", pod("a", "n1"));
-    let mut future = pod("z", "n1");
+    put_object(sim, pods, "default", rich_pod("a", "n1"));
+    let mut future = rich_pod("z", "n1");
     future["spec"]["fieldFromTheFuture"] = json!(true);
     let rv = put_object(sim, pods, "default", future);
     wait_until_cached(&gw, "/api/v1/pods?resourceVersion=0", rv_at_least(rv)).await;

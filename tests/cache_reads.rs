@@ -9,6 +9,7 @@ use bytes::Bytes;
 use http::{Method, StatusCode};
 use serde_json::{json, Value};
 
+use support::objects::{configmap, pod};
 use support::servers::{cluster_config, gateway};
 use support::wait::wait_for;
 use support::watch::{delete_pod, put_pod, wait_until_cached};
@@ -230,7 +231,7 @@ async fn one_upstream_list_serves_many_readers_and_survives_the_upstream() {
         &url,
         Method::POST,
         "/api/v1/namespaces/a/configmaps",
-        Some(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}})),
+        Some(configmap("", "x").build()),
     )
     .await;
     assert_eq!(w.status, StatusCode::SERVICE_UNAVAILABLE, "{}", w.body);
@@ -245,11 +246,7 @@ async fn not_older_than_reads_see_a_write_and_too_new_rvs_time_out() {
         &gw.url(),
         Method::POST,
         "/api/v1/namespaces/default/pods",
-        Some(json!({
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": "fresh"},
-            "spec": {"containers": [{"name": "c", "image": "busybox"}]},
-        })),
+        Some(pod("", "fresh").build()),
     )
     .await;
     assert_eq!(created.status, StatusCode::CREATED, "{}", created.body);

@@ -9,6 +9,7 @@
 mod support;
 
 use serde_json::{json, Value};
+use support::objects::pod;
 use support::servers::Env;
 use support::watch::{put_object, resource, rv_at_least, wait_until_cached};
 
@@ -36,17 +37,19 @@ async fn both(env: &Env, path: &str, accept: &str) -> (Value, Value) {
     (direct.json(), through.json())
 }
 
-fn pod(name: &str, node: &str) -> Value {
-    json!({
-        "kind": "Pod", "apiVersion": "v1",
-        "metadata": {"name": name, "namespace": "default", "labels": {"app": "t"},
-                     "creationTimestamp": OLD},
-        "spec": {"nodeName": node, "containers": [{"name": "c", "image": "busybox"}]},
-        "status": {"phase": "Running", "podIP": "10.0.0.1",
-                   "containerStatuses": [{"name": "c", "ready": true, "restartCount": 2,
-                                          "image": "busybox", "imageID": "", "started": true,
-                                          "state": {"running": {"startedAt": OLD}}}]},
-    })
+/// A running pod with what a Table prints (age, IP, readiness, restarts).
+fn printed_pod(name: &str, node: &str) -> Value {
+    pod("default", name)
+        .label("app", "t")
+        .running_on(node)
+        .merge(json!({
+            "metadata": {"creationTimestamp": OLD},
+            "status": {"podIP": "10.0.0.1",
+                       "containerStatuses": [{"name": "c", "ready": true, "restartCount": 2,
+                                              "image": "busybox", "imageID": "", "started": true,
+                                              "state": {"running": {"startedAt": OLD}}}]},
+        }))
+        .build()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -54,8 +57,8 @@ async fn tables_of_built_in_types_match_the_simulator() {
     let env = Env::gateway().await;
     let gw = env.url().to_string();
     let pods = resource("", "v1", "pods");
-    put_object(env.sim.handle(), pods, "default", pod("a", "n1"));
-    let rv = put_object(env.sim.handle(), pods, "default", pod("b", "n2"));
+    put_object(env.sim.handle(), pods, "default", printed_pod("a", "n1"));
+    let rv = put_object(env.sim.handle(), pods, "default", printed_pod("b", "n2"));
     wait_until_cached(&gw, "/api/v1/pods?resourceVersion=0", rv_at_least(rv)).await;
 
     for path in [
@@ -239,7 +242,7 @@ async fn table_watches_match_the_simulator() {
     let env = Env::gateway().await;
     let gw = env.url().to_string();
     let pods = resource("", "v1", "pods");
-    let start = put_object(env.sim.handle(), pods, "default", pod("a", "n1"));
+    let start = put_object(env.sim.handle(), pods, "default", printed_pod("a", "n1"));
     wait_until_cached(&gw, "/api/v1/pods?resourceVersion=0", rv_at_least(start)).await;
 
     let path = format!("/api/v1/namespaces/default/pods?watch=true&resourceVersion={start}");
@@ -247,8 +250,8 @@ async fn table_watches_match_the_simulator() {
     let mut direct = open_with(env.direct_http.base(), &path, &accept).await;
     let mut through = open_with(&gw, &path, &accept).await;
     through.assert_from_cache();
-    put_object(env.sim.handle(), pods, "default", pod("b", "n2"));
-    put_object(env.sim.handle(), pods, "default", pod("a", "n3"));
+    put_object(env.sim.handle(), pods, "default", printed_pod("b", "n2"));
+    put_object(env.sim.handle(), pods, "default", printed_pod("a", "n3"));
     let de = direct.take(2, "the simulator's Table events").await;
     let te = through.take(2, "the gateway's Table events").await;
     for (x, y) in de.iter().zip(&te) {

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use http::{Response, StatusCode};
 use serde_json::json;
+use support::objects::configmap;
 use support::servers::{start_gateway_with, start_sim, GatewayServer};
 use support::stub::{handler, json_response, pods_only_discovery, Stub};
 use support::wait::wait_until;
@@ -56,15 +57,9 @@ async fn wait_for_file(path: &Path, want: &[Gvr]) {
     .await;
 }
 
-fn configmap(sim: &watchgate::sim::SimHandle, name: &str) -> u64 {
-    put_object(
-        sim,
-        resource("", "v1", "configmaps"),
-        "default",
-        json!({"apiVersion": "v1", "kind": "ConfigMap",
-               "metadata": {"name": name, "namespace": "default"},
-               "data": {"k": "v"}}),
-    )
+fn put_configmap(sim: &watchgate::sim::SimHandle, name: &str) -> u64 {
+    let cm = configmap("default", name).data(json!({"k": "v"}));
+    put_object(sim, resource("", "v1", "configmaps"), "default", cm.build())
 }
 
 fn write_state(path: &Path, resources: &[Gvr]) {
@@ -75,7 +70,7 @@ fn write_state(path: &Path, resources: &[Gvr]) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restarted_gateway_starts_the_caches_of_its_state_file_before_any_client_asks() {
     let sim = start_sim().await;
-    let c1_rv = configmap(sim.handle(), "c1");
+    let c1_rv = put_configmap(sim.handle(), "c1");
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("cache-state.json");
 
@@ -218,7 +213,7 @@ async fn the_state_file_forgets_what_the_upstream_does_not_serve_and_never_holds
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_state_file_resource_over_the_byte_budget_is_forgotten_and_does_not_hold_readiness() {
     let sim = start_sim().await;
-    let _ = configmap(sim.handle(), "c1");
+    put_configmap(sim.handle(), "c1");
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("cache-state.json");
     write_state(&path, &[Gvr::new("", "v1", "configmaps")]);

@@ -12,6 +12,7 @@ use http_body_util::BodyExt;
 use support::raw::*;
 use support::servers::gateway;
 use support::stub::*;
+use support::wait::wait_for;
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use watchgate::body;
@@ -76,19 +77,14 @@ async fn upstream_down_gives_503_status_quickly_and_recovers_without_restart() {
 
     // And goes away again, taking its pooled connections with it.
     drop(stub);
-    let probe = async {
-        loop {
-            let (parts, bytes) = get(gw.addr(), "/api/v1/pods").await;
-            if parts.status == 503 {
-                assert_unavailable_status(&parts, &bytes);
-                break;
-            }
-            tokio::task::yield_now().await;
-        }
-    };
-    tokio::time::timeout(Duration::from_secs(5), probe)
-        .await
-        .expect("503 once the upstream is gone");
+    let (parts, bytes) = wait_for(
+        "503 once the upstream is gone",
+        Duration::from_secs(5),
+        || get(gw.addr(), "/api/v1/pods"),
+        |(parts, _)| parts.status == 503,
+    )
+    .await;
+    assert_unavailable_status(&parts, &bytes);
     // The admin listener kept answering throughout.
     assert_eq!(get(gw.admin_addr(), "/healthz").await.0.status, 200);
 }

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use http::Request;
 use http_body_util::BodyExt;
+use support::objects::configmap;
 use support::raw::*;
 use support::servers::gateway;
 use watchgate::body;
@@ -75,8 +76,9 @@ async fn watch_events_arrive_through_the_gateway_within_100ms_in_order() {
     // built on another branch), which wakes the simulator's watch the same way.
     let rt = watchgate::sim::resources::find("", "v1", "configmaps").unwrap();
     let cm = |v: &str| {
-        serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": "gw-watch", "namespace": "default"}, "data": {"v": v}})
+        configmap("default", "gw-watch")
+            .data(serde_json::json!({ "v": v }))
+            .build()
     };
     let writes = [
         (Mutation::Put(cm("1")), "ADDED"),
@@ -152,8 +154,9 @@ async fn kube_rs_lists_and_watches_through_the_gateway() {
         .boxed();
 
     let rt = watchgate::sim::resources::find("", "v1", "configmaps").unwrap();
-    let obj = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": "from-kube-rs", "namespace": "default"}, "data": {"k": "v"}});
+    let obj = configmap("default", "from-kube-rs")
+        .data(serde_json::json!({"k": "v"}))
+        .build();
     sim.store()
         .mutate(rt, "default", "from-kube-rs", |_| Ok(Mutation::Put(obj)))
         .unwrap();

@@ -11,10 +11,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::time::Duration;
 
-use serde_json::{json, Value};
+use serde_json::Value;
 use watchgate::cache::registry::CachePolicy;
 use watchgate::config::GatewayConfig;
 
+use support::objects::pod;
 use support::servers::{start_gateway_with, start_sim, GatewayServer};
 use support::wait::wait_until;
 use support::{Http, EVENT_TIMEOUT};
@@ -256,6 +257,10 @@ fn the_dashboard_is_valid_grafana_json() {
         "Upstream watches",
         "Reflector restarts",
         "Cache size",
+        // What still reaches the apiserver and why (issue 26), and the consistency
+        // check's verdicts (issue 27).
+        "Forwarded requests by reason",
+        "Consistency checks",
     ] {
         assert!(
             titles.iter().any(|t| t.starts_with(wanted)),
@@ -275,14 +280,6 @@ async fn scenario_gateway(upstream: &str) -> GatewayServer {
 }
 
 const PODS: &str = "/api/v1/namespaces/default/pods";
-
-fn pod(name: &str) -> Value {
-    json!({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {"containers": [{"name": "c", "image": "busybox"}]},
-    })
-}
 
 fn sample_names(text: &str) -> BTreeSet<String> {
     text.lines()
@@ -310,7 +307,9 @@ async fn every_dashboard_and_alert_query_names_existing_metrics() {
 
     let sim = start_sim().await;
     let direct = Http::new(sim.url());
-    let resp = direct.post_json(PODS, &pod("first")).await;
+    let resp = direct
+        .post_json(PODS, &pod("default", "first").build())
+        .await;
     assert_eq!(resp.status, 201, "{}", resp.text());
     let gw = scenario_gateway(sim.url()).await;
     let admin = Http::new(&format!("http://{}", gw.handle().admin_addr()));
@@ -335,7 +334,12 @@ async fn every_dashboard_and_alert_query_names_existing_metrics() {
         200
     );
     assert_eq!(http.get(PODS).await.status, 200);
-    assert_eq!(http.post_json(PODS, &pod("second")).await.status, 201);
+    assert_eq!(
+        http.post_json(PODS, &pod("default", "second").build())
+            .await
+            .status,
+        201
+    );
     // Watches served from the cache, with bookmarks; one client goes away.
     let path = format!("{PODS}?watch=true&resourceVersion={rv}&allowWatchBookmarks=true");
     let mut staying = http.watch(&path).await;
@@ -343,7 +347,13 @@ async fn every_dashboard_and_alert_query_names_existing_metrics() {
     let ev = staying.next("an event").await.json;
     assert_eq!(ev["object"]["metadata"]["name"], "second", "{ev}");
     drop(leaving);
-    assert_eq!(direct.post_json(PODS, &pod("third")).await.status, 201);
+    assert_eq!(
+        direct
+            .post_json(PODS, &pod("default", "third").build())
+            .await
+            .status,
+        201
+    );
     // The simulator schedules new pods (a MODIFIED follows each ADDED): read up to "third".
     while staying.next("an event").await.json["object"]["metadata"]["name"] != "third" {}
 

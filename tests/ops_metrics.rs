@@ -36,6 +36,7 @@ use watchgate::sim::resources::find;
 use watchgate::sim::Mutation;
 
 use support::metrics::{sample, samples};
+use support::objects::{configmap, pod};
 use support::process;
 use support::servers::{start_gateway_with, start_sim, GatewayServer};
 use support::wait::wait_until;
@@ -61,12 +62,7 @@ async fn scrape(gw: &GatewayServer) -> String {
 }
 
 fn put_pod(sim: &watchgate::sim::SimHandle, name: &str) {
-    let obj = json!({
-        "kind": "Pod", "apiVersion": "v1",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {"containers": [{"name": "c", "image": "busybox"}]},
-    });
-    put(sim, "pods", name, obj);
+    put(sim, "pods", name, pod("default", name).build());
 }
 
 /// Writes `obj` as `default/name` of the core resource `resource`, straight into the store.
@@ -226,7 +222,7 @@ async fn open_watches_show_in_the_long_running_gauge() {
     let resp = direct
         .post_json(
             "/api/v1/namespaces/default/configmaps",
-            &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "tick"}}),
+            &configmap("", "tick").build(),
         )
         .await;
     assert_eq!(resp.status, 201, "{}", resp.text());

@@ -10,6 +10,7 @@ use watchgate::cache::reflector::WatchListMode;
 use watchgate::cache::registry::CachePolicy;
 use watchgate::config::GatewayConfig;
 
+use support::objects::pod;
 use support::servers::{start_gateway_with, start_sim, GatewayServer};
 use support::wait::wait_until;
 use support::{Http, Kubectl, EVENT_TIMEOUT};
@@ -50,16 +51,14 @@ async fn wait_ready(gw: &GatewayServer, which: &str) {
     .await;
 }
 
-fn pod(name: &str, tier: Option<&str>) -> Value {
-    let mut labels = json!({"app": "tiered"});
-    if let Some(t) = tier {
-        labels["tier"] = json!(t);
+/// A pod of app `tiered`, labelled with its tier if it has one.
+fn tiered_pod(name: &str, tier: Option<&str>) -> Value {
+    let p = pod("default", name).label("app", "tiered");
+    match tier {
+        Some(t) => p.label("tier", t),
+        None => p,
     }
-    json!({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name, "namespace": "default", "labels": labels},
-        "spec": {"containers": [{"name": "c", "image": "busybox"}]},
-    })
+    .build()
 }
 
 const PODS: &str = "/api/v1/namespaces/default/pods";
@@ -92,7 +91,9 @@ async fn an_edge_in_front_of_an_origin_answers_like_the_apiserver() {
         .into_iter()
         .enumerate()
     {
-        let resp = direct.post_json(PODS, &pod(&format!("p{i}"), tier)).await;
+        let resp = direct
+            .post_json(PODS, &tiered_pod(&format!("p{i}"), tier))
+            .await;
         assert_eq!(resp.status, 201, "{}", resp.text());
     }
     let origin = gateway_caching_pods(sim.url()).await;
@@ -174,7 +175,7 @@ async fn an_edge_in_front_of_an_origin_answers_like_the_apiserver() {
     }
 
     // Changes, made directly at the simulator.
-    let resp = direct.post_json(PODS, &pod("p5", Some("web"))).await;
+    let resp = direct.post_json(PODS, &tiered_pod("p5", Some("web"))).await;
     assert_eq!(resp.status, 201, "{}", resp.text());
     let merge = "application/merge-patch+json";
     for (name, patch) in [
@@ -283,7 +284,7 @@ async fn only_the_origin_watches_the_apiserver() {
         );
     }
     let direct = Http::new(sim.url());
-    let resp = direct.post_json(PODS, &pod("late", None)).await;
+    let resp = direct.post_json(PODS, &tiered_pod("late", None)).await;
     assert_eq!(resp.status, 201, "{}", resp.text());
     for w in &mut watches {
         let ev = w.next("an event").await.json;

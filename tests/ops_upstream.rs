@@ -11,9 +11,10 @@
 
 mod support;
 
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use support::metrics::sample;
+use support::objects::configmap;
 use support::serve::Served;
 use support::servers::cluster_config;
 use support::wait::wait_until;
@@ -63,7 +64,7 @@ async fn reconnects_and_relists_are_counted_by_reason_and_logged_once_each() {
         let resp = direct
             .post_json(
                 "/api/v1/namespaces/default/configmaps",
-                &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}}),
+                &configmap("", name).build(),
             )
             .await;
         assert_eq!(resp.status, 201, "{}", resp.text());

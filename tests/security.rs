@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use http::Method;
 use serde_json::json;
+use support::objects::configmap;
 use support::secure::{Secure, ADMIN, ALICE, BOB, GATEWAY_USER};
 use support::wait::wait_until;
 use support::watch::{put_object, put_pod};
@@ -243,8 +244,9 @@ async fn a_denied_user_is_never_answered_from_a_cache_another_user_warmed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forwarded_writes_are_made_as_the_client() {
     let env = Secure::start().await;
-    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
-                    "metadata": {"name": "made-by-alice"}, "data": {"a": "b"}});
+    let cm = configmap("", "made-by-alice")
+        .data(json!({"a": "b"}))
+        .build();
     let r = env
         .http(Some(ALICE))
         .post_json("/api/v1/namespaces/default/configmaps", &cm)
@@ -264,7 +266,7 @@ async fn forwarded_writes_are_made_as_the_client() {
     assert_eq!(write.verb, "create");
 
     // Bob may not write: the apiserver refuses it as bob.
-    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "by-bob"}});
+    let cm = configmap("", "by-bob").build();
     let r = env
         .http(Some(BOB))
         .post_json("/api/v1/namespaces/default/configmaps", &cm)
@@ -313,7 +315,7 @@ async fn a_clients_own_impersonation_is_checked_then_applied() {
         .unwrap()
         .contains("User \"bob\""));
     // And a forwarded write as bob is made as bob.
-    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "as-bob"}});
+    let cm = configmap("", "as-bob").build();
     let r = env
         .http(Some(ADMIN))
         .request(

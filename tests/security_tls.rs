@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use http_body_util::BodyExt as _;
 use serde_json::json;
+use support::objects::configmap;
 use support::secure::{Secure, ADMIN, ALICE, GATEWAY_USER};
 use support::tls::{self as tlsx, Pki};
 use support::{wait_until, Kubectl};
@@ -332,30 +333,29 @@ async fn a_front_proxy_asserts_the_user_with_its_headers() {
         ..Default::default()
     };
     let env = start(files, security).await;
-    let post = |client: tlsx::Pair,
-                name: &'static str,
-                headers: Vec<(&'static str, &'static str)>| {
-        let (addr, ca) = (addr(&env), pki.serving_ca.cert.clone());
-        async move {
-            let mut send = tlsx::h1(
-                addr,
-                tlsx::client_config(&ca, &[b"http/1.1"], Some(&client)),
-            )
-            .await;
-            let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}});
-            let mut req = http::Request::post("/api/v1/namespaces/default/configmaps")
-                .header("host", "127.0.0.1")
-                .header("content-type", "application/json");
-            for (k, v) in headers {
-                req = req.header(k, v);
+    let post =
+        |client: tlsx::Pair, name: &'static str, headers: Vec<(&'static str, &'static str)>| {
+            let (addr, ca) = (addr(&env), pki.serving_ca.cert.clone());
+            async move {
+                let mut send = tlsx::h1(
+                    addr,
+                    tlsx::client_config(&ca, &[b"http/1.1"], Some(&client)),
+                )
+                .await;
+                let cm = configmap("", name).build();
+                let mut req = http::Request::post("/api/v1/namespaces/default/configmaps")
+                    .header("host", "127.0.0.1")
+                    .header("content-type", "application/json");
+                for (k, v) in headers {
+                    req = req.header(k, v);
+                }
+                let req = req.body(watchgate::body::full(cm.to_string())).unwrap();
+                let resp = send.send_request(req).await.unwrap();
+                let status = resp.status().as_u16();
+                let body = resp.into_body().collect().await.unwrap().to_bytes();
+                (status, String::from_utf8_lossy(&body).into_owned())
             }
-            let req = req.body(watchgate::body::full(cm.to_string())).unwrap();
-            let resp = send.send_request(req).await.unwrap();
-            let status = resp.status().as_u16();
-            let body = resp.into_body().collect().await.unwrap().to_bytes();
-            (status, String::from_utf8_lossy(&body).into_owned())
-        }
-    };
+        };
     let asserted = vec![
         ("x-remote-user", "dave"),
         ("x-remote-group", "ops"),
@@ -438,8 +438,7 @@ fn write_configmaps(env: &Secure, n: usize) {
             env.sim.handle(),
             configmaps,
             "default",
-            json!({"kind": "ConfigMap", "apiVersion": "v1",
-                   "metadata": {"name": format!("cm-{i}"), "namespace": "default"}}),
+            configmap("default", &format!("cm-{i}")).build(),
         );
     }
 }

@@ -12,6 +12,7 @@ use http_body_util::{BodyExt, Empty};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use serde_json::{json, Value};
+use support::objects::pod;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
@@ -31,10 +32,10 @@ async fn sim_with_pods() -> SimHandle {
             json!([{"name": "a", "image": "x"}, {"name": "b", "image": "y"}]),
         ),
     ] {
-        let obj = json!({"kind": "Pod", "apiVersion": "v1",
-            "metadata": {"name": name, "namespace": "ns1"},
-            "spec": {"nodeName": "node-1", "containers": containers},
-            "status": {"phase": "Running"}});
+        let obj = pod("ns1", name)
+            .running_on("node-1")
+            .merge(json!({"spec": {"containers": containers}}))
+            .build();
         h.store()
             .mutate(pods, "ns1", name, |_| Ok(Mutation::Put(obj)))
             .unwrap();

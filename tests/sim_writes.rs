@@ -2,7 +2,10 @@
 //! subresources and the exact Status answers for bad input (see docs/simulator.md,
 //! "Writes").
 
+mod support;
+
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Method, Request};
@@ -10,6 +13,8 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use serde_json::{json, Value};
+use support::objects::pod;
+use support::wait::wait_for;
 use watchgate::sim::resources::find;
 use watchgate::sim::store::{EventType, Store};
 use watchgate::sim::{self, SimConfig, SimHandle};
@@ -88,10 +93,14 @@ const CMS: &str = "/api/v1/namespaces/default/configmaps";
 const DEPLOYS: &str = "/apis/apps/v1/namespaces/default/deployments";
 
 /// A pod already bound to a node, so the simulated scheduler/kubelet leave it alone and
-/// event sequences stay deterministic (see `unbound_pods_are_scheduled_and_started`).
-fn pod(name: &str) -> Value {
-    json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": {"app": "web"}},
-           "spec": {"nodeName": "node-a", "containers": [{"name": "c", "image": "nginx:1.27"}]}})
+/// event sequences stay deterministic (see `unbound_pods_are_scheduled_and_started`); without
+/// a namespace, which the URL gives.
+fn bound_pod(name: &str) -> Value {
+    pod("", name)
+        .label("app", "web")
+        .node("node-a")
+        .image("nginx:1.27")
+        .build()
 }
 
 fn deploy(name: &str, replicas: i64) -> Value {
@@ -113,7 +122,7 @@ fn rv(v: &Value) -> u64 {
 async fn create_get_round_trip_fills_system_fields() {
     let api = Api::new().await;
     let before = api.store().current_rv();
-    let (code, created) = api.post(PODS, pod("web-1")).await;
+    let (code, created) = api.post(PODS, bound_pod("web-1")).await;
     assert_eq!(code, 201, "{created}");
     let m = &created["metadata"];
     assert_eq!(m["namespace"], "default");
@@ -166,7 +175,7 @@ async fn generate_name_and_already_exists() {
 #[tokio::test]
 async fn invalid_names_are_422_with_causes() {
     let api = Api::new().await;
-    let (code, s) = api.post(PODS, pod("Bad_Name")).await;
+    let (code, s) = api.post(PODS, bound_pod("Bad_Name")).await;
     assert_eq!(code, 422);
     assert_eq!(s["reason"], "Invalid");
     assert_eq!(
@@ -296,7 +305,7 @@ async fn update_conflict_noop_and_generation() {
 #[tokio::test]
 async fn patch_types() {
     let api = Api::new().await;
-    api.post(PODS, pod("p")).await;
+    api.post(PODS, bound_pod("p")).await;
     let path = format!("{PODS}/p");
     let (code, p) = api
         .patch(
@@ -370,7 +379,7 @@ async fn patch_types() {
 #[tokio::test]
 async fn unsupported_patch_type_is_415() {
     let api = Api::new().await;
-    api.post(PODS, pod("p")).await;
+    api.post(PODS, bound_pod("p")).await;
     let (code, s) = api
         .patch(&format!("{PODS}/p"), "text/plain", json!({}))
         .await;
@@ -540,7 +549,7 @@ async fn finalizers_delay_deletion_until_removed() {
 async fn delete_answers_and_preconditions() {
     let api = Api::new().await;
     let (_, cm) = api.post(CMS, json!({"metadata": {"name": "c"}})).await;
-    let (_, p) = api.post(PODS, pod("p")).await;
+    let (_, p) = api.post(PODS, bound_pod("p")).await;
     // Precondition mismatch: 409 naming the Kind.
     let (code, s) = api
         .send(
@@ -593,7 +602,7 @@ async fn delete_answers_and_preconditions() {
 async fn delete_collection_returns_the_list() {
     let api = Api::new().await;
     for n in ["a", "b", "c"] {
-        let mut p = pod(n);
+        let mut p = bound_pod(n);
         if n == "c" {
             p["metadata"]["labels"] = json!({"app": "db"});
         }
@@ -714,7 +723,7 @@ async fn scale_subresource() {
 #[tokio::test]
 async fn status_subresource_only_touches_status() {
     let api = Api::new().await;
-    let (_, p) = api.post(PODS, pod("p")).await;
+    let (_, p) = api.post(PODS, bound_pod("p")).await;
     // Main resource ignores status.
     let (_, p2) = api
         .patch(
@@ -752,17 +761,14 @@ async fn namespace_deletion_terminates_then_removes_contents() {
     let (code, ns) = api.delete("/api/v1/namespaces/tmp").await;
     assert_eq!(code, 200);
     assert_eq!(ns["status"]["phase"], "Terminating");
-    // Bounded wait for the simulated namespace controller.
-    let mut gone = false;
-    for _ in 0..100 {
-        let (code, _) = api.get("/api/v1/namespaces/tmp").await;
-        if code == 404 {
-            gone = true;
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
-    assert!(gone, "namespace tmp was not removed within 2s");
+    // The simulated namespace controller removes it.
+    wait_for(
+        "the namespace controller removes namespace tmp",
+        Duration::from_secs(2),
+        || api.get("/api/v1/namespaces/tmp"),
+        |(code, _)| *code == 404,
+    )
+    .await;
     let (code, _) = api.get("/api/v1/namespaces/tmp/configmaps/c").await;
     assert_eq!(code, 404);
 }
@@ -770,7 +776,7 @@ async fn namespace_deletion_terminates_then_removes_contents() {
 #[tokio::test]
 async fn malformed_bodies_get_apiserver_statuses() {
     let api = Api::new().await;
-    api.post(PODS, pod("p")).await;
+    api.post(PODS, bound_pod("p")).await;
     let cases: Vec<(Method, String, &str, &str, u16, &str)> = vec![
         (Method::POST, PODS.into(), "application/json", "{not json", 400,
          "the object provided is unrecognized (must be of type Pod): couldn't get version/kind; json parse error: invalid character 'n' looking for beginning of object key string ({not json)"),
@@ -806,20 +812,19 @@ async fn malformed_bodies_get_apiserver_statuses() {
 async fn unbound_pods_are_scheduled_and_started() {
     let api = Api::new().await;
     let start = api.store().current_rv();
-    let mut p = pod("run");
+    let mut p = bound_pod("run");
     p["spec"].as_object_mut().unwrap().remove("nodeName");
     let (code, created) = api.post(PODS, p).await;
     assert_eq!(code, 201);
     assert_eq!(created["status"]["phase"], "Pending");
-    // Bounded wait for the two follow-up writes (binding, kubelet status).
-    let mut evs = Vec::new();
-    for _ in 0..200 {
-        evs = api.events("", "pods", start);
-        if evs.len() >= 3 {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
+    // The two follow-up writes (binding, kubelet status).
+    let evs = wait_for(
+        "the pod is scheduled and started (three events)",
+        Duration::from_secs(2),
+        || std::future::ready(api.events("", "pods", start)),
+        |evs| evs.len() >= 3,
+    )
+    .await;
     let kinds: Vec<EventType> = evs.iter().map(|e| e.0).collect();
     assert_eq!(
         kinds,

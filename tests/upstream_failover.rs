@@ -12,25 +12,21 @@
 //!   the cache: the reflector goes to the one that is ahead, and never relists.
 
 mod support;
-#[path = "support/watch_checker.rs"]
-mod watch_checker;
-#[path = "support/watch_clients.rs"]
-mod watch_clients;
-#[path = "support/watch_env.rs"]
-mod watch_env;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use support::objects::pod;
 use support::servers::{
     cluster_config, start_gateway_with, start_replica_with, start_sim_with, GatewayServer,
     SimServer,
 };
+use support::watch_checker::{Sig, StreamChecker};
+use support::watch_clients::{h1_watch, read_sigs_until, H2Conn};
+use support::watch_env;
+use support::watch_env::{delete, put, update};
 use support::{wait_until, Http};
-use watch_checker::{Sig, StreamChecker};
-use watch_clients::{h1_watch, read_sigs_until, H2Conn};
-use watch_env::{delete, pod, put, update};
 use watchgate::cache::reflector::ReflectorStats;
 use watchgate::config::GatewayConfig;
 use watchgate::sim::{SimConfig, Store};
@@ -53,13 +49,11 @@ async fn cluster(b_cfg: SimConfig, b_first: bool) -> Cluster {
     for i in 0..30 {
         put(
             &store,
-            pod(
-                &format!("ns-{}", i % 3),
-                &format!("seed-{i}"),
-                "web",
-                "node-1",
-                200,
-            ),
+            pod(&format!("ns-{}", i % 3), &format!("seed-{i}"))
+                .label("app", "web")
+                .running_on("node-1")
+                .pad(200)
+                .build(),
         );
     }
     let b = start_replica_with(b_cfg, store.clone()).await;
@@ -125,7 +119,11 @@ impl Writer {
                 0 | 1 => {
                     put(
                         &self.store,
-                        pod(&ns, &format!("w-{i}"), "web", "node-2", 200),
+                        pod(&ns, &format!("w-{i}"))
+                            .label("app", "web")
+                            .running_on("node-2")
+                            .pad(200)
+                            .build(),
                     );
                 }
                 2 => {
@@ -145,7 +143,13 @@ impl Writer {
     }
 
     fn sentinel(&self) {
-        put(&self.store, pod("ns-1", "zz-sentinel", "web", "node-1", 0));
+        put(
+            &self.store,
+            pod("ns-1", "zz-sentinel")
+                .label("app", "web")
+                .running_on("node-1")
+                .build(),
+        );
     }
 }
 
@@ -350,7 +354,7 @@ async fn forwarded_reads_and_writes_go_to_the_survivor() {
     let created = http
         .post_json(
             "/api/v1/namespaces/default/configmaps",
-            &serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "after-the-kill"}}),
+            &support::objects::configmap("", "after-the-kill").build(),
         )
         .await;
     assert_eq!(created.status, 201, "{}", created.text());
@@ -449,13 +453,11 @@ async fn a_lagging_apiserver_sends_the_reflector_to_the_one_ahead_and_never_reli
     for i in 0..10 {
         put(
             &store,
-            pod(
-                &format!("ns-{}", i % 3),
-                &format!("seed-{i}"),
-                "web",
-                "node-1",
-                200,
-            ),
+            pod(&format!("ns-{}", i % 3), &format!("seed-{i}"))
+                .label("app", "web")
+                .running_on("node-1")
+                .pad(200)
+                .build(),
         );
     }
     let c = {

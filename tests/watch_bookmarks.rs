@@ -8,20 +8,15 @@
 //! after that event.
 
 mod support;
-#[path = "support/watch_checker.rs"]
-mod watch_checker;
-#[path = "support/watch_clients.rs"]
-mod watch_clients;
-#[path = "support/watch_env.rs"]
-mod watch_env;
 
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use prost::Message;
+use support::objects::pod;
 use support::servers::{cluster_config, start_gateway_with, start_sim_with};
-use watch_clients::{h1_response, H2Conn};
-use watch_env::{pod, put, update, warm};
+use support::watch_clients::{h1_response, H2Conn};
+use support::watch_env::{put, update, warm};
 use watchgate::config::GatewayConfig;
 
 const INTERVAL: Duration = Duration::from_millis(400);
@@ -66,7 +61,14 @@ async fn bookmarks_arrive_on_schedule_over_http1_and_http2_in_json_and_protobuf(
     let gw = start_gateway_with(cfg).await;
     let addr = gw.handle().addr();
     warm(gw.url(), sim.handle()).await;
-    put(&store, pod("ns-1", "p", "web", "node-1", 100));
+    put(
+        &store,
+        pod("ns-1", "p")
+            .label("app", "web")
+            .running_on("node-1")
+            .pad(100)
+            .build(),
+    );
     let from = store.current_rv();
     let path = format!(
         "/api/v1/namespaces/ns-1/pods?watch=true&resourceVersion={from}\

@@ -7,6 +7,7 @@ mod support;
 
 use serde_json::{json, Value};
 
+use support::objects::configmap;
 use support::Env;
 
 async fn cache_rv(env: &Env, path: &str) -> String {
@@ -45,8 +46,9 @@ async fn many_watchers_one_upstream_watch_every_event_once_in_order() {
             .direct_http
             .post_json(
                 "/api/v1/namespaces/default/configmaps",
-                &json!({"apiVersion": "v1", "kind": "ConfigMap",
-                        "metadata": {"name": format!("fan-{i}")}, "data": {"i": i.to_string()}}),
+                &configmap("", &format!("fan-{i}"))
+                    .data(json!({"i": i.to_string()}))
+                    .build(),
             )
             .await;
         written.push(r.expect(201)["metadata"]["resourceVersion"].clone());

@@ -13,25 +13,21 @@
 //!   deleted, and a pod updated twice.
 
 mod support;
-#[path = "support/watch_checker.rs"]
-mod watch_checker;
-#[path = "support/watch_clients.rs"]
-mod watch_clients;
-#[path = "support/watch_env.rs"]
-mod watch_env;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use support::objects::pod;
 use support::servers::{
     cluster_config, start_gateway_with, start_sim_with, GatewayServer, SimServer,
 };
 use support::wait_until;
-use watch_checker::{Sig, StateChecker, StreamChecker};
-use watch_clients::{h1_watch, read_sigs_until, H2Conn};
-use watch_env::{delete, pod, put, sim_state_where, update, warm};
+use support::watch_checker::{Sig, StateChecker, StreamChecker};
+use support::watch_clients::{h1_watch, read_sigs_until, H2Conn};
+use support::watch_env;
+use support::watch_env::{delete, put, sim_state_where, update, warm};
 use watchgate::config::GatewayConfig;
 use watchgate::sim::Store;
 
@@ -45,13 +41,11 @@ async fn env() -> (SimServer, GatewayServer) {
     for i in 0..30 {
         put(
             &store,
-            pod(
-                NAMESPACES[i % 3],
-                &format!("seed-{i}"),
-                "web",
-                &format!("node-{}", i % 3),
-                300,
-            ),
+            pod(NAMESPACES[i % 3], &format!("seed-{i}"))
+                .label("app", "web")
+                .running_on(&format!("node-{}", i % 3))
+                .pad(300)
+                .build(),
         );
     }
     // Bookmarks every 100 ms, so that streams carry some through the outages and the
@@ -164,7 +158,14 @@ impl Writer {
             0 | 3 => {
                 let ns = NAMESPACES[(i / 5) % 3];
                 let name = format!("w-{i}");
-                put(&self.store, pod(ns, &name, "web", "node-1", 300));
+                put(
+                    &self.store,
+                    pod(ns, &name)
+                        .label("app", "web")
+                        .running_on("node-1")
+                        .pad(300)
+                        .build(),
+                );
                 self.live.push((ns.to_string(), name));
             }
             1 => {
@@ -264,7 +265,13 @@ async fn upstream_watch_drops_and_resumes_leave_every_watcher_continuous() {
     .await;
     faults.set_drop_watch_after(None);
     writer.writes(10);
-    put(&store, pod("ns-1", "zz-sentinel", "web", "node-1", 0));
+    put(
+        &store,
+        pod("ns-1", "zz-sentinel")
+            .label("app", "web")
+            .running_on("node-1")
+            .build(),
+    );
 
     let resumes = stats.watches("pods") - watches_before;
     assert_eq!(
@@ -319,9 +326,11 @@ async fn an_upstream_410_and_relist_leave_every_watcher_continuous() {
     writer.writes(20);
     // Deleted and created again (a new uid) during the outage.
     let phoenix = |uid: &str| {
-        let mut p = pod("ns-1", "phoenix", "web", "node-1", 0);
-        p["metadata"]["uid"] = uid.into();
-        p
+        pod("ns-1", "phoenix")
+            .label("app", "web")
+            .running_on("node-1")
+            .uid(uid)
+            .build()
     };
     put(&store, phoenix("uid-phoenix-1"));
     let before_outage = store.current_rv();
@@ -359,7 +368,13 @@ async fn an_upstream_410_and_relist_leave_every_watcher_continuous() {
             .expect("seed-1 exists")
         })
         .collect();
-    put(&store, pod("ns-1", "blip", "web", "node-1", 0));
+    put(
+        &store,
+        pod("ns-1", "blip")
+            .label("app", "web")
+            .running_on("node-1")
+            .build(),
+    );
     delete(&store, "ns-1", "blip");
     let phoenix_deleted = delete(&store, "ns-1", "phoenix").expect("phoenix exists");
     let phoenix_created = put(&store, phoenix("uid-phoenix-2"));
@@ -384,7 +399,13 @@ async fn an_upstream_410_and_relist_leave_every_watcher_continuous() {
         "the forced 410 was consumed by the reflector's watch"
     );
     writer.writes(20);
-    put(&store, pod("ns-1", "zz-sentinel", "web", "node-1", 0));
+    put(
+        &store,
+        pod("ns-1", "zz-sentinel")
+            .label("app", "web")
+            .running_on("node-1")
+            .build(),
+    );
 
     let logs = SCOPES.map(|s| s.log(&store, from));
     let finals = SCOPES.map(|s| s.state(&store));
@@ -490,7 +511,13 @@ async fn with_watch_relist_end_an_upstream_relist_ends_every_watch() {
     let mut cfg = GatewayConfig::for_upstream_url(sim.url()).expect("gateway config");
     cfg.watch.relist = watchgate::watch::RelistMode::End;
     let gw = start_gateway_with(cfg).await;
-    let rv = put(&store, pod("ns-1", "a", "web", "node-1", 0));
+    let rv = put(
+        &store,
+        pod("ns-1", "a")
+            .label("app", "web")
+            .running_on("node-1")
+            .build(),
+    );
     wait_until_cached(gw.url(), "/api/v1/pods?resourceVersion=0", rv_at_least(rv)).await;
     let path = format!("/api/v1/namespaces/ns-1/pods?watch=1&resourceVersion={rv}");
     let mut w = open_ok(gw.url(), &path).await;
@@ -502,7 +529,13 @@ async fn with_watch_relist_end_an_upstream_relist_ends_every_watch() {
     // Written before the upstream watch is dropped, so that the relist's state is past
     // `rv` (written after, a relist done before it would be at `rv` itself, and a watch
     // from `rv` would then rightly continue).
-    let written = put(&store, pod("ns-1", "b", "web", "node-1", 0));
+    let written = put(
+        &store,
+        pod("ns-1", "b")
+            .label("app", "web")
+            .running_on("node-1")
+            .build(),
+    );
     faults.force_410_next_watch(1);
     faults.drop_watches_now();
     // The stream ends (no ERROR event: the cacher closes its watchers' channels). The
@@ -535,7 +568,13 @@ async fn with_watch_relist_end_an_upstream_relist_ends_every_watch() {
         &format!("/api/v1/namespaces/ns-1/pods?watch=1&resourceVersion={written}"),
     )
     .await;
-    let c = put(&store, pod("ns-1", "c", "web", "node-1", 0));
+    let c = put(
+        &store,
+        pod("ns-1", "c")
+            .label("app", "web")
+            .running_on("node-1")
+            .build(),
+    );
     let e = fresh.next("the write after the relist").await;
     assert_eq!((e.ty(), e.rv()), ("ADDED", c), "{e:?}");
 }

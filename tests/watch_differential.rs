@@ -17,9 +17,11 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
+use support::objects::configmap;
 use support::servers::{
     cluster_config, start_gateway_with, start_sim_with, GatewayServer, SimServer,
 };
+use support::wait::within;
 use support::watch::{
     assert_same_bytes, assert_same_events, delete_object, delete_pod, open_ok, put_object, put_pod,
     resource, rv_at_least, rv_of, stored_pod, typed, wait_until_cached, Event, Watch,
@@ -1077,8 +1079,7 @@ fn put_configmap(h: &SimHandle, name: &str) -> u64 {
         h,
         resource("", "v1", "configmaps"),
         "ns1",
-        json!({"kind": "ConfigMap", "apiVersion": "v1",
-               "metadata": {"name": name, "namespace": "ns1"}, "data": {"k": "v"}}),
+        configmap("ns1", name).data(json!({"k": "v"})).build(),
     )
 }
 
@@ -1144,22 +1145,25 @@ async fn bookmarks_advance_past_writes_to_other_resources() {
     let cm = put_configmap(h, "other");
     let want = pod_bookmark(cm);
     for (w, who) in [(&mut s, "simulator"), (&mut g, "gateway")] {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            let e = w
-                .next_within(deadline.saturating_duration_since(Instant::now()))
-                .await
-                .unwrap_or_else(|| panic!("{who}: the stream ended"));
-            assert_eq!(
-                e.ty(),
-                "BOOKMARK",
-                "{who}: only bookmarks expected, got {e:?}"
-            );
-            if e.json == want {
-                break;
+        let desc = format!("{who}: the bookmark at the configmap's RV {cm}");
+        within(&desc, Duration::from_secs(10), async {
+            loop {
+                let e = w
+                    .next_within(Duration::from_secs(10))
+                    .await
+                    .unwrap_or_else(|| panic!("{who}: the stream ended"));
+                assert_eq!(
+                    e.ty(),
+                    "BOOKMARK",
+                    "{who}: only bookmarks expected, got {e:?}"
+                );
+                if e.json == want {
+                    break;
+                }
+                assert!(e.rv() < cm, "{who}: bookmark {e:?}");
             }
-            assert!(e.rv() < cm, "{who}: bookmark {e:?}");
-        }
+        })
+        .await;
     }
     g.assert_from_cache();
 }
@@ -1251,13 +1255,10 @@ async fn watch_lists_started_during_churn_are_consistent() {
         tokio::spawn(async move {
             for i in 0..400u64 {
                 let name = format!("p{:02}", (i * 7) % 30);
-                let obj = support::watch::pod(
-                    "ns1",
-                    &name,
-                    json!({"i": i.to_string()}),
-                    "node-1",
-                    "Running",
-                );
+                let obj = support::objects::pod("ns1", &name)
+                    .labels(json!({"i": i.to_string()}))
+                    .running_on("node-1")
+                    .build();
                 let delete = i % 5 == 4;
                 store
                     .mutate(pods, "ns1", &name, |cur| {

@@ -3,18 +3,13 @@
 //! begins, long before the drain's deadline, and is counted as ended for `shutdown`.
 
 mod support;
-#[path = "support/watch_checker.rs"]
-mod watch_checker;
-#[path = "support/watch_clients.rs"]
-mod watch_clients;
-#[path = "support/watch_env.rs"]
-mod watch_env;
 
 use std::time::{Duration, Instant};
 
+use support::objects::pod;
 use support::servers::{cluster_config, start_gateway, start_sim_with};
-use watch_clients::{h1_watch, H2Conn, Watch};
-use watch_env::{pod, put, warm};
+use support::watch_clients::{h1_watch, H2Conn, Watch};
+use support::watch_env::{put, warm};
 use watchgate::drain::DrainOutcome;
 use watchgate::watch::stats::EndReason;
 
@@ -39,7 +34,13 @@ async fn read_to_clean_end(w: &mut Watch, what: &str) -> usize {
 async fn cached_watches_end_cleanly_when_the_drain_begins() {
     let sim = start_sim_with(cluster_config()).await;
     let store = sim.handle().store();
-    let rv = put(store, pod("default", "a", "web", "node-1", 0));
+    let rv = put(
+        store,
+        pod("default", "a")
+            .label("app", "web")
+            .running_on("node-1")
+            .build(),
+    );
     let gw = start_gateway(sim.url()).await;
     warm(gw.url(), sim.handle()).await;
     let addr = gw.handle().addr();
@@ -56,7 +57,13 @@ async fn cached_watches_end_cleanly_when_the_drain_begins() {
         watches.push((format!("http/2 watch {i}"), w));
     }
     // One event reaches every watcher, so each is live and idle when the drain begins.
-    put(store, pod("default", "b", "web", "node-1", 0));
+    put(
+        store,
+        pod("default", "b")
+            .label("app", "web")
+            .running_on("node-1")
+            .build(),
+    );
     for (what, w) in &mut watches {
         let line = w
             .lines

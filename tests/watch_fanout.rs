@@ -7,21 +7,17 @@
 //! same paths and starting RV must agree with.
 
 mod support;
-#[path = "support/watch_checker.rs"]
-mod watch_checker;
-#[path = "support/watch_clients.rs"]
-mod watch_clients;
-#[path = "support/watch_env.rs"]
-mod watch_env;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use support::objects::pod;
 use support::servers::{cluster_config, start_gateway, start_gateway_with, start_sim_with};
-use watch_checker::{Sig, StreamChecker, Violation};
-use watch_clients::{h1_watch, read_sigs_until, H2Conn, LineReader};
-use watch_env::{delete, pod, put, update, warm};
+use support::watch_checker::{Sig, StreamChecker, Violation};
+use support::watch_clients::{h1_watch, read_sigs_until, H2Conn, LineReader};
+use support::watch_env::{delete, put, update, warm};
+use support::{watch_clients, watch_env};
 use watchgate::config::GatewayConfig;
 
 const WATCHERS: usize = 1000;
@@ -118,7 +114,14 @@ fn churn(store: &watchgate::sim::Store, writes: usize) {
                 created += 1;
                 let app = if (r >> 16) % 2 == 0 { "web" } else { "db" };
                 let node = format!("node-{}", (r >> 20) % 3);
-                put(store, pod(ns, &name, app, &node, 200));
+                put(
+                    store,
+                    pod(ns, &name)
+                        .label("app", app)
+                        .running_on(&node)
+                        .pad(200)
+                        .build(),
+                );
                 live.push((ns.to_string(), name));
             }
             3..=4 => {
@@ -166,13 +169,11 @@ async fn a_thousand_watchers_share_one_upstream_watch_and_see_every_event_once_i
         let app = if i % 3 == 0 { "web" } else { "db" };
         put(
             &store,
-            pod(
-                ns,
-                &format!("seed-{i}"),
-                app,
-                &format!("node-{}", i % 3),
-                200,
-            ),
+            pod(ns, &format!("seed-{i}"))
+                .label("app", app)
+                .running_on(&format!("node-{}", i % 3))
+                .pad(200)
+                .build(),
         );
     }
     // Default bookmark interval (a minute): bookmarks have their own test below.
@@ -281,7 +282,13 @@ async fn a_thousand_watchers_share_one_upstream_watch_and_see_every_event_once_i
     // A few hundred writes, then the sentinel.
     let write_started = Instant::now();
     churn(&store, WRITES);
-    put(&store, pod("ns-1", "zz-sentinel", "web", "node-1", 0));
+    put(
+        &store,
+        pod("ns-1", "zz-sentinel")
+            .label("app", "web")
+            .running_on("node-1")
+            .build(),
+    );
     let last_rv = store.current_rv();
 
     // The expected streams, from the simulator's event log; its own watches (same paths,
@@ -440,10 +447,10 @@ async fn one_http2_connection_carries_as_many_watches_as_kube_apiserver_allows()
     let conn = H2Conn::connect(gw.handle().addr())
         .await
         .expect("h2c connection");
-    let (ready_tx, mut ready_rx) = tokio::sync::mpsc::channel::<()>(STREAMS);
+    let answered = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let mut tasks = Vec::new();
     for i in 0..STREAMS {
-        let (conn, ready) = (conn.clone(), ready_tx.clone());
+        let (conn, answered) = (conn.clone(), answered.clone());
         tasks.push(tokio::spawn(async move {
             let mut w = conn
                 .watch(&shape_path(0, from))
@@ -452,7 +459,7 @@ async fn one_http2_connection_carries_as_many_watches_as_kube_apiserver_allows()
             if w.status != 200 {
                 return Err(format!("stream {i}: status {}", w.status));
             }
-            let _ = ready.send(()).await;
+            answered.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
             read_until_sentinel(&mut w.lines)
                 .await
                 .map_err(|e| format!("stream {i}: {e}"))
@@ -460,23 +467,24 @@ async fn one_http2_connection_carries_as_many_watches_as_kube_apiserver_allows()
     }
     // Every stream must be open (its response head came) at once: a stream over the
     // server's limit waits for another to close.
-    drop(ready_tx);
     let stats = sim.handle().stats().clone();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    let mut opened = 0;
-    while opened < STREAMS {
-        match tokio::time::timeout_at(deadline, ready_rx.recv()).await {
-            Ok(Some(())) => opened += 1,
-            _ => break,
-        }
-    }
-    assert_eq!(
-        opened, STREAMS,
-        "only {opened} of {STREAMS} concurrent watches on one HTTP/2 connection were \
-         answered within 10 s: the gateway's concurrent-stream limit is below \
-         kube-apiserver's 250"
+    support::wait::wait_for(
+        &format!(
+            "all {STREAMS} concurrent watches on one HTTP/2 connection are answered (fewer: \
+             the gateway's concurrent-stream limit is below kube-apiserver's 250); answered"
+        ),
+        Duration::from_secs(10),
+        || std::future::ready(answered.load(std::sync::atomic::Ordering::Acquire)),
+        |n| *n == STREAMS,
+    )
+    .await;
+    put(
+        &store,
+        pod("ns-1", "zz-sentinel")
+            .label("app", "web")
+            .running_on("node-1")
+            .build(),
     );
-    put(&store, pod("ns-1", "zz-sentinel", "web", "node-1", 0));
     let mut failures = Vec::new();
     for t in tasks {
         match tokio::time::timeout(Duration::from_secs(15), t).await {
@@ -514,13 +522,11 @@ async fn bookmarks_never_run_behind_or_ahead_of_the_events_sent() {
     for i in 0..20 {
         put(
             &store,
-            pod(
-                NAMESPACES[i % 4],
-                &format!("seed-{i}"),
-                "web",
-                "node-1",
-                200,
-            ),
+            pod(NAMESPACES[i % 4], &format!("seed-{i}"))
+                .label("app", "web")
+                .running_on("node-1")
+                .pad(200)
+                .build(),
         );
     }
     let from = store.current_rv();
@@ -552,7 +558,13 @@ async fn bookmarks_never_run_behind_or_ahead_of_the_events_sent() {
         churn_step(&store, round);
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    put(&store, pod("ns-1", "zz-sentinel", "web", "node-1", 0));
+    put(
+        &store,
+        pod("ns-1", "zz-sentinel")
+            .label("app", "web")
+            .running_on("node-1")
+            .build(),
+    );
     let expected: Vec<Arc<Vec<Sig>>> = (0..SHAPES.len())
         .map(|shape| Arc::new(expected_for(&store, from, shape)))
         .collect();
@@ -597,7 +609,14 @@ fn churn_step(store: &watchgate::sim::Store, round: usize) {
         let ns = NAMESPACES[i % 4];
         match i % 4 {
             0 => {
-                put(store, pod(ns, &format!("b-{i}"), "web", "node-1", 200));
+                put(
+                    store,
+                    pod(ns, &format!("b-{i}"))
+                        .label("app", "web")
+                        .running_on("node-1")
+                        .pad(200)
+                        .build(),
+                );
             }
             1 => {
                 update(
@@ -648,7 +667,14 @@ async fn lone_events_reach_idle_http1_watchers_through_the_express_lane() {
     let gw = start_gateway(sim.url()).await;
     let addr = gw.handle().addr();
     warm(gw.url(), sim.handle()).await;
-    put(&store, pod("ns-1", "lone", "web", "node-1", 200));
+    put(
+        &store,
+        pod("ns-1", "lone")
+            .label("app", "web")
+            .running_on("node-1")
+            .pad(200)
+            .build(),
+    );
     let from = store.current_rv();
     let seen = Arc::new(AtomicUsize::new(0));
     let started = Arc::new(AtomicUsize::new(0));
@@ -697,7 +723,13 @@ async fn lone_events_reach_idle_http1_watchers_through_the_express_lane() {
         )
         .await;
     }
-    put(&store, pod("ns-1", "zz-sentinel", "web", "node-1", 0));
+    put(
+        &store,
+        pod("ns-1", "zz-sentinel")
+            .label("app", "web")
+            .running_on("node-1")
+            .build(),
+    );
     let expected = Arc::new(expected_for(&store, from, 1));
     assert_eq!(expected.len(), M + 1);
     for (id, t) in tasks.into_iter().enumerate() {
@@ -749,7 +781,14 @@ async fn protobuf_watchers_get_every_lone_event_once_in_order_through_the_lane_a
     let gw = start_gateway(sim.url()).await;
     let addr = gw.handle().addr();
     warm(gw.url(), sim.handle()).await;
-    put(&store, pod("ns-1", "lone", "web", "node-1", 200));
+    put(
+        &store,
+        pod("ns-1", "lone")
+            .label("app", "web")
+            .running_on("node-1")
+            .pad(200)
+            .build(),
+    );
     let from = store.current_rv();
     let path = shape_path(1, from);
     let seen = Arc::new(AtomicUsize::new(0));
@@ -807,7 +846,13 @@ async fn protobuf_watchers_get_every_lone_event_once_in_order_through_the_lane_a
         )
         .await;
     }
-    put(&store, pod("ns-1", "zz-sentinel", "web", "node-1", 0));
+    put(
+        &store,
+        pod("ns-1", "zz-sentinel")
+            .label("app", "web")
+            .running_on("node-1")
+            .build(),
+    );
     let expected: Vec<(String, u64, String, String)> = expected_for(&store, from, 1)
         .into_iter()
         .enumerate()
@@ -856,7 +901,14 @@ async fn a_reset_http2_watch_ends_and_its_neighbours_on_the_connection_go_on() {
     let store = sim.handle().store().clone();
     let gw = start_gateway(sim.url()).await;
     warm(gw.url(), sim.handle()).await;
-    put(&store, pod("ns-1", "lone", "web", "node-1", 200));
+    put(
+        &store,
+        pod("ns-1", "lone")
+            .label("app", "web")
+            .running_on("node-1")
+            .pad(200)
+            .build(),
+    );
     let from = store.current_rv();
     let path = shape_path(1, from);
     let conn = H2Conn::connect(gw.handle().addr()).await.unwrap();
@@ -922,7 +974,13 @@ async fn a_reset_http2_watch_ends_and_its_neighbours_on_the_connection_go_on() {
     for _ in 0..5 {
         bump();
     }
-    put(&store, pod("ns-1", "zz-sentinel", "web", "node-1", 0));
+    put(
+        &store,
+        pod("ns-1", "zz-sentinel")
+            .label("app", "web")
+            .running_on("node-1")
+            .build(),
+    );
     let expected = expected_for(&store, from, 1);
     for (i, mut w) in watches.into_iter().enumerate() {
         let mut sigs = read_until_sentinel(&mut w.lines)

@@ -12,10 +12,6 @@
 //! resumes with 410 (and sent the clients back to a list) fails here.
 
 mod support;
-#[path = "support/watch_checker.rs"]
-mod watch_checker;
-#[path = "support/watch_env.rs"]
-mod watch_env;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -27,6 +23,7 @@ use kube::runtime::reflector::{self, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Api, Client};
 use support::servers::{start_gateway, start_sim_with};
+use support::{watch_checker, watch_env};
 use watchgate::sim::churn;
 use watchgate::sim::seed::SeedSpec;
 use watchgate::sim::SimConfig;

@@ -15,9 +15,7 @@ use tokio::net::TcpStream;
 
 use support::servers::{start_gateway, start_sim};
 
-#[path = "support/counting_alloc.rs"]
-mod counting_alloc;
-use counting_alloc::{live_bytes, CountingAlloc};
+use support::counting_alloc::{live_bytes, CountingAlloc};
 
 #[global_allocator]
 static ALLOC: CountingAlloc = CountingAlloc;

@@ -10,23 +10,19 @@
 //! buffers quickly. Every reading watcher is checked against the simulator's event log.
 
 mod support;
-#[path = "support/watch_checker.rs"]
-mod watch_checker;
-#[path = "support/watch_clients.rs"]
-mod watch_clients;
-#[path = "support/watch_env.rs"]
-mod watch_env;
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use support::objects::pod;
 use support::servers::{
     cluster_config, start_gateway_with, start_sim_with, GatewayServer, SimServer,
 };
-use watch_checker::{Sig, StreamChecker};
-use watch_clients::{h1_watch, rss_bytes, H2Conn, LineReader, RawWatch};
-use watch_env::{percentile, pod, put, update, warm};
+use support::watch_checker::{Sig, StreamChecker};
+use support::watch_clients::{h1_watch, rss_bytes, H2Conn, LineReader, RawWatch};
+use support::watch_env;
+use support::watch_env::{percentile, put, update, warm};
 use watchgate::config::GatewayConfig;
 use watchgate::sim::Store;
 
@@ -66,7 +62,11 @@ fn seed_big(store: &Store, n: usize) {
     for i in 0..n {
         put(
             store,
-            pod("bulk", &format!("big-{i}"), "bulk", "node-9", BIG),
+            pod("bulk", &format!("big-{i}"))
+                .label("app", "bulk")
+                .running_on("node-9")
+                .pad(BIG)
+                .build(),
         );
     }
 }
@@ -252,7 +252,13 @@ async fn stalled_watchers_do_not_delay_healthy_ones_and_memory_stays_bounded() {
     let store = sim.handle().store().clone();
     let bigs = 8;
     seed_big(&store, bigs);
-    put(&store, pod("live", "ready", "web", "node-1", 0));
+    put(
+        &store,
+        pod("live", "ready")
+            .label("app", "web")
+            .running_on("node-1")
+            .build(),
+    );
     let addr = gw.handle().addr();
     warm(gw.url(), sim.handle()).await;
     let from = store.current_rv();
@@ -314,7 +320,13 @@ async fn stalled_watchers_do_not_delay_healthy_ones_and_memory_stays_bounded() {
         big_writes += 1;
         tokio::time::sleep(PACE).await;
     }
-    put(&store, pod("live", "zz-sentinel", "web", "node-1", 0));
+    put(
+        &store,
+        pod("live", "zz-sentinel")
+            .label("app", "web")
+            .running_on("node-1")
+            .build(),
+    );
     let expected = Arc::new(watch_env::log_since(&store, from, Some("live")));
 
     let delays = delays_of(tasks, &expected, &written).await;
@@ -398,7 +410,13 @@ async fn a_watcher_stalled_within_the_history_catches_up_without_being_ended() {
             tokio::task::yield_now().await;
         }
     }
-    put(&store, pod("live", "zz-sentinel", "web", "node-1", 0));
+    put(
+        &store,
+        pod("live", "zz-sentinel")
+            .label("app", "web")
+            .running_on("node-1")
+            .build(),
+    );
     let expected = Arc::new(watch_env::log_since(&store, from, None));
     for (i, w) in w.iter_mut().enumerate() {
         let (events, ended) = drain_raw(w, Some("live/zz-sentinel"))
@@ -408,7 +426,13 @@ async fn a_watcher_stalled_within_the_history_catches_up_without_being_ended() {
         check_all(&format!("stalled watcher {i}"), &events, &expected, true);
     }
     // Still live: the next write reaches it.
-    let rv = put(&store, pod("live", "after", "web", "node-1", 0));
+    let rv = put(
+        &store,
+        pod("live", "after")
+            .label("app", "web")
+            .running_on("node-1")
+            .build(),
+    );
     let (events, _) = drain_raw(&mut w[0], Some("live/after"))
         .await
         .expect("the caught-up watcher gets the next event");
@@ -495,7 +519,13 @@ async fn stalled_beyond_the_history(
             );
         }
     }
-    put(&store, pod("live", "zz-sentinel", "web", "node-1", 0));
+    put(
+        &store,
+        pod("live", "zz-sentinel")
+            .label("app", "web")
+            .running_on("node-1")
+            .build(),
+    );
     let expected = Arc::new(watch_env::log_since(&store, from, None));
     let healthy = tokio::time::timeout(Duration::from_secs(60), healthy)
         .await
@@ -603,7 +633,13 @@ async fn stalled_http2_streams_do_not_block_the_other_streams_of_their_connectio
             tokio::task::yield_now().await;
         }
     }
-    put(&store, pod("live", "zz-sentinel", "web", "node-1", 0));
+    put(
+        &store,
+        pod("live", "zz-sentinel")
+            .label("app", "web")
+            .running_on("node-1")
+            .build(),
+    );
     let expected = Arc::new(watch_env::log_since(&store, from, None));
     for t in healthy {
         let events = tokio::time::timeout(Duration::from_secs(60), t)

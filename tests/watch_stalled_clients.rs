@@ -16,21 +16,17 @@
 //! - healthy watchers beside them receive every event, in order.
 
 mod support;
-#[path = "support/watch_checker.rs"]
-mod watch_checker;
-#[path = "support/watch_clients.rs"]
-mod watch_clients;
-#[path = "support/watch_env.rs"]
-mod watch_env;
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use support::objects::pod;
 use support::servers::{cluster_config, start_gateway_with, start_sim_with};
-use watch_checker::{Sig, StreamChecker};
-use watch_clients::{h1_watch, H2Conn, LineReader, RawWatch};
-use watch_env::{pod, put, update, warm};
+use support::wait::wait_for_every;
+use support::watch_checker::{Sig, StreamChecker};
+use support::watch_clients::{h1_watch, H2Conn, LineReader, RawWatch};
+use support::watch_env::{self, put, update, warm};
 use watchgate::config::GatewayConfig;
 use watchgate::watch::hub::Hub;
 use watchgate::watch::stats::EndReason;
@@ -75,7 +71,11 @@ async fn stalled_initial_states_are_released_and_stalled_connections_closed() {
     for i in 0..BIGS {
         put(
             &store,
-            pod("bulk", &format!("big-{i}"), "bulk", "node-9", BIG),
+            pod("bulk", &format!("big-{i}"))
+                .label("app", "bulk")
+                .running_on("node-9")
+                .pad(BIG)
+                .build(),
         );
     }
     let mut cfg = GatewayConfig::for_upstream_url(sim.url()).expect("gateway config");
@@ -134,29 +134,38 @@ async fn stalled_initial_states_are_released_and_stalled_connections_closed() {
     // would grow apart from the current state) until every stalled watcher has let go:
     // no snapshot pinned, and only the two healthy watchers and the two HTTP/2 streams
     // (whose connection lives) still open.
+    #[derive(Debug)]
+    struct Churned {
+        after: Duration,
+        writes: usize,
+        pinned: usize,
+        open: i64,
+    }
     let mut writes = 0usize;
     let mut max_history = 0usize;
-    let released = loop {
-        update(&store, "bulk", &format!("big-{}", writes % BIGS), |p| {
-            let c = char::from(b'a' + (writes % 26) as u8);
-            p["metadata"]["annotations"]["pad"] = c.to_string().repeat(BIG).into();
-        })
-        .expect("big pods exist");
-        writes += 1;
-        max_history = max_history.max(hub.history_stats().bytes);
-        let open = hub.stats.watchers.load(Ordering::Relaxed);
-        if hub.pinned_snapshots() == 0 && open == 4 {
-            break opened.elapsed();
-        }
-        assert!(
-            opened.elapsed() < STALL + EVENT_TIMEOUT,
-            "after {:?} and {writes} writes: {} snapshots still pinned, {open} watchers open \
-             (want 0 and 4)",
-            opened.elapsed(),
-            hub.pinned_snapshots()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let churned = wait_for_every(
+        "every stalled watcher has let go: 0 snapshots pinned, 4 watchers open",
+        (STALL + EVENT_TIMEOUT).saturating_sub(opened.elapsed()),
+        Duration::from_millis(50),
+        || {
+            update(&store, "bulk", &format!("big-{}", writes % BIGS), |p| {
+                let c = char::from(b'a' + (writes % 26) as u8);
+                p["metadata"]["annotations"]["pad"] = c.to_string().repeat(BIG).into();
+            })
+            .expect("big pods exist");
+            writes += 1;
+            max_history = max_history.max(hub.history_stats().bytes);
+            std::future::ready(Churned {
+                open: hub.stats.watchers.load(Ordering::Relaxed),
+                pinned: hub.pinned_snapshots(),
+                after: opened.elapsed(),
+                writes,
+            })
+        },
+        |c| c.pinned == 0 && c.open == 4,
+    )
+    .await;
+    let (released, writes) = (churned.after, churned.writes);
     println!(
         "{stalled} stalled watchers let go after {released:?} ({writes} writes of {} KiB); \
          history peaked at {:.1} MB (budget {} MB)",
@@ -182,7 +191,13 @@ async fn stalled_initial_states_are_released_and_stalled_connections_closed() {
 
     // The healthy watchers got every event, in order, with the connection beside them
     // alive (the HTTP/2 one) or closed (the HTTP/1.1 ones).
-    put(&store, pod("live", "zz-sentinel", "web", "node-1", 0));
+    put(
+        &store,
+        pod("live", "zz-sentinel")
+            .label("app", "web")
+            .running_on("node-1")
+            .build(),
+    );
     let expected = Arc::new(watch_env::log_since(&store, from, None));
     for (i, t) in healthy.into_iter().enumerate() {
         let events = tokio::time::timeout(Duration::from_secs(60), t)

@@ -19,20 +19,21 @@ use crate::body::{self, Body};
 use crate::selector::validation::go_quote;
 use crate::status::Status;
 
-/// The 401 Status, for a request with these headers.
-pub fn unauthorized(headers: &HeaderMap) -> Response<Body> {
-    negotiated(Status::new(401, "Unauthorized", "Unauthorized"), headers)
+/// The 401 Status, in the form the request's Accept header negotiated for errors (its
+/// `request::Parsed::accept`, `Accept::for_errors`; `None`: nothing acceptable).
+pub fn unauthorized(form: Option<Negotiated>) -> Response<Body> {
+    negotiated_as(Status::new(401, "Unauthorized", "Unauthorized"), form)
 }
 
-/// The 403 Status for `user` asking for `attrs`, with the authorizer's `reason`, for a
-/// request with these headers.
+/// The 403 Status for `user` asking for `attrs`, with the authorizer's `reason`, in the
+/// form the request's Accept header negotiated for errors.
 pub fn forbidden(
     user: &str,
     attrs: &Attributes,
     reason: &str,
-    headers: &HeaderMap,
+    form: Option<Negotiated>,
 ) -> Response<Body> {
-    let mut resp = negotiated(forbidden_status(user, attrs, reason), headers);
+    let mut resp = negotiated_as(forbidden_status(user, attrs, reason), form);
     resp.headers_mut().insert(
         HeaderName::from_static("x-content-type-options"),
         HeaderValue::from_static("nosniff"),
@@ -40,9 +41,10 @@ pub fn forbidden(
     resp
 }
 
-use http::{HeaderMap, HeaderName};
+use http::HeaderName;
 
-use crate::error_response::negotiated_for as negotiated;
+use crate::error_response::negotiated_as;
+use crate::negotiate::Negotiated;
 
 /// `apierrors.NewForbidden(gr, name, forbiddenMessage(...))`.
 pub fn forbidden_status(user: &str, attrs: &Attributes, reason: &str) -> Status {

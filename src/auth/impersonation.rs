@@ -30,6 +30,7 @@ pub async fn impersonate(
     authz: &Authorizer,
     requestor: &Arc<User>,
     headers: &mut HeaderMap,
+    error_form: Option<crate::negotiate::Negotiated>,
 ) -> Result<Option<Arc<User>>, Response<Body>> {
     let values = |h: &HeaderMap, name| -> Vec<String> {
         h.get_all(name)
@@ -109,7 +110,7 @@ pub async fn impersonate(
                     requestor.name(),
                     &attrs,
                     &reason,
-                    headers,
+                    error_form,
                 ));
             }
             Err(err) => {

@@ -226,14 +226,14 @@ pub fn check(
     let requestor = match take_token(&mut headers) {
         Some(token) => match policy.by_token(&token) {
             Some(u) => Policy::info(u),
-            None => return Err(answers::unauthorized(&headers)),
+            None => return Err(answers::unauthorized(error_form(&headers))),
         },
         None if policy.anonymous => UserInfo {
             name: ANONYMOUS.into(),
             groups: vec![UNAUTHENTICATED.into()],
             ..Default::default()
         },
-        None => return Err(answers::unauthorized(&headers)),
+        None => return Err(answers::unauthorized(error_form(&headers))),
     };
     let identity = impersonation(policy, &headers, requestor)?;
     let name = identity.user.name.as_str();
@@ -264,7 +264,7 @@ pub fn check(
                 .flatten();
             if let Some(attrs) = Attributes::of_request(api, opts.as_ref()) {
                 if !policy.allows(name, &attrs) {
-                    return Err(answers::forbidden(name, &attrs, "", &headers));
+                    return Err(answers::forbidden(name, &attrs, "", error_form(&headers)));
                 }
             }
         }
@@ -293,7 +293,12 @@ fn impersonation(
             name: user.into(),
             ..Default::default()
         };
-        return Err(answers::forbidden(&requestor.name, &attrs, "", headers));
+        return Err(answers::forbidden(
+            &requestor.name,
+            &attrs,
+            "",
+            error_form(headers),
+        ));
     }
     let mut groups: Vec<String> = headers
         .get_all(IMPERSONATE_GROUP)
@@ -436,6 +441,16 @@ users:
 /// The demo policy, parsed.
 pub fn demo_policy() -> Arc<Policy> {
     Arc::new(Policy::parse(DEMO_POLICY).expect("the demo policy parses"))
+}
+
+/// The form kube-apiserver writes an error Status in for a request with these headers
+/// (`responsewriters.ErrorNegotiated`): the simulator negotiates each request itself.
+fn error_form(headers: &http::HeaderMap) -> Option<crate::negotiate::Negotiated> {
+    crate::negotiate::negotiate_error(
+        headers
+            .get(http::header::ACCEPT)
+            .and_then(|v| v.to_str().ok()),
+    )
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use http::Request;
 
-use super::guard::{Guard, Verdict};
+use super::guard::{error_form, Guard, Verdict};
 use crate::auth::x509::PeerCert;
 use crate::auth::{answers, Security};
 
@@ -32,7 +32,7 @@ impl Guard for Authn {
             }
             Err(err) => {
                 tracing::debug!(error = %err, uri = %req.uri(), "unauthenticated request");
-                Verdict::Answer(answers::unauthorized(req.headers()))
+                Verdict::Answer(answers::unauthorized(error_form(&req)))
             }
         }
     }

@@ -60,7 +60,7 @@ impl Guard for Authz {
                             user.name(),
                             &attrs,
                             &reason,
-                            req.headers(),
+                            parsed.accept.for_errors(),
                         ));
                     }
                     Err(err) => {

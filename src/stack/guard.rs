@@ -14,6 +14,14 @@ use tower::{Layer, Service};
 use super::BoxFuture;
 use crate::body::Body;
 
+/// The form a guard's refusal (401, 403) is written in: what the request's Accept header
+/// negotiated for errors when the parse layer read it (`Accept::for_errors`), so that no
+/// layer reads the header again. `None` (indented JSON) only for a request the parse layer
+/// did not see, which the stack never makes.
+pub fn error_form<B>(req: &Request<B>) -> Option<crate::negotiate::Negotiated> {
+    crate::request::Parsed::of(req).and_then(|p| p.accept.for_errors())
+}
+
 /// What a guard decided about a request.
 pub enum Verdict<B> {
     /// Go on with the rest of the stack.

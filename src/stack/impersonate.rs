@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use http::Request;
 
-use super::guard::{Guard, Verdict};
+use super::guard::{error_form, Guard, Verdict};
 use crate::auth::{impersonation, Security, User};
 
 /// The guard (`stack::guard`): composed as `GuardLayer(Impersonate(security))`.
@@ -22,8 +22,11 @@ impl Guard for Impersonate {
             .any(|k| k.as_str().starts_with("impersonate-"));
         if asks {
             if let Some(requestor) = req.extensions().get::<Arc<User>>().cloned() {
-                match impersonation::impersonate(&self.0.authz, &requestor, req.headers_mut()).await
-                {
+                let form = error_form(&req);
+                let asked =
+                    impersonation::impersonate(&self.0.authz, &requestor, req.headers_mut(), form)
+                        .await;
+                match asked {
                     Ok(Some(user)) => {
                         req.extensions_mut().insert(user);
                     }

@@ -2,8 +2,18 @@
 //! (it mixes every component of one process and keeps freed pages): the cache's memory
 //! per object (benches/cache_list.rs) and a watcher's (tests/watch_memory.rs).
 //!
-//! Not part of `support`'s module tree: only the binaries that install it include it
-//! (`#[path]`), each with its own `#[global_allocator]`.
+//! An ordinary `support` module: it only defines the allocator. A binary that measures
+//! installs it with its own two lines,
+//!
+//! ```ignore
+//! #[global_allocator]
+//! static ALLOC: CountingAlloc = CountingAlloc;
+//! ```
+//!
+//! since a process has one global allocator and `support` is compiled into every test
+//! binary: declaring it here would make every test binary count. In a binary that does not
+//! install it, [`live_bytes`] stays 0. `benches/cache_list.rs`, which has no `support`,
+//! includes this file with `#[path]`.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};

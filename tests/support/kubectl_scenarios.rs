@@ -11,6 +11,7 @@
 use serde_json::{json, Value};
 
 use super::http::{Http, MERGE_PATCH};
+use super::objects::configmap;
 use super::{Env, EVENT_TIMEOUT};
 
 /// The namespace every scenario works in.
@@ -29,12 +30,7 @@ pub async fn create_namespace(env: &Env) {
 
 /// Creates a configmap over raw HTTP on the simulator directly ("another client").
 pub async fn create_configmap(http: &Http, name: &str, data: Value) -> Value {
-    let body = json!({
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {"name": name, "namespace": NS},
-        "data": data,
-    });
+    let body = configmap(NS, name).data(data).build();
     http.post_json(&format!("/api/v1/namespaces/{NS}/configmaps"), &body)
         .await
         .expect(201)

@@ -3,7 +3,8 @@
 //! [`wait_for`] is the one polling loop: it observes a state, checks it, and on timeout
 //! panics with what it waited for *and the last state it saw*, so a failure says how far
 //! things got. [`wait_until`] is the same for a plain yes/no condition. [`within`] bounds a
-//! single future. Tests do not write their own deadline loops.
+//! single future; [`wait_for_every`] is [`wait_for`] at a pace of the test's choosing. Tests
+//! do not write their own deadline loops.
 
 use std::fmt::Debug;
 use std::future::Future;
@@ -19,7 +20,25 @@ pub const POLL: Duration = Duration::from_millis(20);
 ///
 /// `observe` is called at least once, and once more after the deadline has passed, so a
 /// condition that becomes true while the last poll's sleep ran still counts.
-pub async fn wait_for<T, F, Fut, D>(desc: &str, timeout: Duration, mut observe: F, mut done: D) -> T
+pub async fn wait_for<T, F, Fut, D>(desc: &str, timeout: Duration, observe: F, done: D) -> T
+where
+    T: Debug,
+    F: FnMut() -> Fut,
+    Fut: Future<Output = T>,
+    D: FnMut(&T) -> bool,
+{
+    wait_for_every(desc, timeout, POLL, observe, done).await
+}
+
+/// [`wait_for`] polling every `every` instead of [`POLL`], for an `observe` that also
+/// drives what it waits for (a write per poll) at a pace the test sets.
+pub async fn wait_for_every<T, F, Fut, D>(
+    desc: &str,
+    timeout: Duration,
+    every: Duration,
+    mut observe: F,
+    mut done: D,
+) -> T
 where
     T: Debug,
     F: FnMut() -> Fut,
@@ -35,7 +54,7 @@ where
         if Instant::now() >= deadline {
             panic!("timed out after {timeout:?} waiting until {desc}; last state seen: {state:#?}");
         }
-        tokio::time::sleep(POLL).await;
+        tokio::time::sleep(every).await;
     }
 }
 

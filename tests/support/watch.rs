@@ -24,7 +24,7 @@ use tokio::time::Instant;
 use watchgate::sim::resources::find;
 use watchgate::sim::{Mutation, ResourceType, SimHandle, Store};
 
-use super::EVENT_TIMEOUT;
+use super::{objects, EVENT_TIMEOUT};
 
 /// The bound for the response headers of a watch.
 const HEADERS_TIMEOUT: Duration = Duration::from_secs(20);
@@ -417,16 +417,6 @@ pub fn pods() -> &'static ResourceType {
     find("", "v1", "pods").expect("pods are served")
 }
 
-/// A pod with these labels, node and phase.
-pub fn pod(ns: &str, name: &str, labels: Value, node: &str, phase: &str) -> Value {
-    json!({
-        "kind": "Pod", "apiVersion": "v1",
-        "metadata": {"name": name, "namespace": ns, "labels": labels},
-        "spec": {"nodeName": node, "containers": [{"name": "c", "image": "busybox"}]},
-        "status": {"phase": phase},
-    })
-}
-
 /// An object's metadata.resourceVersion as a number; panics if it has none.
 pub fn rv_of(v: &Value) -> u64 {
     v["metadata"]["resourceVersion"]
@@ -445,7 +435,11 @@ pub fn put_pod(
     node: &str,
     phase: &str,
 ) -> u64 {
-    put_object(sim, pods(), ns, pod(ns, name, labels, node, phase))
+    let pod = objects::pod(ns, name)
+        .labels(labels)
+        .node(node)
+        .phase(phase);
+    put_object(sim, pods(), ns, pod.build())
 }
 
 /// Deletes a pod in the simulator's store; returns the deletion's RV.

@@ -2,9 +2,6 @@
 //! connections (h2c, prior knowledge), one watch per HTTP/1.1 connection, and raw TCP
 //! watchers that send their request and then stop reading (stalled clients), reading the
 //! chunked response by hand when they resume.
-//!
-//! Included with `#[path]` by the watch test binaries that use it.
-#![allow(dead_code)]
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -39,12 +36,12 @@ impl Watch {
 /// sentinel object written after everything a test checks). A stream that ends, or stays
 /// silent for `timeout` between two lines, before that is an error naming how far it got.
 ///
-/// [`Sig`]: crate::watch_checker::Sig
+/// [`Sig`]: crate::support::watch_checker::Sig
 pub async fn read_sigs_until(
     lines: &mut LineReader,
     timeout: Duration,
-    last: impl Fn(&crate::watch_checker::Sig) -> bool,
-) -> Result<Vec<crate::watch_checker::Sig>, String> {
+    last: impl Fn(&crate::support::watch_checker::Sig) -> bool,
+) -> Result<Vec<crate::support::watch_checker::Sig>, String> {
     let mut out = Vec::new();
     loop {
         let line = match lines.next_line_within(timeout).await {
@@ -57,7 +54,7 @@ pub async fn read_sigs_until(
             }
             Err(e) => return Err(format!("{e} (after {} events)", out.len())),
         };
-        let sig = crate::watch_checker::Sig::from_line(&line)?;
+        let sig = crate::support::watch_checker::Sig::from_line(&line)?;
         let done = last(&sig);
         out.push(sig);
         if done {

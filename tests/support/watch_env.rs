@@ -1,10 +1,6 @@
 //! Fixtures shared by the fan-out tests: pods written straight into the simulator's store,
 //! the simulator's event log as [`Sig`]s, its state as key → RV, and waits for the
 //! gateway's cache and reflector.
-//!
-//! Included with `#[path]` (next to `watch_checker.rs`, which it uses as
-//! `crate::watch_checker`).
-#![allow(dead_code)]
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -15,26 +11,17 @@ use watchgate::sim::{Mutation, SimHandle, Store};
 
 use crate::support::watch::store_put;
 pub use crate::support::watch::{pods, rv_of};
-use crate::watch_checker::{key_of, Sig};
+use crate::support::watch_checker::{key_of, Sig};
 
-/// A small pod; `pad` bytes of annotation make it as large as needed.
-pub fn pod(ns: &str, name: &str, app: &str, node: &str, pad: usize) -> Value {
-    let mut p = json!({
-        "kind": "Pod", "apiVersion": "v1",
-        "metadata": {"name": name, "namespace": ns, "labels": {"app": app},
-                     "uid": format!("uid-{ns}-{name}")},
-        "spec": {"nodeName": node, "containers": [{"name": "c", "image": "busybox"}]},
-        "status": {"phase": "Running"},
-    });
-    if pad > 0 {
-        p["metadata"]["annotations"] = json!({"pad": "x".repeat(pad)});
-    }
-    p
-}
-
-/// Creates or replaces a pod; returns the write's RV.
-pub fn put(store: &Store, obj: Value) -> u64 {
+/// Creates or replaces a pod (built with [`crate::support::objects::pod`]); returns the
+/// write's RV. A pod without a uid gets `uid-{namespace}-{name}`, as the apiserver would
+/// have given it one (the store keeps what it is given).
+pub fn put(store: &Store, mut obj: Value) -> u64 {
     let ns = obj["metadata"]["namespace"].as_str().unwrap().to_string();
+    if obj["metadata"].get("uid").is_none() {
+        let name = obj["metadata"]["name"].as_str().unwrap();
+        obj["metadata"]["uid"] = format!("uid-{ns}-{name}").into();
+    }
     store_put(store, pods(), &ns, obj)
 }
 
