@@ -18,6 +18,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use serde_json::{json, Value};
+use support::objects::configmap;
 use support::servers::{start_gateway_with, start_sim, GatewayServer, SimServer};
 use support::wait::wait_until;
 use support::watch::{delete_object, open_ok, put_object, resource, Watch};
@@ -38,14 +39,13 @@ fn config(upstream: &str, state_file: &Path) -> GatewayConfig {
     cfg
 }
 
-fn configmap(sim: &SimServer, name: &str, value: &str) -> u64 {
+fn put_configmap(sim: &SimServer, name: &str, value: &str) -> u64 {
+    let cm = configmap("default", name).data(json!({"k": value}));
     put_object(
         sim.handle(),
         resource("", "v1", "configmaps"),
         "default",
-        json!({"apiVersion": "v1", "kind": "ConfigMap",
-               "metadata": {"name": name, "namespace": "default"},
-               "data": {"k": value}}),
+        cm.build(),
     )
 }
 
@@ -68,7 +68,7 @@ async fn next_change(w: &mut Watch, desc: &str) -> support::watch::Event {
 /// leave it once its periodic write has recorded `recorded` (copied to `killed`).
 /// Returns N and the recorded resourceVersion.
 async fn first_run(sim: &SimServer, path: &Path, killed: &Path) -> (GatewayServer, u64, u64) {
-    configmap(sim, "a", "1");
+    put_configmap(sim, "a", "1");
     let gw = start_gateway_with(config(sim.url(), path)).await;
     let mut w = open_ok(gw.url(), &format!("{PATH}?watch=true&resourceVersion=0")).await;
     w.assert_from_cache();
@@ -77,7 +77,7 @@ async fn first_run(sim: &SimServer, path: &Path, killed: &Path) -> (GatewayServe
 
     // A write the watcher sees, which the state file then records as its cache's RV: the
     // periodic write, not a drain's (warm::PROGRESS_EVERY, then the debounce).
-    let recorded = configmap(sim, "b", "1");
+    let recorded = put_configmap(sim, "b", "1");
     let ev = next_change(&mut w, "b added").await;
     assert_eq!(
         (ev.typed(), ev.rv()),
@@ -96,7 +96,7 @@ async fn first_run(sim: &SimServer, path: &Path, killed: &Path) -> (GatewayServe
     // One more write the watcher sees after that: it reconnects from a resourceVersion
     // newer than the recorded one, as most clients of a gateway that records every few
     // seconds do.
-    let seen = configmap(sim, "a", "2");
+    let seen = put_configmap(sim, "a", "2");
     let ev = next_change(&mut w, "a modified").await;
     assert_eq!(
         (ev.typed(), ev.rv()),
@@ -107,8 +107,8 @@ async fn first_run(sim: &SimServer, path: &Path, killed: &Path) -> (GatewayServe
 
 /// Writes made while the gateway is down; their `(type, name, rv)`.
 fn writes_while_down(sim: &SimServer) -> Vec<(String, String, u64)> {
-    let c = configmap(sim, "c", "1");
-    let b = configmap(sim, "b", "2");
+    let c = put_configmap(sim, "c", "1");
+    let b = put_configmap(sim, "b", "2");
     let a = delete_object(
         sim.handle(),
         resource("", "v1", "configmaps"),
@@ -175,27 +175,28 @@ async fn a_watcher_resumes_across_a_restart_with_the_events_it_missed_from_the_c
     assert_eq!(lists.get("consistent,limit"), None, "{shapes}");
 
     // Later writes follow on the same stream, once.
-    let d = configmap(&sim, "d", "1");
+    let d = put_configmap(&sim, "d", "1");
     let ev = next_change(&mut w, "d added").await;
     assert_eq!((ev.typed(), ev.rv()), (("ADDED".into(), "d".into()), d));
 
     // A consistent read sees every write.
     let resp = support::Http::new(gw.url()).get(PATH).await;
     assert_eq!(resp.status, 200, "{}", resp.text());
-    assert_eq!(names(&resp.body), [("b", "2"), ("c", "1"), ("d", "1")]);
+    assert_eq!(names(&resp.body), ["b=2", "c=1", "d=1"]);
 }
 
-/// The (name, data.k) of a list's items, sorted.
-fn names(body: &[u8]) -> Vec<(String, String)> {
+/// `name=data.k` of a list's items, sorted.
+fn names(body: &[u8]) -> Vec<String> {
     let list: Value = serde_json::from_slice(body).unwrap();
-    let mut names: Vec<(String, String)> = list["items"]
+    let mut names: Vec<String> = list["items"]
         .as_array()
         .unwrap()
         .iter()
         .map(|o| {
-            (
-                o["metadata"]["name"].as_str().unwrap().to_string(),
-                o["data"]["k"].as_str().unwrap().to_string(),
+            format!(
+                "{}={}",
+                o["metadata"]["name"].as_str().unwrap(),
+                o["data"]["k"].as_str().unwrap()
             )
         })
         .collect();
@@ -220,7 +221,7 @@ async fn a_consistent_read_waiting_for_the_backfill_is_not_answered_by_its_past_
     let gw = start_gateway_with(config(sim.url(), &killed)).await;
     let resp = support::Http::new(gw.url()).get(PATH).await;
     assert_eq!(resp.status, 200, "{}", resp.text());
-    assert_eq!(names(&resp.body), [("b", "2"), ("c", "1")]);
+    assert_eq!(names(&resp.body), ["b=2", "c=1"]);
     let cache = gw
         .handle()
         .cache()
