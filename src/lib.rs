@@ -32,6 +32,7 @@
 //!   attach, port-forward), delivered by the server, taken by the proxy and the simulator.
 //! - [`drain`]: two-phase graceful shutdown, held by every task that must finish.
 //! - [`lane`]: the express lane: a watch's producer writing to its idle connection.
+//! - [`listen`]: binding a listener with kube-apiserver's accept queue (herds).
 //!
 //! **Watch**
 //! - [`watch`]: the fan-out: per-resource event history, dispatch to bounded queues,
@@ -73,6 +74,7 @@ pub mod drain;
 pub mod duration;
 pub mod error_response;
 pub mod lane;
+pub mod listen;
 pub mod load;
 pub mod logging;
 pub mod metrics;

@@ -20,7 +20,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use tokio::net::TcpListener;
 
 use crate::config::{self, GatewayConfig, ServeArgs};
 use crate::drain::{Drain, DrainOutcome};
@@ -53,11 +52,9 @@ impl Gateway {
             .map(tls::TlsServing::load)
             .transpose()
             .context("loading the TLS serving files")?;
-        let api = TcpListener::bind(cfg.listen)
-            .await
-            .with_context(|| format!("binding {}", cfg.listen))?;
-        let admin = TcpListener::bind(cfg.admin_listen)
-            .await
+        let api =
+            crate::listen::bind(cfg.listen).with_context(|| format!("binding {}", cfg.listen))?;
+        let admin = crate::listen::bind(cfg.admin_listen)
             .with_context(|| format!("binding admin {}", cfg.admin_listen))?;
         let addr = api.local_addr()?;
         let admin_addr = admin.local_addr()?;

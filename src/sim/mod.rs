@@ -301,7 +301,8 @@ impl SimHandle {
 
 /// Binds `cfg.addr` (port 0 allowed), seeds, starts churn, and serves in the background.
 pub async fn start(cfg: SimConfig) -> anyhow::Result<SimHandle> {
-    let listener = TcpListener::bind(cfg.addr).await?;
+    // As kube-apiserver listens: a herd of connections is queued, not retried.
+    let listener = crate::listen::bind(cfg.addr)?;
     let bootstrap = cfg.bootstrap_namespaces;
     let (sim, shutdown_tx) = Sim::new(cfg);
     if bootstrap {
@@ -318,7 +319,8 @@ pub async fn start(cfg: SimConfig) -> anyhow::Result<SimHandle> {
 /// churn. Like kube-apiservers sharing one etcd: a write through either is seen by both,
 /// and each can be killed, restarted or made to lag on its own.
 pub async fn start_replica(cfg: SimConfig, store: Arc<Store>) -> anyhow::Result<SimHandle> {
-    let listener = TcpListener::bind(cfg.addr).await?;
+    // As kube-apiserver listens: a herd of connections is queued, not retried.
+    let listener = crate::listen::bind(cfg.addr)?;
     let (sim, shutdown_tx) = Sim::with_store(cfg, store);
     listen(listener, sim, shutdown_tx)
 }
