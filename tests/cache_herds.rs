@@ -318,6 +318,63 @@ async fn a_watch_list_on_a_quiet_large_resource_is_proven_by_a_progress_watch() 
     );
 }
 
+/// Watch-lists wait for a progress bookmark anyway: a herd of them shares one probe sent
+/// just before the bookmark can come, and that one bookmark (issue 26: 1,000 informers on
+/// a quiet large resource cost the upstream at most 5 requests).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_herd_of_watch_lists_on_a_quiet_large_resource_shares_one_probe_and_one_bookmark() {
+    let (sim, gw) = quiet_large().await;
+    let admin = admin_of(&gw);
+    for i in 0..3 {
+        write_elsewhere(sim.handle(), i);
+    }
+    let stats = sim.handle().stats();
+    let (watches, lists) = (stats.watches("pods"), stats.lists("pods"));
+    let progress = progress_watches(&admin, "pods").await;
+    let path = format!("/api/v1/namespaces/small/pods?{WATCH_LIST}");
+    let direct = {
+        let mut d = open_ok(sim.url(), &path).await;
+        d.initial_events().await.0
+    };
+    let mut herd = tokio::task::JoinSet::new();
+    let spawn = |herd: &mut tokio::task::JoinSet<_>| {
+        let (url, path) = (gw.url().to_string(), path.clone());
+        herd.spawn(async move {
+            let mut w = open_ok(&url, &path).await;
+            w.assert_from_cache();
+            w.initial_events().await.0
+        });
+    };
+    // The first arrival's probe, sent at once, finds the cache behind and asks for the
+    // progress watch; the rest of the herd arrives while its bookmark is on its way.
+    spawn(&mut herd);
+    support::wait::wait_for(
+        "the progress watch",
+        Duration::from_secs(10),
+        || progress_watches(&admin, "pods"),
+        |&n| n > progress,
+    )
+    .await;
+    for _ in 0..299 {
+        spawn(&mut herd);
+    }
+    while let Some(events) = herd.join_next().await {
+        assert_same_events(&path, &direct, &events.unwrap());
+    }
+    // Two probes: the first arrival's, and the one the other 299 joined, held back until
+    // just before the bookmark could come (without that, the herd's probes would follow
+    // each other every 20 to 100 ms).
+    assert_eq!(stats.lists("pods") - lists, 2, "probes");
+    assert_eq!(progress_watches(&admin, "pods").await, progress + 1.0);
+    // The test's direct watch-list and the progress watch; at most the ordinary watch
+    // resumed after the progress watch's deadline.
+    let upstream_watches = stats.watches("pods") - watches;
+    assert!(
+        (2..=3).contains(&upstream_watches),
+        "{upstream_watches} watches"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_herd_of_consistent_gets_on_a_quiet_large_resource_shares_one_proof() {
     let (sim, gw) = quiet_large().await;

@@ -11,42 +11,92 @@
 //!   before the reflector sent the consistent list (or watch-list) whose snapshot the
 //!   store now holds is answered by that snapshot, with no probe.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
+/// `timeoutSeconds` of a progress watch. kube-apiserver's watch cache sends its
+/// pre-timeout bookmark 2 s before the deadline (`nextBookmarkTime`; at 2 s or less it
+/// finds that time already past and sends none), from the bucket of that time's whole
+/// second, popped by a timer that ticks each second: up to a second early
+/// (`watcherBookmarkTimeBuckets`). At 4 s the bookmark comes 1 to 3 s after the watch
+/// was sent, never sooner: watch-lists waiting for it can share one probe sent up to then
+/// (`cache::fresh`), which a timeout of 3 s (a bookmark possibly at once) would not allow.
+pub const PROGRESS_WATCH_TIMEOUT: u32 = 4;
+
+/// The earliest a progress watch's bookmark comes after the watch was sent: its deadline
+/// less the 2 s `nextBookmarkTime` asks for, less the second a bucket may be popped early.
+pub const PROGRESS_BOOKMARK_NOT_BEFORE: Duration =
+    Duration::from_secs(PROGRESS_WATCH_TIMEOUT as u64 - 3);
+
 /// Requests for one kind of work from the reflector, counted.
 ///
-/// `requested` counts requests; the reflector remembers the count it last started work
-/// for, reading it *before* it sends its request upstream, so every request counted by
-/// then is answered by that work, and a request counted later by the next one.
+/// The reflector remembers the count it last started work for, reading it *before* it
+/// sends its request upstream, so every request counted by then is answered by that work,
+/// and a request counted later by the next one. A request may say which resourceVersion
+/// it waits for: once the store is there, it needs no more work, so a proof that already
+/// brought the store past every later request's need is not followed by another one.
 #[derive(Debug)]
 pub struct Demand {
+    /// Wakes the reflector (the count of requests).
     requested: watch::Sender<u64>,
+    counts: Mutex<Counts>,
+}
+
+#[derive(Debug, Default)]
+struct Counts {
+    requested: u64,
     /// The count the reflector's current (or last) work covers.
-    started: AtomicU64,
+    started: u64,
+    /// The highest resourceVersion a request counted after `started` waits for.
+    needed: u64,
 }
 
 impl Default for Demand {
     fn default() -> Self {
         Self {
             requested: watch::channel(0).0,
-            started: AtomicU64::new(0),
+            counts: Mutex::default(),
         }
     }
 }
 
 impl Demand {
-    /// Asks for the work (several askers before it starts share one).
+    fn counts(&self) -> std::sync::MutexGuard<'_, Counts> {
+        // Every critical section is a few assignments: a poisoned lock is still consistent.
+        self.counts.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Asks for the work, whatever the store reaches meanwhile (several askers before it
+    /// starts share one).
     pub fn request(&self) {
-        self.requested.send_modify(|n| *n += 1);
+        self.request_until(u64::MAX);
+    }
+
+    /// Asks for the work on behalf of a request that waits for the store to reach
+    /// `needed`.
+    pub fn request_until(&self, needed: u64) {
+        let n = {
+            let mut c = self.counts();
+            c.requested += 1;
+            c.needed = c.needed.max(needed);
+            c.requested
+        };
+        self.requested.send_replace(n);
     }
 
     /// The work has been asked for and has not started yet.
     pub fn pending(&self) -> bool {
-        *self.requested.borrow() > self.started.load(Ordering::Acquire)
+        let c = self.counts();
+        c.requested > c.started
+    }
+
+    /// The work has been asked for, has not started yet, and a request waits for more
+    /// than `store_rv`, the store's resourceVersion now.
+    pub fn pending_beyond(&self, store_rv: u64) -> bool {
+        let c = self.counts();
+        c.requested > c.started && c.needed > store_rv
     }
 
     /// The reflector's side: a receiver that wakes on every new request.
@@ -56,8 +106,10 @@ impl Demand {
 
     /// The reflector starts the work: it answers the requests made so far.
     pub fn starting(&self, rx: &mut watch::Receiver<u64>) {
-        let n = *rx.borrow_and_update();
-        self.started.fetch_max(n, Ordering::AcqRel);
+        rx.borrow_and_update();
+        let mut c = self.counts();
+        c.started = c.requested;
+        c.needed = 0;
     }
 }
 
@@ -81,6 +133,8 @@ pub struct Demands {
     /// Called when a consistent answer proves the upstream went back; `None` in tests
     /// of a lone reflector.
     went_back: Option<OnWentBack>,
+    /// When the progress watch awaiting its bookmark was sent (`None`: none is).
+    progress_sent: Mutex<Option<Instant>>,
 }
 
 impl std::fmt::Debug for Demands {
@@ -147,6 +201,30 @@ impl Demands {
             .is_some()
     }
 
+    /// The reflector sent a progress watch at `sent`; its bookmark comes no sooner than
+    /// [`PROGRESS_BOOKMARK_NOT_BEFORE`] later.
+    pub fn progress_watch_sent(&self, sent: Instant) {
+        *self.progress_sent.lock().unwrap_or_else(|e| e.into_inner()) = Some(sent);
+    }
+
+    /// The progress watch's bookmark came, or the watch ended without one.
+    pub fn progress_watch_done(&self) {
+        *self.progress_sent.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    }
+
+    /// The earliest time a progress bookmark can come, if one is on its way: the open
+    /// progress watch's, or (a proof is asked for and not started) one the reflector is
+    /// about to send. A probe answered before then is at or below that bookmark's
+    /// resourceVersion (docs/consistency.md, "Quiet resources").
+    pub fn progress_bookmark_not_before(&self) -> Option<Instant> {
+        let sent = *self.progress_sent.lock().unwrap_or_else(|e| e.into_inner());
+        match sent {
+            Some(sent) => Some(sent + PROGRESS_BOOKMARK_NOT_BEFORE),
+            None if self.progress.pending() => Some(Instant::now() + PROGRESS_BOOKMARK_NOT_BEFORE),
+            None => None,
+        }
+    }
+
     /// Whether the store's state (taken after this call) reflects every write the upstream
     /// acknowledged before `arrived`: its consistent request was sent at or after it, and
     /// no consistency check has found it wrong since.
@@ -180,6 +258,49 @@ mod tests {
             s.pending(),
             "a request after the work began needs the next one"
         );
+    }
+
+    #[test]
+    fn a_request_the_store_has_reached_needs_no_more_work() {
+        let s = Demand::default();
+        let mut rx = s.subscribe();
+        s.request_until(100);
+        s.starting(&mut rx);
+        // Two requests while the work runs, one waiting for 120, one for 150.
+        s.request_until(120);
+        s.request_until(150);
+        assert!(s.pending_beyond(110));
+        assert!(s.pending_beyond(149), "the request for 150 still waits");
+        assert!(
+            !s.pending_beyond(150),
+            "the work that brought 150 answered both"
+        );
+        // A request that names no resourceVersion is pending until the work starts.
+        s.request();
+        assert!(s.pending_beyond(u64::MAX - 1));
+        s.starting(&mut rx);
+        assert!(!s.pending_beyond(0));
+        assert!(!s.pending());
+    }
+
+    #[test]
+    fn a_progress_bookmark_is_expected_while_a_watch_awaits_it_or_one_is_asked_for() {
+        let d = Demands::default();
+        let mut rx = d.progress.subscribe();
+        assert_eq!(d.progress_bookmark_not_before(), None);
+        let before = Instant::now();
+        d.progress.request_until(7);
+        let asked = d.progress_bookmark_not_before().expect("about to be sent");
+        assert!(asked >= before + PROGRESS_BOOKMARK_NOT_BEFORE);
+        d.progress.starting(&mut rx);
+        let sent = Instant::now();
+        d.progress_watch_sent(sent);
+        assert_eq!(
+            d.progress_bookmark_not_before(),
+            Some(sent + PROGRESS_BOOKMARK_NOT_BEFORE)
+        );
+        d.progress_watch_done();
+        assert_eq!(d.progress_bookmark_not_before(), None);
     }
 
     #[test]

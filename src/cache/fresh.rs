@@ -39,7 +39,7 @@ use serde::Deserialize;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::demand::Demands;
+use super::demand::{Demands, PROGRESS_BOOKMARK_NOT_BEFORE};
 use super::forward::Forward;
 use super::reflector::ReflectorStats;
 use super::store::Store;
@@ -98,6 +98,11 @@ pub const LIVE_GRACE: Duration = Duration::from_millis(20);
 
 /// The longest wait for a small resource's stream before it is re-synced.
 pub const SMALL_GRACE: Duration = Duration::from_millis(250);
+
+/// A probe shared by watch-lists that wait for a progress bookmark anyway is sent this
+/// long before the bookmark can come at the earliest, so that it is answered before the
+/// bookmark is sent (and the bookmark, at the upstream's resourceVersion then, covers it).
+pub const PATIENT_MARGIN: Duration = Duration::from_millis(300);
 
 /// The largest probe answer read (one object; etcd's limit is 1.5 MiB).
 const MAX_PROBE_BYTES: usize = 8 * 1024 * 1024;
@@ -218,6 +223,8 @@ struct ProbeState {
     next: u64,
     /// Requests that joined `next`.
     next_waiters: u64,
+    /// … of which want their answer as soon as it can be had (see [`Freshness::probe`]).
+    next_impatient: u64,
     /// A probe task is running (sending `next - 1`, or about to send `next`).
     running: bool,
 }
@@ -241,6 +248,9 @@ pub struct Freshness {
     /// Where the last probe found a quiet cache behind (lone reads then skip the probe).
     known_behind: KnownBehind,
     probes: Mutex<ProbeState>,
+    /// An impatient request joined the next probe: a probe held back for patient ones
+    /// goes at once.
+    impatient_joined: tokio::sync::Notify,
     done: watch::Sender<Option<ProbeDone>>,
     pub counters: FreshStats,
 }
@@ -284,6 +294,7 @@ impl Freshness {
             demands,
             known_behind: KnownBehind::default(),
             probes: Mutex::new(ProbeState::default()),
+            impatient_joined: tokio::sync::Notify::new(),
             done: watch::channel(None).0,
             counters: FreshStats::default(),
         }
@@ -292,15 +303,24 @@ impl Freshness {
     /// The upstream's current resourceVersion, from a probe sent after this call began
     /// (shared with every other caller that joined the same probe).
     pub async fn current_rv(self: &Arc<Self>) -> Result<u64, NotFresh> {
-        self.probe().await.map(|p| p.rv)
+        self.probe(false).await.map(|p| p.rv)
     }
 
     /// [`Self::current_rv`], and whether the probe answered a herd.
-    pub async fn probe(self: &Arc<Self>) -> Result<Probed, NotFresh> {
+    ///
+    /// A `patient` request (a watch-list of a quiet large resource: it waits for a
+    /// progress bookmark unless the probe finds the cache already there) lets its probe
+    /// be held back while a progress bookmark is on its way, until just before that
+    /// bookmark can come: a herd arriving meanwhile then shares one probe and one bookmark.
+    pub async fn probe(self: &Arc<Self>, patient: bool) -> Result<Probed, NotFresh> {
         let mut rx = self.done.subscribe();
         let needed = {
             let mut st = self.probes.lock().expect("probe lock");
             st.next_waiters += 1;
+            if !patient {
+                st.next_impatient += 1;
+                self.impatient_joined.notify_one();
+            }
             if !st.running {
                 st.running = true;
                 tokio::spawn(self.clone().probe_loop());
@@ -336,10 +356,12 @@ impl Freshness {
                 // A herd: let more of it join this probe.
                 tokio::time::sleep(window).await;
             }
+            self.hold_for_patient_requests().await;
             let (generation, served) = {
                 let mut st = self.probes.lock().expect("probe lock");
                 let generation = st.next;
                 st.next += 1;
+                st.next_impatient = 0;
                 (generation, std::mem::take(&mut st.next_waiters))
             };
             tracing::trace!(uri = %self.probe_uri, generation, requests = served, waited = ?window, "probe");
@@ -375,6 +397,57 @@ impl Freshness {
                 Duration::ZERO
             };
         }
+    }
+
+    /// Holds the next probe back while every request that joined it is patient and a
+    /// progress bookmark is on its way, until [`PATIENT_MARGIN`] before that bookmark can
+    /// come (or an impatient request joins). The probe is then still answered before the
+    /// bookmark is sent, so the bookmark's resourceVersion covers it; and everyone who
+    /// arrived until then shares it. Never later than the bookmark's earliest time: a probe
+    /// answered after the bookmark would need the next one.
+    async fn hold_for_patient_requests(&self) {
+        loop {
+            {
+                let st = self.probes.lock().expect("probe lock");
+                if st.next_impatient > 0 || st.next_waiters == 0 {
+                    return;
+                }
+            }
+            // A bookmark on its way, or about to be asked for: the last probe found the
+            // cache behind, and its requests are asking for a proof now.
+            let asked_soon = || {
+                self.behind_last_probe()
+                    .then(|| std::time::Instant::now() + PROGRESS_BOOKMARK_NOT_BEFORE)
+            };
+            let Some(not_before) = self
+                .demands
+                .progress_bookmark_not_before()
+                .or_else(asked_soon)
+            else {
+                return;
+            };
+            let Some(send_at) = not_before.checked_sub(PATIENT_MARGIN) else {
+                return;
+            };
+            let send_at = Instant::from_std(send_at);
+            if send_at <= Instant::now() {
+                return;
+            }
+            tokio::select! {
+                _ = tokio::time::sleep_until(send_at) => return,
+                // Re-checked: the permit may be from an impatient request of a probe
+                // already sent.
+                _ = self.impatient_joined.notified() => {}
+            }
+        }
+    }
+
+    /// The last probe answered a resourceVersion the store has not reached.
+    fn behind_last_probe(&self) -> bool {
+        let last = self.done.borrow();
+        last.as_ref()
+            .and_then(|d| d.result.as_ref().ok())
+            .is_some_and(|&rv| rv > self.store.resource_version())
     }
 
     /// One `limit=1` consistent list of the resource: the upstream's resourceVersion now.
@@ -442,7 +515,12 @@ impl Freshness {
         // resourceVersion can never answer a smaller one, unless the upstream went back
         // (etcd restored from a backup, or the endpoint now serves another cluster).
         let seen = self.store.resource_version();
-        let probed = match self.probe().await {
+        // A watch of a large resource whose stream is silent waits for a progress
+        // bookmark unless the probe finds the cache there already: its probe may wait for
+        // the herd too.
+        let patient =
+            read.stream && self.store.snapshot().len() > SMALL_RESOURCE && !self.stream_is_live();
+        let probed = match self.probe(patient).await {
             Ok(p) => p,
             Err(e) => {
                 c.forwarded.fetch_add(1, Ordering::Relaxed);
@@ -492,10 +570,7 @@ impl Freshness {
         // read (as long as a sync takes, at least LIVE_GRACE, at most SMALL_GRACE). A
         // silent stream of a large resource is not waited for: its read is forwarded or
         // proven.
-        let live = self
-            .stats
-            .since_last_event()
-            .is_some_and(|d| d <= LIVE_STREAM);
+        let live = self.stream_is_live();
         let grace = if now.len() <= SMALL_RESOURCE {
             let last_sync = Duration::from_millis(self.stats.sync_millis.load(Ordering::Relaxed));
             Some(last_sync.clamp(LIVE_GRACE, SMALL_GRACE))
@@ -526,11 +601,11 @@ impl Freshness {
         match proof {
             Proof::Resync => {
                 c.resyncs_requested.fetch_add(1, Ordering::Relaxed);
-                self.demands.resync.request();
+                self.demands.resync.request_until(needed);
             }
             Proof::Progress => {
                 c.progress_requested.fetch_add(1, Ordering::Relaxed);
-                self.demands.progress.request();
+                self.demands.progress.request_until(needed);
             }
         }
         let left = deadline.saturating_duration_since(Instant::now());
@@ -543,6 +618,13 @@ impl Freshness {
             needed,
             reached: self.store.resource_version(),
         })
+    }
+
+    /// The stream brought an event within [`LIVE_STREAM`]: more may be on their way.
+    fn stream_is_live(&self) -> bool {
+        self.stats
+            .since_last_event()
+            .is_some_and(|d| d <= LIVE_STREAM)
     }
 
     /// Which proof a read behind the probe's RV waits for, if any (`None`: forward it now).

@@ -113,7 +113,7 @@ use rand::Rng;
 use tokio::sync::watch;
 
 use super::budget::{ByteBudget, OverBudget};
-use super::demand::Demands;
+use super::demand::{Demands, PROGRESS_WATCH_TIMEOUT};
 use super::events::{decode_event, ErrorStatus, LineSplitter, MalformedEvent};
 use super::identity::{ClusterIdentity, Verdict};
 use super::list_page::{decode_page, BodyFormat};
@@ -240,10 +240,6 @@ impl Default for ReflectorConfig {
     }
 }
 
-/// `timeoutSeconds` of a progress watch: the shortest whose pre-timeout bookmark is sent
-/// (at 2 s or less before the deadline, `nextBookmarkTime` finds the time already past).
-pub const PROGRESS_WATCH_TIMEOUT: u32 = 3;
-
 /// What the registry does when a reflector drops its cache for its size.
 pub type OnDrop = Arc<dyn Fn(OverBudget) + Send + Sync>;
 
@@ -365,15 +361,29 @@ impl DemandRx {
     }
 
     /// Resolves with the watch's end when a re-sync is requested after the last sync
-    /// began, or (with `progress`) a progress proof after the last one began; never when
-    /// none can be.
-    async fn requested(rx: &mut Option<DemandRx>, progress: bool) -> WatchEnd {
+    /// began, or (with `progress`) a progress proof after the last one began that the
+    /// store (`store_rv`) has not reached yet; never when none can be.
+    async fn requested(
+        rx: &mut Option<DemandRx>,
+        progress: bool,
+        store_rv: impl Fn() -> u64,
+    ) -> WatchEnd {
         let Some(r) = rx else {
             return std::future::pending().await;
         };
+        let demands = r.demands.clone();
         let progress_changed = async {
-            if !progress || r.progress.changed().await.is_err() {
+            if !progress {
                 std::future::pending::<()>().await;
+            }
+            loop {
+                if r.progress.changed().await.is_err() {
+                    std::future::pending::<()>().await;
+                }
+                // Requests the last bookmark already answered need no other watch.
+                if demands.progress.pending_beyond(store_rv()) {
+                    return;
+                }
             }
         };
         let resync_changed = async {
@@ -387,8 +397,11 @@ impl DemandRx {
         }
     }
 
-    fn progress_pending(rx: &Option<DemandRx>) -> bool {
-        rx.as_ref().is_some_and(|r| r.demands.progress.pending())
+    /// A progress proof is asked for beyond `store_rv`: one whose requests the store has
+    /// already reached (the last bookmark brought it past them) needs no other watch.
+    fn progress_pending(rx: &Option<DemandRx>, store_rv: u64) -> bool {
+        rx.as_ref()
+            .is_some_and(|r| r.demands.progress.pending_beyond(store_rv))
     }
 }
 
@@ -557,7 +570,10 @@ impl Reflector {
             };
             let seen = Seen {
                 store_rv: self.store.resource_version(),
-                progress_pending: DemandRx::progress_pending(&demands),
+                progress_pending: DemandRx::progress_pending(
+                    &demands,
+                    self.store.resource_version(),
+                ),
             };
             let Transition { actions, next } = machine.step(outcome, seen);
             if !actions.iter().any(|a| matches!(a, Action::Install { .. })) {
@@ -919,13 +935,25 @@ impl Reflector {
         let query = format!(
             "allowWatchBookmarks=true&resourceVersion={from}&timeoutSeconds={timeout}&watch=true"
         );
-        match self.open(&query, timeout).await {
+        let progress = demands
+            .as_ref()
+            .filter(|_| kind == WatchKind::Progress)
+            .map(|r| r.demands.clone());
+        if let Some(d) = &progress {
+            // Before it is sent: its bookmark comes no sooner than a second after this.
+            d.progress_watch_sent(std::time::Instant::now());
+        }
+        let end = match self.open(&query, timeout).await {
             Ok(mut stream) => {
                 stream.following.progress = kind == WatchKind::Progress;
                 self.follow(&mut stream, demands).await
             }
             Err(e) => watch_refused(e),
+        };
+        if let Some(d) = &progress {
+            d.progress_watch_done();
         }
+        end
     }
 
     /// Reads an open watch until it ends (or a consistent read asks for a re-sync or a
@@ -940,7 +968,7 @@ impl Reflector {
             let awaiting = stream.following.awaiting_bookmark();
             let line = tokio::select! {
                 line = stream.next_line() => line,
-                end = DemandRx::requested(demands, !awaiting) => return end,
+                end = DemandRx::requested(demands, !awaiting, || self.store.resource_version()) => return end,
             };
             let line = match line {
                 Ok(Some(line)) => line,
@@ -955,7 +983,13 @@ impl Reflector {
                     return end;
                 }
                 Ok(Applied::Bookmark) => {
-                    let pending = DemandRx::progress_pending(demands);
+                    if stream.following.progress {
+                        if let Some(r) = demands.as_ref() {
+                            r.demands.progress_watch_done();
+                        }
+                    }
+                    let pending =
+                        DemandRx::progress_pending(demands, self.store.resource_version());
                     if let Some(end) = stream.following.bookmark(pending) {
                         return end;
                     }
