@@ -405,6 +405,76 @@ async fn a_herd_of_consistent_gets_on_a_quiet_large_resource_shares_one_proof() 
     assert_eq!(upstream_gets as usize + from_cache, 200);
 }
 
+/// A probe the upstream throttles (API Priority and Fairness's 429, as during a herd) is
+/// followed by another, which its reads share, instead of forwarding them all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_throttled_probe_is_tried_again_not_forwarded() {
+    let (sim, gw) = quiet_large().await;
+    let admin = admin_of(&gw);
+    let stats = sim.handle().stats();
+    let (lists, failed) = (stats.lists("pods"), forwarded(&admin, "probe_failed").await);
+    let probe_errors = sample(
+        &metrics(&admin).await,
+        "watchgate_consistency_probes_total",
+        &[("resource", "pods"), ("result", "error")],
+    );
+    sim.handle().faults().throttle_next_list(1);
+    let path = "/api/v1/namespaces/small/pods/a";
+    let r = Http::new(gw.url()).get(path).await;
+    assert_eq!(
+        (r.status.as_u16(), r.source()),
+        (200, Some("cache")),
+        "{}",
+        r.text()
+    );
+    assert_eq!(r.json()["metadata"]["name"], "a");
+    assert_eq!(forwarded(&admin, "probe_failed").await, failed);
+    assert_eq!(
+        sample(
+            &metrics(&admin).await,
+            "watchgate_consistency_probes_total",
+            &[("resource", "pods"), ("result", "error")],
+        ),
+        probe_errors + 1.0,
+        "the throttled probe"
+    );
+    // The throttled probe is not counted by the simulator (APF rejects it before any
+    // handler); the second one is.
+    assert_eq!(stats.lists("pods"), lists + 1);
+
+    // Throttled twice: the read is forwarded.
+    sim.handle().faults().throttle_next_list(2);
+    let r = Http::new(gw.url()).get(path).await;
+    assert_eq!(
+        (r.status.as_u16(), r.source()),
+        (200, Some("upstream")),
+        "{}",
+        r.text()
+    );
+    assert_eq!(forwarded(&admin, "probe_failed").await, failed + 1.0);
+}
+
+/// The simulator rejects a throttled list as API Priority and Fairness does: 429, a
+/// `Retry-After`, and Go's plain-text `http.Error`, not a Status.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_simulators_throttled_list_is_api_priority_and_fairness_rejection() {
+    let sim = start_sim_with(cluster_config()).await;
+    sim.handle().faults().throttle_next_list(1);
+    let r = Http::new(sim.url()).get("/api/v1/pods?limit=1").await;
+    assert_eq!(r.status, 429);
+    let header = |name: &str| r.headers.get(name).and_then(|v| v.to_str().ok());
+    assert_eq!(header("retry-after"), Some("1"));
+    assert_eq!(header("content-type"), Some("text/plain; charset=utf-8"));
+    assert_eq!(r.text(), "Too many requests, please try again later.\n");
+    assert_eq!(
+        Http::new(sim.url())
+            .get("/api/v1/pods?limit=1")
+            .await
+            .status,
+        200
+    );
+}
+
 /// Each forward reason has a request that earns it (issue 26, "Say why").
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_forward_reason_is_earned_by_its_request() {

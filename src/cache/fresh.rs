@@ -165,6 +165,23 @@ impl ProbeError {
     pub fn pool_full(&self) -> bool {
         matches!(self, ProbeError::Upstream(e) if e.is_pool_full())
     }
+
+    /// The probe failed for load, the gateway's or the upstream's: no answer in time,
+    /// the gateway's pool full, the upstream throttling (429: API Priority and Fairness
+    /// during a herd) or failing for the moment (5xx). Forwarding the reads that waited
+    /// for it would add a copy of each to that load, so they try the next probe once.
+    /// Anything else (the upstream unreachable, an answer that is not a list) forwards
+    /// them at once: another probe would find the same.
+    pub fn from_load(&self) -> bool {
+        match self {
+            ProbeError::Timeout(_) | ProbeError::Abandoned => true,
+            ProbeError::Upstream(e) => e.is_pool_full(),
+            ProbeError::Status { status, .. } => {
+                *status == http::StatusCode::TOO_MANY_REQUESTS || status.is_server_error()
+            }
+            ProbeError::NotAList(_) | ProbeError::ResourceVersion(_) => false,
+        }
+    }
 }
 
 /// A probe's answer: the upstream's resourceVersion, and whether it answered a herd.
@@ -327,8 +344,10 @@ impl Freshness {
             }
             st.next
         };
+        // A safety net: each probe ends within its own bound, and this request's is sent
+        // after the one in flight (if any) ends, a herd's window and a hold later.
         let done = tokio::time::timeout(
-            PROBE_TIMEOUT + HERD_WINDOW,
+            2 * PROBE_TIMEOUT + HERD_WINDOW + PROGRESS_BOOKMARK_NOT_BEFORE,
             rx.wait_for(|d| d.as_ref().is_some_and(|d| d.generation >= needed)),
         )
         .await;
@@ -406,38 +425,40 @@ impl Freshness {
     /// arrived until then shares it. Never later than the bookmark's earliest time: a probe
     /// answered after the bookmark would need the next one.
     async fn hold_for_patient_requests(&self) {
+        let all_patient = || {
+            let st = self.probes.lock().expect("probe lock");
+            st.next_impatient == 0 && st.next_waiters > 0
+        };
+        if !all_patient() {
+            return;
+        }
+        // A bookmark on its way, or about to be asked for: the last probe found the cache
+        // behind, and its requests are asking for a proof now.
+        let asked_soon = || {
+            self.behind_last_probe()
+                .then(|| std::time::Instant::now() + PROGRESS_BOOKMARK_NOT_BEFORE)
+        };
+        let Some(not_before) = self
+            .demands
+            .progress_bookmark_not_before()
+            .or_else(asked_soon)
+        else {
+            return;
+        };
+        let Some(send_at) = not_before.checked_sub(PATIENT_MARGIN) else {
+            return;
+        };
+        let send_at = Instant::from_std(send_at);
         loop {
-            {
-                let st = self.probes.lock().expect("probe lock");
-                if st.next_impatient > 0 || st.next_waiters == 0 {
-                    return;
-                }
-            }
-            // A bookmark on its way, or about to be asked for: the last probe found the
-            // cache behind, and its requests are asking for a proof now.
-            let asked_soon = || {
-                self.behind_last_probe()
-                    .then(|| std::time::Instant::now() + PROGRESS_BOOKMARK_NOT_BEFORE)
-            };
-            let Some(not_before) = self
-                .demands
-                .progress_bookmark_not_before()
-                .or_else(asked_soon)
-            else {
-                return;
-            };
-            let Some(send_at) = not_before.checked_sub(PATIENT_MARGIN) else {
-                return;
-            };
-            let send_at = Instant::from_std(send_at);
-            if send_at <= Instant::now() {
-                return;
-            }
             tokio::select! {
                 _ = tokio::time::sleep_until(send_at) => return,
-                // Re-checked: the permit may be from an impatient request of a probe
-                // already sent.
-                _ = self.impatient_joined.notified() => {}
+                // Re-checked: the permit may be an impatient request's of a probe already
+                // sent.
+                _ = self.impatient_joined.notified() => {
+                    if !all_patient() {
+                        return;
+                    }
+                }
             }
         }
     }
@@ -522,6 +543,15 @@ impl Freshness {
             read.stream && self.store.snapshot().len() > SMALL_RESOURCE && !self.stream_is_live();
         let probed = match self.probe(patient).await {
             Ok(p) => p,
+            // Load: every read that shared the probe tries the next one (they share it
+            // too), once.
+            Err(NotFresh::Probe(e)) if e.from_load() => match self.probe(patient).await {
+                Ok(p) => p,
+                Err(e) => {
+                    c.forwarded.fetch_add(1, Ordering::Relaxed);
+                    return Err(e);
+                }
+            },
             Err(e) => {
                 c.forwarded.fetch_add(1, Ordering::Relaxed);
                 return Err(e);

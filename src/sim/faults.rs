@@ -42,6 +42,8 @@ pub struct Faults {
     drop_after_ms: AtomicU64,
     watch_410: AtomicU32,
     watch_503: AtomicU32,
+    /// The next N lists get API Priority and Fairness's 429.
+    list_429: AtomicU32,
     /// Bumped to end all currently open watch streams.
     drop_gen: watch::Sender<u64>,
     /// The newest [`MAX_WATCH_BEGINS`] watches begun, and whether each got a forced 410 (the soak's checker needs them, docs/reliability.md).
@@ -62,6 +64,7 @@ impl Faults {
             ),
             watch_410: AtomicU32::new(cfg.watch_410),
             watch_503: AtomicU32::new(0),
+            list_429: AtomicU32::new(0),
             watch_begins: Mutex::default(),
             drop_gen: watch::channel(0).0,
             frozen: watch::channel(None).0,
@@ -142,6 +145,20 @@ impl Faults {
             .is_ok()
     }
 
+    /// The next `n` list requests get 429 from API Priority and Fairness, as from an
+    /// apiserver whose priority level's queues are full (a herd): the request is rejected
+    /// before any handler runs.
+    pub fn throttle_next_list(&self, n: u32) {
+        self.list_429.fetch_add(n, Ordering::SeqCst);
+    }
+
+    /// Consumes one forced list rejection, if any is pending.
+    pub fn take_list_throttle(&self) -> bool {
+        self.list_429
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok()
+    }
+
     /// Ends every watch stream open right now (they end cleanly, like a dropped
     /// connection to an apiserver that restarts): every watch whose response head has
     /// been sent, since each subscribes before its head goes out.
@@ -187,6 +204,7 @@ impl Faults {
             "dropWatchAfterMs": self.drop_after_ms.load(Ordering::Relaxed),
             "pendingWatch410": self.watch_410.load(Ordering::Relaxed),
             "pendingWatch503": self.watch_503.load(Ordering::Relaxed),
+            "pendingList429": self.list_429.load(Ordering::Relaxed),
         })
     }
 }

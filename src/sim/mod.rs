@@ -575,6 +575,7 @@ async fn route(sim: Arc<Sim>, req: Request<Incoming>) -> Response<Body> {
         (Verb::Get, None | Some("status"), Some(name)) => {
             list::get(&sim, &api, req.headers(), rt, &ns, &name).await
         }
+        (Verb::List, None, None) if sim.faults.take_list_throttle() => too_many_requests(),
         (Verb::List, None, None) => list::handle(&sim, &api, req.headers(), rt, &rp).await,
         (Verb::Watch, None, _) if sim.faults.take_watch_failure() => Status::new(
             503,
@@ -662,6 +663,25 @@ pub fn page_not_found() -> Response<Body> {
     let mut resp = Response::new(body::full("404 page not found\n"));
     *resp.status_mut() = StatusCode::NOT_FOUND;
     let h = resp.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    h.insert(
+        "x-content-type-options",
+        HeaderValue::from_static("nosniff"),
+    );
+    resp
+}
+
+/// API Priority and Fairness rejecting a request (k8s.io/apiserver
+/// `filters.tooManyRequests`): `Retry-After` and Go's `http.Error`, plain text, not a
+/// Status.
+fn too_many_requests() -> Response<Body> {
+    let mut resp = Response::new(body::full("Too many requests, please try again later.\n"));
+    *resp.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+    let h = resp.headers_mut();
+    h.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
     h.insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("text/plain; charset=utf-8"),
@@ -802,6 +822,10 @@ fn debug_endpoint(
         }
         (&Method::POST, "/debug/sim/faults/watch-503") => {
             sim.faults.fail_next_watch(1);
+            json_response(StatusCode::OK, &sim.faults.to_json())
+        }
+        (&Method::POST, "/debug/sim/faults/list-429") => {
+            sim.faults.throttle_next_list(1);
             json_response(StatusCode::OK, &sim.faults.to_json())
         }
         (&Method::POST, "/debug/sim/faults/drop-watches") => {
