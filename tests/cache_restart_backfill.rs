@@ -53,6 +53,15 @@ fn configmaps() -> Gvr {
     Gvr::new("", "v1", "configmaps")
 }
 
+/// The cluster's identity: its `kube-system` namespace's uid.
+async fn cluster_uid(sim: &SimServer) -> String {
+    let ns = support::Http::new(sim.url())
+        .get("/api/v1/namespaces/kube-system")
+        .await
+        .json();
+    ns["metadata"]["uid"].as_str().unwrap().to_string()
+}
+
 /// The next event of `w` that is not a BOOKMARK.
 async fn next_change(w: &mut Watch, desc: &str) -> support::watch::Event {
     loop {
@@ -92,6 +101,13 @@ async fn first_run(sim: &SimServer, path: &Path, killed: &Path) -> (GatewayServe
     )
     .await;
     std::fs::copy(path, killed).unwrap();
+    // The resourceVersions are this cluster's, and the file says so.
+    assert_eq!(
+        warm::read_cluster(killed).unwrap(),
+        Some(cluster_uid(sim).await),
+        "{}",
+        std::fs::read_to_string(killed).unwrap()
+    );
 
     // One more write the watcher sees after that: it reconnects from a resourceVersion
     // newer than the recorded one, as most clients of a gateway that records every few

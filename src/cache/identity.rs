@@ -117,7 +117,12 @@ impl ClusterIdentity {
         }
     }
 
-    /// Forgets the recorded identity: the caches are being rebuilt from whatever cluster
+    /// The caches' identity, if read.
+    pub fn uid(&self) -> Option<String> {
+        lock(&self.uid).clone()
+    }
+
+    /// Forgets the caches' identity: they are being rebuilt from whatever cluster
     /// answers now, whose identity the next read records.
     pub fn forget(&self) {
         *lock(&self.uid) = None;

@@ -449,9 +449,11 @@ impl Registry {
             // The receiver, not the cache, waits: a cache dropped meanwhile ends the wait.
             let (file, mut synced) = (w.file.clone(), cache.synced.clone());
             let store = cache.store.clone();
+            let identity = self.identity.clone();
             let gvr = Gvr::new(&key.0, &key.1, &key.2);
             tokio::spawn(async move {
                 if synced.wait_for(|s| *s).await.is_ok() {
+                    note_cluster(&file, &identity);
                     file.record(gvr, store.resource_version());
                 }
             });
@@ -708,6 +710,7 @@ impl Registry {
     /// Copies each synced cache's resourceVersion into the state file (saved with its next
     /// write). Called every [`super::warm::PROGRESS_EVERY`] and at a drain.
     fn note_progress(&self, file: &StateFile) {
+        note_cluster(file, &self.identity);
         for c in self.caches() {
             if c.is_synced() {
                 let gvr = Gvr::new(&c.info.group, &c.info.version, &c.info.resource);
@@ -827,6 +830,15 @@ impl Registry {
                 _ => None,
             })
             .collect()
+    }
+}
+
+/// Names the caches' cluster in the state file, once it is known, before their
+/// resourceVersions are copied there: the file's resourceVersions must be the named
+/// cluster's, and naming another one drops the old one's (`StateFile::set_cluster`).
+fn note_cluster(file: &StateFile, identity: &ClusterIdentity) {
+    if let Some(uid) = identity.uid() {
+        file.set_cluster(&uid);
     }
 }
 
