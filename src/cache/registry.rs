@@ -664,6 +664,11 @@ impl Registry {
         let (file, entries) = StateFile::open(cfg.state_file.clone(), |g| {
             !self.policy.excludes(&g.group, &g.resource)
         })?;
+        // The resourceVersions are resumed from only if the upstream is still this cluster
+        // (`ClusterIdentity::may_resume`, asked by each reflector before its backfill).
+        if let Some(uid) = file.cluster() {
+            self.identity.set_recorded(uid);
+        }
         let resume = entries
             .iter()
             .filter_map(|(g, rv)| Some((g.clone(), (*rv)?)))
