@@ -345,7 +345,7 @@ fn describe() {
     );
     describe_counter!(
         REFLECTOR_BACKFILLS_TOTAL,
-        "First syncs from the cache state file's resourceVersion, by result: resumed (the state at it installed, the watch resumed from it) or fell_back (the upstream no longer had it, or the read failed: an ordinary sync followed) (docs/cache.md)."
+        "First syncs from the cache state file's resourceVersion, by result: resumed (the state at it installed, the watch resumed from it), fell_back (the upstream no longer had it, or the read failed: an ordinary sync followed) or other_cluster (the upstream's kube-system uid is not the one the file names: not tried, an ordinary sync followed) (docs/cache.md)."
     );
 }
 

@@ -83,6 +83,15 @@ async fn a_restarted_gateway_starts_the_caches_of_its_state_file_before_any_clie
     assert_eq!(resp.status, 200, "{}", resp.text());
     let configmaps = Gvr::new("", "v1", "configmaps");
     wait_for_file(&path, std::slice::from_ref(&configmaps)).await;
+    // The cluster is written once the caches' identity is known: with the cache's record
+    // if it was by then, else with the next refresh (warm::PROGRESS_EVERY).
+    let path_ref = &path;
+    wait_until(
+        "the state file names the cluster",
+        EVENT_TIMEOUT,
+        || async move { warm::read_cluster(path_ref).is_ok_and(|c| c.is_some()) },
+    )
+    .await;
     // With the resourceVersion its cache had reached (docs/cache.md, "Resuming after a
     // restart"): the state it synced at, or a newer one.
     let text = std::fs::read_to_string(&path).unwrap();
@@ -94,6 +103,17 @@ async fn a_restarted_gateway_starts_the_caches_of_its_state_file_before_any_clie
         .unwrap_or_else(|| panic!("no resourceVersion: {text}"));
     assert!(
         rv.as_str().unwrap().parse::<u64>().unwrap() >= c1_rv,
+        "{text}"
+    );
+    // And the cluster those resourceVersions belong to: its kube-system uid.
+    let cluster = saved.as_object_mut().unwrap().remove("cluster");
+    let kube_system = Http::new(sim.url())
+        .get("/api/v1/namespaces/kube-system")
+        .await
+        .json();
+    assert_eq!(
+        cluster,
+        Some(kube_system["metadata"]["uid"].clone()),
         "{text}"
     );
     assert_eq!(

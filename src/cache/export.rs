@@ -80,6 +80,7 @@ fn refresh_cache_metrics(registry: &Registry) {
         for (result, n) in [
             ("resumed", &s.backfills),
             ("fell_back", &s.backfill_fallbacks),
+            ("other_cluster", &s.backfills_other_cluster),
         ] {
             counter!(REFLECTOR_BACKFILLS_TOTAL, "group" => g.clone(), "resource" => r.clone(), "result" => result)
                 .absolute(load(n));

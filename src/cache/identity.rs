@@ -15,6 +15,13 @@
 //! rebuilt, every watch ends with 410 (`Registry::reset`). An upstream without
 //! `kube-system` (not a Kubernetes cluster, or an empty simulator) has no identity to
 //! check: the resourceVersion checks are all there is.
+//!
+//! The state file (`cache::warm`) names the cluster its resourceVersions belong to; a
+//! restarted gateway resumes its caches from them ([`ClusterIdentity::may_resume`]) only
+//! if the upstream is still that cluster. That uid is kept apart from the caches' own:
+//! another cluster behind the address at start-up only means that no cache resumes. The
+//! new process has served nothing yet, so there is nothing to reset, and the uid it
+//! reads is its caches' identity from the start.
 
 use std::time::{Duration, Instant};
 
@@ -44,11 +51,39 @@ pub enum Verdict {
     Unknown,
 }
 
+/// Whether the caches may resume from the state file's resourceVersions
+/// ([`ClusterIdentity::may_resume`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Resume {
+    /// The file names no cluster (one written by an earlier gateway): resumed from, as
+    /// before the file named one.
+    Unrecorded,
+    /// The upstream is the cluster the file names.
+    Same,
+    /// The upstream is another cluster: the file's resourceVersions are not its own.
+    Other { recorded: String, now: String },
+    /// No identity could be read: resumed from, as without a uid; a resourceVersion the
+    /// upstream does not have still fails the backfill (410), which then syncs as usual.
+    Unknown,
+}
+
+impl Resume {
+    pub fn allowed(&self) -> bool {
+        !matches!(self, Resume::Other { .. })
+    }
+}
+
 /// The upstream cluster's identity, shared by every cache of a registry.
 pub struct ClusterIdentity {
     upstream: Upstream,
     /// The uid the caches were built with, once read.
     uid: std::sync::Mutex<Option<String>>,
+    /// The uid the state file's resourceVersions belong to (the previous run's caches'),
+    /// set before the first cache starts. Only [`ClusterIdentity::may_resume`] compares
+    /// with it: it is not the caches' identity.
+    recorded: std::sync::OnceLock<String>,
+    /// [`ClusterIdentity::may_resume`]'s answer, decided once for every cache.
+    resume: tokio::sync::OnceCell<Resume>,
     /// When the last read was sent, and what it found.
     last: std::sync::Mutex<Option<(Instant, Verdict)>>,
     /// One read at a time: the callers that wait for it reuse its verdict.
@@ -60,6 +95,8 @@ impl ClusterIdentity {
         Self {
             upstream,
             uid: Default::default(),
+            recorded: Default::default(),
+            resume: Default::default(),
             last: Default::default(),
             reading: Mutex::new(()),
         }
@@ -117,7 +154,51 @@ impl ClusterIdentity {
         }
     }
 
-    /// Forgets the recorded identity: the caches are being rebuilt from whatever cluster
+    /// The caches' identity, if read.
+    pub fn uid(&self) -> Option<String> {
+        lock(&self.uid).clone()
+    }
+
+    /// Names the cluster the state file's resourceVersions belong to. Call before the
+    /// first cache starts; a second call is ignored.
+    pub fn set_recorded(&self, uid: String) {
+        let _ = self.recorded.set(uid);
+    }
+
+    /// Whether the caches may resume from the state file's resourceVersions: unless the
+    /// upstream is known to be another cluster than the one the file names. Decided once,
+    /// on the caches' first identity read (shared with [`ClusterIdentity::learn`]), for
+    /// every cache, however many resume and whenever they start: each would otherwise wait
+    /// for its own read when the identity cannot be read. Another cluster is logged once.
+    pub async fn may_resume(&self) -> Resume {
+        self.resume
+            .get_or_init(|| self.check_recorded())
+            .await
+            .clone()
+    }
+
+    async fn check_recorded(&self) -> Resume {
+        let Some(recorded) = self.recorded.get() else {
+            return Resume::Unrecorded;
+        };
+        self.learn().await;
+        match self.uid() {
+            Some(now) if now == *recorded => Resume::Same,
+            Some(now) => {
+                tracing::warn!(%recorded, %now, "the cache state file's resourceVersions belong to another cluster (its kube-system uid differs): no cache resumes from them; each syncs as usual");
+                Resume::Other {
+                    recorded: recorded.clone(),
+                    now,
+                }
+            }
+            None => {
+                tracing::info!(%recorded, "the upstream's identity could not be read; resuming from the cache state file's resourceVersions unchecked");
+                Resume::Unknown
+            }
+        }
+    }
+
+    /// Forgets the caches' identity: they are being rebuilt from whatever cluster
     /// answers now, whose identity the next read records.
     pub fn forget(&self) {
         *lock(&self.uid) = None;

@@ -39,8 +39,10 @@
 //! store, and **Watch(R)** replays every change since into the history, so that clients
 //! reconnecting after a restart from R or later resume from the cache. Its install does
 //! not count as a consistent state (`cache::fresh`, step 0: it is a past one). A 410 (R
-//! compacted) or any other failure goes to **Sync** at once, as a start without R would
-//! (docs/cache.md, "Resuming after a restart").
+//! compacted) or any other failure goes to **Sync** at once, as a start without R would;
+//! so does an upstream that is another cluster than the one the state file names (its
+//! `kube-system` uid, checked once for all caches before the first list at R): R is a
+//! resourceVersion of the old cluster's (docs/cache.md, "Resuming after a restart").
 //!
 //! **Verify** sits between the end of a watch and what follows it when the stream ended
 //! normally, expired (410) or failed: the upstream's identity (`cache::identity`) is
@@ -170,6 +172,8 @@ pub struct ReflectorStats {
     /// backfills that failed (then an ordinary sync followed).
     pub backfills: AtomicU64,
     pub backfill_fallbacks: AtomicU64,
+    /// Backfills not tried: the upstream is another cluster than the state file's.
+    pub backfills_other_cluster: AtomicU64,
     /// When the stream last brought an event, in milliseconds since the process's first
     /// reading (0: never): a live stream is worth a short wait, a silent one is not.
     last_event_millis: AtomicU64,
@@ -462,6 +466,16 @@ impl Reflector {
         }
     }
 
+    /// Whether the state file's resourceVersions may be resumed from: the upstream is not
+    /// known to be another cluster than the one the file names (decided once for every
+    /// cache, `ClusterIdentity::may_resume`).
+    async fn may_resume(&self) -> bool {
+        match &self.identity {
+            Some(identity) => identity.may_resume().await.allowed(),
+            None => true,
+        }
+    }
+
     /// Holds the cache to `budget`; `on_drop` runs if it stops caching for its size.
     pub fn with_budget(mut self, budget: Arc<ByteBudget>, on_drop: OnDrop) -> Self {
         self.budget = budget;
@@ -499,6 +513,9 @@ impl Reflector {
         let mut step: Step<EventStream> = Machine::start(self.resume_from);
         loop {
             let outcome = match step {
+                // R is a resourceVersion of the cluster the state file names: in another
+                // one, the state at R is not what the previous run's clients saw.
+                Step::Backfill(from) if !self.may_resume().await => Outcome::BackfillRefused(from),
                 Step::Backfill(from) => {
                     // Demands are left pending: a past state answers none of them.
                     tracing::info!(resource = %self.info.resource, "resuming {} from resourceVersion {from} (the cache state file)…", self.info.resource);
@@ -629,6 +646,7 @@ impl Reflector {
                     Counter::ProgressWatches => &self.stats.progress_watches,
                     Counter::Backfills => &self.stats.backfills,
                     Counter::BackfillFallbacks => &self.stats.backfill_fallbacks,
+                    Counter::BackfillsOtherCluster => &self.stats.backfills_other_cluster,
                 };
                 counter.fetch_add(1, Ordering::Relaxed);
             }
@@ -684,6 +702,10 @@ impl Reflector {
                 expired: false,
             } => {
                 tracing::warn!(%resource, from, "resuming {resource} from resourceVersion {from} failed ({why:?}); syncing it as usual")
+            }
+            // The warning is the identity's, once for every cache.
+            Action::BackfillRefused { from } => {
+                tracing::info!(%resource, from, "not resuming {resource} from resourceVersion {from}: the cache state file's resourceVersions are another cluster's; syncing it as usual")
             }
         }
         Ok(())

@@ -449,9 +449,11 @@ impl Registry {
             // The receiver, not the cache, waits: a cache dropped meanwhile ends the wait.
             let (file, mut synced) = (w.file.clone(), cache.synced.clone());
             let store = cache.store.clone();
+            let identity = self.identity.clone();
             let gvr = Gvr::new(&key.0, &key.1, &key.2);
             tokio::spawn(async move {
                 if synced.wait_for(|s| *s).await.is_ok() {
+                    note_cluster(&file, &identity);
                     file.record(gvr, store.resource_version());
                 }
             });
@@ -662,6 +664,11 @@ impl Registry {
         let (file, entries) = StateFile::open(cfg.state_file.clone(), |g| {
             !self.policy.excludes(&g.group, &g.resource)
         })?;
+        // The resourceVersions are resumed from only if the upstream is still this cluster
+        // (`ClusterIdentity::may_resume`, asked by each reflector before its backfill).
+        if let Some(uid) = file.cluster() {
+            self.identity.set_recorded(uid);
+        }
         let resume = entries
             .iter()
             .filter_map(|(g, rv)| Some((g.clone(), (*rv)?)))
@@ -708,6 +715,7 @@ impl Registry {
     /// Copies each synced cache's resourceVersion into the state file (saved with its next
     /// write). Called every [`super::warm::PROGRESS_EVERY`] and at a drain.
     fn note_progress(&self, file: &StateFile) {
+        note_cluster(file, &self.identity);
         for c in self.caches() {
             if c.is_synced() {
                 let gvr = Gvr::new(&c.info.group, &c.info.version, &c.info.resource);
@@ -827,6 +835,15 @@ impl Registry {
                 _ => None,
             })
             .collect()
+    }
+}
+
+/// Names the caches' cluster in the state file, once it is known, before their
+/// resourceVersions are copied there: the file's resourceVersions must be the named
+/// cluster's, and naming another one drops the old one's (`StateFile::set_cluster`).
+fn note_cluster(file: &StateFile, identity: &ClusterIdentity) {
+    if let Some(uid) = identity.uid() {
+        file.set_cluster(&uid);
     }
 }
 

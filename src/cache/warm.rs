@@ -16,6 +16,11 @@
 //! reconnecting with a resourceVersion at least as new resume from its history rather
 //! than relist (docs/cache.md, "Resuming after a restart"). The gateway may be killed
 //! without a drain, hence the periodic refresh rather than a write at exit alone.
+//!
+//! The file also names the cluster those resourceVersions belong to (`cluster`: the
+//! `kube-system` uid the caches were built from, `cache::identity`): resourceVersions of
+//! one cluster mean nothing in another, and the next start resumes from them only if the
+//! upstream is still that cluster.
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::Write as _;
@@ -44,9 +49,13 @@ pub const DEBOUNCE: Duration = Duration::from_secs(1);
 /// seconds of events; clients that saw less than it relist, as without it.
 pub const PROGRESS_EVERY: Duration = Duration::from_secs(5);
 /// The file's format; a file of another format is ignored (and replaced on the next save).
-/// The `resourceVersion` of an entry is optional, so files written before it was
-/// recorded are read (and older gateways, which ignore unknown fields, read the new ones).
+/// The `resourceVersion` of an entry and the top-level `cluster` are optional, so files
+/// written before they were recorded are read (and older gateways, which ignore unknown
+/// fields, read the new ones: `Contents` does not deny them).
 const FORMAT: u32 = 1;
+/// The longest cluster uid kept. kube-apiserver's uids are UUIDs (36 characters); the
+/// bound only keeps an edited file from holding anything large.
+const MAX_UID_BYTES: usize = 128;
 
 /// A resource as the file names it: group (empty for the core group), version, resource.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -127,12 +136,38 @@ pub enum StateFileError {
     },
 }
 
-/// The file's contents, e.g. `{"format": 1, "resources": [{"group": "", "version": "v1",
-/// "resource": "pods", "resourceVersion": "4711"}]}`.
+/// The file's contents, e.g. `{"format": 1, "cluster": "6f1c…", "resources": [{"group":
+/// "", "version": "v1", "resource": "pods", "resourceVersion": "4711"}]}`.
 #[derive(Serialize, Deserialize)]
 struct Contents {
     format: u32,
+    /// The uid of the cluster whose resourceVersions the entries carry (absent in files
+    /// of earlier gateways, and while none is known).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "lenient_uid"
+    )]
+    cluster: Option<String>,
     resources: Vec<Entry>,
+}
+
+/// Whether `uid` may be kept as a cluster's: non-empty, bounded, printable ASCII. It is
+/// only compared with the upstream's, but it is logged, so an edited file must not put
+/// control characters or megabytes into the log.
+fn valid_uid(uid: &str) -> bool {
+    !uid.is_empty() && uid.len() <= MAX_UID_BYTES && uid.bytes().all(|b| b.is_ascii_graphic())
+}
+
+/// `cluster` as read: anything but a valid uid (another JSON type, an empty or oversized
+/// string) is taken as absent rather than making the whole file unreadable; the entries
+/// are then resumed from as in a file of an earlier gateway.
+fn lenient_uid<'de, D>(d: D) -> Result<Option<String>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    let v = serde_json::Value::deserialize(d)?;
+    Ok(v.as_str().filter(|s| valid_uid(s)).map(str::to_string))
 }
 
 /// One resource of the file and the resourceVersion its cache had reached (a string, as
@@ -161,6 +196,14 @@ impl Entry {
 /// A resource of the file and the resourceVersion recorded for it, if any.
 pub type Recorded = (Gvr, Option<u64>);
 
+/// What a state file holds: the cluster its resourceVersions belong to (if named) and
+/// its resources with the resourceVersion recorded for each.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Loaded {
+    pub cluster: Option<String>,
+    pub entries: Vec<Recorded>,
+}
+
 /// The resources in the file at `path`; none if it does not exist.
 pub fn read(path: &Path) -> Result<Vec<Gvr>, StateFileError> {
     Ok(read_entries(path)?.into_iter().map(|(g, _)| g).collect())
@@ -169,6 +212,16 @@ pub fn read(path: &Path) -> Result<Vec<Gvr>, StateFileError> {
 /// The resources in the file at `path` with the resourceVersion recorded for each (if
 /// any); none if it does not exist.
 pub fn read_entries(path: &Path) -> Result<Vec<Recorded>, StateFileError> {
+    Ok(read_file(path)?.entries)
+}
+
+/// The cluster uid the file at `path` names (none: it does not exist, or names none).
+pub fn read_cluster(path: &Path) -> Result<Option<String>, StateFileError> {
+    Ok(read_file(path)?.cluster)
+}
+
+/// Everything the file at `path` holds; nothing if it does not exist.
+pub fn read_file(path: &Path) -> Result<Loaded, StateFileError> {
     use std::io::Read as _;
     let read_err = |source| StateFileError::Read {
         path: path.to_path_buf(),
@@ -176,7 +229,7 @@ pub fn read_entries(path: &Path) -> Result<Vec<Recorded>, StateFileError> {
     };
     let file = match std::fs::File::open(path) {
         Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Loaded::default()),
         Err(e) => return Err(read_err(e)),
     };
     let mut bytes = Vec::new();
@@ -199,20 +252,26 @@ pub fn read_entries(path: &Path) -> Result<Vec<Recorded>, StateFileError> {
             found: contents.format,
         });
     }
-    Ok(contents
+    let entries = contents
         .resources
         .into_iter()
         .map(|e| {
             let rv = e.rv();
             (e.gvr, rv)
         })
-        .collect())
+        .collect();
+    Ok(Loaded {
+        cluster: contents.cluster,
+        entries,
+    })
 }
 
-fn encode(set: &BTreeMap<Gvr, u64>) -> Vec<u8> {
+fn encode(set: &Set) -> Vec<u8> {
     let contents = Contents {
         format: FORMAT,
+        cluster: set.cluster.clone(),
         resources: set
+            .resources
             .iter()
             .map(|(gvr, &rv)| Entry {
                 gvr: gvr.clone(),
@@ -248,6 +307,9 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 struct Set {
     /// Each resource and the resourceVersion its cache reached (0: none known).
     resources: BTreeMap<Gvr, u64>,
+    /// The cluster the resourceVersions belong to (none: not known yet, or a file of an
+    /// earlier gateway).
+    cluster: Option<String>,
     /// Bumped by every change; a save writes only when it moved past the saved one.
     generation: u64,
 }
@@ -276,7 +338,8 @@ impl StateFile {
     /// directory that does not exist or a file that cannot be read does stop it: that is
     /// a misconfiguration, which would otherwise go unnoticed.
     ///
-    /// Returns the kept resources with the resourceVersion recorded for each.
+    /// Returns the kept resources with the resourceVersion recorded for each; the cluster
+    /// they belong to is [`StateFile::cluster`].
     pub fn open(
         path: PathBuf,
         keep: impl Fn(&Gvr) -> bool,
@@ -289,12 +352,15 @@ impl StateFile {
         if !dir.is_dir() {
             return Err(StateFileError::NoDirectory { path });
         }
-        let read = match read_entries(&path) {
+        let Loaded {
+            cluster,
+            entries: read,
+        } = match read_file(&path) {
             Ok(r) => r,
             Err(e @ StateFileError::Read { .. }) => return Err(e),
             Err(e) => {
                 tracing::warn!(error = %e, "ignoring the cache state file; it is replaced on the next save");
-                Vec::new()
+                Loaded::default()
             }
         };
         let total = read.len();
@@ -316,6 +382,7 @@ impl StateFile {
             path,
             set: Mutex::new(Set {
                 resources,
+                cluster,
                 generation: 0,
             }),
             saved,
@@ -381,6 +448,37 @@ impl StateFile {
         self.changed.notify_one();
     }
 
+    /// The cluster the recorded resourceVersions belong to, as the file names it.
+    pub fn cluster(&self) -> Option<String> {
+        self.lock().cluster.clone()
+    }
+
+    /// Names `uid` as the cluster of the resourceVersions recorded from now on (the caches'
+    /// identity, once known). If the file named another cluster, every resourceVersion it
+    /// holds is that cluster's: they are dropped, and the caches' own replace them at the
+    /// next [`StateFile::progress`]. A file that named none (an earlier gateway's) keeps
+    /// its resourceVersions, as it was resumed from: it is taken to be this cluster's. An
+    /// invalid uid is not recorded.
+    pub fn set_cluster(&self, uid: &str) {
+        if !valid_uid(uid) {
+            return;
+        }
+        {
+            let mut set = self.lock();
+            match set.cluster.as_deref() {
+                Some(have) if have == uid => return,
+                Some(have) => {
+                    tracing::info!(was = %have, now = %uid, "the cache state file's resourceVersions were another cluster's; dropping them");
+                    set.resources.values_mut().for_each(|rv| *rv = 0);
+                }
+                None => {}
+            }
+            set.cluster = Some(uid.to_string());
+            set.generation += 1;
+        }
+        self.changed.notify_one();
+    }
+
     /// A change that is not an entry: a save is due.
     fn bump(&self) {
         self.lock().generation += 1;
@@ -414,7 +512,7 @@ impl StateFile {
             if set.generation == *self.saved.borrow() {
                 return Ok(());
             }
-            (encode(&set.resources), set.generation)
+            (encode(&set), set.generation)
         };
         let path = self.path.clone();
         tokio::task::spawn_blocking(move || write_atomically(&path, &bytes))
@@ -613,6 +711,124 @@ mod tests {
                 (gvr("", "v1", "services"), Some(77)),
             ]
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_cluster_is_written_and_read_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.json");
+        let (file, _) = open(&path);
+        assert_eq!(file.cluster(), None, "no file: no cluster");
+        file.record(gvr("", "v1", "pods"), 10);
+        file.set_cluster("0b7a5c1e-uid");
+        file.save().await.unwrap();
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({"format": 1, "cluster": "0b7a5c1e-uid", "resources": [
+                {"group": "", "version": "v1", "resource": "pods", "resourceVersion": "10"},
+            ]})
+        );
+        // The same uid again changes nothing.
+        file.set_cluster("0b7a5c1e-uid");
+        file.save().await.unwrap();
+        assert_eq!(file.writes(), 1);
+        drop(file);
+        let (again, loaded) = open(&path);
+        assert_eq!(again.cluster().as_deref(), Some("0b7a5c1e-uid"));
+        assert_eq!(loaded, vec![(gvr("", "v1", "pods"), Some(10))]);
+        assert_eq!(
+            read_cluster(&path).unwrap().as_deref(),
+            Some("0b7a5c1e-uid")
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn another_cluster_drops_the_resource_versions_and_a_first_one_keeps_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.json");
+        // A file of an earlier gateway: no cluster. Naming one keeps its resourceVersions
+        // (the caches resumed from them).
+        std::fs::write(
+            &path,
+            r#"{"format": 1, "resources": [
+                {"group": "", "version": "v1", "resource": "configmaps", "resourceVersion": "7"},
+                {"group": "", "version": "v1", "resource": "pods", "resourceVersion": "9"}]}"#,
+        )
+        .unwrap();
+        let (file, _) = open(&path);
+        file.set_cluster("first");
+        file.save().await.unwrap();
+        assert_eq!(
+            read_file(&path).unwrap(),
+            Loaded {
+                cluster: Some("first".into()),
+                entries: vec![
+                    (gvr("", "v1", "configmaps"), Some(7)),
+                    (gvr("", "v1", "pods"), Some(9)),
+                ],
+            }
+        );
+        // Another cluster: the first one's resourceVersions mean nothing there. The
+        // resources stay (their caches start at the next start, with an ordinary sync).
+        file.set_cluster("second");
+        assert_eq!(file.resource_version(&gvr("", "v1", "pods")), None);
+        file.progress(&gvr("", "v1", "pods"), 3);
+        file.save().await.unwrap();
+        assert_eq!(
+            read_file(&path).unwrap(),
+            Loaded {
+                cluster: Some("second".into()),
+                entries: vec![
+                    (gvr("", "v1", "configmaps"), None),
+                    (gvr("", "v1", "pods"), Some(3)),
+                ],
+            }
+        );
+        // An invalid uid is not recorded.
+        file.set_cluster("");
+        file.set_cluster("a b");
+        assert_eq!(file.cluster().as_deref(), Some("second"));
+        assert_eq!(file.resource_version(&gvr("", "v1", "pods")), Some(3));
+    }
+
+    #[test]
+    fn a_bad_cluster_is_read_as_none_and_the_entries_are_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.json");
+        let long = format!("\"{}\"", "u".repeat(MAX_UID_BYTES + 1));
+        for bad in [
+            "42",
+            "null",
+            "{}",
+            r#"["uid"]"#,
+            r#""""#,
+            r#""a\nb""#,
+            r#""a b""#,
+            r#""\u00e9""#,
+            &long,
+        ] {
+            std::fs::write(
+                &path,
+                format!(
+                    r#"{{"format": 1, "cluster": {bad}, "resources": [
+                        {{"group": "", "version": "v1", "resource": "pods", "resourceVersion": "5"}}]}}"#
+                ),
+            )
+            .unwrap();
+            assert_eq!(
+                read_file(&path).unwrap(),
+                Loaded {
+                    cluster: None,
+                    entries: vec![(gvr("", "v1", "pods"), Some(5))],
+                },
+                "{bad}"
+            );
+        }
+        let at_bound = "u".repeat(MAX_UID_BYTES);
+        assert!(valid_uid(&at_bound));
+        assert!(valid_uid("6f1c2b9e-4d5a-4e0f-9a8b-7c6d5e4f3a2b"));
     }
 
     #[tokio::test(start_paused = true)]

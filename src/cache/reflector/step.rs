@@ -354,8 +354,9 @@ pub enum After {
 pub enum Step<S> {
     /// Resume where the previous run's cache was (the state file's resourceVersion): read
     /// the state exactly at it with a paged list, then watch from it, which brings every
-    /// change since into the history. Only as the first step; any failure falls back to
-    /// [`Step::Sync`].
+    /// change since into the history. Only as the first step, and only if the upstream is
+    /// not known to be another cluster than the file's (the shell asks `cache::identity`
+    /// first: [`Outcome::BackfillRefused`]); any failure falls back to [`Step::Sync`].
     Backfill(u64),
     /// Build a new state: the shell marks the demands it answers, then asks [`Machine::step`]
     /// which way ([`Outcome::SyncBegun`]).
@@ -413,6 +414,9 @@ pub enum Outcome<S> {
     Listed(SyncCause, Result<Read, ListError>),
     /// [`Step::Backfill`]'s answer (the resourceVersion it asked for, and the state).
     Backfilled(u64, Result<Read, ListError>),
+    /// [`Step::Backfill`] read nothing: the upstream is another cluster than the one the
+    /// state file's resourceVersion (the one given) belongs to (`cache::identity`).
+    BackfillRefused(u64),
     /// How [`Step::Watch`] or [`Step::Follow`] ended.
     WatchEnded(WatchEnd),
     /// [`Step::Verify`]'s answer: whether the upstream is the same cluster.
@@ -445,6 +449,8 @@ pub enum Counter {
     Backfills,
     /// A backfill failed and the first sync was an ordinary one.
     BackfillFallbacks,
+    /// No backfill: the upstream is another cluster than the state file's.
+    BackfillsOtherCluster,
 }
 
 /// Why the reflector sleeps (for its log line).
@@ -516,6 +522,10 @@ pub enum Action {
         from: u64,
         why: ListError,
         expired: bool,
+    },
+    /// The state file's `from` is another cluster's: the first sync is an ordinary one.
+    BackfillRefused {
+        from: u64,
     },
 }
 
@@ -654,6 +664,15 @@ impl Machine {
                 }
             },
             Outcome::Backfilled(from, got) => self.backfilled(from, got),
+            // The state at `from` in this cluster is not the one the previous run's clients
+            // saw: what a client resumes from must be the cache's own history or a 410.
+            Outcome::BackfillRefused(from) => Transition::with(
+                vec![
+                    Action::Count(Counter::BackfillsOtherCluster),
+                    Action::BackfillRefused { from },
+                ],
+                Step::Sync(SyncCause::Start),
+            ),
             Outcome::InstallRefused(why) => Transition::to(Step::Dropped(why)),
             Outcome::WatchEnded(end) => self.watch_ended(end, seen),
             Outcome::Verified(_, false) => {

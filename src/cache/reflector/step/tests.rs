@@ -491,6 +491,25 @@ fn a_failed_backfill_falls_back_at_once_and_the_sync_backs_off_as_usual() {
 }
 
 #[test]
+fn a_backfill_refused_for_another_cluster_syncs_at_once_without_a_fallback() {
+    // The identity check answered that the state file's resourceVersions are another
+    // cluster's: nothing was read; the first sync is the ordinary one, at once.
+    let mut m = machine();
+    let t: Transition<S> = m.step(Outcome::BackfillRefused(42), seen(0));
+    assert!(matches!(t.next, Step::Sync(SyncCause::Start)), "{t:?}");
+    assert_eq!(counts(&t), [Counter::BackfillsOtherCluster]);
+    assert!(t
+        .actions
+        .iter()
+        .any(|a| matches!(a, Action::BackfillRefused { from: 42 })));
+    assert_eq!(fell_back(&t), None, "not a failed backfill");
+    assert!(installs(&t).is_empty());
+    assert!(sleeps(&t).is_empty(), "the ordinary sync follows at once");
+    let t: Transition<S> = m.step(Outcome::SyncBegun(SyncCause::Start), seen(0));
+    assert!(matches!(t.next, Step::WatchList(SyncCause::Start)), "{t:?}");
+}
+
+#[test]
 fn a_backfill_whose_watch_expires_relists() {
     // The Exact list succeeded but the watch from R finds R gone (kube-apiserver's watch
     // cache window is shorter than etcd's): the usual 410 path, a relist.
