@@ -3,7 +3,8 @@
 //! names fail); the kinds the simulator serves pass `kubectl apply --dry-run=server`
 //! against it; the watchgate containers' flags parse with the binary's own flag
 //! definitions; the pods give the sum of their drain deadlines enough time; each
-//! example's ClusterRole grants get/list/watch on exactly the resources it caches; and the
+//! example's ClusterRole grants get/list/watch on exactly the resources it caches, and get
+//! on `namespaces/kube-system` (the cluster's identity); and the
 //! gateways are warm before their clients come (issue 26): a sidecar's startup probe on
 //! `/readyz` holds the app back, a shared gateway's Service routes only to ready replicas,
 //! and every gateway keeps its state file on an `emptyDir`.
@@ -342,7 +343,14 @@ async fn each_cluster_role_grants_exactly_the_resources_its_example_caches() {
             .unwrap_or_else(|| panic!("{dir}: ClusterRole {} is not shipped", bound[0]));
         let mut granted = std::collections::BTreeSet::new();
         let mut security = std::collections::BTreeSet::new();
+        // The cluster's identity, kube-system's uid (cache::identity): that one namespace.
+        let identity = json!({"apiGroups": [""], "resources": ["namespaces"], "resourceNames": ["kube-system"], "verbs": ["get"]});
+        let mut reads_identity = false;
         for rule in role["rules"].as_array().expect("rules") {
+            if *rule == identity {
+                reads_identity = true;
+                continue;
+            }
             let verbs: Vec<&str> = rule["verbs"]
                 .as_array()
                 .unwrap()
@@ -364,6 +372,7 @@ async fn each_cluster_role_grants_exactly_the_resources_its_example_caches() {
             }
         }
         assert_eq!(granted, cached, "{dir}: the ClusterRole vs --cache");
+        assert!(reads_identity, "{dir}: get on namespaces/kube-system, the cluster's identity");
         let delegated = watchgate_containers(deployment)
             .iter()
             .any(|(_, f)| f.serve.auth.mode == AuthMode::Delegated);
