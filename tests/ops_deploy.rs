@@ -372,7 +372,10 @@ async fn each_cluster_role_grants_exactly_the_resources_its_example_caches() {
             }
         }
         assert_eq!(granted, cached, "{dir}: the ClusterRole vs --cache");
-        assert!(reads_identity, "{dir}: get on namespaces/kube-system, the cluster's identity");
+        assert!(
+            reads_identity,
+            "{dir}: get on namespaces/kube-system, the cluster's identity"
+        );
         let delegated = watchgate_containers(deployment)
             .iter()
             .any(|(_, f)| f.serve.auth.mode == AuthMode::Delegated);
