@@ -14,7 +14,7 @@ use serde_json::json;
 use support::objects::configmap;
 use support::servers::{start_gateway_with, start_sim, GatewayServer};
 use support::stub::{handler, json_response, pods_only_discovery, Stub};
-use support::wait::wait_until;
+use support::wait::{wait_for, wait_until};
 use support::watch::{put_object, resource};
 use support::{Http, EVENT_TIMEOUT};
 use watchgate::cache::registry::CachePolicy;
@@ -40,10 +40,19 @@ fn admin(gw: &GatewayServer) -> Http {
 
 async fn wait_ready(gw: &GatewayServer) {
     let admin = admin(gw);
-    wait_until("/readyz answers 200", EVENT_TIMEOUT, || {
-        let admin = admin.clone();
-        async move { admin.get("/readyz").await.status == 200 }
-    })
+    // The verbose answer, so that a timeout names the check that held readiness.
+    wait_for(
+        "/readyz answers 200",
+        EVENT_TIMEOUT,
+        || {
+            let admin = admin.clone();
+            async move {
+                let r = admin.get("/readyz?verbose").await;
+                (r.status.as_u16(), r.text())
+            }
+        },
+        |(status, _)| *status == 200,
+    )
     .await;
 }
 
