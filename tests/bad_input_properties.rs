@@ -1401,11 +1401,17 @@ fn the_reflector_relists_after_garbage_and_never_serves_it() {
     let http = support::Http::new(&gw_url);
     // The lines the cache must not apply (the rest are covered by
     // watch_events_decode_or_are_malformed_never_panic).
+    // One line each, and not a blank one: the reflector skips blank lines between events
+    // as client-go's JSON framing does (`LineSplitter`), so a blank "event" is no garbage
+    // and brings no relist. (Drawn about once in twenty runs, a blank line failed this
+    // test, and proptest shrank every other failure to it.)
     let garbage = event_line().prop_filter("an event the cache would apply", |l| {
-        !matches!(
-            decode_event(l, &[]),
-            Ok(Decoded::Upsert(_) | Decoded::Delete(_) | Decoded::Progress(_))
-        )
+        !l.contains(&b'\n')
+            && !l.iter().all(u8::is_ascii_whitespace)
+            && !matches!(
+                decode_event(l, &[]),
+                Ok(Decoded::Upsert(_) | Decoded::Delete(_) | Decoded::Progress(_))
+            )
     });
     let started = Instant::now();
     TestRunner::new(config(8))
