@@ -458,7 +458,27 @@ impl Registry {
                 }
             });
         }
-        self.set_slot(key, Slot::Ready(cache.clone()));
+        // The reflector runs already: one whose first list was over the byte budget may
+        // have dropped this very cache before this line (its `Dropped` slot names this
+        // cache's `info`). That verdict stands; a `Ready` slot over it would hold a cache
+        // whose reflector is gone, never synced (a state-file resource would then hold
+        // readiness for the whole warm-up).
+        let installed = match self.slots.entry(key) {
+            Entry::Occupied(o) if matches!(o.get(), Slot::Dropped(d) if Arc::ptr_eq(&d.info, &cache.info)) => {
+                false
+            }
+            Entry::Occupied(mut o) => {
+                o.insert(Slot::Ready(cache.clone()));
+                true
+            }
+            Entry::Vacant(v) => {
+                v.insert(Slot::Ready(cache.clone()));
+                true
+            }
+        };
+        if installed {
+            self.slots_changed.send_modify(|n| *n += 1);
+        }
         // After the insert: a drain that began meanwhile either finds the cache in
         // `shutdown_watches` or its flag is visible here (the shard lock orders the two),
         // so no hub escapes the shutdown.
