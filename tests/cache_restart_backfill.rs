@@ -25,7 +25,7 @@ use support::servers::{
     cluster_config, start_gateway_with, start_sim, start_sim_with, GatewayServer, SimServer,
 };
 use support::wait::wait_until;
-use support::watch::{delete_object, open_ok, put_object, resource, Watch};
+use support::watch::{delete_object, open_ok, put_object, resource, store_put, Watch};
 use support::EVENT_TIMEOUT;
 use watchgate::cache::registry::CachePolicy;
 use watchgate::cache::warm::{self, Gvr, WarmConfig};
@@ -298,7 +298,7 @@ async fn a_compacted_resume_point_syncs_as_usual_and_the_watcher_gets_410() {
 /// the file's uid cannot be checked, and the cache resumes as a gateway whose file names
 /// no cluster would (a 410 or failure would still fall back).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_identity_that_cannot_be_read_resumes_as_before() {
+async fn an_identity_that_cannot_be_read_resumes_as_before_and_a_later_other_one_rebuilds() {
     let sim = start_sim().await;
     let (_dir, path, killed) = paths();
     let (gw, seen, _recorded) = first_run(&sim, &path, &killed).await;
@@ -338,6 +338,25 @@ async fn an_identity_that_cannot_be_read_resumes_as_before() {
     // Nothing known contradicts the file's cluster: it is kept.
     gw.handle().cache().unwrap().save_state_file().await;
     assert_eq!(warm::read_cluster(&killed).unwrap(), Some(uid));
+
+    // The caches resumed as the file's cluster's: once the identity can be read and is
+    // another one (the cluster had been replaced), every cache is rebuilt and the watch
+    // ends with 410, as for a cluster replaced under a running gateway.
+    store_put(
+        sim.handle().store(),
+        resource("", "v1", "namespaces"),
+        "",
+        json!({"apiVersion": "v1", "kind": "Namespace",
+               "metadata": {"name": "kube-system", "uid": "another-cluster"}}),
+    );
+    let registry = gw.handle().cache().unwrap();
+    assert_eq!(registry.resets(), 0);
+    // The reflector's stream breaks; it reads the identity before it resumes.
+    sim.handle().faults().drop_watches_now();
+    let ev = w.next("the 410 of the rebuild").await;
+    assert_eq!(ev.ty(), "ERROR", "{ev:?}");
+    assert_eq!(ev.object()["code"], json!(410), "{ev:?}");
+    assert_eq!(registry.resets(), 1);
 }
 
 /// A file written by a gateway that did not record the cluster: its resourceVersions

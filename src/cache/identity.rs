@@ -193,6 +193,14 @@ impl ClusterIdentity {
             }
             None => {
                 tracing::info!(%recorded, "the upstream's identity could not be read; resuming from the cache state file's resourceVersions unchecked");
+                // The caches resume as if built from the file's cluster, so that is their
+                // identity: a later read that finds another one (the identity was only
+                // unreadable for a moment, and the cluster had been replaced) is a change,
+                // and every cache is rebuilt, rather than being taken as theirs.
+                let mut uid = lock(&self.uid);
+                if uid.is_none() {
+                    *uid = Some(recorded.clone());
+                }
                 Resume::Unknown
             }
         }
