@@ -15,11 +15,11 @@
 //! 3. **Quiet resources.** Writes to other resources move G while this resource's stream
 //!    has nothing to say, so it may never reach G. Two proofs remain, both asked of the
 //!    reflector (`cache::demand`): a *progress* watch, a short watch from the cache's
-//!    resourceVersion whose pre-timeout BOOKMARK comes about a second later at the
+//!    resourceVersion whose pre-timeout BOOKMARK comes 1 to 3 s later at the
 //!    upstream's current resourceVersion (at least G, after every event before it); and a
 //!    *re-sync*, a consistent re-read of the resource (its snapshot RV is at least G by
-//!    (1)), used when it is cheaper than the bookmark's second (a small resource). A proof
-//!    costs a second or a re-read, so a lone get, page or list is forwarded at once
+//!    (1)), used when it is cheaper than the bookmark's seconds (a small resource). A proof
+//!    costs seconds or a re-read, so a lone get, page or list is forwarded at once
 //!    instead (forwarding it is faster and costs the upstream what the client would have
 //!    cost it); herds and watch-lists wait for the proof, which they share.
 //! 4. **Cold caches.** A request that arrived before the reflector sent the consistent

@@ -309,9 +309,9 @@ pub enum WatchKind {
     /// A short watch for a progress proof: kube-apiserver sends a watch that allows
     /// bookmarks a BOOKMARK 2 s before its deadline (`cacheWatcher.nextBookmarkTime`), at
     /// its current resourceVersion and after every event it sent before; with
-    /// `PROGRESS_WATCH_TIMEOUT` that bookmark comes about a second after the watch
-    /// opened (up to two: the cacher's bookmark timer ticks each second, its buckets are
-    /// whole seconds).
+    /// `PROGRESS_WATCH_TIMEOUT` (4 s) that bookmark comes 1 to 3 s after the watch opened
+    /// (the cacher's bookmark timer ticks each second, its buckets are whole seconds, so
+    /// up to a second early; never sooner than a second: `cache::demand`).
     Progress,
 }
 
