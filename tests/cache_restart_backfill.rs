@@ -149,6 +149,38 @@ fn paths() -> (tempfile::TempDir, PathBuf, PathBuf) {
     (dir, path, killed)
 }
 
+/// Writes while the gateway is down, starts it again on the state file `killed`, and
+/// resumes a watch from `seen`: it replays exactly the missed writes from the backfilled
+/// cache, which resumed once and was not refused as another cluster's.
+async fn restart_and_resume(sim: &SimServer, killed: &Path, seen: u64) -> (GatewayServer, Watch) {
+    let missed = writes_while_down(sim);
+    let gw = start_gateway_with(config(sim.url(), killed)).await;
+    let mut w = open_ok(
+        gw.url(),
+        &format!("{PATH}?watch=true&resourceVersion={seen}"),
+    )
+    .await;
+    w.assert_from_cache();
+    let mut got = Vec::new();
+    for _ in &missed {
+        let ev = next_change(&mut w, "a missed event").await;
+        got.push((ev.ty().to_string(), ev.name().to_string(), ev.rv()));
+    }
+    assert_eq!(got, missed, "resumed from the history");
+    let cache = gw
+        .handle()
+        .cache()
+        .unwrap()
+        .get("", "v1", "configmaps")
+        .unwrap();
+    assert_eq!(cache.stats.backfills.load(Ordering::Relaxed), 1);
+    assert_eq!(
+        cache.stats.backfills_other_cluster.load(Ordering::Relaxed),
+        0
+    );
+    (gw, w)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_watcher_resumes_across_a_restart_with_the_events_it_missed_from_the_cache() {
     let sim = start_sim().await;
@@ -310,31 +342,7 @@ async fn an_identity_that_cannot_be_read_resumes_as_before_and_a_later_other_one
         "",
         "kube-system",
     );
-    let missed = writes_while_down(&sim);
-    let gw = start_gateway_with(config(sim.url(), &killed)).await;
-    let mut w = open_ok(
-        gw.url(),
-        &format!("{PATH}?watch=true&resourceVersion={seen}"),
-    )
-    .await;
-    w.assert_from_cache();
-    let mut got = Vec::new();
-    for _ in &missed {
-        let ev = next_change(&mut w, "a missed event").await;
-        got.push((ev.ty().to_string(), ev.name().to_string(), ev.rv()));
-    }
-    assert_eq!(got, missed, "resumed from the history");
-    let cache = gw
-        .handle()
-        .cache()
-        .unwrap()
-        .get("", "v1", "configmaps")
-        .unwrap();
-    assert_eq!(cache.stats.backfills.load(Ordering::Relaxed), 1);
-    assert_eq!(
-        cache.stats.backfills_other_cluster.load(Ordering::Relaxed),
-        0
-    );
+    let (gw, mut w) = restart_and_resume(&sim, &killed, seen).await;
     // Nothing known contradicts the file's cluster: it is kept.
     gw.handle().cache().unwrap().save_state_file().await;
     assert_eq!(warm::read_cluster(&killed).unwrap(), Some(uid));
@@ -372,31 +380,7 @@ async fn a_state_file_that_names_no_cluster_is_resumed_from_as_before() {
     std::fs::write(&killed, serde_json::to_vec(&old).unwrap()).unwrap();
     assert_eq!(warm::read_cluster(&killed).unwrap(), None);
 
-    let missed = writes_while_down(&sim);
-    let gw = start_gateway_with(config(sim.url(), &killed)).await;
-    let mut w = open_ok(
-        gw.url(),
-        &format!("{PATH}?watch=true&resourceVersion={seen}"),
-    )
-    .await;
-    w.assert_from_cache();
-    let mut got = Vec::new();
-    for _ in &missed {
-        let ev = next_change(&mut w, "a missed event").await;
-        got.push((ev.ty().to_string(), ev.name().to_string(), ev.rv()));
-    }
-    assert_eq!(got, missed, "resumed from the history");
-    let cache = gw
-        .handle()
-        .cache()
-        .unwrap()
-        .get("", "v1", "configmaps")
-        .unwrap();
-    assert_eq!(cache.stats.backfills.load(Ordering::Relaxed), 1);
-    assert_eq!(
-        cache.stats.backfills_other_cluster.load(Ordering::Relaxed),
-        0
-    );
+    let (gw, _watch) = restart_and_resume(&sim, &killed, seen).await;
     gw.handle().cache().unwrap().save_state_file().await;
     assert_eq!(
         warm::read_cluster(&killed).unwrap(),
