@@ -55,7 +55,7 @@ pub enum Scenario {
     ColdHerd(ColdHerdArgs),
     /// Consistent reads of a large resource that receives no writes while writes
     /// elsewhere move the resourceVersion (issue 26), direct to the simulator and through
-    /// the gateway alternately, then a herd of watch-list informers; starts its own
+    /// the gateway in pairs, then a herd of watch-list informers; starts its own
     /// simulator and gateway; --rate (writes elsewhere) defaults to 20,
     /// --connect-concurrency to 1000
     #[command(
@@ -368,8 +368,8 @@ pub struct QuietLargeArgs {
     pub common: Common,
     #[command(flatten)]
     pub herd: HerdCommon,
-    /// Rounds; each measures direct to the simulator and through the gateway, in
-    /// alternating order.
+    /// Rounds; each measures direct to the simulator and through the gateway, in pairs
+    /// of one read each way, every other pair in the other order.
     #[arg(long, default_value_t = 2)]
     pub rounds: usize,
     /// Consistent gets of one object per round and target, one at a time.
@@ -381,9 +381,9 @@ pub struct QuietLargeArgs {
     /// First pages (`limit=500`) of consistent paged lists per round and target.
     #[arg(long, default_value_t = 50)]
     pub pages: usize,
-    /// The longest one measurement (gets, lists or pages of one round on one target)
-    /// may take; it then stops with the requests it made.
-    #[arg(long, default_value = "15s", value_parser = parse_duration)]
+    /// The longest one measurement (the pairs of gets, lists or pages of one round, both
+    /// targets) may take; it then stops with the pairs it made.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
     pub measure_budget: Duration,
     /// Watch-list informers started at once through the gateway at the end.
     #[arg(long, default_value_t = 1000)]
