@@ -690,3 +690,52 @@ async fn get_with_resource_version() {
     );
     assert_eq!(h.stats().count("get", "pods"), 4);
 }
+
+/// kube-apiserver 1.34+ streams a JSON list item by item through net/http's 2,048-byte
+/// response buffer: over HTTP/1.1 a large list is chunked, every chunk 2,048 bytes but the
+/// last; a list that fits the buffer gets a Content-Length (docs/simulator.md, "List").
+#[tokio::test]
+async fn a_large_json_list_streams_in_gos_2048_byte_chunks_and_a_small_one_has_a_length() {
+    use support::raw::{raw_exchange_bytes, unchunk};
+    use watchgate::load::cluster::seed_objects;
+    use watchgate::load::pool::PoolResource;
+
+    let h = sim().await;
+    seed_objects(&h, PoolResource::Configmaps, 300, 600);
+    let req = |path: &str| {
+        format!("GET {path} HTTP/1.1\r\nHost: x\r\nAccept: application/json\r\nConnection: close\r\n\r\n")
+    };
+    let raw = raw_exchange_bytes(h.addr(), req("/api/v1/configmaps").as_bytes()).await;
+    let framed = unchunk(&raw);
+    let head = framed.head.to_ascii_lowercase();
+    assert!(head.contains("transfer-encoding: chunked\r\n"), "{head}");
+    assert!(!head.contains("content-length"), "{head}");
+    let (last, full) = framed.chunks.split_last().unwrap();
+    assert!(full.len() > 50, "{:?}", framed.chunks);
+    assert!(full.iter().all(|&n| n == 2048), "{:?}", framed.chunks);
+    assert!(*last <= 2048);
+    // The body is the list: every item once, as a whole read gives it.
+    let list: Value = serde_json::from_slice(&framed.body).unwrap();
+    assert_eq!(list["items"].as_array().unwrap().len(), 300);
+    assert_eq!(framed.body.last(), Some(&b'\n'));
+    let (_, whole) = get(&h, "/api/v1/configmaps").await;
+    assert_eq!(whole["items"], list["items"]);
+
+    // A list that fits the buffer: one piece with its length.
+    let raw = raw_exchange_bytes(
+        h.addr(),
+        req("/api/v1/configmaps?labelSelector=absent%3Dyes").as_bytes(),
+    )
+    .await;
+    let text = String::from_utf8(raw).unwrap();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap();
+    let head = head.to_ascii_lowercase();
+    assert!(!head.contains("transfer-encoding"), "{head}");
+    assert!(
+        head.contains(&format!("content-length: {}\r\n", body.len()))
+            || head.ends_with(&format!("content-length: {}", body.len())),
+        "{head}"
+    );
+    let small: Value = serde_json::from_str(body).unwrap();
+    assert_eq!(small["items"], json!([]));
+}

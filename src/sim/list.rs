@@ -21,6 +21,7 @@ use crate::request::{parse_resource_version, ApiRequest, ListOptions, ResourcePa
 use crate::selector::field::field_value;
 use crate::selector::FieldSelector;
 use crate::sim::answer::{self, Answer};
+use crate::sim::list_stream::ListStream;
 use crate::sim::protobuf;
 use crate::sim::resources::ResourceType;
 use crate::sim::store::{HistoryError, ReadAt};
@@ -208,31 +209,6 @@ fn strip_type_meta(rt: &ResourceType) -> bool {
     !rt.is_custom()
 }
 
-fn write_item(out: &mut Vec<u8>, obj: &Value, strip: bool) {
-    match obj.as_object() {
-        Some(m) if strip => {
-            out.push(b'{');
-            let mut first = true;
-            for (k, v) in m {
-                if k == "kind" || k == "apiVersion" {
-                    continue;
-                }
-                if !first {
-                    out.push(b',');
-                }
-                first = false;
-                let _ = serde_json::to_writer(&mut *out, k);
-                out.push(b':');
-                let _ = serde_json::to_writer(&mut *out, v);
-            }
-            out.push(b'}');
-        }
-        _ => {
-            let _ = serde_json::to_writer(&mut *out, obj);
-        }
-    }
-}
-
 /// LIST.
 pub async fn handle(
     sim: &Arc<Sim>,
@@ -252,9 +228,10 @@ pub async fn handle(
         Ok(a) => a,
         Err(s) => return answer::error(&s, headers, api),
     };
-    match list(sim, api, &answer, rt, rp).await {
+    match list(sim, api, &answer, rt, rp, gzip::accepts_gzip(headers)).await {
         // kube-apiserver gzips answers above 128 KiB for clients that accept it
-        // (responsewriters/writers.go); errors are far below the threshold.
+        // (responsewriters/writers.go); errors are far below the threshold. A streamed
+        // list has made that choice already (it is returned unchanged here).
         Ok(r) => gzip::compress_full_response(headers, r).await,
         Err(s) => answer::error(&s, headers, api),
     }
@@ -266,6 +243,7 @@ async fn list(
     answer: &Answer,
     rt: &'static ResourceType,
     rp: &ResourcePath,
+    gzip_ok: bool,
 ) -> Result<Response<Body>, Status> {
     let opts = api.list_options()?;
     check_field_labels(rt, &opts.field_selector)?;
@@ -360,29 +338,25 @@ async fn list(
         };
         return Ok(answer.object(StatusCode::OK, &v));
     }
-    let strip = strip_type_meta(rt);
-    let mut out = Vec::with_capacity(64 + picked.len() * 1024);
-    out.extend_from_slice(b"{\"kind\":");
-    let _ = serde_json::to_writer(&mut out, rt.list_kind);
-    out.extend_from_slice(b",\"apiVersion\":");
-    let _ = serde_json::to_writer(&mut out, &rt.api_version());
-    out.extend_from_slice(b",\"metadata\":");
-    let _ = serde_json::to_writer(&mut out, &meta);
-    out.extend_from_slice(b",\"items\":[");
-    for (i, obj) in picked.iter().enumerate() {
-        if i > 0 {
-            out.push(b',');
-        }
-        write_item(&mut out, obj, strip);
-    }
-    out.extend_from_slice(b"]}\n");
-    let mut resp = Response::new(body::full(out));
+    // Compact JSON: streamed item by item, as kube-apiserver 1.34+ writes it
+    // (list_stream.rs).
+    let mut head = Vec::with_capacity(256);
+    head.extend_from_slice(b"{\"kind\":");
+    let _ = serde_json::to_writer(&mut head, rt.list_kind);
+    head.extend_from_slice(b",\"apiVersion\":");
+    let _ = serde_json::to_writer(&mut head, &rt.api_version());
+    head.extend_from_slice(b",\"metadata\":");
+    let _ = serde_json::to_writer(&mut head, &meta);
+    head.extend_from_slice(b",\"items\":[");
+    let items = picked.into_iter().cloned().collect();
+    let negotiated = ListStream::new(head, items, strip_type_meta(rt)).into_body(gzip_ok);
+    let mut resp = Response::new(body::empty());
     *resp.status_mut() = StatusCode::OK;
     resp.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),
     );
-    Ok(resp)
+    Ok(gzip::respond(resp, negotiated))
 }
 
 /// The list as a JSON value (the pretty-printed path; the compact one is written straight

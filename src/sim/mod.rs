@@ -21,6 +21,7 @@ pub mod faults;
 pub mod gojson;
 pub mod lifecycle;
 pub mod list;
+pub mod list_stream;
 pub mod logs;
 pub mod objects;
 pub mod openapi;

@@ -113,3 +113,50 @@ pub async fn read_head(stream: &mut TcpStream) -> String {
     .expect("response head within 10s");
     String::from_utf8(head).unwrap()
 }
+
+/// Write raw bytes and read every byte the server answers until it closes (bounded).
+pub async fn raw_exchange_bytes(addr: SocketAddr, request: &[u8]) -> Vec<u8> {
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    let _ = stream.write_all(request).await;
+    let mut out = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut out)).await;
+    assert!(read.is_ok(), "server did not answer and close within 10s");
+    out
+}
+
+/// An HTTP/1.1 response as it came on the wire: its head, and for a chunked body the
+/// size of every chunk (the last, empty one left out) and the body they make.
+pub struct Framed {
+    pub head: String,
+    pub chunks: Vec<usize>,
+    pub body: Vec<u8>,
+}
+
+/// Splits a raw response (read to its close) into head and chunks; panics on a body that
+/// is not chunked or on bad framing.
+pub fn unchunk(raw: &[u8]) -> Framed {
+    let end = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("a response head");
+    let head = String::from_utf8(raw[..end + 4].to_vec()).unwrap();
+    let mut rest = &raw[end + 4..];
+    let (mut chunks, mut body) = (Vec::new(), Vec::new());
+    loop {
+        let line = rest
+            .windows(2)
+            .position(|w| w == b"\r\n")
+            .expect("a chunk size line");
+        let size = usize::from_str_radix(std::str::from_utf8(&rest[..line]).unwrap(), 16)
+            .expect("a hex chunk size");
+        rest = &rest[line + 2..];
+        if size == 0 {
+            assert_eq!(rest, b"\r\n", "the end of a chunked body");
+            return Framed { head, chunks, body };
+        }
+        body.extend_from_slice(&rest[..size]);
+        assert_eq!(&rest[size..size + 2], b"\r\n", "a chunk's end");
+        rest = &rest[size + 2..];
+        chunks.push(size);
+    }
+}
