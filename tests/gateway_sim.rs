@@ -295,3 +295,40 @@ async fn followed_logs_stream_through_the_gateway() {
         "a followed log stays open"
     );
 }
+
+/// A forwarded list leaves the gateway in pieces of at least 64 KiB, not in the
+/// upstream's 2 KiB chunks (src/proxy/gather.rs), with the upstream's bytes exactly.
+#[tokio::test]
+async fn a_forwarded_list_goes_out_in_64_kib_pieces_with_the_upstreams_bytes() {
+    use watchgate::load::cluster::seed_objects;
+    use watchgate::load::pool::PoolResource;
+
+    let sim = watchgate::sim::start(watchgate::sim::SimConfig::default())
+        .await
+        .unwrap();
+    seed_objects(&sim, PoolResource::Configmaps, 3000, 600);
+    // Caches nothing: every list is forwarded.
+    let gw = support::servers::forwarding_gateway(&sim.url()).await;
+    let req = b"GET /api/v1/configmaps?resourceVersion=0 HTTP/1.1\r\nHost: x\r\nAccept: application/json\r\nConnection: close\r\n\r\n";
+    let direct = unchunk(&raw_exchange_bytes(sim.addr(), req).await);
+    let through = unchunk(&raw_exchange_bytes(gw.addr(), req).await);
+    assert!(
+        direct.chunks.iter().all(|&n| n <= 2048),
+        "{:?}",
+        direct.chunks
+    );
+    assert_eq!(through.body, direct.body);
+    assert!(
+        through.head.contains("x-watchgate-source: upstream"),
+        "{}",
+        through.head
+    );
+    let (last, pieces) = through.chunks.split_last().unwrap();
+    assert!(pieces.len() >= 20, "{:?}", through.chunks);
+    assert!(
+        pieces.iter().all(|&n| n >= 64 * 1024),
+        "{:?}",
+        through.chunks
+    );
+    assert!(*last > 0);
+}

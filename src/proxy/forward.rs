@@ -8,6 +8,7 @@ use std::time::Duration;
 use crate::body::RequestBody;
 use http::{header, Request, Response, Version};
 
+use super::gather::GatheredBody;
 use super::headers;
 use super::stream::{DrainingBody, TrackedBody};
 use super::upgrade;
@@ -127,8 +128,12 @@ impl Proxy {
                 self.drain.draining(),
                 line_delimited,
             ))
-        } else {
+        } else if long_running {
             body::boxed(incoming)
+        } else {
+            // An answer that ends on its own: passed on in 64 KiB pieces, not in the
+            // upstream's 2 KiB chunks (gather.rs).
+            body::boxed(GatheredBody::new(incoming))
         };
         Response::from_parts(parts, body)
     }

@@ -2,6 +2,7 @@
 //! See docs/proxy.md.
 
 mod forward;
+mod gather;
 pub mod headers;
 mod stream;
 mod upgrade;
