@@ -8,8 +8,9 @@
 //! cost a `writev` each (and a wake-up of the client to read 2 KiB), measured at +30 ms
 //! over direct on the 2-core VM (docs/benchmarks.md, "Forwarding a streamed list").
 //! Joined into 64 KiB pieces they cost ~140 writes. The copy is one `memcpy` per byte,
-//! far below the system calls it saves; a frame already that large is passed on as it
-//! is.
+//! far below the system calls it saves; a frame already that large, or an answer that
+//! comes whole in one frame (a forwarded get, with its Content-Length), is passed on as
+//! it is.
 //!
 //! Only answers that end on their own are gathered: a watch, `logs -f` or any other
 //! long-running stream must pass every byte on at once (`forward.rs` decides). Holding a
@@ -68,7 +69,14 @@ impl<B: Body<Data = Bytes>> Body for GatheredBody<B> {
             }
             match this.inner.as_mut().poll_frame(cx) {
                 Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
-                    Ok(data) if this.buf.is_empty() && data.len() >= GATHER => {
+                    // An inner body that knows it is complete (a Content-Length one whose
+                    // last byte came) may not say so by ending until its producer is
+                    // polled again: its last piece goes at once. Alone (a forwarded get,
+                    // most often), or large, a piece goes uncopied.
+                    Ok(data)
+                        if this.buf.is_empty()
+                            && (data.len() >= GATHER || this.inner.is_end_stream()) =>
+                    {
                         return Poll::Ready(Some(Ok(Frame::data(data))));
                     }
                     Ok(data) => {
@@ -76,9 +84,6 @@ impl<B: Body<Data = Bytes>> Body for GatheredBody<B> {
                             this.buf.reserve(GATHER.max(data.len()));
                         }
                         this.buf.extend_from_slice(&data);
-                        // An inner body that knows it is complete (a Content-Length one
-                        // whose last byte came) may not say so by ending until its
-                        // producer is polled again: what is held goes now.
                         if this.buf.len() >= GATHER || this.inner.is_end_stream() {
                             return Poll::Ready(Some(Ok(Frame::data(this.buf.split().freeze()))));
                         }
@@ -227,15 +232,16 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_body_complete_by_its_length_is_passed_on_without_waiting_for_its_end() {
-        let mut body = Box::pin(GatheredBody::new(LastFrameKnown(Some(Bytes::from_static(
-            b"{\"kind\":\"ConfigMap\"}",
-        )))));
+    async fn a_body_complete_by_its_length_is_passed_on_uncopied_without_waiting_for_its_end() {
+        let object = Bytes::from_static(b"{\"kind\":\"ConfigMap\"}");
+        let mut body = Box::pin(GatheredBody::new(LastFrameKnown(Some(object.clone()))));
         let waker = futures_util::task::noop_waker();
         let mut cx = Context::from_waker(&waker);
         match body.as_mut().poll_frame(&mut cx) {
             Poll::Ready(Some(Ok(f))) => {
-                assert_eq!(f.into_data().unwrap(), &b"{\"kind\":\"ConfigMap\"}"[..])
+                let out = f.into_data().unwrap();
+                assert_eq!(out, object);
+                assert_eq!(out.as_ptr(), object.as_ptr());
             }
             other => panic!("held a complete body: {:?}", other.is_pending()),
         }
