@@ -91,6 +91,17 @@ async fn forwarded(admin: &str, reason: &str) -> f64 {
     )
 }
 
+/// A 200 the upstream answered: the gateway forwarded the read.
+#[track_caller]
+fn assert_forwarded(r: &support::http::Resp) {
+    assert_eq!(
+        (r.status.as_u16(), r.source()),
+        (200, Some("upstream")),
+        "{}",
+        r.text()
+    );
+}
+
 async fn progress_watches(admin: &str, res: &str) -> f64 {
     sample(
         &metrics(admin).await,
@@ -196,7 +207,7 @@ async fn with_no_sync_wait_a_cold_cache_forwards_as_before() {
     let r = Http::new(gw.url())
         .get("/api/v1/configmaps?resourceVersion=0")
         .await;
-    assert_eq!((r.status.as_u16(), r.source()), (200, Some("upstream")));
+    assert_forwarded(&r);
     assert_eq!(forwarded(&admin, "not_synced").await, before + 1.0);
 }
 
@@ -261,7 +272,7 @@ async fn a_lone_consistent_get_on_a_quiet_large_resource_is_forwarded_at_once() 
     let path = "/api/v1/namespaces/small/pods/a";
     let direct = Http::new(sim.url()).get(path).await;
     let r = Http::new(gw.url()).get(path).await;
-    assert_eq!((r.status.as_u16(), r.source()), (200, Some("upstream")));
+    assert_forwarded(&r);
     assert_eq!(r.json(), direct.json());
     assert_eq!(forwarded(&admin, "not_fresh").await, not_fresh + 1.0);
     // No proof was asked for: no re-sync, no progress watch.
@@ -272,7 +283,7 @@ async fn a_lone_consistent_get_on_a_quiet_large_resource_is_forwarded_at_once() 
     let (lists, lone) = (stats.lists("pods"), forwarded(&admin, "lone_read").await);
     for _ in 0..3 {
         let r = Http::new(gw.url()).get(path).await;
-        assert_eq!((r.status.as_u16(), r.source()), (200, Some("upstream")));
+        assert_forwarded(&r);
     }
     assert_eq!(forwarded(&admin, "lone_read").await, lone + 3.0);
     assert_eq!(stats.lists("pods"), lists, "no probe");
@@ -445,12 +456,7 @@ async fn a_throttled_probe_is_tried_again_not_forwarded() {
     // Throttled twice: the read is forwarded.
     sim.handle().faults().throttle_next_list(2);
     let r = Http::new(gw.url()).get(path).await;
-    assert_eq!(
-        (r.status.as_u16(), r.source()),
-        (200, Some("upstream")),
-        "{}",
-        r.text()
-    );
+    assert_forwarded(&r);
     assert_eq!(forwarded(&admin, "probe_failed").await, failed + 1.0);
 }
 
@@ -644,12 +650,7 @@ async fn a_read_security_leaves_unauthorized_is_forwarded_for_that_reason() {
         .http(Some(ALICE))
         .get("/api/v1/namespaces/default/configmaps")
         .await;
-    assert_eq!(
-        (r.status.as_u16(), r.source()),
-        (200, Some("upstream")),
-        "{}",
-        r.text()
-    );
+    assert_forwarded(&r);
     assert_eq!(forwarded(&admin, "not_authorized").await, before + 1.0);
 }
 
@@ -674,12 +675,7 @@ async fn a_consistent_read_is_never_answered_by_a_cache_ahead_of_its_upstream() 
     let before = forwarded(&admin, "upstream_went_back").await;
     let direct = Http::new(new.url()).get(path).await;
     let r = Http::new(gw.url()).get(path).await;
-    assert_eq!(
-        (r.status.as_u16(), r.source()),
-        (200, Some("upstream")),
-        "{}",
-        r.text()
-    );
+    assert_forwarded(&r);
     assert_eq!(r.json()["items"], direct.json()["items"]);
     assert_eq!(r.json()["items"].as_array().unwrap().len(), 2);
     assert_eq!(forwarded(&admin, "upstream_went_back").await, before + 1.0);
@@ -731,7 +727,7 @@ async fn an_upstream_that_went_back_rebuilds_every_cache_and_ends_its_watches_wi
 
     // The consistent read that notices is forwarded, and resets every cache.
     let r = Http::new(gw.url()).get(cms).await;
-    assert_eq!((r.status.as_u16(), r.source()), (200, Some("upstream")));
+    assert_forwarded(&r);
     assert_eq!(r.json()["items"].as_array().unwrap().len(), 2);
     assert_eq!(resets(), 1, "one reset for every cache");
     assert!(
