@@ -117,28 +117,13 @@ impl<B: Body<Data = Bytes>> Body for GatheredBody<B> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::stream::channel_body;
     use super::*;
     use http::HeaderMap;
-    use http_body_util::{BodyExt, StreamBody};
+    use http_body_util::BodyExt;
     use std::convert::Infallible;
-    use tokio::sync::mpsc;
 
     type Item = Result<Frame<Bytes>, Infallible>;
-
-    fn channel_body(
-        cap: usize,
-    ) -> (
-        mpsc::Sender<Item>,
-        impl Body<Data = Bytes, Error = Infallible>,
-    ) {
-        let (tx, rx) = mpsc::channel(cap);
-        let stream =
-            futures_util::stream::unfold(
-                rx,
-                |mut rx| async move { rx.recv().await.map(|f| (f, rx)) },
-            );
-        (tx, StreamBody::new(stream))
-    }
 
     fn data(n: usize, byte: u8) -> Item {
         Ok(Frame::data(Bytes::from(vec![byte; n])))

@@ -150,28 +150,29 @@ impl<B: Body<Data = Bytes>> Body for TrackedBody<B> {
     }
 }
 
+/// A body fed frame by frame through a channel of `cap` frames (the proxy's tests).
+#[cfg(test)]
+pub(super) fn channel_body(
+    cap: usize,
+) -> (
+    tokio::sync::mpsc::Sender<Result<Frame<Bytes>, std::convert::Infallible>>,
+    impl Body<Data = Bytes, Error = std::convert::Infallible>,
+) {
+    let (tx, rx) = tokio::sync::mpsc::channel(cap);
+    let stream =
+        futures_util::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|f| (f, rx)) });
+    (tx, http_body_util::StreamBody::new(stream))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use http_body_util::{BodyExt, StreamBody};
     use tokio::sync::{mpsc, oneshot};
 
-    fn channel_body() -> (
-        mpsc::Sender<Result<Frame<Bytes>, std::convert::Infallible>>,
-        impl Body<Data = Bytes, Error = std::convert::Infallible>,
-    ) {
-        let (tx, rx) = mpsc::channel(4);
-        let stream =
-            futures_util::stream::unfold(
-                rx,
-                |mut rx| async move { rx.recv().await.map(|f| (f, rx)) },
-            );
-        (tx, StreamBody::new(stream))
-    }
-
     #[tokio::test]
     async fn ends_cleanly_when_draining_and_idle() {
-        let (tx, inner) = channel_body();
+        let (tx, inner) = channel_body(4);
         let (drain_tx, drain_rx) = oneshot::channel::<()>();
         let mut body = Box::pin(DrainingBody::new(
             inner,
