@@ -576,7 +576,10 @@ async fn route(sim: Arc<Sim>, req: Request<Incoming>) -> Response<Body> {
         (Verb::Get, None | Some("status"), Some(name)) => {
             list::get(&sim, &api, req.headers(), rt, &ns, &name).await
         }
-        (Verb::List, None, None) if sim.faults.take_list_throttle() => too_many_requests(),
+        (Verb::List, None, None) if sim.faults.take_list_throttle() => {
+            // API Priority and Fairness rejecting it, as the gateway's own limits do.
+            crate::auth::answers::too_many_requests()
+        }
         (Verb::List, None, None) => list::handle(&sim, &api, req.headers(), rt, &rp).await,
         (Verb::Watch, None, _) if sim.faults.take_watch_failure() => Status::new(
             503,
@@ -664,25 +667,6 @@ pub fn page_not_found() -> Response<Body> {
     let mut resp = Response::new(body::full("404 page not found\n"));
     *resp.status_mut() = StatusCode::NOT_FOUND;
     let h = resp.headers_mut();
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; charset=utf-8"),
-    );
-    h.insert(
-        "x-content-type-options",
-        HeaderValue::from_static("nosniff"),
-    );
-    resp
-}
-
-/// API Priority and Fairness rejecting a request (k8s.io/apiserver
-/// `filters.tooManyRequests`): `Retry-After` and Go's `http.Error`, plain text, not a
-/// Status.
-fn too_many_requests() -> Response<Body> {
-    let mut resp = Response::new(body::full("Too many requests, please try again later.\n"));
-    *resp.status_mut() = StatusCode::TOO_MANY_REQUESTS;
-    let h = resp.headers_mut();
-    h.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
     h.insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("text/plain; charset=utf-8"),
